@@ -1,0 +1,237 @@
+//! Test helpers: an isolated, real OVS/OVN sandbox per test.
+//!
+//! Each [`Sandbox`] lives in its own temporary directory with its own sockets, pidfiles and logs,
+//! so tests run in parallel without seeing each other. Daemons are started by
+//! `scripts/sandbox.sh` and stopped by the pids recorded in the directory when the sandbox is
+//! dropped, which also happens while a failing test unwinds.
+//!
+//! The helpers panic on failure: they are for tests, where a broken sandbox should fail loudly
+//! with the command and its output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Which daemons a sandbox starts.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// OVN NB/SB databases and ovn-northd.
+    pub ovn: bool,
+    /// br-ex (with eth0 and a patch port) and br-int.
+    pub bridges: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { ovn: true, bridges: true }
+    }
+}
+
+/// A running sandbox; stopped and removed on drop.
+pub struct Sandbox {
+    dir: tempfile::TempDir,
+    keep: bool,
+}
+
+/// Path of the repository's `scripts/` directory.
+pub fn scripts_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+}
+
+impl Sandbox {
+    /// Full sandbox: OVS with br-ex/br-int plus OVN NB, SB and northd.
+    pub fn start() -> Sandbox {
+        Self::with_options(Options::default())
+    }
+
+    /// OVS with br-ex/br-int only (no OVN): for OpenFlow tests.
+    pub fn openflow_only() -> Sandbox {
+        Self::with_options(Options { ovn: false, bridges: true })
+    }
+
+    pub fn with_options(opts: Options) -> Sandbox {
+        // Short prefix under /tmp: unix socket paths are limited to 108 bytes.
+        let dir = tempfile::Builder::new()
+            .prefix("vf-")
+            .tempdir_in("/tmp")
+            .expect("create sandbox dir");
+        let sb = Sandbox { dir, keep: std::env::var_os("VIPFLOW_KEEP_SANDBOX").is_some() };
+        let out = Command::new(scripts_dir().join("sandbox.sh"))
+            .arg("start")
+            .arg(sb.path())
+            .env("SANDBOX_OVN", if opts.ovn { "1" } else { "0" })
+            .env("SANDBOX_BRIDGES", if opts.bridges { "1" } else { "0" })
+            .output()
+            .expect("run scripts/sandbox.sh");
+        if !out.status.success() {
+            panic!(
+                "sandbox start failed in {}:\n{}{}",
+                sb.path().display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        sb
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// OpenFlow management socket of a bridge, e.g. `<dir>/br-ex.mgmt`.
+    pub fn mgmt_sock(&self, bridge: &str) -> PathBuf {
+        self.path().join(format!("{bridge}.mgmt"))
+    }
+
+    /// The OVS database socket.
+    pub fn db_sock(&self) -> PathBuf {
+        self.path().join("db.sock")
+    }
+
+    pub fn nb_sock(&self) -> PathBuf {
+        self.path().join("ovnnb_db.sock")
+    }
+
+    pub fn sb_sock(&self) -> PathBuf {
+        self.path().join("ovnsb_db.sock")
+    }
+
+    /// A command with the sandbox's environment (OVS_RUNDIR, OVN_NB_DB, ...).
+    pub fn command(&self, program: &str) -> Command {
+        let d = self.path();
+        let mut c = Command::new(program);
+        for var in ["OVS_RUNDIR", "OVS_LOGDIR", "OVS_DBDIR", "OVS_SYSCONFDIR"] {
+            c.env(var, d);
+        }
+        for var in ["OVN_RUNDIR", "OVN_LOGDIR", "OVN_DBDIR", "OVN_SYSCONFDIR"] {
+            c.env(var, d);
+        }
+        c.env("OVN_NB_DB", format!("unix:{}", self.nb_sock().display()));
+        c.env("OVN_SB_DB", format!("unix:{}", self.sb_sock().display()));
+        c
+    }
+
+    /// Run a sandbox command, panic with its output if it fails, return its stdout.
+    pub fn run(&self, program: &str, args: &[&str]) -> String {
+        let out = self.command(program).args(args).output().unwrap_or_else(|e| {
+            panic!("spawn {program}: {e}");
+        });
+        check(program, args, out)
+    }
+
+    /// Run a sandbox command and return its full output, whatever its exit status.
+    pub fn run_raw(&self, program: &str, args: &[&str]) -> Output {
+        self.command(program).args(args).output().unwrap_or_else(|e| {
+            panic!("spawn {program}: {e}");
+        })
+    }
+
+    pub fn vsctl(&self, args: &[&str]) -> String {
+        let db = format!("--db=unix:{}", self.db_sock().display());
+        let mut all = vec![db.as_str(), "--timeout=10"];
+        all.extend_from_slice(args);
+        self.run("ovs-vsctl", &all)
+    }
+
+    /// `ovs-ofctl -O OpenFlow13 ARGS`.
+    pub fn ofctl(&self, args: &[&str]) -> String {
+        let mut all = vec!["-O", "OpenFlow13"];
+        all.extend_from_slice(args);
+        self.run("ovs-ofctl", &all)
+    }
+
+    /// `ovs-appctl -t <dir>/ovs-vswitchd.ctl ARGS`.
+    pub fn appctl(&self, args: &[&str]) -> String {
+        let target = self.path().join("ovs-vswitchd.ctl");
+        let target = target.to_string_lossy().into_owned();
+        let mut all = vec!["-t", target.as_str()];
+        all.extend_from_slice(args);
+        self.run("ovs-appctl", &all)
+    }
+
+    pub fn nbctl(&self, args: &[&str]) -> String {
+        self.run("ovn-nbctl", args)
+    }
+
+    /// Pid of a daemon started in this sandbox (`ovs-vswitchd`, `ovsdb-server`, `ovnnb_db`,
+    /// `ovnsb_db`, `ovn-northd`).
+    pub fn pid(&self, daemon: &str) -> Option<i32> {
+        std::fs::read_to_string(self.path().join(format!("{daemon}.pid")))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// SIGKILL a daemon of this sandbox (by its recorded pid) and wait until it is gone.
+    pub fn kill(&self, daemon: &str) {
+        let Some(pid) = self.pid(daemon) else {
+            panic!("no pid recorded for {daemon}");
+        };
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        for _ in 0..500 {
+            let alive = Command::new("kill")
+                .args(["-0", &pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !alive {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(self.path().join(format!("{daemon}.pid")));
+    }
+
+    /// Start ovs-vswitchd again after [`Sandbox::kill`]: the bridges come back from the
+    /// database with no flows (what a node sees after an OVS restart).
+    pub fn restart_vswitchd(&self) {
+        let d = self.path();
+        let out = self
+            .command("ovs-vswitchd")
+            .arg(format!("unix:{}", self.db_sock().display()))
+            .args(["--enable-dummy=override", "--disable-system", "-vconsole:off"])
+            .arg(format!("--pidfile={}", d.join("ovs-vswitchd.pid").display()))
+            .arg(format!("--unixctl={}", d.join("ovs-vswitchd.ctl").display()))
+            .arg(format!("--log-file={}", d.join("ovs-vswitchd.log").display()))
+            .args(["--detach", "--no-chdir"])
+            .output()
+            .expect("spawn ovs-vswitchd");
+        check("ovs-vswitchd", &[], out);
+        // The management socket is recreated once the bridge is up again.
+        for _ in 0..400 {
+            if self.mgmt_sock("br-ex").exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("br-ex.mgmt did not come back after restarting ovs-vswitchd");
+    }
+}
+
+fn check(program: &str, args: &[&str], out: Output) -> String {
+    if !out.status.success() {
+        panic!(
+            "{program} {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = Command::new(scripts_dir().join("sandbox.sh"))
+            .arg("stop")
+            .arg(self.path())
+            .output();
+        if self.keep {
+            // Keep the logs of a failing test for a look afterwards.
+            let path = self.path().to_path_buf();
+            let _ = std::fs::create_dir_all(&path);
+            eprintln!("sandbox logs kept at {}", path.display());
+            let _ = std::fs::rename(&path, path.with_extension("kept"));
+        }
+    }
+}

@@ -1,1 +1,31 @@
-//! OVSDB (RFC 7047) client. Filled in by the OVSDB issue.
+//! OVSDB (RFC 7047) client.
+//!
+//! Sans-IO core, pure and tested in memory:
+//! - [`value`]: atoms, sets, maps and their JSON encodings;
+//! - [`schema`]: `get_schema` parsing and checks of values against column types;
+//! - [`framing`]: the resumable JSON stream splitter (with a message size cap);
+//! - [`jsonrpc`]: JSON-RPC 1.0 request/response/notification shapes;
+//! - [`txn`]: the transaction builder, pre-send schema check and result decoding;
+//! - [`monitor`]: monitor requests, `update2`/`update3` decoding and the cache state machine.
+//!
+//! Thin tokio shell:
+//! - [`remote`]: `unix:`, `tcp:`, `ssl:` remote strings (comma lists for clusters);
+//! - [`tls`]: rustls client configuration from PEM files;
+//! - [`connection`]: one JSON-RPC session (request matching, echo replies, dead-peer probe);
+//! - [`client`]: reconnecting, leader-seeking client with monitors, transactions and locks.
+//!
+//! See `README.md` beside this crate for the design.
+
+pub mod framing;
+pub mod jsonrpc;
+pub mod monitor;
+pub mod schema;
+pub mod txn;
+pub mod value;
+
+pub use monitor::{Cache, Event, MonitorSpec};
+pub use schema::{DatabaseSchema, SchemaError};
+pub use txn::{
+    Condition, ErrorKind, Function, Mutation, Mutator, OpResult, Operation, Transaction, TxnFailure,
+};
+pub use value::{Atom, Row, Uuid, Value};

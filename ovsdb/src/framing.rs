@@ -1,0 +1,206 @@
+//! Splits a byte stream into JSON-RPC messages (RFC 7047 messages are bare JSON objects with no
+//! length prefix or delimiter).
+//!
+//! The splitter is resumable: it remembers how far it scanned (brace depth, inside-string and
+//! escape state), so each byte is looked at once however the stream is cut into reads. It
+//! enforces a size cap so a peer cannot make us buffer without bound.
+
+use bytes::{Bytes, BytesMut};
+use serde_json::Value as Json;
+use tokio_util::codec::{Decoder, Encoder};
+
+/// Default cap on one message: big enough for a full OVN NB dump of a large cluster.
+pub const DEFAULT_MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FramingError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("message exceeds the {limit}-byte cap")]
+    TooLarge { limit: usize },
+    #[error("unexpected byte {byte:#04x} between messages (expected '{{')")]
+    Unexpected { byte: u8 },
+    #[error("unbalanced closing bracket")]
+    Unbalanced,
+    #[error("message is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Resumable splitter state.
+#[derive(Debug)]
+pub struct Splitter {
+    max: usize,
+    /// Bytes of the current message already scanned (from the buffer start).
+    scanned: usize,
+    depth: u32,
+    in_string: bool,
+    escape: bool,
+}
+
+impl Default for Splitter {
+    fn default() -> Self {
+        Splitter::new(DEFAULT_MAX_MESSAGE)
+    }
+}
+
+impl Splitter {
+    pub fn new(max: usize) -> Self {
+        Splitter {
+            max,
+            scanned: 0,
+            depth: 0,
+            in_string: false,
+            escape: false,
+        }
+    }
+
+    /// Take the next complete message's bytes out of `buf`, if there is one.
+    pub fn split(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
+        if self.depth == 0 {
+            // Between messages: drop whitespace so it never counts against the cap.
+            let ws = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
+            let _ = buf.split_to(ws);
+            self.scanned = 0;
+            match buf.first() {
+                None => return Ok(None),
+                Some(b'{') => {}
+                Some(&byte) => return Err(FramingError::Unexpected { byte }),
+            }
+        }
+        let mut i = self.scanned;
+        let bytes = &buf[..];
+        while i < bytes.len() {
+            let b = bytes[i];
+            i += 1;
+            if self.in_string {
+                if self.escape {
+                    self.escape = false;
+                } else if b == b'\\' {
+                    self.escape = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth = self.depth.checked_sub(1).ok_or(FramingError::Unbalanced)?;
+                    if self.depth == 0 {
+                        self.scanned = 0;
+                        return Ok(Some(buf.split_to(i).freeze()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.scanned = i;
+        if self.scanned > self.max {
+            return Err(FramingError::TooLarge { limit: self.max });
+        }
+        Ok(None)
+    }
+}
+
+/// A `tokio_util` codec: bytes in, parsed JSON values out; JSON values in, bytes out.
+#[derive(Debug, Default)]
+pub struct JsonCodec {
+    splitter: Splitter,
+}
+
+impl JsonCodec {
+    pub fn new(max_message: usize) -> Self {
+        JsonCodec {
+            splitter: Splitter::new(max_message),
+        }
+    }
+}
+
+impl Decoder for JsonCodec {
+    type Item = Json;
+    type Error = FramingError;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Json>, FramingError> {
+        match self.splitter.split(buf)? {
+            Some(msg) => Ok(Some(serde_json::from_slice(&msg)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Json>, FramingError> {
+        match self.decode(buf)? {
+            Some(m) => Ok(Some(m)),
+            None if buf.iter().all(u8::is_ascii_whitespace) => Ok(None),
+            None => Err(FramingError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+        }
+    }
+}
+
+impl Encoder<Json> for JsonCodec {
+    type Error = FramingError;
+
+    fn encode(&mut self, item: Json, dst: &mut BytesMut) -> Result<(), FramingError> {
+        use bytes::BufMut;
+        serde_json::to_writer((&mut *dst).writer(), &item)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(chunks: &[&[u8]], max: usize) -> Result<Vec<Json>, FramingError> {
+        let mut c = JsonCodec::new(max);
+        let mut buf = BytesMut::new();
+        let mut out = vec![];
+        for ch in chunks {
+            buf.extend_from_slice(ch);
+            while let Some(m) = c.decode(&mut buf)? {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn splits_across_reads_with_tricky_strings() {
+        let stream = br#" {"a":"}{\"\\"} {"b":[1,{"c":"]"}]}
+{"id":null}"#;
+        for cut in 0..stream.len() {
+            let (x, y) = stream.split_at(cut);
+            let msgs = split_all(&[x, y], 1 << 20).unwrap();
+            assert_eq!(msgs.len(), 3, "cut at {cut}");
+            assert_eq!(msgs[0]["a"], "}{\"\\");
+        }
+    }
+
+    #[test]
+    fn one_byte_at_a_time() {
+        let stream = br#"{"method":"echo","params":[],"id":"echo"}{"x":1}"#;
+        let chunks: Vec<&[u8]> = stream.chunks(1).collect();
+        assert_eq!(split_all(&chunks, 1 << 20).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn caps_size_and_rejects_garbage() {
+        let big = format!("{{\"a\":\"{}\"", "x".repeat(100));
+        assert!(matches!(
+            split_all(&[big.as_bytes()], 50),
+            Err(FramingError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            split_all(&[b"x{}"], 50),
+            Err(FramingError::Unexpected { .. })
+        ));
+        assert!(matches!(
+            split_all(&[b"{]]"], 50),
+            Err(FramingError::Unbalanced) | Err(FramingError::Json(_))
+        ));
+        assert!(matches!(
+            split_all(&[b"{\"a\" 1}"], 50),
+            Err(FramingError::Json(_))
+        ));
+    }
+}

@@ -1,0 +1,623 @@
+//! Monitor requests and the client-side replica ("cache") they keep (RFC 7047 §4.1.5 and the
+//! `monitor_cond`/`monitor_cond_since` extensions of ovsdb-server(7)).
+//!
+//! Pure state machine: decoded `update2`/`update3` payloads go in, change events come out.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Value as Json, json};
+
+use crate::schema::{ColumnType, DatabaseSchema, SchemaError};
+use crate::txn::Condition;
+use crate::value::{Atom, Row, Uuid, Value};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MonitorError {
+    #[error("malformed update ({reason}): {excerpt}")]
+    Malformed {
+        reason: &'static str,
+        excerpt: String,
+    },
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    #[error("table {table}: {op} of row {uuid} that is not in the cache")]
+    UnknownRow {
+        table: String,
+        uuid: Uuid,
+        op: &'static str,
+    },
+    #[error("table {table} is not monitored")]
+    NotMonitored { table: String },
+}
+
+fn malformed(reason: &'static str, j: &Json) -> MonitorError {
+    MonitorError::Malformed {
+        reason,
+        excerpt: crate::value::ValueError::new("", j).json,
+    }
+}
+
+/// What to monitor in one table.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TableSelect {
+    /// `None`: every column of the table.
+    pub columns: Option<Vec<String>>,
+    /// Empty: every row.
+    pub conditions: Vec<Condition>,
+}
+
+/// Tables (and columns) a monitor subscribes to.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MonitorSpec {
+    pub tables: BTreeMap<String, TableSelect>,
+}
+
+impl MonitorSpec {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Monitor all columns of `table`.
+    pub fn table(mut self, table: &str) -> Self {
+        self.tables.insert(table.to_owned(), TableSelect::default());
+        self
+    }
+
+    pub fn columns(mut self, table: &str, columns: &[&str]) -> Self {
+        self.tables.insert(
+            table.to_owned(),
+            TableSelect {
+                columns: Some(columns.iter().map(|c| (*c).to_owned()).collect()),
+                conditions: vec![],
+            },
+        );
+        self
+    }
+
+    /// Check tables and columns against the schema.
+    pub fn check(&self, schema: &DatabaseSchema) -> Result<(), SchemaError> {
+        for (t, sel) in &self.tables {
+            let ts = schema.table(t)?;
+            for c in sel.columns.iter().flatten() {
+                ts.column(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `<monitor-cond-requests>` object.
+    pub fn to_json(&self) -> Json {
+        let mut o = serde_json::Map::new();
+        for (t, sel) in &self.tables {
+            let mut r = serde_json::Map::new();
+            if let Some(c) = &sel.columns {
+                r.insert("columns".into(), json!(c));
+            }
+            if !sel.conditions.is_empty() {
+                let w: Vec<Json> = sel
+                    .conditions
+                    .iter()
+                    .map(|c| json!([c.column, c.function.as_str(), c.value.to_json()]))
+                    .collect();
+                r.insert("where".into(), Json::Array(w));
+            }
+            o.insert(t.clone(), json!([Json::Object(r)]));
+        }
+        Json::Object(o)
+    }
+}
+
+/// One row's change in an `update2` (`<row-update2>`), values already schema-shaped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowUpdate {
+    Initial(Row),
+    Insert(Row),
+    Delete,
+    /// Only changed columns: sets hold the elements to toggle, maps the changed keys.
+    Modify(Row),
+}
+
+pub type TableUpdates = BTreeMap<String, BTreeMap<Uuid, RowUpdate>>;
+
+/// Decode `<table-updates2>` using the schema to shape values.
+pub fn parse_table_updates2(
+    j: &Json,
+    schema: &DatabaseSchema,
+) -> Result<TableUpdates, MonitorError> {
+    let tables = j
+        .as_object()
+        .ok_or_else(|| malformed("table-updates2 is not an object", j))?;
+    let mut out = BTreeMap::new();
+    for (table, rows) in tables {
+        schema.table(table)?;
+        let rows = rows
+            .as_object()
+            .ok_or_else(|| malformed("table-update2 is not an object", rows))?;
+        let mut t = BTreeMap::new();
+        for (uuid, upd) in rows {
+            let uuid = Uuid::parse_str(uuid)
+                .map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
+            let o = upd
+                .as_object()
+                .ok_or_else(|| malformed("row-update2 is not an object", upd))?;
+            let (kind, body) = match o.iter().next() {
+                Some(kv) if o.len() == 1 => kv,
+                _ => return Err(malformed("row-update2 must have exactly one member", upd)),
+            };
+            let ru = match kind.as_str() {
+                "initial" => RowUpdate::Initial(schema.decode_row(table, body)?),
+                "insert" => RowUpdate::Insert(schema.decode_row(table, body)?),
+                "modify" => RowUpdate::Modify(schema.decode_row(table, body)?),
+                "delete" => RowUpdate::Delete,
+                _ => return Err(malformed("unknown row-update2 member", upd)),
+            };
+            t.insert(uuid, ru);
+        }
+        out.insert(table.clone(), t);
+    }
+    Ok(out)
+}
+
+/// A decoded monitor notification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub monitor_id: Json,
+    /// Present in `update3` (monitor_cond_since): the transaction these changes belong to.
+    pub last_txn_id: Option<Uuid>,
+    pub updates: TableUpdates,
+}
+
+/// Decode the params of an `update2` or `update3` notification.
+pub fn parse_notification(
+    method: &str,
+    params: &Json,
+    schema: &DatabaseSchema,
+) -> Result<Update, MonitorError> {
+    let p = params
+        .as_array()
+        .ok_or_else(|| malformed("params is not an array", params))?;
+    match (method, p.as_slice()) {
+        ("update2", [id, u]) => Ok(Update {
+            monitor_id: id.clone(),
+            last_txn_id: None,
+            updates: parse_table_updates2(u, schema)?,
+        }),
+        ("update3", [id, txn, u]) => {
+            let txn = txn
+                .as_str()
+                .and_then(|s| Uuid::parse_str(s).ok())
+                .ok_or_else(|| malformed("last-txn-id is not a uuid", txn))?;
+            Ok(Update {
+                monitor_id: id.clone(),
+                last_txn_id: Some(txn),
+                updates: parse_table_updates2(u, schema)?,
+            })
+        }
+        _ => Err(malformed("not an update2/update3 notification", params)),
+    }
+}
+
+/// Reply of `monitor_cond_since`: `[found, last-txn-id, table-updates2]`.
+pub fn parse_since_reply(
+    j: &Json,
+    schema: &DatabaseSchema,
+) -> Result<(bool, Uuid, TableUpdates), MonitorError> {
+    match j.as_array().map(Vec::as_slice) {
+        Some([Json::Bool(found), Json::String(txn), u]) => {
+            let txn =
+                Uuid::parse_str(txn).map_err(|_| malformed("last-txn-id is not a uuid", j))?;
+            Ok((*found, txn, parse_table_updates2(u, schema)?))
+        }
+        _ => Err(malformed(
+            "monitor_cond_since reply is not [found, txn, updates]",
+            j,
+        )),
+    }
+}
+
+/// A change to the cache, as consumers see it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Insert {
+        table: String,
+        uuid: Uuid,
+        new: Row,
+    },
+    Modify {
+        table: String,
+        uuid: Uuid,
+        old: Row,
+        new: Row,
+    },
+    Delete {
+        table: String,
+        uuid: Uuid,
+        old: Row,
+    },
+}
+
+/// The replica of the monitored tables.
+#[derive(Debug, Clone)]
+pub struct Cache {
+    schema: Arc<DatabaseSchema>,
+    spec: MonitorSpec,
+    tables: BTreeMap<String, BTreeMap<Uuid, Row>>,
+    last_txn_id: Option<Uuid>,
+}
+
+impl Cache {
+    pub fn new(schema: Arc<DatabaseSchema>, spec: MonitorSpec) -> Self {
+        let tables = spec
+            .tables
+            .keys()
+            .map(|t| (t.clone(), BTreeMap::new()))
+            .collect();
+        Cache {
+            schema,
+            spec,
+            tables,
+            last_txn_id: None,
+        }
+    }
+
+    pub fn spec(&self) -> &MonitorSpec {
+        &self.spec
+    }
+
+    pub fn schema(&self) -> &Arc<DatabaseSchema> {
+        &self.schema
+    }
+
+    /// Last transaction seen (for `monitor_cond_since` on reconnect).
+    pub fn last_txn_id(&self) -> Option<Uuid> {
+        self.last_txn_id
+    }
+
+    pub fn set_last_txn_id(&mut self, id: Option<Uuid>) {
+        self.last_txn_id = id;
+    }
+
+    pub fn table(&self, name: &str) -> Option<&BTreeMap<Uuid, Row>> {
+        self.tables.get(name)
+    }
+
+    pub fn tables(&self) -> &BTreeMap<String, BTreeMap<Uuid, Row>> {
+        &self.tables
+    }
+
+    pub fn row(&self, table: &str, uuid: &Uuid) -> Option<&Row> {
+        self.tables.get(table).and_then(|t| t.get(uuid))
+    }
+
+    /// Monitored columns of `table` with their types.
+    fn columns(&self, table: &str) -> Result<Vec<(String, ColumnType)>, MonitorError> {
+        let sel = self
+            .spec
+            .tables
+            .get(table)
+            .ok_or_else(|| MonitorError::NotMonitored {
+                table: table.to_owned(),
+            })?;
+        let ts = self.schema.table(table)?;
+        Ok(match &sel.columns {
+            Some(cols) => cols
+                .iter()
+                .map(|c| Ok((c.clone(), ts.column(c)?.clone())))
+                .collect::<Result<_, SchemaError>>()?,
+            None => ts
+                .columns
+                .iter()
+                .map(|(k, c)| (k.clone(), c.ty.clone()))
+                .collect(),
+        })
+    }
+
+    /// A full row: the server omits columns that hold their default value.
+    fn complete(&self, table: &str, mut row: Row) -> Result<Row, MonitorError> {
+        for (col, ty) in self.columns(table)? {
+            row.entry(col).or_insert_with(|| ty.default_value());
+        }
+        Ok(row)
+    }
+
+    /// Apply one notification or initial reply; returns the resulting events.
+    pub fn apply(&mut self, updates: TableUpdates) -> Result<Vec<Event>, MonitorError> {
+        let mut events = vec![];
+        for (table, rows) in updates {
+            let cols: BTreeMap<String, ColumnType> = self.columns(&table)?.into_iter().collect();
+            for (uuid, ru) in rows {
+                match ru {
+                    RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
+                        let new = self.complete(&table, r)?;
+                        let t = self.tables.entry(table.clone()).or_default();
+                        match t.insert(uuid, new.clone()) {
+                            // A re-sent row (e.g. an initial after reconnect): a modify.
+                            Some(old) if old != new => events.push(Event::Modify {
+                                table: table.clone(),
+                                uuid,
+                                old,
+                                new,
+                            }),
+                            Some(_) => {}
+                            None => events.push(Event::Insert {
+                                table: table.clone(),
+                                uuid,
+                                new,
+                            }),
+                        }
+                    }
+                    RowUpdate::Delete => {
+                        let old = self
+                            .tables
+                            .get_mut(&table)
+                            .and_then(|t| t.remove(&uuid))
+                            .ok_or(MonitorError::UnknownRow {
+                                table: table.clone(),
+                                uuid,
+                                op: "delete",
+                            })?;
+                        events.push(Event::Delete {
+                            table: table.clone(),
+                            uuid,
+                            old,
+                        });
+                    }
+                    RowUpdate::Modify(diff) => {
+                        let row = self
+                            .tables
+                            .get_mut(&table)
+                            .and_then(|t| t.get_mut(&uuid))
+                            .ok_or(MonitorError::UnknownRow {
+                                table: table.clone(),
+                                uuid,
+                                op: "modify",
+                            })?;
+                        let old = row.clone();
+                        for (col, d) in diff {
+                            let scalar = cols.get(&col).is_none_or(ColumnType::is_scalar);
+                            let cur = row.remove(&col).unwrap_or_else(|| {
+                                cols.get(&col)
+                                    .map(ColumnType::default_value)
+                                    .unwrap_or(Value::empty_set())
+                            });
+                            row.insert(col, if scalar { d } else { apply_diff(cur, d) });
+                        }
+                        events.push(Event::Modify {
+                            table: table.clone(),
+                            uuid,
+                            old,
+                            new: row.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Replace the whole cache with a fresh initial state (monitor_cond_since answered
+    /// found=false); events describe the difference from what the cache held.
+    pub fn replace(&mut self, initial: TableUpdates) -> Result<Vec<Event>, MonitorError> {
+        let mut fresh: BTreeMap<String, BTreeMap<Uuid, Row>> = self
+            .spec
+            .tables
+            .keys()
+            .map(|t| (t.clone(), BTreeMap::new()))
+            .collect();
+        for (table, rows) in initial {
+            for (uuid, ru) in rows {
+                match ru {
+                    RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
+                        let r = self.complete(&table, r)?;
+                        fresh.entry(table.clone()).or_default().insert(uuid, r);
+                    }
+                    _ => {
+                        return Err(MonitorError::UnknownRow {
+                            table,
+                            uuid,
+                            op: "modify/delete in initial",
+                        });
+                    }
+                }
+            }
+        }
+        let mut events = vec![];
+        let old = std::mem::take(&mut self.tables);
+        for (table, rows) in &fresh {
+            let before = old.get(table);
+            for (uuid, new) in rows {
+                match before.and_then(|b| b.get(uuid)) {
+                    None => events.push(Event::Insert {
+                        table: table.clone(),
+                        uuid: *uuid,
+                        new: new.clone(),
+                    }),
+                    Some(o) if o != new => events.push(Event::Modify {
+                        table: table.clone(),
+                        uuid: *uuid,
+                        old: o.clone(),
+                        new: new.clone(),
+                    }),
+                    Some(_) => {}
+                }
+            }
+        }
+        for (table, rows) in old {
+            for (uuid, o) in rows {
+                if !fresh.get(&table).is_some_and(|f| f.contains_key(&uuid)) {
+                    events.push(Event::Delete {
+                        table: table.clone(),
+                        uuid,
+                        old: o,
+                    });
+                }
+            }
+        }
+        self.tables = fresh;
+        Ok(events)
+    }
+}
+
+/// Apply an update2 "modify" diff to a set or map value.
+pub fn apply_diff(cur: Value, diff: Value) -> Value {
+    match (cur, diff) {
+        (Value::Map(mut m), Value::Map(d)) => {
+            for (k, v) in d {
+                match m.get(&k) {
+                    Some(old) if *old == v => {
+                        m.remove(&k);
+                    }
+                    _ => {
+                        m.insert(k, v);
+                    }
+                }
+            }
+            Value::Map(m)
+        }
+        (cur, diff) => {
+            let mut s = cur.to_set();
+            for a in diff.to_set() {
+                if !s.remove(&a) {
+                    s.insert(a);
+                }
+            }
+            Value::Set(s)
+        }
+    }
+}
+
+/// Inverse of [`apply_diff`]: the diff ovsdb-server would send to turn `old` into `new`.
+pub fn make_diff(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Map(o), Value::Map(n)) => {
+            let mut d = BTreeMap::new();
+            for (k, v) in o {
+                match n.get(k) {
+                    None => {
+                        d.insert(k.clone(), v.clone());
+                    }
+                    Some(nv) if nv != v => {
+                        d.insert(k.clone(), nv.clone());
+                    }
+                    _ => {}
+                }
+            }
+            for (k, v) in n {
+                if !o.contains_key(k) {
+                    d.insert(k.clone(), v.clone());
+                }
+            }
+            Value::Map(d)
+        }
+        _ => {
+            let (o, n) = (old.to_set(), new.to_set());
+            Value::Set(
+                o.symmetric_difference(&n)
+                    .cloned()
+                    .collect::<std::collections::BTreeSet<Atom>>(),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Arc<DatabaseSchema> {
+        Arc::new(
+            DatabaseSchema::from_json(&json!({"name": "D", "version": "1", "tables": {"T": {"columns": {
+                "name": {"type": "string"},
+                "n": {"type": "integer"},
+                "opt": {"type": {"key": "string", "min": 0, "max": 1}},
+                "tags": {"type": {"key": "string", "min": 0, "max": "unlimited"}},
+                "ids": {"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}}
+            }}}}))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn applies_initial_modify_delete() {
+        let s = schema();
+        let mut c = Cache::new(s.clone(), MonitorSpec::new().table("T"));
+        let u = Uuid::new_v4();
+        let key = u.to_string();
+        let init = parse_table_updates2(
+            &json!({"T": {key.clone(): {"initial": {"name": "a", "tags": "x"}}}}),
+            &s,
+        )
+        .unwrap();
+        let ev = c.apply(init).unwrap();
+        assert_eq!(ev.len(), 1);
+        let row = c.row("T", &u).unwrap();
+        assert_eq!(row["n"], Value::from(0i64));
+        assert_eq!(row["opt"], Value::empty_set());
+        assert_eq!(row["tags"], Value::set(["x"]));
+        assert_eq!(row["ids"], Value::empty_map());
+        let m = parse_table_updates2(
+            &json!({"T": {key.clone(): {"modify": {"tags": ["set", ["x", "y"]], "ids": ["map", [["k", "v"]]], "opt": "o", "n": 5}}}}),
+            &s,
+        )
+        .unwrap();
+        c.apply(m).unwrap();
+        let row = c.row("T", &u).unwrap();
+        assert_eq!(row["tags"], Value::set(["y"]));
+        assert_eq!(row["ids"], Value::map([("k", "v")]));
+        assert_eq!(row["opt"], Value::set(["o"]));
+        assert_eq!(row["n"], Value::from(5i64));
+        let m = parse_table_updates2(
+            &json!({"T": {key.clone(): {"modify": {"ids": ["map", [["k", "v"]]]}}}}),
+            &s,
+        )
+        .unwrap();
+        c.apply(m).unwrap();
+        assert_eq!(c.row("T", &u).unwrap()["ids"], Value::empty_map());
+        let d = parse_table_updates2(&json!({"T": {key.clone(): {"delete": null}}}), &s).unwrap();
+        assert!(matches!(c.apply(d).unwrap()[0], Event::Delete { .. }));
+        let d = parse_table_updates2(&json!({"T": {key: {"delete": null}}}), &s).unwrap();
+        assert!(matches!(c.apply(d), Err(MonitorError::UnknownRow { .. })));
+    }
+
+    #[test]
+    fn replace_reports_differences() {
+        let s = schema();
+        let mut c = Cache::new(s.clone(), MonitorSpec::new().table("T"));
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        c.apply(
+            parse_table_updates2(
+                &json!({"T": {a.to_string(): {"initial": {"name": "a"}}}}),
+                &s,
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let ev = c
+            .replace(
+                parse_table_updates2(
+                    &json!({"T": {b.to_string(): {"initial": {"name": "b"}}}}),
+                    &s,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(ev.len(), 2);
+        assert!(c.row("T", &a).is_none() && c.row("T", &b).is_some());
+    }
+
+    #[test]
+    fn rejects_bad_shapes() {
+        let s = schema();
+        for bad in [
+            json!([1]),
+            json!({"T": 1}),
+            json!({"T": {"not-a-uuid": {"insert": {}}}}),
+            json!({"T": {Uuid::nil().to_string(): {"insert": {}, "delete": null}}}),
+            json!({"T": {Uuid::nil().to_string(): {"insert": {"n": "str"}}}}),
+            json!({"Nope": {}}),
+        ] {
+            assert!(parse_table_updates2(&bad, &s).is_err(), "{bad}");
+        }
+    }
+}

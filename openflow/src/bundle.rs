@@ -120,10 +120,7 @@ impl BundleAdd {
     }
 
     pub(crate) fn emit_body(&self, xid: u32, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.bundle_id.to_be_bytes());
-        out.extend_from_slice(&[0, 0]);
-        out.extend_from_slice(&self.flags.to_be_bytes());
-        self.message.encode_into(xid, out);
+        emit_add_body(self.bundle_id, self.flags, &self.message, xid, out);
     }
 
     pub(crate) fn parse_body(r: &mut Reader<'_>) -> Result<Self> {
@@ -159,4 +156,13 @@ impl BundleAdd {
             message: Box::new(message),
         })
     }
+}
+
+/// The body of a bundle add for a borrowed message, so callers adding many messages to a
+/// bundle need not clone each into a [`BundleAdd`].
+pub(crate) fn emit_add_body(bundle_id: u32, flags: u16, m: &Message, xid: u32, out: &mut Vec<u8>) {
+    out.extend_from_slice(&bundle_id.to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&flags.to_be_bytes());
+    m.encode_into(xid, out);
 }

@@ -12,6 +12,8 @@
 
 pub mod action;
 pub mod bundle;
+pub mod codec;
+pub mod conn;
 pub mod error;
 pub mod flow_mod;
 pub mod header;
@@ -24,6 +26,7 @@ mod wire;
 
 pub use action::Action;
 pub use bundle::{BundleAdd, BundleCtrl, BundleCtrlType};
+pub use conn::{Config, ConnError, Connection, Event, Events};
 pub use error::DecodeError;
 pub use flow_mod::{FlowMod, FlowModCommand};
 pub use header::Header;

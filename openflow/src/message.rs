@@ -241,15 +241,25 @@ impl Message {
     /// Encode as a complete message with `xid`, appended to `out` (so many messages can share
     /// one write buffer).
     pub fn encode_into(&self, xid: u32, out: &mut Vec<u8>) {
+        Self::frame_into(self.msg_type(), xid, out, |out| self.emit_body(xid, out));
+    }
+
+    /// Frame a body written by `body` as a message of type `msg_type` (header and length).
+    pub(crate) fn frame_into(
+        msg_type: u8,
+        xid: u32,
+        out: &mut Vec<u8>,
+        body: impl FnOnce(&mut Vec<u8>),
+    ) {
         let start = out.len();
         Header {
             version: OFP_VERSION_1_3,
-            msg_type: self.msg_type(),
+            msg_type,
             length: 0,
             xid,
         }
         .emit(out);
-        self.emit_body(xid, out);
+        body(out);
         let len = out.len() - start;
         patch_u16(out, start + 2, len16(len));
     }

@@ -1,0 +1,807 @@
+//! An async OpenFlow 1.3 connection: the thin tokio shell around the wire layer.
+//!
+//! Three pieces share one [`Shared`] table under a short-held mutex:
+//! - a **writer task** that writes pre-encoded buffers in order (callers encode on their own
+//!   task, so a 50k-flow bundle is one buffer and one write);
+//! - a **reader task** that frames ([`OfCodec`]), decodes and routes each message by xid: to the
+//!   waiter of a request, to the collector of a multipart reply until its last part, to the
+//!   error list of a batch or bundle; echo requests are answered; everything unsolicited goes
+//!   to the [`Event`] stream;
+//! - a **keepalive task** that sends ECHO_REQUEST when the peer has been silent for
+//!   `echo_interval` and declares it dead after `dead_after` of silence.
+//!
+//! Waiters are registered before their request is written, so a reply can never race its
+//! waiter. When the connection ends for any reason (EOF, I/O error, bad frame, dead peer, drop)
+//! every waiter gets the same [`ConnError::Closed`] at once and later calls fail immediately.
+
+use crate::bundle::{BundleCtrl, BundleCtrlType, bundle_flags};
+use crate::codec::{FrameError, MAX_MESSAGE_LEN, OfCodec};
+use crate::error::DecodeError;
+use crate::header::{Header, OFP_VERSION_1_3};
+use crate::message::{ErrorMsg, Hello, Message, error_type};
+use crate::multipart::{
+    Desc, FlowStats, FlowStatsRequest, MultipartReply, MultipartReplyBody, MultipartRequest,
+    MultipartRequestBody,
+};
+use crate::port::Port;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Send ECHO_REQUEST after this much silence from the peer.
+    pub echo_interval: Duration,
+    /// Declare the peer dead after this much silence (echoes unanswered).
+    pub dead_after: Duration,
+    /// Time allowed for connecting and the HELLO exchange.
+    pub connect_timeout: Duration,
+    /// Give up on a single request's reply after this long (the connection stays up).
+    pub request_timeout: Duration,
+    /// Largest message accepted from the peer.
+    pub max_message_len: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            echo_interval: Duration::from_secs(5),
+            dead_after: Duration::from_secs(15),
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(60),
+            max_message_len: MAX_MESSAGE_LEN,
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnError {
+    #[error("bad OpenFlow target {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    Target(String),
+    #[error("connect to {target}: {reason}")]
+    Connect { target: String, reason: String },
+    #[error("OpenFlow version negotiation with {target} failed: {detail}")]
+    Version { target: String, detail: String },
+    #[error("the switch rejected the request: {0}")]
+    Switch(ErrorMsg),
+    #[error("connection closed: {0}")]
+    Closed(Arc<str>),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// Some messages of a non-atomic batch failed (the others were applied). Each entry is
+    /// the message's index in the batch and the switch's error.
+    #[error("{} of the batch's messages failed, first: {}", .0.len(), first_error(.0))]
+    Batch(Vec<(usize, ErrorMsg)>),
+    /// A bundle was not committed, so none of it was applied. `messages` holds the errors the
+    /// switch attributed to individual messages (index in the bundle), `control` the error on
+    /// the open/commit itself.
+    #[error("bundle not applied: {}", bundle_reason(.control, .messages))]
+    Bundle {
+        control: Option<ErrorMsg>,
+        messages: Vec<(usize, ErrorMsg)>,
+    },
+}
+
+fn first_error(v: &[(usize, ErrorMsg)]) -> String {
+    v.first()
+        .map_or_else(String::new, |(i, e)| format!("message {i}: {e}"))
+}
+
+fn bundle_reason(control: &Option<ErrorMsg>, messages: &[(usize, ErrorMsg)]) -> String {
+    match (messages.first(), control) {
+        (Some((i, e)), _) => format!("message {i}: {e}"),
+        (None, Some(e)) => e.to_string(),
+        (None, None) => "unknown".into(),
+    }
+}
+
+/// Something the switch sent that no request asked for, or the end of the connection.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// PORT_STATUS, PACKET_IN, FLOW_REMOVED, an ERROR for a fire-and-forget message, ...
+    Message(Header, Message),
+    /// The connection is over; no further events follow.
+    Closed(ConnError),
+}
+
+enum Waiter {
+    Reply(oneshot::Sender<Result<Message, ConnError>>),
+    Multipart(
+        Vec<MultipartReply>,
+        oneshot::Sender<Result<MultipartReply, ConnError>>,
+    ),
+}
+
+/// Errors collected for a contiguous range of xids (a batch or a bundle's messages).
+struct Watch {
+    xids: Range<u32>,
+    errors: Vec<(usize, ErrorMsg)>,
+}
+
+#[derive(Default)]
+struct Shared {
+    waiters: HashMap<u32, Waiter>,
+    watches: Vec<Watch>,
+    closed: Option<ConnError>,
+}
+
+struct Inner {
+    shared: Mutex<Shared>,
+    next_xid: AtomicU32,
+    next_bundle: AtomicU32,
+    writer: mpsc::Sender<Bytes>,
+    events: mpsc::UnboundedSender<Event>,
+    config: Config,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding this lock cannot leave the tables inconsistent in a way that
+    // matters more than losing the connection, so poisoning is ignored.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    /// Fail every waiter and every later call with `err`; tell the event stream once.
+    fn close(&self, err: ConnError) {
+        let waiters = {
+            let mut s = lock(&self.shared);
+            if s.closed.is_some() {
+                return;
+            }
+            s.closed = Some(err.clone());
+            s.watches.clear();
+            std::mem::take(&mut s.waiters)
+        };
+        for (_, w) in waiters {
+            match w {
+                Waiter::Reply(tx) => {
+                    let _ = tx.send(Err(err.clone()));
+                }
+                Waiter::Multipart(_, tx) => {
+                    let _ = tx.send(Err(err.clone()));
+                }
+            }
+        }
+        let _ = self.events.send(Event::Closed(err));
+    }
+}
+
+/// A handle on one OpenFlow connection. Cheap to clone; the connection closes when the last
+/// handle is dropped (or on [`Connection::close`]).
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+    target: Arc<str>,
+    features: crate::message::SwitchFeatures,
+}
+
+/// Unsolicited messages and the closing reason, in arrival order.
+pub type Events = mpsc::UnboundedReceiver<Event>;
+
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Stream for T {}
+
+impl Connection {
+    /// Connect to `unix:PATH` or `tcp:HOST:PORT`, negotiate OpenFlow 1.3 and learn the
+    /// switch's features.
+    pub async fn connect(target: &str, config: Config) -> Result<(Connection, Events), ConnError> {
+        let stream = tokio::time::timeout(config.connect_timeout, open(target))
+            .await
+            .map_err(|_| ConnError::Connect {
+                target: target.into(),
+                reason: format!("timed out after {:?}", config.connect_timeout),
+            })??;
+        Self::handshake(target, stream, config).await
+    }
+
+    /// Run the connection over an already open stream (tests, custom transports).
+    pub async fn from_stream<S>(
+        target: &str,
+        stream: S,
+        config: Config,
+    ) -> Result<(Connection, Events), ConnError>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        Self::handshake(target, Box::new(stream), config).await
+    }
+
+    async fn handshake(
+        target: &str,
+        stream: Box<dyn Stream>,
+        config: Config,
+    ) -> Result<(Connection, Events), ConnError> {
+        let (rd, mut wr) = tokio::io::split(stream);
+        let mut frames = FramedRead::new(rd, OfCodec::new(config.max_message_len));
+        let io_err = |e: std::io::Error| ConnError::Connect {
+            target: target.into(),
+            reason: e.to_string(),
+        };
+        let verr = |detail: String| ConnError::Version {
+            target: target.into(),
+            detail,
+        };
+
+        wr.write_all(&Message::Hello(Hello::of13()).encode(0))
+            .await
+            .map_err(io_err)?;
+        let first = tokio::time::timeout(config.connect_timeout, frames.next())
+            .await
+            .map_err(|_| verr(format!("no HELLO within {:?}", config.connect_timeout)))?;
+        let frame = match first {
+            Some(Ok(f)) => f,
+            Some(Err(e)) => return Err(verr(e.to_string())),
+            None => return Err(verr("peer closed before HELLO".into())),
+        };
+        let (h, m) = Message::decode(&frame).map_err(|e| verr(e.to_string()))?;
+        let hello = match m {
+            Message::Hello(hello) => hello,
+            Message::Error(e) => return Err(verr(format!("peer sent an error: {e}"))),
+            other => {
+                return Err(verr(format!(
+                    "expected HELLO, got message type {}",
+                    other.msg_type()
+                )));
+            }
+        };
+        // With bitmaps on both sides the highest common version wins; without one, the lower
+        // of the two header versions (OpenFlow 1.3, section 6.3.1).
+        let shared = if hello.version_bitmap.is_empty() {
+            h.version >= OFP_VERSION_1_3
+        } else {
+            hello.supports(OFP_VERSION_1_3)
+        };
+        if !shared {
+            let err = Message::Error(ErrorMsg {
+                err_type: error_type::HELLO_FAILED,
+                code: 0,
+                experimenter: None,
+                data: b"only OpenFlow 1.3 is supported".to_vec(),
+            });
+            let _ = wr.write_all(&err.encode(h.xid)).await;
+            return Err(verr(format!(
+                "peer speaks version {:#04x} (bitmap {:?}), we need 1.3 (0x04)",
+                h.version, hello.version_bitmap
+            )));
+        }
+
+        let (wtx, wrx) = mpsc::channel::<Bytes>(64);
+        let (etx, erx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            shared: Mutex::new(Shared::default()),
+            next_xid: AtomicU32::new(1),
+            next_bundle: AtomicU32::new(1),
+            writer: wtx,
+            events: etx,
+            config: config.clone(),
+            tasks: Mutex::new(Vec::new()),
+        });
+        let last_rx = Arc::new(Mutex::new(Instant::now()));
+        let weak = Arc::downgrade(&inner);
+        let reader = tokio::spawn(read_loop(frames, weak.clone(), last_rx.clone()));
+        let writer = tokio::spawn(write_loop(wr, wrx, weak.clone()));
+        let keepalive = tokio::spawn(keepalive_loop(weak, last_rx, config));
+        lock(&inner.tasks).extend([reader, writer, keepalive]);
+
+        let mut conn = Connection {
+            inner,
+            target: target.into(),
+            features: Default::default(),
+        };
+        match conn.request(&Message::FeaturesRequest).await? {
+            Message::FeaturesReply(f) => conn.features = f,
+            other => {
+                return Err(ConnError::Protocol(format!(
+                    "FEATURES_REQUEST answered with message type {}",
+                    other.msg_type()
+                )));
+            }
+        }
+        Ok((conn, erx))
+    }
+
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The switch's FEATURES_REPLY (datapath id, tables, capabilities).
+    pub fn features(&self) -> crate::message::SwitchFeatures {
+        self.features
+    }
+
+    /// Whether the connection has ended (and why).
+    pub fn closed(&self) -> Option<ConnError> {
+        lock(&self.inner.shared).closed.clone()
+    }
+
+    /// Close the connection: pending requests fail, the event stream ends.
+    pub fn close(&self) {
+        self.inner.close(ConnError::Closed("closed by us".into()));
+        for t in lock(&self.inner.tasks).drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Allocate `n` consecutive xids (never 0, never wrapping inside the range).
+    fn xids(&self, n: u32) -> Range<u32> {
+        loop {
+            let start = self.inner.next_xid.fetch_add(n, Ordering::Relaxed);
+            if start != 0 && start.checked_add(n).is_some() {
+                return start..start + n;
+            }
+            // Wrapped: start over at 1 and allocate again.
+            let _ = self.inner.next_xid.compare_exchange(
+                start.wrapping_add(n),
+                1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    fn check_open(&self) -> Result<(), ConnError> {
+        match &lock(&self.inner.shared).closed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    async fn write(&self, buf: Vec<u8>) -> Result<(), ConnError> {
+        self.inner.writer.send(Bytes::from(buf)).await.map_err(|_| {
+            self.closed()
+                .unwrap_or_else(|| ConnError::Closed("writer stopped".into()))
+        })
+    }
+
+    /// Register `waiter` for `xid` unless the connection is already closed.
+    fn register(&self, xid: u32, waiter: Waiter) -> Result<(), ConnError> {
+        let mut s = lock(&self.inner.shared);
+        if let Some(e) = &s.closed {
+            return Err(e.clone());
+        }
+        s.waiters.insert(xid, waiter);
+        Ok(())
+    }
+
+    fn unregister(&self, xid: u32) {
+        lock(&self.inner.shared).waiters.remove(&xid);
+    }
+
+    async fn wait<T>(
+        &self,
+        xid: u32,
+        rx: oneshot::Receiver<Result<T, ConnError>>,
+    ) -> Result<T, ConnError> {
+        let t = self.inner.config.request_timeout;
+        match tokio::time::timeout(t, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(self
+                .closed()
+                .unwrap_or_else(|| ConnError::Closed("dropped".into()))),
+            Err(_) => {
+                self.unregister(xid);
+                Err(ConnError::Timeout(t))
+            }
+        }
+    }
+
+    /// Send a message without waiting for anything. An ERROR the switch sends for it arrives
+    /// on the event stream. Returns the xid used.
+    pub async fn send(&self, msg: &Message) -> Result<u32, ConnError> {
+        self.check_open()?;
+        let xid = self.xids(1).start;
+        self.write(msg.encode(xid)).await?;
+        Ok(xid)
+    }
+
+    /// Send a request and wait for its reply. An ERROR for it is returned as
+    /// [`ConnError::Switch`].
+    pub async fn request(&self, msg: &Message) -> Result<Message, ConnError> {
+        let xid = self.xids(1).start;
+        let (tx, rx) = oneshot::channel();
+        self.register(xid, Waiter::Reply(tx))?;
+        if let Err(e) = self.write(msg.encode(xid)).await {
+            self.unregister(xid);
+            return Err(e);
+        }
+        self.wait(xid, rx).await
+    }
+
+    /// A multipart request; all parts of the reply are collected and merged.
+    pub async fn multipart(&self, body: MultipartRequestBody) -> Result<MultipartReply, ConnError> {
+        let xid = self.xids(1).start;
+        let (tx, rx) = oneshot::channel();
+        self.register(xid, Waiter::Multipart(Vec::new(), tx))?;
+        let msg = Message::MultipartRequest(MultipartRequest::new(body));
+        if let Err(e) = self.write(msg.encode(xid)).await {
+            self.unregister(xid);
+            return Err(e);
+        }
+        self.wait(xid, rx).await
+    }
+
+    /// BARRIER: returns once the switch has processed everything sent before it.
+    pub async fn barrier(&self) -> Result<(), ConnError> {
+        match self.request(&Message::BarrierRequest).await? {
+            Message::BarrierReply => Ok(()),
+            other => Err(unexpected("BARRIER_REQUEST", &other)),
+        }
+    }
+
+    pub async fn echo(&self, data: Vec<u8>) -> Result<Vec<u8>, ConnError> {
+        match self.request(&Message::EchoRequest(data)).await? {
+            Message::EchoReply(d) => Ok(d),
+            other => Err(unexpected("ECHO_REQUEST", &other)),
+        }
+    }
+
+    pub async fn desc(&self) -> Result<Desc, ConnError> {
+        match self.multipart(MultipartRequestBody::Desc).await?.body {
+            MultipartReplyBody::Desc(d) => Ok(d),
+            other => Err(ConnError::Protocol(format!("DESC answered with {other:?}"))),
+        }
+    }
+
+    /// Every port of the switch (PORT_DESC), LOCAL included.
+    pub async fn port_desc(&self) -> Result<Vec<Port>, ConnError> {
+        match self.multipart(MultipartRequestBody::PortDesc).await?.body {
+            MultipartReplyBody::PortDesc(p) => Ok(p),
+            other => Err(ConnError::Protocol(format!(
+                "PORT_DESC answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Flow statistics (e.g. [`FlowStatsRequest::by_cookie`] for the flows we own).
+    pub async fn flow_stats(&self, req: FlowStatsRequest) -> Result<Vec<FlowStats>, ConnError> {
+        match self.multipart(MultipartRequestBody::Flow(req)).await?.body {
+            MultipartReplyBody::Flow(f) => Ok(f),
+            other => Err(ConnError::Protocol(format!(
+                "FLOW stats answered with {other:?}"
+            ))),
+        }
+    }
+
+    /// Send messages in one write followed by a barrier; not atomic: messages the switch
+    /// rejects are reported (by index) in [`ConnError::Batch`], the rest are applied.
+    pub async fn apply(&self, msgs: &[Message]) -> Result<(), ConnError> {
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        let n =
+            u32::try_from(msgs.len()).map_err(|_| ConnError::Protocol("batch too large".into()))?;
+        let xids = self.xids(n);
+        let mut buf = Vec::with_capacity(msgs.len() * 96);
+        for (m, xid) in msgs.iter().zip(xids.clone()) {
+            m.encode_into(xid, &mut buf);
+        }
+        let errors = self.watched(xids, buf).await?;
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ConnError::Batch(errors))
+        }
+    }
+
+    /// Write `buf` (messages with xids in `xids`), then a barrier; return the errors the switch
+    /// sent for those xids before the barrier reply.
+    async fn watched(
+        &self,
+        xids: Range<u32>,
+        buf: Vec<u8>,
+    ) -> Result<Vec<(usize, ErrorMsg)>, ConnError> {
+        {
+            let mut s = lock(&self.inner.shared);
+            if let Some(e) = &s.closed {
+                return Err(e.clone());
+            }
+            s.watches.push(Watch {
+                xids: xids.clone(),
+                errors: Vec::new(),
+            });
+        }
+        let res = async {
+            self.write(buf).await?;
+            self.barrier().await
+        }
+        .await;
+        let errors = {
+            let mut s = lock(&self.inner.shared);
+            let pos = s.watches.iter().position(|w| w.xids == xids);
+            pos.map(|p| s.watches.swap_remove(p).errors)
+                .unwrap_or_default()
+        };
+        res.map(|()| errors)
+    }
+
+    /// Apply messages atomically with an ONF bundle (open, add each, commit): either all take
+    /// effect or none does. On failure, [`ConnError::Bundle`] says which message the switch
+    /// rejected.
+    pub async fn bundle(&self, msgs: &[Message]) -> Result<(), ConnError> {
+        if msgs.is_empty() {
+            return Ok(());
+        }
+        let id = self.inner.next_bundle.fetch_add(1, Ordering::Relaxed);
+        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
+        let ctrl = |t| Message::BundleControl(BundleCtrl::new(id, t, flags));
+        let control_err = |e: ConnError| match e {
+            ConnError::Switch(e) => ConnError::Bundle {
+                control: Some(e),
+                messages: Vec::new(),
+            },
+            other => other,
+        };
+        match self
+            .request(&ctrl(BundleCtrlType::OpenRequest))
+            .await
+            .map_err(control_err)?
+        {
+            Message::BundleControl(c) if c.ctrl_type == BundleCtrlType::OpenReply => {}
+            other => return Err(unexpected("bundle OPEN_REQUEST", &other)),
+        }
+        let n = u32::try_from(msgs.len())
+            .map_err(|_| ConnError::Protocol("bundle too large".into()))?;
+        let xids = self.xids(n);
+        let mut buf = Vec::with_capacity(msgs.len() * 112);
+        for (m, xid) in msgs.iter().zip(xids.clone()) {
+            // Encoded in place: the same bytes as BundleAdd::new(..) without cloning `m`.
+            encode_bundle_add(id, flags, m, xid, &mut buf);
+        }
+        let add_errors = self.watched(xids.clone(), buf).await?;
+        if !add_errors.is_empty() {
+            let _ = self.request(&ctrl(BundleCtrlType::DiscardRequest)).await;
+            return Err(ConnError::Bundle {
+                control: None,
+                messages: add_errors,
+            });
+        }
+        // Errors found at commit time are sent for the failing message's xid before the
+        // commit's own error, so watch the range again through the commit.
+        {
+            let mut s = lock(&self.inner.shared);
+            s.watches.push(Watch {
+                xids: xids.clone(),
+                errors: Vec::new(),
+            });
+        }
+        let commit = self.request(&ctrl(BundleCtrlType::CommitRequest)).await;
+        let msg_errors = {
+            let mut s = lock(&self.inner.shared);
+            let pos = s.watches.iter().position(|w| w.xids == xids);
+            pos.map(|p| s.watches.swap_remove(p).errors)
+                .unwrap_or_default()
+        };
+        match commit {
+            Ok(Message::BundleControl(c)) if c.ctrl_type == BundleCtrlType::CommitReply => {
+                if msg_errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(ConnError::Bundle {
+                        control: None,
+                        messages: msg_errors,
+                    })
+                }
+            }
+            Ok(other) => Err(unexpected("bundle COMMIT_REQUEST", &other)),
+            Err(ConnError::Switch(e)) => Err(ConnError::Bundle {
+                control: Some(e),
+                messages: msg_errors,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn unexpected(what: &str, m: &Message) -> ConnError {
+    ConnError::Protocol(format!(
+        "{what} answered with message type {}",
+        m.msg_type()
+    ))
+}
+
+/// A bundle add for a borrowed message (same bytes as `Message::BundleAdd`).
+fn encode_bundle_add(bundle_id: u32, flags: u16, m: &Message, xid: u32, out: &mut Vec<u8>) {
+    use crate::bundle::{ONF_EXPERIMENTER_ID, ONFT_BUNDLE_ADD_MESSAGE, emit_add_body};
+    Message::frame_into(crate::header::msg_type::EXPERIMENTER, xid, out, |out| {
+        out.extend_from_slice(&ONF_EXPERIMENTER_ID.to_be_bytes());
+        out.extend_from_slice(&ONFT_BUNDLE_ADD_MESSAGE.to_be_bytes());
+        emit_add_body(bundle_id, flags, m, xid, out);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::BundleAdd;
+    use crate::flow_mod::FlowMod;
+
+    #[test]
+    fn borrowed_bundle_add_encodes_like_the_owned_message() {
+        let fm = Message::FlowMod(FlowMod::default());
+        let mut a = Vec::new();
+        encode_bundle_add(7, 3, &fm, 42, &mut a);
+        assert_eq!(a, Message::BundleAdd(BundleAdd::new(7, 3, fm)).encode(42));
+    }
+}
+
+async fn open(target: &str) -> Result<Box<dyn Stream>, ConnError> {
+    let cerr = |e: std::io::Error| ConnError::Connect {
+        target: target.into(),
+        reason: e.to_string(),
+    };
+    if let Some(path) = target.strip_prefix("unix:") {
+        let s = tokio::net::UnixStream::connect(path).await.map_err(cerr)?;
+        Ok(Box::new(s))
+    } else if let Some(addr) = target.strip_prefix("tcp:") {
+        if addr.is_empty() {
+            return Err(ConnError::Target(target.into()));
+        }
+        let s = tokio::net::TcpStream::connect(addr).await.map_err(cerr)?;
+        let _ = s.set_nodelay(true);
+        Ok(Box::new(s))
+    } else {
+        Err(ConnError::Target(target.into()))
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut wr: W,
+    mut rx: mpsc::Receiver<Bytes>,
+    inner: std::sync::Weak<Inner>,
+) {
+    while let Some(buf) = rx.recv().await {
+        if let Err(e) = wr.write_all(&buf).await {
+            if let Some(inner) = inner.upgrade() {
+                inner.close(ConnError::Closed(format!("write failed: {e}").into()));
+            }
+            return;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut frames: FramedRead<R, OfCodec>,
+    inner: std::sync::Weak<Inner>,
+    last_rx: Arc<Mutex<Instant>>,
+) {
+    let reason: Arc<str> = loop {
+        let next = frames.next().await;
+        let Some(inner) = inner.upgrade() else { return };
+        match next {
+            None => break "the switch closed the connection".into(),
+            Some(Err(FrameError::Io(e))) => break format!("read failed: {e}").into(),
+            Some(Err(e)) => break format!("bad frame from the switch: {e}").into(),
+            Some(Ok(frame)) => {
+                *lock(&last_rx) = Instant::now();
+                dispatch(&inner, &frame).await;
+            }
+        }
+    };
+    if let Some(inner) = inner.upgrade() {
+        inner.close(ConnError::Closed(reason));
+    }
+}
+
+/// Route one received message.
+async fn dispatch(inner: &Inner, frame: &[u8]) {
+    let (h, msg) = match Message::decode(frame) {
+        Ok(v) => v,
+        Err(e) => {
+            // A message we cannot decode fails its waiter (if any) and is otherwise reported;
+            // the connection itself is still in sync thanks to framing.
+            let xid = Header::parse(frame).map(|h| h.xid).ok();
+            let w = xid.and_then(|x| lock(&inner.shared).waiters.remove(&x));
+            match w {
+                Some(Waiter::Reply(tx)) => {
+                    let _ = tx.send(Err(e.into()));
+                }
+                Some(Waiter::Multipart(_, tx)) => {
+                    let _ = tx.send(Err(e.into()));
+                }
+                None => tracing::warn!(error = %e, "undecodable message from the switch"),
+            }
+            return;
+        }
+    };
+    if let Message::EchoRequest(data) = &msg {
+        let _ = inner
+            .writer
+            .send(Bytes::from(Message::EchoReply(data.clone()).encode(h.xid)))
+            .await;
+        return;
+    }
+    let mut s = lock(&inner.shared);
+    if let Message::Error(e) = &msg {
+        if let Some(w) = s.watches.iter_mut().find(|w| w.xids.contains(&h.xid)) {
+            let idx = (h.xid - w.xids.start) as usize;
+            w.errors.push((idx, e.clone()));
+            return;
+        }
+    }
+    match s.waiters.remove(&h.xid) {
+        Some(Waiter::Reply(tx)) => {
+            drop(s);
+            let r = match msg {
+                Message::Error(e) => Err(ConnError::Switch(e)),
+                m => Ok(m),
+            };
+            let _ = tx.send(r);
+        }
+        Some(Waiter::Multipart(mut parts, tx)) => match msg {
+            Message::MultipartReply(part) => {
+                let more = part.more();
+                parts.push(part);
+                if more {
+                    s.waiters.insert(h.xid, Waiter::Multipart(parts, tx));
+                } else {
+                    drop(s);
+                    let _ = tx.send(MultipartReply::merge(parts).map_err(ConnError::from));
+                }
+            }
+            Message::Error(e) => {
+                drop(s);
+                let _ = tx.send(Err(ConnError::Switch(e)));
+            }
+            other => {
+                drop(s);
+                let _ = tx.send(Err(unexpected("MULTIPART_REQUEST", &other)));
+            }
+        },
+        None => {
+            drop(s);
+            if !matches!(msg, Message::EchoReply(_)) {
+                let _ = inner.events.send(Event::Message(h, msg));
+            }
+        }
+    }
+}
+
+async fn keepalive_loop(inner: std::sync::Weak<Inner>, last_rx: Arc<Mutex<Instant>>, cfg: Config) {
+    let tick = (cfg.echo_interval / 2).max(Duration::from_millis(10));
+    let mut last_echo = Instant::now();
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = inner.upgrade() else { return };
+        if lock(&inner.shared).closed.is_some() {
+            return;
+        }
+        let silent = lock(&last_rx).elapsed();
+        if silent >= cfg.dead_after {
+            inner.close(ConnError::Closed(
+                format!("the switch did not answer for {silent:?} (dead peer)").into(),
+            ));
+            return;
+        }
+        if silent >= cfg.echo_interval && last_echo.elapsed() >= cfg.echo_interval {
+            last_echo = Instant::now();
+            // xid 0 is never allocated to a request, so the reply is recognized as ours.
+            let _ = inner
+                .writer
+                .try_send(Bytes::from(Message::EchoRequest(Vec::new()).encode(0)));
+        }
+    }
+}

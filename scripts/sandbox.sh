@@ -82,10 +82,10 @@ start() {
             -- add-br br-ex -- set bridge br-ex datapath_type=dummy \
                   other-config:hwaddr=02:00:00:00:00:01 \
             -- add-port br-ex eth0 -- set interface eth0 type=dummy ofport_request=1 \
-            -- add-port br-ex patch-br-ex-to-br-int -- set interface patch-br-ex-to-br-int \
-                  type=patch options:peer=patch-br-int-to-br-ex ofport_request=2 \
-            -- add-port br-int patch-br-int-to-br-ex -- set interface patch-br-int-to-br-ex \
-                  type=patch options:peer=patch-br-ex-to-br-int
+            -- add-port br-ex patch-ex-to-int -- set interface patch-ex-to-int \
+                  type=patch options:peer=patch-int-to-ex ofport_request=2 \
+            -- add-port br-int patch-int-to-ex -- set interface patch-int-to-ex \
+                  type=patch options:peer=patch-ex-to-int
         wait_for "$dir/br-ex.mgmt" "$dir/ovs-vswitchd.log"
     fi
     if [ "${SANDBOX_OVN:-1}" != 0 ]; then

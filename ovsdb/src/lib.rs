@@ -16,15 +16,25 @@
 //!
 //! See `README.md` beside this crate for the design.
 
+pub mod client;
+pub mod connection;
+pub mod error;
 pub mod framing;
 pub mod jsonrpc;
 pub mod monitor;
+pub mod remote;
 pub mod schema;
+pub mod tls;
 pub mod txn;
 pub mod value;
 
+pub use client::{Client, ClientOptions, LockEvent, Monitor};
+pub use connection::{ConnectOptions, Connection};
+pub use error::Error;
 pub use monitor::{Cache, Event, MonitorSpec};
+pub use remote::Remote;
 pub use schema::{DatabaseSchema, SchemaError};
+pub use tls::TlsFiles;
 pub use txn::{
     Condition, ErrorKind, Function, Mutation, Mutator, OpResult, Operation, Transaction, TxnFailure,
 };

@@ -247,7 +247,15 @@ pub struct Cache {
 }
 
 impl Cache {
-    pub fn new(schema: Arc<DatabaseSchema>, spec: MonitorSpec) -> Self {
+    pub fn new(schema: Arc<DatabaseSchema>, mut spec: MonitorSpec) -> Self {
+        // Name the columns: left out, the server also sends `_version` in modifications.
+        for (t, sel) in spec.tables.iter_mut() {
+            if sel.columns.is_none() {
+                if let Ok(ts) = schema.table(t) {
+                    sel.columns = Some(ts.columns.keys().cloned().collect());
+                }
+            }
+        }
         let tables = spec
             .tables
             .keys()
@@ -375,7 +383,9 @@ impl Cache {
                             })?;
                         let old = row.clone();
                         for (col, d) in diff {
-                            let scalar = cols.get(&col).is_none_or(ColumnType::is_scalar);
+                            // Only maps and sets that may hold more than one element carry
+                            // a diff; other columns carry their new value.
+                            let scalar = cols.get(&col).is_none_or(|t| !t.is_composite());
                             let cur = row.remove(&col).unwrap_or_else(|| {
                                 cols.get(&col)
                                     .map(ColumnType::default_value)
@@ -487,7 +497,8 @@ pub fn apply_diff(cur: Value, diff: Value) -> Value {
     }
 }
 
-/// Inverse of [`apply_diff`]: the diff ovsdb-server would send to turn `old` into `new`.
+/// Inverse of [`apply_diff`]: the diff ovsdb-server would send to turn `old` into `new` in a
+/// composite column (see [`ColumnType::is_composite`]).
 pub fn make_diff(old: &Value, new: &Value) -> Value {
     match (old, new) {
         (Value::Map(o), Value::Map(n)) => {

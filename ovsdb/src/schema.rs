@@ -250,6 +250,12 @@ impl ColumnType {
         self.value.is_none() && self.min == 1 && self.max == 1
     }
 
+    /// A map, or a set that may hold more than one element: `update2` modifications of such
+    /// columns carry a diff, those of other columns the new value.
+    pub fn is_composite(&self) -> bool {
+        self.is_map() || self.max > 1
+    }
+
     /// The value a row has when the column is not set (what monitors omit).
     pub fn default_value(&self) -> Value {
         if self.is_map() {

@@ -262,6 +262,14 @@ impl Operation {
 
     /// Check this operation against the schema; the error names the table, column and value.
     pub fn check(&self, schema: &DatabaseSchema) -> Result<(), SchemaError> {
+        if let Operation::Assert { lock } = self {
+            if !is_id(lock) {
+                return Err(SchemaError::BadOperation {
+                    table: String::new(),
+                    reason: format!("lock name {lock:?} is not an <id> ([A-Za-z_][A-Za-z0-9_]*)"),
+                });
+            }
+        }
         let Some(tname) = self.table() else {
             return Ok(());
         };
@@ -307,6 +315,14 @@ impl Operation {
             _ => Ok(()),
         }
     }
+}
+
+/// RFC 7047 `<id>`: lock names and uuid-names.
+pub fn is_id(s: &str) -> bool {
+    let mut c = s.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
 fn bad(t: &TableSchema, column: &str, value: &Value, reason: String) -> SchemaError {

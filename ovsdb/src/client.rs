@@ -1,0 +1,756 @@
+//! The reconnecting client: one database, one or more remotes (a cluster), the leader found
+//! through `_Server`, monitors resumed with `monitor_cond_since`, transactions never retried
+//! once they may have run.
+//!
+//! A driver task owns the session lifecycle and the monitors (so an initial reply and the
+//! updates that follow it are applied in stream order); transactions go straight to the
+//! current session, so they pipeline.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value as Json, json};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::connection::{ConnectOptions, Connection, Notification};
+use crate::error::Error;
+use crate::monitor::{self, Cache, Event, MonitorSpec};
+use crate::remote::Remote;
+use crate::schema::DatabaseSchema;
+use crate::txn::{ErrorKind, OpResult, Transaction};
+use crate::value::Uuid;
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub remotes: Vec<Remote>,
+    pub database: String,
+    pub connect: ConnectOptions,
+    /// Use only the cluster leader (as `ovn-nbctl` does by default).
+    pub leader_only: bool,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// How long a request waits for a usable session.
+    pub wait_timeout: Duration,
+}
+
+impl ClientOptions {
+    /// `remotes` as `ovn-nbctl --db` takes it: `unix:...`, or `tcp:a:6641,tcp:b:6641,...`.
+    pub fn new(remotes: &str, database: &str) -> Result<Self, Error> {
+        Ok(ClientOptions {
+            remotes: Remote::parse_list(remotes)?,
+            database: database.to_owned(),
+            connect: ConnectOptions::default(),
+            leader_only: true,
+            backoff_min: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+            wait_timeout: Duration::from_secs(30),
+        })
+    }
+}
+
+/// Lock notifications (`locked`, `stolen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockEvent {
+    Locked(String),
+    Stolen(String),
+}
+
+/// A subscription: its cache, and the events applied to it.
+pub struct Monitor {
+    id: String,
+    cache: Arc<Mutex<Cache>>,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+impl Monitor {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The cache as it is now; don't hold it across an await.
+    pub fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Next change event (`None` once the client is gone).
+    pub async fn next_event(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    pub fn try_event(&mut self) -> Option<Event> {
+        self.events.try_recv().ok()
+    }
+}
+
+struct MonitorState {
+    id: String,
+    cache: Arc<Mutex<Cache>>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+enum DriverCmd {
+    AddMonitor {
+        spec: MonitorSpec,
+        reply: oneshot::Sender<Result<Monitor, Error>>,
+    },
+    CancelMonitor {
+        id: String,
+        reply: oneshot::Sender<Result<(), Error>>,
+    },
+    Reconnect,
+}
+
+/// Counters a test or an operator can look at.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connects: AtomicU64,
+    pub resumed: AtomicU64,
+    pub full_resyncs: AtomicU64,
+}
+
+/// A handle to the client; clones share it. The driver stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct Client {
+    opts: Arc<ClientOptions>,
+    cmds: mpsc::UnboundedSender<DriverCmd>,
+    current: watch::Receiver<Option<Connection>>,
+    schema: Arc<DatabaseSchema>,
+    locks: broadcast::Sender<LockEvent>,
+    wanted_locks: Arc<Mutex<Vec<String>>>,
+    asked_locks: Arc<Mutex<std::collections::BTreeSet<String>>>,
+    stats: Arc<Stats>,
+}
+
+impl Client {
+    /// Start the client and wait for its first usable session.
+    pub async fn connect(opts: ClientOptions) -> Result<Client, Error> {
+        let opts = Arc::new(opts);
+        let all = remotes_str(&opts);
+        let stats = Arc::new(Stats::default());
+        // The first session also fetches the schema.
+        let deadline = tokio::time::Instant::now() + opts.wait_timeout;
+        let mut start = 0;
+        let mut backoff = opts.backoff_min;
+        let (first, notes, schema) = loop {
+            match connect_any(&opts, None, &mut start).await {
+                Ok(x) => break x,
+                Err(e) if tokio::time::Instant::now() + backoff > deadline => {
+                    return Err(Error::NoServer {
+                        remotes: all,
+                        reason: e.to_string(),
+                    });
+                }
+                Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(opts.backoff_max);
+                }
+            }
+        };
+        let (cur_tx, cur_rx) = watch::channel(None);
+        let (cmds, cmd_rx) = mpsc::unbounded_channel();
+        let (locks, _) = broadcast::channel(64);
+        let client = Client {
+            opts: opts.clone(),
+            cmds,
+            current: cur_rx,
+            schema: schema.clone(),
+            locks: locks.clone(),
+            wanted_locks: Arc::new(Mutex::new(vec![])),
+            asked_locks: Arc::default(),
+            stats: stats.clone(),
+        };
+        let driver = Driver {
+            opts,
+            schema,
+            current: cur_tx,
+            monitors: vec![],
+            locks,
+            wanted_locks: client.wanted_locks.clone(),
+            next_monitor: 0,
+            start,
+            stats,
+        };
+        tokio::spawn(driver.run(first, notes, cmd_rx));
+        client.ready().await?;
+        Ok(client)
+    }
+
+    pub fn schema(&self) -> &Arc<DatabaseSchema> {
+        &self.schema
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.opts
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The remote of the current session, if there is one.
+    pub fn current_remote(&self) -> Option<String> {
+        self.current
+            .borrow()
+            .as_ref()
+            .filter(|c| !c.is_closed())
+            .map(|c| c.remote().to_owned())
+    }
+
+    /// A usable session, waiting for a reconnect if needed.
+    pub async fn ready(&self) -> Result<Connection, Error> {
+        let mut rx = self.current.clone();
+        let wait = async {
+            loop {
+                if let Some(c) = rx.borrow_and_update().as_ref().filter(|c| !c.is_closed()) {
+                    return Ok(c.clone());
+                }
+                if rx.changed().await.is_err() {
+                    return Err(Error::Shutdown);
+                }
+            }
+        };
+        tokio::time::timeout(self.opts.wait_timeout, wait)
+            .await
+            .map_err(|_| Error::Timeout(self.opts.wait_timeout))?
+    }
+
+    /// Drop the current session and connect again (e.g. after "not leader").
+    pub fn reconnect(&self) {
+        let _ = self.cmds.send(DriverCmd::Reconnect);
+    }
+
+    /// A raw call on the current session; a request that was never written is sent again on
+    /// the next session, one that may have run is reported as lost.
+    pub async fn call(&self, method: &str, params: Json) -> Result<Json, Error> {
+        for _ in 0..8 {
+            let conn = self.ready().await?;
+            match conn.call(method, params.clone()).await {
+                Err(Error::NotSent { .. }) => continue,
+                other => return other,
+            }
+        }
+        Err(Error::NoServer {
+            remotes: remotes_str(&self.opts),
+            reason: "sessions keep closing".into(),
+        })
+    }
+
+    pub async fn list_dbs(&self) -> Result<Vec<String>, Error> {
+        let r = self.call("list_dbs", json!([])).await?;
+        serde_json::from_value(r.clone())
+            .map_err(|_| Error::reply(&remotes_str(&self.opts), "list_dbs", r.to_string()))
+    }
+
+    pub async fn get_schema(&self, db: &str) -> Result<DatabaseSchema, Error> {
+        let r = self.call("get_schema", json!([db])).await?;
+        DatabaseSchema::from_json(&r)
+            .map_err(|e| Error::reply(&remotes_str(&self.opts), "get_schema", e.to_string()))
+    }
+
+    pub async fn echo(&self, params: Json) -> Result<Json, Error> {
+        self.call("echo", params).await
+    }
+
+    /// Check `tx` against the schema, send it, decode per-op results or the server's error.
+    ///
+    /// If the session drops after the request was written the result is
+    /// [`Error::OutcomeUnknown`]: the transaction may have committed and is not sent again.
+    pub async fn transact(&self, tx: &Transaction) -> Result<Vec<OpResult>, Error> {
+        tx.check(&self.schema)
+            .map_err(|(index, source)| Error::Schema { index, source })?;
+        let params = tx.params();
+        for _ in 0..8 {
+            let conn = self.ready().await?;
+            match conn.call("transact", params.clone()).await {
+                Ok(r) => {
+                    return tx
+                        .decode_result(&r, Some(&self.schema))
+                        .map_err(|source| Error::Txn {
+                            remote: conn.remote().to_owned(),
+                            source,
+                        });
+                }
+                // Never written: sending it on the next session cannot duplicate it.
+                Err(Error::NotSent { .. }) => continue,
+                Err(Error::Lost { remote, reason, .. }) => {
+                    return Err(Error::OutcomeUnknown { remote, reason });
+                }
+                Err(
+                    e @ Error::Rpc {
+                        kind: ErrorKind::NotLeader,
+                        ..
+                    },
+                ) => {
+                    self.reconnect();
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(Error::NoServer {
+            remotes: remotes_str(&self.opts),
+            reason: "sessions keep closing".into(),
+        })
+    }
+
+    /// Subscribe to tables/columns; the returned monitor's cache holds the initial rows.
+    pub async fn monitor(&self, spec: MonitorSpec) -> Result<Monitor, Error> {
+        spec.check(&self.schema)
+            .map_err(|source| Error::Schema { index: 0, source })?;
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(DriverCmd::AddMonitor { spec, reply })
+            .map_err(|_| Error::Shutdown)?;
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    pub async fn monitor_cancel(&self, m: Monitor) -> Result<(), Error> {
+        let (reply, rx) = oneshot::channel();
+        self.cmds
+            .send(DriverCmd::CancelMonitor { id: m.id, reply })
+            .map_err(|_| Error::Shutdown)?;
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Lock notifications (`locked` once a queued `lock` is granted, `stolen`).
+    pub fn lock_events(&self) -> broadcast::Receiver<LockEvent> {
+        self.locks.subscribe()
+    }
+
+    /// `lock`: true if granted now; otherwise a `Locked` event follows when it is. The lock is
+    /// asked for again after a reconnect.
+    pub async fn lock(&self, name: &str) -> Result<bool, Error> {
+        self.want_lock(name, true);
+        self.lock_call("lock", name).await
+    }
+
+    /// `steal`: take the lock from its owner (who gets `stolen`).
+    pub async fn steal(&self, name: &str) -> Result<bool, Error> {
+        self.want_lock(name, true);
+        self.lock_call("steal", name).await
+    }
+
+    pub async fn unlock(&self, name: &str) -> Result<(), Error> {
+        self.want_lock(name, false);
+        self.asked_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        self.call("unlock", json!([name])).await.map(|_| ())
+    }
+
+    fn want_lock(&self, name: &str, want: bool) {
+        let mut w = self.wanted_locks.lock().unwrap_or_else(|p| p.into_inner());
+        w.retain(|n| n != name);
+        if want {
+            w.push(name.to_owned());
+        }
+    }
+
+    async fn lock_call(&self, method: &str, name: &str) -> Result<bool, Error> {
+        if !crate::txn::is_id(name) {
+            return Err(Error::Schema {
+                index: 0,
+                source: crate::schema::SchemaError::BadOperation {
+                    table: String::new(),
+                    reason: format!("lock name {name:?} is not an <id> ([A-Za-z_][A-Za-z0-9_]*)"),
+                },
+            });
+        }
+        // The server wants an unlock before a new lock/steal of a lock this session asked for.
+        if self
+            .asked_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(name)
+        {
+            let _ = self.call("unlock", json!([name])).await;
+        }
+        self.asked_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned());
+        let r = self.call(method, json!([name])).await?;
+        r.get("locked")
+            .and_then(Json::as_bool)
+            .ok_or_else(|| Error::reply(&remotes_str(&self.opts), method, r.to_string()))
+    }
+}
+
+fn remotes_str(opts: &ClientOptions) -> String {
+    opts.remotes
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+type Session = (
+    Connection,
+    mpsc::UnboundedReceiver<Notification>,
+    Arc<DatabaseSchema>,
+);
+
+/// Try each remote once, from `start`; return the first usable session.
+async fn connect_any(
+    opts: &ClientOptions,
+    schema: Option<&Arc<DatabaseSchema>>,
+    start: &mut usize,
+) -> Result<Session, Error> {
+    let n = opts.remotes.len();
+    let mut last = Error::NoServer {
+        remotes: remotes_str(opts),
+        reason: "no remote".into(),
+    };
+    for k in 0..n {
+        let i = (*start + k) % n;
+        let Some(remote) = opts.remotes.get(i) else {
+            continue;
+        };
+        match connect_one(opts, remote, schema).await {
+            Ok(s) => {
+                *start = i;
+                return Ok(s);
+            }
+            Err(e) => {
+                tracing::debug!(%remote, error = %e, "remote not usable");
+                last = e;
+            }
+        }
+    }
+    // Next round starts with the one after the last tried.
+    *start = (*start + 1) % n.max(1);
+    Err(last)
+}
+
+async fn connect_one(
+    opts: &ClientOptions,
+    remote: &Remote,
+    schema: Option<&Arc<DatabaseSchema>>,
+) -> Result<Session, Error> {
+    let (conn, notes) = Connection::connect(remote, &opts.connect).await?;
+    let db = &opts.database;
+    let name = remote.to_string();
+    if opts.leader_only {
+        // `_Server` says whether this member is connected to the cluster and its leader.
+        let q = json!(["_Server", {"op": "select", "table": "Database",
+            "where": [["name", "==", db]], "columns": ["model", "connected", "leader"]}]);
+        match conn.call("transact", q).await {
+            Ok(r) => {
+                let row = r.get(0).and_then(|x| x.get("rows")).and_then(|x| x.get(0));
+                let Some(row) = row else {
+                    return Err(Error::Connect {
+                        remote: name,
+                        reason: format!("no database {db}"),
+                    });
+                };
+                let clustered = row.get("model").and_then(Json::as_str) == Some("clustered");
+                let ok = row.get("connected").and_then(Json::as_bool) == Some(true)
+                    && row.get("leader").and_then(Json::as_bool) == Some(true);
+                if clustered && !ok {
+                    return Err(Error::Connect {
+                        remote: name,
+                        reason: "not the cluster leader".into(),
+                    });
+                }
+            }
+            // Servers without `_Server` (very old) are standalone.
+            Err(Error::Rpc { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let schema = match schema {
+        Some(s) => s.clone(),
+        None => {
+            let r = conn.call("get_schema", json!([db])).await?;
+            Arc::new(
+                DatabaseSchema::from_json(&r)
+                    .map_err(|e| Error::reply(&name, "get_schema", e.to_string()))?,
+            )
+        }
+    };
+    // Ask the server to tell us (by closing) rather than silently changing the schema.
+    let _ = conn.call("set_db_change_aware", json!([true])).await;
+    Ok((conn, notes, schema))
+}
+
+struct Driver {
+    opts: Arc<ClientOptions>,
+    schema: Arc<DatabaseSchema>,
+    current: watch::Sender<Option<Connection>>,
+    monitors: Vec<MonitorState>,
+    locks: broadcast::Sender<LockEvent>,
+    wanted_locks: Arc<Mutex<Vec<String>>>,
+    next_monitor: u64,
+    start: usize,
+    stats: Arc<Stats>,
+}
+
+const SERVER_MONITOR: &str = "_server";
+
+impl Driver {
+    async fn run(
+        mut self,
+        first: Connection,
+        first_notes: mpsc::UnboundedReceiver<Notification>,
+        mut cmds: mpsc::UnboundedReceiver<DriverCmd>,
+    ) {
+        let mut session = Some((first, first_notes));
+        let mut backoff = self.opts.backoff_min;
+        loop {
+            let (conn, notes) = match session.take() {
+                Some(s) => s,
+                None => match connect_any(&self.opts, Some(&self.schema), &mut self.start).await {
+                    Ok((c, n, _)) => (c, n),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reconnect failed");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(self.opts.backoff_max);
+                        if self.cmds_closed(&cmds) {
+                            return;
+                        }
+                        continue;
+                    }
+                },
+            };
+            self.stats.connects.fetch_add(1, Ordering::Relaxed);
+            match self.serve(conn, notes, &mut cmds).await {
+                Served::Shutdown => return,
+                Served::Lost { healthy } => {
+                    if healthy {
+                        backoff = self.opts.backoff_min;
+                    }
+                    let _ = self.current.send(None);
+                    // A dead leader's successor needs an election: don't spin on it.
+                    tokio::time::sleep(backoff).await;
+                    self.start += 1;
+                }
+            }
+        }
+    }
+
+    fn cmds_closed(&self, cmds: &mpsc::UnboundedReceiver<DriverCmd>) -> bool {
+        cmds.is_closed()
+    }
+
+    /// Set up a session (server monitor, resumed monitors, locks), then serve it until it
+    /// ends.
+    async fn serve(
+        &mut self,
+        conn: Connection,
+        mut notes: mpsc::UnboundedReceiver<Notification>,
+        cmds: &mut mpsc::UnboundedReceiver<DriverCmd>,
+    ) -> Served {
+        if let Err(e) = self.setup(&conn).await {
+            tracing::info!(remote = conn.remote(), error = %e, "session setup failed");
+            return Served::Lost { healthy: false };
+        }
+        let _ = self.current.send(Some(conn.clone()));
+        loop {
+            tokio::select! {
+                n = notes.recv() => {
+                    let Some(n) = n else {
+                        tracing::info!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
+                        return Served::Lost { healthy: true };
+                    };
+                    if let Err(e) = self.notification(n) {
+                        tracing::warn!(remote = conn.remote(), error = %e, "dropping session");
+                        return Served::Lost { healthy: false };
+                    }
+                }
+                c = cmds.recv() => match c {
+                    None => return Served::Shutdown,
+                    Some(DriverCmd::Reconnect) => return Served::Lost { healthy: true },
+                    Some(DriverCmd::AddMonitor { spec, reply }) => {
+                        let r = self.add_monitor(&conn, spec).await;
+                        let lost = matches!(r, Err(Error::Lost { .. } | Error::NotSent { .. }));
+                        let _ = reply.send(r);
+                        if lost {
+                            return Served::Lost { healthy: false };
+                        }
+                    }
+                    Some(DriverCmd::CancelMonitor { id, reply }) => {
+                        self.monitors.retain(|m| m.id != id);
+                        let r = conn.call("monitor_cancel", json!([id])).await.map(|_| ());
+                        let _ = reply.send(r);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn setup(&mut self, conn: &Connection) -> Result<(), Error> {
+        let db = &self.opts.database;
+        if self.opts.leader_only {
+            // Learn of a lost leadership or cluster disconnection without waiting for an error.
+            let req = json!({"Database": [{"columns": ["name", "model", "connected", "leader"],
+                "where": [["name", "==", db]]}]});
+            match conn
+                .call("monitor_cond", json!(["_Server", SERVER_MONITOR, req]))
+                .await
+            {
+                Ok(_) | Err(Error::Rpc { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for i in 0..self.monitors.len() {
+            self.resume(conn, i).await?;
+        }
+        let locks = self
+            .wanted_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for l in locks {
+            conn.call("lock", json!([l])).await?;
+        }
+        Ok(())
+    }
+
+    /// (Re)subscribe monitor `i` from its last transaction id.
+    async fn resume(&mut self, conn: &Connection, i: usize) -> Result<(), Error> {
+        let Some(m) = self.monitors.get(i) else {
+            return Ok(());
+        };
+        let (spec, last) = {
+            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+            (c.spec().to_json(), c.last_txn_id())
+        };
+        let last = last.unwrap_or(Uuid::nil()).to_string();
+        let params = json!([self.opts.database, m.id, spec, last]);
+        let r = conn.call("monitor_cond_since", params).await?;
+        let (found, txn, updates) =
+            monitor::parse_since_reply(&r, &self.schema).map_err(|source| Error::Monitor {
+                remote: conn.remote().to_owned(),
+                source,
+            })?;
+        let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let events = if found {
+            self.stats.resumed.fetch_add(1, Ordering::Relaxed);
+            c.apply(updates)
+        } else {
+            self.stats.full_resyncs.fetch_add(1, Ordering::Relaxed);
+            c.replace(updates)
+        }
+        .map_err(|source| Error::Monitor {
+            remote: conn.remote().to_owned(),
+            source,
+        })?;
+        c.set_last_txn_id(Some(txn));
+        drop(c);
+        for e in events {
+            let _ = m.events.send(e);
+        }
+        Ok(())
+    }
+
+    async fn add_monitor(
+        &mut self,
+        conn: &Connection,
+        spec: MonitorSpec,
+    ) -> Result<Monitor, Error> {
+        self.next_monitor += 1;
+        let id = format!("m{}", self.next_monitor);
+        let cache = Arc::new(Mutex::new(Cache::new(self.schema.clone(), spec)));
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.monitors.push(MonitorState {
+            id: id.clone(),
+            cache: cache.clone(),
+            events: tx,
+        });
+        let i = self.monitors.len() - 1;
+        if let Err(e) = self.resume(conn, i).await {
+            self.monitors.retain(|m| m.id != id);
+            return Err(e);
+        }
+        Ok(Monitor {
+            id,
+            cache,
+            events: rx,
+        })
+    }
+
+    fn notification(&mut self, n: Notification) -> Result<(), Error> {
+        let name = || {
+            n.params
+                .get(0)
+                .and_then(Json::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        match n.method.as_str() {
+            "update2" | "update3" => {
+                let id = n.params.get(0).and_then(Json::as_str).unwrap_or_default();
+                if id == SERVER_MONITOR {
+                    return self.server_update(&n.params);
+                }
+                let Some(m) = self.monitors.iter().find(|m| m.id == id) else {
+                    return Ok(());
+                };
+                let u = monitor::parse_notification(&n.method, &n.params, &self.schema).map_err(
+                    |source| Error::Monitor {
+                        remote: String::new(),
+                        source,
+                    },
+                )?;
+                let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+                let events = c.apply(u.updates).map_err(|source| Error::Monitor {
+                    remote: String::new(),
+                    source,
+                })?;
+                if u.last_txn_id.is_some() {
+                    c.set_last_txn_id(u.last_txn_id);
+                }
+                drop(c);
+                for e in events {
+                    let _ = m.events.send(e);
+                }
+            }
+            "locked" => {
+                let _ = self.locks.send(LockEvent::Locked(name()));
+            }
+            "stolen" => {
+                let _ = self.locks.send(LockEvent::Stolen(name()));
+            }
+            other => tracing::debug!(method = other, "ignored notification"),
+        }
+        Ok(())
+    }
+
+    /// `_Server.Database` changed: leave a member that lost leadership or the cluster.
+    fn server_update(&self, params: &Json) -> Result<(), Error> {
+        let rows = params
+            .get(1)
+            .and_then(|u| u.get("Database"))
+            .and_then(Json::as_object);
+        for upd in rows.into_iter().flat_map(|r| r.values()) {
+            let Some(body) = upd.as_object().and_then(|o| o.values().next()) else {
+                continue;
+            };
+            let flag = |k: &str| body.get(k).and_then(Json::as_bool);
+            if flag("leader") == Some(false) || flag("connected") == Some(false) {
+                return Err(Error::NoServer {
+                    remotes: remotes_str(&self.opts),
+                    reason: "this member is no longer the connected leader".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Served {
+    Shutdown,
+    /// `healthy`: the session had worked (reset the backoff).
+    Lost {
+        healthy: bool,
+    },
+}
+
+/// Rows of one table of a monitor's cache by uuid (a convenience for consumers and tests).
+pub fn table_rows(m: &Monitor, table: &str) -> BTreeMap<Uuid, crate::value::Row> {
+    m.cache().table(table).cloned().unwrap_or_default()
+}

@@ -1,0 +1,429 @@
+//! One JSON-RPC session with an ovsdb-server over unix, tcp or ssl.
+//!
+//! A background task owns the socket: it writes queued requests (batched, so pipelined calls
+//! share a flush), matches responses to callers by id, answers the server's `echo`, forwards
+//! notifications, and probes an idle peer with its own `echo`, closing the session when the
+//! peer stays silent for a second interval.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::error::Error;
+use crate::framing::{DEFAULT_MAX_MESSAGE, JsonCodec};
+use crate::jsonrpc::Message;
+use crate::remote::Remote;
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Send our own echo after this much silence; close after twice as long. `None`: never.
+    pub probe_interval: Option<Duration>,
+    pub connect_timeout: Duration,
+    pub max_message: usize,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            tls: None,
+            probe_interval: Some(Duration::from_secs(5)),
+            connect_timeout: Duration::from_secs(5),
+            max_message: DEFAULT_MAX_MESSAGE,
+        }
+    }
+}
+
+/// A notification from the server (`update2`, `update3`, `locked`, `stolen`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    pub method: String,
+    pub params: Json,
+}
+
+/// How a call ended, from the session task's point of view.
+#[derive(Debug)]
+enum Reply {
+    Ok(Json),
+    /// The server answered with an error.
+    Err {
+        error: Json,
+    },
+    /// The session ended after the request was handed to the socket: it may have run.
+    Lost(String),
+    /// The session ended before the request was written: it certainly did not run.
+    NotSent(String),
+}
+
+enum Command {
+    Call {
+        method: String,
+        params: Json,
+        id_tx: Option<oneshot::Sender<u64>>,
+        reply: oneshot::Sender<Reply>,
+    },
+    Notify {
+        method: String,
+        params: Json,
+    },
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// Handle to a live session; cheap to clone. The session ends when every handle is dropped,
+/// on a socket or protocol error, or when the peer stops answering probes.
+#[derive(Clone)]
+pub struct Connection {
+    remote: Arc<str>,
+    tx: mpsc::UnboundedSender<Command>,
+    closed: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("remote", &self.remote)
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connect to `remote`; notifications arrive on the returned receiver, which ends when the
+    /// session does.
+    pub async fn connect(
+        remote: &Remote,
+        opts: &ConnectOptions,
+    ) -> Result<(Connection, mpsc::UnboundedReceiver<Notification>), Error> {
+        let name = remote.to_string();
+        let io = tokio::time::timeout(opts.connect_timeout, open(remote, opts))
+            .await
+            .map_err(|_| Error::Connect {
+                remote: name.clone(),
+                reason: "timed out".into(),
+            })??;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ntx, nrx) = mpsc::unbounded_channel();
+        let closed = Arc::new(Mutex::new(None));
+        let task = Session {
+            remote: name.clone(),
+            probe: opts.probe_interval,
+            next_id: 0,
+            pending: HashMap::new(),
+            notify: ntx,
+        };
+        let closed2 = closed.clone();
+        let max_message = opts.max_message;
+        tokio::spawn(async move {
+            let reason = task.run(io, rx, max_message).await;
+            tracing::debug!(remote = %reason.0, reason = %reason.1, "ovsdb session closed");
+            if let Ok(mut c) = closed2.lock() {
+                *c = Some(reason.1);
+            }
+        });
+        Ok((
+            Connection {
+                remote: name.into(),
+                tx,
+                closed,
+            },
+            nrx,
+        ))
+    }
+
+    pub fn remote(&self) -> &str {
+        &self.remote
+    }
+
+    /// Why the session ended, once it has.
+    pub fn close_reason(&self) -> Option<String> {
+        self.closed.lock().ok().and_then(|c| c.clone())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Send a request and wait for its result.
+    pub async fn call(&self, method: &str, params: Json) -> Result<Json, Error> {
+        self.call_inner(method, params, None).await
+    }
+
+    /// Send a request; `id` receives its JSON-RPC id once written (for `cancel`).
+    pub async fn call_with_id(
+        &self,
+        method: &str,
+        params: Json,
+        id: oneshot::Sender<u64>,
+    ) -> Result<Json, Error> {
+        self.call_inner(method, params, Some(id)).await
+    }
+
+    async fn call_inner(
+        &self,
+        method: &str,
+        params: Json,
+        id_tx: Option<oneshot::Sender<u64>>,
+    ) -> Result<Json, Error> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let cmd = Command::Call {
+            method: method.to_owned(),
+            params,
+            id_tx,
+            reply: reply_tx,
+        };
+        if self.tx.send(cmd).is_err() {
+            return Err(self.not_sent(
+                method,
+                self.close_reason().unwrap_or_else(|| "closed".into()),
+            ));
+        }
+        match reply_rx.await {
+            Ok(Reply::Ok(r)) => Ok(r),
+            Ok(Reply::Err { error }) => Err(Error::rpc(&self.remote, method, &error)),
+            Ok(Reply::Lost(reason)) => Err(Error::Lost {
+                remote: self.remote.to_string(),
+                method: method.to_owned(),
+                reason,
+            }),
+            Ok(Reply::NotSent(reason)) => Err(self.not_sent(method, reason)),
+            Err(_) => Err(Error::Lost {
+                remote: self.remote.to_string(),
+                method: method.to_owned(),
+                reason: "session task ended".into(),
+            }),
+        }
+    }
+
+    fn not_sent(&self, method: &str, reason: String) -> Error {
+        Error::NotSent {
+            remote: self.remote.to_string(),
+            method: method.to_owned(),
+            reason,
+        }
+    }
+
+    /// Send a notification (e.g. `cancel`).
+    pub fn notify(&self, method: &str, params: Json) -> Result<(), Error> {
+        self.tx
+            .send(Command::Notify {
+                method: method.to_owned(),
+                params,
+            })
+            .map_err(|_| self.not_sent(method, "closed".into()))
+    }
+
+    /// Ask the server to cancel an outstanding request (RFC 7047 §4.1.4).
+    pub fn cancel(&self, id: u64) -> Result<(), Error> {
+        self.notify("cancel", json!([id]))
+    }
+}
+
+async fn open(remote: &Remote, opts: &ConnectOptions) -> Result<Box<dyn Io>, Error> {
+    let name = remote.to_string();
+    let cerr = |e: std::io::Error| Error::Connect {
+        remote: name.clone(),
+        reason: e.to_string(),
+    };
+    match remote {
+        Remote::Unix(path) => Ok(Box::new(
+            tokio::net::UnixStream::connect(path).await.map_err(cerr)?,
+        )),
+        Remote::Tcp { host, port } => {
+            let s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(cerr)?;
+            // Small JSON-RPC requests must not wait for Nagle.
+            s.set_nodelay(true).map_err(cerr)?;
+            Ok(Box::new(s))
+        }
+        Remote::Ssl { host, port } => {
+            let cfg = opts.tls.clone().ok_or_else(|| Error::Connect {
+                remote: name.clone(),
+                reason: "ssl: remote but no TLS configuration".into(),
+            })?;
+            let s = tokio::net::TcpStream::connect((host.as_str(), *port))
+                .await
+                .map_err(cerr)?;
+            s.set_nodelay(true).map_err(cerr)?;
+            let sn = crate::tls::server_name(host).map_err(|e| Error::Connect {
+                remote: name.clone(),
+                reason: e.to_string(),
+            })?;
+            let tls = tokio_rustls::TlsConnector::from(cfg)
+                .connect(sn, s)
+                .await
+                .map_err(cerr)?;
+            Ok(Box::new(tls))
+        }
+    }
+}
+
+struct Session {
+    remote: String,
+    probe: Option<Duration>,
+    next_id: u64,
+    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    notify: mpsc::UnboundedSender<Notification>,
+}
+
+impl Session {
+    async fn run(
+        mut self,
+        io: Box<dyn Io>,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        max_message: usize,
+    ) -> (String, String) {
+        let (r, w) = tokio::io::split(io);
+        let mut reader = FramedRead::new(r, JsonCodec::new(max_message));
+        let mut writer = FramedWrite::new(w, JsonCodec::new(max_message));
+        let far = Duration::from_secs(365 * 24 * 3600);
+        let interval = self.probe.unwrap_or(far);
+        let mut deadline = Instant::now() + interval;
+        let mut probing = false;
+        let reason: String = loop {
+            tokio::select! {
+                frame = reader.next() => {
+                    let j = match frame {
+                        None => break "connection closed by peer".into(),
+                        Some(Err(e)) => break format!("read: {e}"),
+                        Some(Ok(j)) => j,
+                    };
+                    deadline = Instant::now() + interval;
+                    probing = false;
+                    let msg = match Message::from_json(j) {
+                        Ok(m) => m,
+                        Err(e) => break e.to_string(),
+                    };
+                    if let Err(e) = self.dispatch(msg, &mut writer).await {
+                        break e;
+                    }
+                }
+                cmd = rx.recv() => {
+                    let Some(cmd) = cmd else { break "closed by client".into() };
+                    // Batch whatever else is queued into one flush: cheap pipelining.
+                    let mut res = self.feed(cmd, &mut writer).await;
+                    while res.is_ok() {
+                        match rx.try_recv() {
+                            Ok(c) => res = self.feed(c, &mut writer).await,
+                            Err(_) => break,
+                        }
+                    }
+                    if let Err(e) = res {
+                        break e;
+                    }
+                    if let Err(e) = writer.flush().await {
+                        break format!("write: {e}");
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    if probing {
+                        break format!("peer silent for {:?} (dead-peer probe)", interval * 2);
+                    }
+                    probing = true;
+                    deadline = Instant::now() + interval;
+                    let probe = json!({"id": "echo", "method": "echo", "params": []});
+                    if let Err(e) = writer.send(probe).await {
+                        break format!("write: {e}");
+                    }
+                }
+            }
+        };
+        // Requests written but unanswered may have run; queued ones did not.
+        for (_, tx) in self.pending.drain() {
+            let _ = tx.send(Reply::Lost(reason.clone()));
+        }
+        rx.close();
+        while let Ok(cmd) = rx.try_recv() {
+            if let Command::Call { reply, .. } = cmd {
+                let _ = reply.send(Reply::NotSent(reason.clone()));
+            }
+        }
+        (self.remote, reason)
+    }
+
+    async fn feed<W>(
+        &mut self,
+        cmd: Command,
+        writer: &mut FramedWrite<W, JsonCodec>,
+    ) -> Result<(), String>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        match cmd {
+            Command::Call {
+                method,
+                params,
+                id_tx,
+                reply,
+            } => {
+                self.next_id += 1;
+                let id = self.next_id;
+                // Registered before writing: a failed write then reports the call as lost.
+                self.pending.insert(id, reply);
+                if let Some(t) = id_tx {
+                    let _ = t.send(id);
+                }
+                let m = json!({"id": id, "method": method, "params": params});
+                writer.feed(m).await.map_err(|e| format!("write: {e}"))
+            }
+            Command::Notify { method, params } => {
+                let m = json!({"id": null, "method": method, "params": params});
+                writer.feed(m).await.map_err(|e| format!("write: {e}"))
+            }
+        }
+    }
+
+    async fn dispatch<W>(
+        &mut self,
+        msg: Message,
+        writer: &mut FramedWrite<W, JsonCodec>,
+    ) -> Result<(), String>
+    where
+        W: AsyncWrite + Unpin,
+    {
+        match msg {
+            Message::Response { id, result, error } => {
+                let Some(n) = id.as_u64() else {
+                    // Our probe's answer ("echo" id) or a stray id: nothing waits for it.
+                    return Ok(());
+                };
+                match self.pending.remove(&n) {
+                    Some(tx) => {
+                        let r = if error.is_null() {
+                            Reply::Ok(result)
+                        } else {
+                            Reply::Err { error }
+                        };
+                        let _ = tx.send(r);
+                    }
+                    None => {
+                        tracing::debug!(remote = %self.remote, id = n, "response to no request")
+                    }
+                }
+                Ok(())
+            }
+            Message::Request { id, method, params } => {
+                let reply = if method == "echo" {
+                    json!({"id": id, "result": params, "error": null})
+                } else {
+                    json!({"id": id, "result": null, "error": "unknown method"})
+                };
+                writer.send(reply).await.map_err(|e| format!("write: {e}"))
+            }
+            Message::Notification { method, params } => {
+                // The receiver may be gone (nobody listens): not a reason to close.
+                let _ = self.notify.send(Notification { method, params });
+                Ok(())
+            }
+        }
+    }
+}

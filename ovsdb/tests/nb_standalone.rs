@@ -1,0 +1,659 @@
+//! Against a real standalone OVN_Northbound ovsdb-server.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::NbServer;
+use ovsdb::txn::{ErrorKind, Operation, WaitUntil};
+use ovsdb::{
+    Atom, Client, ClientOptions, Condition, Error, Event, LockEvent, MonitorSpec, Mutation,
+    Mutator, OpResult, Row, SchemaError, Transaction, Uuid, Value,
+};
+use serde_json::{Value as Json, json};
+
+const NB: &str = "OVN_Northbound";
+
+fn row(cols: &[(&str, Value)]) -> Row {
+    cols.iter()
+        .map(|(k, v)| ((*k).to_owned(), v.clone()))
+        .collect()
+}
+
+async fn client(remote: &str) -> Client {
+    Client::connect(ClientOptions::new(remote, NB).unwrap())
+        .await
+        .unwrap()
+}
+
+fn lb_row(name: &str, vip: &str) -> Row {
+    row(&[
+        ("name", name.into()),
+        ("protocol", Value::set(["tcp"])),
+        ("vips", Value::map([(vip, "10.1.0.1:8080")])),
+        ("external_ids", Value::map([("vipflow.io/owner", name)])),
+    ])
+}
+
+#[tokio::test]
+async fn every_op_kind() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    assert!(c.lock("vipflow_test").await.unwrap());
+
+    let mut tx = Transaction::new(NB);
+    tx.comment("vipflow: every op kind");
+    tx.assert_lock("vipflow_test");
+    let lb = tx.insert("Load_Balancer", lb_row("lb-a", "10.0.0.1:80"));
+    tx.insert(
+        "Logical_Switch",
+        row(&[("name", "sw0".into()), ("load_balancer", Value::set([lb]))]),
+    );
+    tx.insert("NB_Global", row(&[]));
+    let r = c.transact(&tx).await.unwrap();
+    assert_eq!(r[0], OpResult::Empty);
+    assert_eq!(r[1], OpResult::Empty);
+    let lb_uuid = r[2].uuid().unwrap();
+    r[3].uuid().unwrap();
+    assert!(srv.nbctl(&["ls-lb-list", "sw0"]).contains("lb-a"));
+
+    let mut tx = Transaction::new(NB);
+    tx.update(
+        "Load_Balancer",
+        vec![Condition::uuid(lb_uuid)],
+        row(&[("options", Value::map([("reject", "true")]))]),
+    );
+    tx.mutate(
+        "Load_Balancer",
+        vec![Condition::eq("name", "lb-a")],
+        vec![
+            Mutation::new(
+                "vips",
+                Mutator::Insert,
+                Value::map([("10.0.0.2:443", "10.1.0.2:8443")]),
+            ),
+            Mutation::new(
+                "external_ids",
+                Mutator::Delete,
+                Value::set(["vipflow.io/owner"]),
+            ),
+        ],
+    );
+    tx.mutate(
+        "NB_Global",
+        vec![],
+        vec![Mutation::new("nb_cfg", Mutator::Add, 5i64)],
+    );
+    tx.wait(
+        "Load_Balancer",
+        vec![Condition::uuid(lb_uuid)],
+        &["name"],
+        WaitUntil::Equal,
+        vec![row(&[("name", "lb-a".into())])],
+        Some(0),
+    );
+    tx.select(
+        "Load_Balancer",
+        vec![Condition::includes(
+            "options",
+            Value::map([("reject", "true")]),
+        )],
+        Some(&["name", "vips", "external_ids", "_uuid"]),
+    );
+    tx.select(
+        "NB_Global",
+        vec![Condition::new("nb_cfg", ovsdb::Function::Ge, 5i64)],
+        Some(&["nb_cfg"]),
+    );
+    let r = c.transact(&tx).await.unwrap();
+    assert_eq!(r[0].count(), Some(1));
+    assert_eq!(r[1].count(), Some(1));
+    assert_eq!(r[2].count(), Some(1));
+    assert_eq!(r[3], OpResult::Empty);
+    let rows = r[4].rows();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["vips"].as_map().unwrap().len(), 2);
+    assert_eq!(rows[0]["external_ids"], Value::empty_map());
+    assert_eq!(rows[0]["_uuid"], Value::from(lb_uuid));
+    assert_eq!(r[5].rows()[0]["nb_cfg"], Value::from(5i64));
+    assert!(
+        srv.nbctl(&["get", "Load_Balancer", "lb-a", "options:reject"])
+            .contains("true")
+    );
+
+    let mut tx = Transaction::new(NB);
+    tx.mutate(
+        "Logical_Switch",
+        vec![Condition::eq("name", "sw0")],
+        vec![Mutation::new(
+            "load_balancer",
+            Mutator::Delete,
+            Value::set([lb_uuid]),
+        )],
+    );
+    tx.delete("Load_Balancer", vec![Condition::uuid(lb_uuid)]);
+    tx.delete("Load_Balancer", vec![Condition::uuid(lb_uuid)]);
+    let r = c.transact(&tx).await.unwrap();
+    assert_eq!(
+        (r[0].count(), r[1].count(), r[2].count()),
+        (Some(1), Some(1), Some(0))
+    );
+    assert_eq!(srv.nbctl(&["lb-list"]).trim(), "");
+    c.unlock("vipflow_test").await.unwrap();
+}
+
+#[tokio::test]
+async fn schema_errors_before_sending() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    let check = |tx: Transaction| {
+        let c = c.clone();
+        async move {
+            match c.transact(&tx).await {
+                Err(Error::Schema { index, source }) => (index, source),
+                other => panic!("expected a schema error, got {other:?}"),
+            }
+        }
+    };
+    let mut tx = Transaction::new(NB);
+    tx.insert("Load_Balancr", Row::new());
+    assert_eq!(
+        check(tx).await.1,
+        SchemaError::UnknownTable {
+            table: "Load_Balancr".into()
+        }
+    );
+
+    let mut tx = Transaction::new(NB);
+    tx.comment("first");
+    tx.insert("Load_Balancer", row(&[("nmae", "x".into())]));
+    let (i, e) = check(tx).await;
+    assert_eq!(i, 1);
+    assert_eq!(
+        e,
+        SchemaError::UnknownColumn {
+            table: "Load_Balancer".into(),
+            column: "nmae".into()
+        }
+    );
+
+    let mut tx = Transaction::new(NB);
+    tx.insert("Load_Balancer", row(&[("protocol", "icmp".into())]));
+    let (_, e) = check(tx).await;
+    let msg = e.to_string();
+    assert!(
+        msg.contains("Load_Balancer") && msg.contains("protocol") && msg.contains("icmp"),
+        "{msg}"
+    );
+
+    let mut tx = Transaction::new(NB);
+    tx.update("Load_Balancer", vec![], row(&[("vips", Value::set(["a"]))]));
+    assert!(matches!(check(tx).await.1, SchemaError::BadValue { column, .. } if column == "vips"));
+
+    let mut tx = Transaction::new(NB);
+    tx.insert(
+        "Logical_Switch_Port",
+        row(&[("name", "p".into()), ("tag_request", Value::set([5000i64]))]),
+    );
+    let (_, e) = check(tx).await;
+    assert!(e.to_string().contains("5000"), "{e}");
+
+    let mut tx = Transaction::new(NB);
+    tx.delete(
+        "Load_Balancer",
+        vec![Condition::new("name", ovsdb::Function::Lt, "x")],
+    );
+    assert!(matches!(check(tx).await.1, SchemaError::BadValue { .. }));
+
+    let mut tx = Transaction::new(NB);
+    tx.mutate(
+        "Load_Balancer",
+        vec![],
+        vec![Mutation::new("name", Mutator::Add, 1i64)],
+    );
+    assert!(matches!(check(tx).await.1, SchemaError::BadValue { .. }));
+
+    let mut tx = Transaction::new(NB);
+    tx.insert("Load_Balancer", row(&[("_uuid", Value::from(Uuid::nil()))]));
+    assert!(matches!(check(tx).await.1, SchemaError::Immutable { .. }));
+
+    let mut tx = Transaction::new("OVN_Southbound");
+    tx.comment("x");
+    assert!(matches!(
+        check(tx).await.1,
+        SchemaError::WrongDatabase { .. }
+    ));
+    // Nothing reached the server.
+    assert_eq!(srv.nbctl(&["lb-list"]).trim(), "");
+}
+
+#[tokio::test]
+async fn server_errors_decoded() {
+    let srv = NbServer::start();
+    let c = client(&srv.tcp()).await;
+    srv.nbctl(&["ls-add", "sw0", "--", "create", "Address_Set", "name=as0"]);
+
+    // Unique index on Address_Set.name: reported at commit (extra result slot).
+    let mut tx = Transaction::new(NB);
+    tx.insert("Address_Set", row(&[("name", "as0".into())]));
+    let e = c.transact(&tx).await.unwrap_err();
+    let f = e.txn_failure().unwrap_or_else(|| panic!("{e}"));
+    assert_eq!(f.kind, ErrorKind::ConstraintViolation, "{f}");
+    assert!(f.details.as_deref().unwrap_or("").contains("as0"), "{f:?}");
+    assert_eq!(f.index, 1);
+
+    // A strong reference to a row that does not exist.
+    let mut tx = Transaction::new(NB);
+    tx.insert(
+        "Logical_Switch",
+        row(&[
+            ("name", "sw1".into()),
+            ("ports", Value::set([Uuid::new_v4()])),
+        ]),
+    );
+    let f = c
+        .transact(&tx)
+        .await
+        .unwrap_err()
+        .txn_failure()
+        .cloned()
+        .unwrap();
+    assert_eq!(f.kind, ErrorKind::ReferentialIntegrityViolation, "{f}");
+    assert!(f.details.is_some());
+
+    // A non-root row nobody references is garbage: a constraint? No: it is simply dropped;
+    // wait that cannot succeed, with a zero timeout.
+    let mut tx = Transaction::new(NB);
+    tx.wait(
+        "Logical_Switch",
+        vec![Condition::eq("name", "sw0")],
+        &["name"],
+        WaitUntil::NotEqual,
+        vec![row(&[("name", "sw0".into())])],
+        Some(0),
+    );
+    let f = c
+        .transact(&tx)
+        .await
+        .unwrap_err()
+        .txn_failure()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (f.kind, f.index, f.op.as_deref()),
+        (ErrorKind::TimedOut, 0, Some("wait"))
+    );
+
+    // Assert a lock we do not hold.
+    let mut tx = Transaction::new(NB);
+    tx.assert_lock("nobody_holds_this");
+    let f = c
+        .transact(&tx)
+        .await
+        .unwrap_err()
+        .txn_failure()
+        .cloned()
+        .unwrap();
+    assert_eq!(f.kind, ErrorKind::NotOwner);
+
+    // Same uuid-name twice (built by hand: the builder never does this).
+    let mut tx = Transaction::new(NB);
+    for _ in 0..2 {
+        tx.push(Operation::Insert {
+            table: "Load_Balancer".into(),
+            row: Row::new(),
+            uuid_name: Some("x".into()),
+            uuid: None,
+        });
+    }
+    let f = c
+        .transact(&tx)
+        .await
+        .unwrap_err()
+        .txn_failure()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (f.kind.clone(), f.index),
+        (ErrorKind::DuplicateUuidName, 1),
+        "{f:?}"
+    );
+
+    // JSON-RPC level error.
+    match c
+        .call(
+            "transact",
+            json!(["No_Such_DB", {"op": "comment", "comment": "x"}]),
+        )
+        .await
+    {
+        Err(Error::Rpc { kind, .. }) => assert_eq!(kind, ErrorKind::UnknownDatabase),
+        other => panic!("{other:?}"),
+    }
+    // The session is still fine.
+    assert_eq!(c.echo(json!(["hi"])).await.unwrap(), json!(["hi"]));
+}
+
+#[tokio::test]
+async fn list_dbs_schema_echo_change_aware() {
+    let srv = NbServer::start();
+    let c = client(&srv.tcp()).await;
+    let dbs = c.list_dbs().await.unwrap();
+    assert!(
+        dbs.contains(&NB.to_owned()) && dbs.contains(&"_Server".to_owned()),
+        "{dbs:?}"
+    );
+    let s = c.get_schema(NB).await.unwrap();
+    let lb = s.table("Load_Balancer").unwrap();
+    let proto = lb.column("protocol").unwrap();
+    assert_eq!(proto.max, 1);
+    assert!(
+        proto
+            .key
+            .enumeration
+            .as_ref()
+            .unwrap()
+            .contains(&Atom::string("sctp"))
+    );
+    let ls = s.table("Logical_Switch").unwrap();
+    assert_eq!(
+        ls.column("load_balancer").unwrap().key.ref_table.as_deref(),
+        Some("Load_Balancer")
+    );
+    assert_eq!(
+        c.call("set_db_change_aware", json!([true])).await.unwrap(),
+        json!({})
+    );
+    assert_eq!(c.echo(json!([1, "x"])).await.unwrap(), json!([1, "x"]));
+}
+
+/// Cache rows keyed by uuid from `ovsdb-client dump -f json`.
+fn dump_rows(schema: &ovsdb::DatabaseSchema, table: &str, dump: &Json) -> BTreeMap<Uuid, Row> {
+    let heads: Vec<&str> = dump["headings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap())
+        .collect();
+    let mut out = BTreeMap::new();
+    for r in dump["data"].as_array().unwrap() {
+        let obj: serde_json::Map<String, Json> = heads
+            .iter()
+            .zip(r.as_array().unwrap())
+            .map(|(h, v)| ((*h).to_owned(), v.clone()))
+            .collect();
+        let mut row = schema.decode_row(table, &Json::Object(obj)).unwrap();
+        let uuid = row
+            .remove("_uuid")
+            .and_then(|v| v.as_atom().and_then(Atom::as_uuid))
+            .unwrap();
+        out.insert(uuid, row);
+    }
+    out
+}
+
+async fn cache_converges(
+    m: &ovsdb::Monitor,
+    schema: &ovsdb::DatabaseSchema,
+    remote: &str,
+    tables: &[&str],
+) {
+    let mut last = String::new();
+    for _ in 0..200 {
+        let mut equal = true;
+        for t in tables {
+            let want = dump_rows(schema, t, &common::dump(remote, t));
+            let have = ovsdb::client::table_rows(m, t);
+            if want != have {
+                equal = false;
+                let diff: Vec<String> = want
+                    .iter()
+                    .filter(|(u, r)| have.get(u) != Some(r))
+                    .map(|(u, r)| format!("{u}: dump {r:?} cache {:?}", have.get(u)))
+                    .take(2)
+                    .collect();
+                last = format!(
+                    "{t}: dump has {} rows, cache {}: {diff:?}",
+                    want.len(),
+                    have.len()
+                );
+            }
+        }
+        if equal {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("cache never matched ovsdb-client dump: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_equals_dump_with_concurrent_nbctl() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    srv.nbctl(&["lb-add", "pre", "10.9.9.9:80", "10.1.1.1:80", "udp"]);
+    let mut m = c
+        .monitor(
+            MonitorSpec::new()
+                .table("Load_Balancer")
+                .table("Logical_Switch"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(m.cache().table("Load_Balancer").unwrap().len(), 1);
+    assert!(matches!(m.try_event(), Some(Event::Insert { .. })));
+
+    // ovn-nbctl writes from another thread while we write through our client.
+    let nb = srv.unix();
+    let nbctl = std::thread::spawn(move || {
+        let run = |args: &[&str]| {
+            let db = format!("--db={nb}");
+            let mut a = vec![db.as_str()];
+            a.extend_from_slice(args);
+            let o = std::process::Command::new("ovn-nbctl")
+                .args(&a)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        for i in 0..15 {
+            let name = format!("ext{i}");
+            let vip = format!("10.2.0.{i}:80");
+            run(&["lb-add", &name, &vip, "10.3.0.1:80,10.3.0.2:80"]);
+            run(&["ls-add", &format!("ls{i}")]);
+            run(&["ls-lb-add", &format!("ls{i}"), &name]);
+            run(&[
+                "set",
+                "Load_Balancer",
+                &name,
+                "options:reject=true",
+                "external_ids:k=v",
+            ]);
+            if i % 3 == 0 {
+                run(&["lb-del", &name]);
+            }
+            if i % 4 == 0 {
+                run(&["remove", "Load_Balancer", "pre", "external_ids", "k"]);
+                run(&[
+                    "set",
+                    "Load_Balancer",
+                    "pre",
+                    &format!("external_ids:k=v{i}"),
+                ]);
+            }
+        }
+    });
+    let mut ours = vec![];
+    for i in 0..20 {
+        let mut tx = Transaction::new(NB);
+        tx.insert(
+            "Load_Balancer",
+            lb_row(&format!("own{i}"), &format!("10.4.0.{i}:80")),
+        );
+        ours.push(c.transact(&tx).await.unwrap()[0].uuid().unwrap());
+        if i % 2 == 1 {
+            let mut tx = Transaction::new(NB);
+            tx.mutate(
+                "Load_Balancer",
+                vec![Condition::uuid(ours[i - 1])],
+                vec![
+                    Mutation::new(
+                        "vips",
+                        Mutator::Insert,
+                        Value::map([("10.5.0.1:53", "10.6.0.1:53")]),
+                    ),
+                    Mutation::new(
+                        "selection_fields",
+                        Mutator::Insert,
+                        Value::set(["ip_src", "tp_src"]),
+                    ),
+                    Mutation::new(
+                        "external_ids",
+                        Mutator::Delete,
+                        Value::set(["vipflow.io/owner"]),
+                    ),
+                ],
+            );
+            tx.update(
+                "Load_Balancer",
+                vec![Condition::uuid(ours[i])],
+                row(&[("protocol", Value::set(["udp"]))]),
+            );
+            c.transact(&tx).await.unwrap();
+        }
+        if i % 5 == 4 {
+            let mut tx = Transaction::new(NB);
+            tx.delete("Load_Balancer", vec![Condition::uuid(ours[i - 2])]);
+            c.transact(&tx).await.unwrap();
+        }
+    }
+    nbctl.join().unwrap();
+    cache_converges(
+        &m,
+        c.schema(),
+        &srv.unix(),
+        &["Load_Balancer", "Logical_Switch"],
+    )
+    .await;
+    let mut n = 0;
+    while m.try_event().is_some() {
+        n += 1;
+    }
+    assert!(n > 50, "only {n} events");
+}
+
+#[tokio::test]
+async fn monitor_columns_and_cancel() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    let mut m = c
+        .monitor(MonitorSpec::new().columns("Load_Balancer", &["name", "vips"]))
+        .await
+        .unwrap();
+    srv.nbctl(&["lb-add", "a", "10.0.0.1:80", "10.1.1.1:80"]);
+    let ev = tokio::time::timeout(Duration::from_secs(5), m.next_event())
+        .await
+        .unwrap()
+        .unwrap();
+    let Event::Insert { new, .. } = ev else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(new.keys().collect::<Vec<_>>(), ["name", "vips"]);
+    assert!(
+        c.monitor(MonitorSpec::new().columns("Load_Balancer", &["nope"]))
+            .await
+            .is_err()
+    );
+    let id = m.id().to_owned();
+    c.monitor_cancel(m).await.unwrap();
+    // The server no longer knows the monitor.
+    let e = c.call("monitor_cancel", json!([id])).await.unwrap_err();
+    assert!(matches!(e, Error::Rpc { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn locks_steal_unlock() {
+    let srv = NbServer::start();
+    let a = client(&srv.unix()).await;
+    let b = client(&srv.unix()).await;
+    let mut a_ev = a.lock_events();
+    let mut b_ev = b.lock_events();
+    assert!(a.lock("leader").await.unwrap());
+    assert!(!b.lock("leader").await.unwrap());
+    assert!(matches!(
+        a.lock("bad name").await,
+        Err(Error::Schema { .. })
+    ));
+    assert!(b.steal("leader").await.unwrap());
+    // ovsdb-server also notifies the immediate grant: skip to the steal.
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(5), a_ev.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if e == LockEvent::Stolen("leader".into()) {
+            break;
+        }
+        assert_eq!(e, LockEvent::Locked("leader".into()));
+    }
+    let mut tx = Transaction::new(NB);
+    tx.assert_lock("leader");
+    assert_eq!(
+        a.transact(&tx)
+            .await
+            .unwrap_err()
+            .txn_failure()
+            .unwrap()
+            .kind,
+        ErrorKind::NotOwner
+    );
+    b.transact(&tx).await.unwrap();
+    // A queued lock is granted when the holder lets go.
+    a.unlock("leader").await.unwrap();
+    assert!(!a.lock("leader").await.unwrap());
+    b.unlock("leader").await.unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(5), a_ev.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e, LockEvent::Locked("leader".into()));
+    a.transact(&tx).await.unwrap();
+    while let Ok(e) = b_ev.try_recv() {
+        assert_ne!(e, LockEvent::Stolen("leader".into()));
+    }
+}
+
+#[tokio::test]
+async fn cancel_outstanding_request() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    let conn = c.ready().await.unwrap();
+    // A wait that blocks until some row appears: the server parks it.
+    let mut tx = Transaction::new(NB);
+    tx.wait(
+        "Load_Balancer",
+        vec![],
+        &["name"],
+        WaitUntil::Equal,
+        vec![row(&[("name", "never".into())])],
+        None,
+    );
+    let (id_tx, id_rx) = tokio::sync::oneshot::channel();
+    let call = tokio::spawn({
+        let conn = conn.clone();
+        let params = tx.params();
+        async move { conn.call_with_id("transact", params, id_tx).await }
+    });
+    let id = id_rx.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    conn.cancel(id).unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .unwrap()
+        .unwrap();
+    match r {
+        Err(Error::Rpc { error, .. }) => assert_eq!(error, "canceled"),
+        other => panic!("{other:?}"),
+    }
+}

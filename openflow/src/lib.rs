@@ -22,6 +22,7 @@ pub mod message;
 pub mod multipart;
 pub mod oxm;
 pub mod port;
+pub mod text;
 mod wire;
 
 pub use action::Action;
@@ -38,3 +39,4 @@ pub use multipart::{
 };
 pub use oxm::{Match, OxmField};
 pub use port::Port;
+pub use text::{ActionList, DumpLine, Instructions};

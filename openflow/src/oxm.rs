@@ -186,7 +186,13 @@ impl OxmField {
         Self::exact(OXM_CLASS_OPENFLOW_BASIC, field, value)
     }
 
-    fn basic_masked(field: u8, value: Vec<u8>, mask: Vec<u8>) -> Self {
+    /// A masked field. The value is stored with the mask applied: OpenFlow requires value
+    /// bits to be 0 where the mask is 0, and Open vSwitch rejects anything else with
+    /// OFPBMC_BAD_WILDCARDS (e.g. `10.1.2.3/255.0.0.0` must go out as `10.0.0.0/255.0.0.0`).
+    fn basic_masked(field: u8, mut value: Vec<u8>, mask: Vec<u8>) -> Self {
+        for (v, m) in value.iter_mut().zip(&mask) {
+            *v &= m;
+        }
         OxmField {
             class: OXM_CLASS_OPENFLOW_BASIC,
             field,
@@ -199,9 +205,14 @@ impl OxmField {
         Self::basic(field::IN_PORT, port.to_be_bytes().to_vec())
     }
     pub fn metadata(value: u64, mask: Option<u64>) -> Self {
-        let mut f = Self::basic(field::METADATA, value.to_be_bytes().to_vec());
-        f.mask = mask.map(|m| m.to_be_bytes().to_vec());
-        f
+        match mask {
+            Some(m) => Self::basic_masked(
+                field::METADATA,
+                value.to_be_bytes().to_vec(),
+                m.to_be_bytes().to_vec(),
+            ),
+            None => Self::basic(field::METADATA, value.to_be_bytes().to_vec()),
+        }
     }
     pub fn eth_dst(mac: MacAddr) -> Self {
         Self::basic(field::ETH_DST, mac.to_vec())

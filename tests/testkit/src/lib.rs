@@ -11,6 +11,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod cluster;
+
 /// Which daemons a sandbox starts.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {

@@ -32,6 +32,10 @@ fn read_msg(s: &mut UnixStream) -> Vec<u8> {
 
 /// Every flow of the bridge, as the switch encodes it, decoded by our wire layer.
 fn dump_flows_raw(sock: &Path) -> Vec<FlowStats> {
+    dump_flows_req(sock, FlowStatsRequest::default())
+}
+
+fn dump_flows_req(sock: &Path, filter: FlowStatsRequest) -> Vec<FlowStats> {
     let mut s = UnixStream::connect(sock).unwrap();
     s.write_all(&Message::Hello(Hello::of13()).encode(1))
         .unwrap();
@@ -46,9 +50,7 @@ fn dump_flows_raw(sock: &Path) -> Vec<FlowStats> {
         "switch does not offer OpenFlow 1.3: {hh:?} {h:?}"
     );
     let xid = 7;
-    let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(
-        FlowStatsRequest::default(),
-    )));
+    let req = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(filter)));
     s.write_all(&req.encode(xid)).unwrap();
     let mut flows = Vec::new();
     loop {
@@ -173,6 +175,13 @@ fn dump_flows_matches_our_decoding_and_text() {
     for (t, m) in theirs.iter().zip(&mine) {
         assert_eq!(m, t, "our dump-flows line differs from ovs-ofctl");
     }
+    // A cookie/mask filter returns exactly the flows with our prefix.
+    let ours_only = dump_flows_req(
+        &sb.mgmt_sock("br-ex"),
+        FlowStatsRequest::by_cookie(0xabcd_0000_0000_0000, 0xffff_0000_0000_0000),
+    );
+    assert_eq!(ours_only.len(), 15);
+    assert!(ours_only.iter().all(|f| f.cookie >> 48 == 0xabcd));
     // Spot checks, so a test that compared two empty lists could not pass.
     assert!(mine.contains(
         &" cookie=0xabcd000000000001, duration=X, table=0, n_packets=0, n_bytes=0, priority=200,arp,in_port=1,arp_tpa=192.0.2.10,arp_op=1 actions=LOCAL".to_owned()

@@ -1,0 +1,309 @@
+//! Session-level behaviour: echo both ways, dead peer, hostile bytes from the peer, and TLS
+//! against a real ovsdb-server with certificates made by openssl in the test's temp dir.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ovsdb::{
+    Client, ClientOptions, ConnectOptions, Connection, Error, Remote, TlsFiles, Transaction,
+};
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// A peer on 127.0.0.1 that runs `script` on the accepted socket.
+async fn peer<F, Fut>(script: F) -> Remote
+where
+    F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (s, _) = l.accept().await.unwrap();
+        script(s).await;
+    });
+    Remote::parse(&format!("tcp:127.0.0.1:{port}")).unwrap()
+}
+
+fn opts(probe_ms: u64, max: usize) -> ConnectOptions {
+    ConnectOptions {
+        probe_interval: Some(Duration::from_millis(probe_ms)),
+        max_message: max,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn dead_peer_is_detected_by_our_probe() {
+    let remote = peer(|s| async move {
+        // Reads and never answers.
+        let mut s = s;
+        let mut buf = vec![0; 4096];
+        while s.read(&mut buf).await.map(|n| n > 0).unwrap_or(false) {}
+    })
+    .await;
+    let (c, _n) = Connection::connect(&remote, &opts(100, 1 << 20))
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let e = c.call("list_dbs", json!([])).await.unwrap_err();
+    assert!(matches!(e, Error::Lost { .. }), "{e}");
+    assert!(e.outcome_unknown());
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(
+        c.close_reason().unwrap().contains("dead-peer"),
+        "{:?}",
+        c.close_reason()
+    );
+}
+
+#[tokio::test]
+async fn answers_the_servers_echo() {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let remote = peer(|mut s| async move {
+        s.write_all(br#"{"id":"e1","method":"echo","params":[7,"x"]}"#)
+            .await
+            .unwrap();
+        let mut buf = vec![0; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        let _ = tx.send(serde_json::from_slice::<Json>(&buf[..n]).unwrap());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    })
+    .await;
+    let (_c, _n) = Connection::connect(&remote, &opts(5000, 1 << 20))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), rx)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        reply,
+        json!({"id": "e1", "result": [7, "x"], "error": null})
+    );
+}
+
+async fn hostile(bytes: &'static [u8], max: usize) -> String {
+    let remote = peer(move |mut s| async move {
+        let _ = s.write_all(bytes).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    })
+    .await;
+    let (c, _n) = Connection::connect(&remote, &opts(5000, max))
+        .await
+        .unwrap();
+    let e = c.call("list_dbs", json!([])).await.unwrap_err();
+    assert!(e.outcome_unknown(), "{e}");
+    let r = c.close_reason().unwrap();
+    eprintln!("closed: {r}");
+    r
+}
+
+#[tokio::test]
+async fn hostile_peer_gets_a_clear_error() {
+    assert!(
+        hostile(br#"{"id":1,"result":[1,2}]}"#, 1 << 20)
+            .await
+            .contains("not valid JSON")
+    );
+    assert!(
+        hostile(b"<html>", 1 << 20)
+            .await
+            .contains("unexpected byte")
+    );
+    assert!(
+        hostile(br#"{"hello":"world"}"#, 1 << 20)
+            .await
+            .contains("malformed JSON-RPC")
+    );
+    assert!(
+        hostile(br#"{"method":17,"params":[],"id":null}"#, 1 << 20)
+            .await
+            .contains("malformed JSON-RPC")
+    );
+    let big: &'static [u8] = Box::leak(
+        format!("{{\"id\":1,\"result\":\"{}\"}}", "x".repeat(100_000))
+            .into_bytes()
+            .into_boxed_slice(),
+    );
+    assert!(hostile(big, 4096).await.contains("cap"));
+    // Stray ids and unknown notifications are ignored, not fatal.
+    let remote = peer(|mut s| async move {
+        s.write_all(
+            br#"{"id":999,"result":[],"error":null}{"id":null,"method":"whatever","params":[]}"#,
+        )
+        .await
+        .unwrap();
+        let mut buf = vec![0; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        let req: Json = serde_json::from_slice(&buf[..n]).unwrap();
+        let reply = json!({"id": req["id"], "result": ["DB"], "error": null});
+        s.write_all(reply.to_string().as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    })
+    .await;
+    let (c, _n) = Connection::connect(&remote, &opts(5000, 1 << 20))
+        .await
+        .unwrap();
+    assert_eq!(c.call("list_dbs", json!([])).await.unwrap(), json!(["DB"]));
+}
+
+#[tokio::test]
+async fn connect_errors_name_the_remote() {
+    let remote = Remote::parse("unix:/nonexistent/vipflow.sock").unwrap();
+    let e = Connection::connect(&remote, &ConnectOptions::default())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/vipflow.sock"), "{e}");
+    let mut o = ClientOptions::new(
+        "unix:/nonexistent/a.sock,unix:/nonexistent/b.sock",
+        "OVN_Northbound",
+    )
+    .unwrap();
+    o.wait_timeout = Duration::from_millis(200);
+    let e = Client::connect(o).await.err().unwrap();
+    assert!(
+        matches!(e, Error::NoServer { .. }) && e.to_string().contains("b.sock"),
+        "{e}"
+    );
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA and a leaf certificate signed by it (no host names, as ovs-pki makes them).
+fn make_pki(dir: &Path, ca: &str, leaves: &[&str]) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend(ec);
+    let (cakey, capem, subj) = (
+        format!("{ca}.key"),
+        format!("{ca}.pem"),
+        format!("/CN={ca}"),
+    );
+    a.extend([
+        "-keyout", &cakey, "-out", &capem, "-days", "2", "-subj", &subj,
+    ]);
+    openssl(dir, &a);
+    std::fs::write(dir.join("leaf.ext"), "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n").unwrap();
+    for leaf in leaves {
+        let (key, csr, pem, subj) = (
+            format!("{leaf}.key"),
+            format!("{leaf}.csr"),
+            format!("{leaf}.pem"),
+            format!("/CN={leaf}"),
+        );
+        let mut a = vec!["req"];
+        a.extend(ec);
+        a.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        openssl(dir, &a);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &capem,
+                "-CAkey",
+                &cakey,
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "2",
+                "-extfile",
+                "leaf.ext",
+            ],
+        );
+    }
+}
+
+#[tokio::test]
+async fn ssl_remote_with_mutual_tls() {
+    let pki = tempfile::tempdir().unwrap();
+    let d = pki.path();
+    make_pki(d, "ca", &["server", "client"]);
+    make_pki(d, "otherca", &["stranger"]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = |f: &str| d.join(f).to_string_lossy().into_owned();
+    let srv = common::NbServer::start_with(&[
+        format!("--private-key={}", p("server.key")),
+        format!("--certificate={}", p("server.pem")),
+        format!("--ca-cert={}", p("ca.pem")),
+        format!("--remote=pssl:{port}:127.0.0.1"),
+    ]);
+    let files = TlsFiles {
+        private_key: d.join("client.key"),
+        certificate: d.join("client.pem"),
+        ca_cert: d.join("ca.pem"),
+    };
+    let mut o = ClientOptions::new(&format!("ssl:127.0.0.1:{port}"), "OVN_Northbound").unwrap();
+    o.connect.tls = Some(ovsdb::tls::client_config(&files).unwrap());
+    let mut c = None;
+    // The listener may take a moment to appear.
+    for _ in 0..50 {
+        match Client::connect(o.clone()).await {
+            Ok(cl) => {
+                c = Some(cl);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let c = c.expect("ssl connect");
+    let mut tx = Transaction::new("OVN_Northbound");
+    tx.insert(
+        "Load_Balancer",
+        [("name".to_owned(), ovsdb::Value::from("over-tls"))].into(),
+    );
+    c.transact(&tx).await.unwrap();
+    assert!(
+        srv.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer"])
+            .contains("over-tls")
+    );
+
+    // A server certificate from another CA is refused.
+    let files = TlsFiles {
+        private_key: d.join("stranger.key"),
+        certificate: d.join("stranger.pem"),
+        ca_cert: d.join("otherca.pem"),
+    };
+    let mut o2 = o.clone();
+    o2.connect.tls = Some(ovsdb::tls::client_config(&files).unwrap());
+    o2.wait_timeout = Duration::from_millis(300);
+    assert!(Client::connect(o2).await.is_err());
+    // Missing files are reported with their path.
+    let bad = TlsFiles {
+        private_key: d.join("nope.key"),
+        certificate: d.join("client.pem"),
+        ca_cert: d.join("ca.pem"),
+    };
+    let e = ovsdb::tls::client_config(&bad).unwrap_err();
+    assert!(e.to_string().contains("nope.key"), "{e}");
+}

@@ -105,7 +105,12 @@ pub(crate) fn c_string(bytes: &[u8]) -> String {
 
 pub(crate) fn put_c_string(out: &mut Vec<u8>, s: &str, width: usize) {
     let b = s.as_bytes();
-    let n = b.len().min(width.saturating_sub(1));
+    // Keep the NUL terminator, and cut on a character boundary so the field stays valid
+    // UTF-8 and reads back as exactly the string written.
+    let mut n = b.len().min(width.saturating_sub(1));
+    while n > 0 && !s.is_char_boundary(n) {
+        n -= 1;
+    }
     out.extend_from_slice(&b[..n]);
     put_zeros(out, width - n);
 }

@@ -1,7 +1,358 @@
-//! vipflow: keeps OpenFlow flows on br-ex and OVN Northbound rows for Kubernetes Service VIPs.
-//!
-//! The agent itself lands with the agent issues; for now the binary only reports its version.
+//! The `vipflow` command: a thin shell over the library (config, logging, dispatch).
 
-fn main() {
-    println!("vipflow {}", env!("CARGO_PKG_VERSION"));
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use vipflow::agent;
+use vipflow::config::{
+    BridgeConfig, Config, GatewayMode, LogFormat, Profile, format_mac, parse_mac, parse_u16,
+};
+use vipflow::source::file;
+
+/// vipflow keeps the OpenFlow flows on Open vSwitch bridges (br-ex, br-provider) that make
+/// Kubernetes Service external IPs and LoadBalancer VIPs work on OVS/OVN clusters: ARP and ND
+/// requests for each VIP bypass OVN to the host, VIP traffic is steered into OVN and back.
+///
+/// Every flow vipflow writes carries its cookie prefix; flows of other owners are never
+/// touched. Check the result with `ovs-ofctl -O OpenFlow13 dump-flows br-ex`.
+#[derive(Parser, Debug)]
+#[command(
+    name = "vipflow",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run continuously: re-read the objects file when it changes and keep every bridge's flows
+    /// in step (reconnecting and resyncing after an OVS restart). Stops on SIGINT/SIGTERM,
+    /// leaving the flows in place.
+    Agent {
+        /// Sync once, report, and exit (non-zero if a bridge could not be synced).
+        #[arg(long)]
+        once: bool,
+        /// How often to check the objects file for changes.
+        #[arg(long, value_name = "MS", default_value_t = 500)]
+        poll_interval_ms: u64,
+    },
+    /// Print the desired flows for the objects, in `ovs-ofctl add-flow` syntax with port
+    /// names, without connecting to anything. Skipped input is listed on stderr.
+    Plan,
+    /// Connect to each bridge and compare its flows with the plan: print missing (+) and
+    /// unexpected (-) flows; exit 1 on drift, 0 when the bridge matches the plan.
+    Verify,
+}
+
+#[derive(Args, Debug)]
+struct Global {
+    /// Config file (YAML or JSON; keys as the long flags, bridges as a list). Flags override it.
+    #[arg(
+        short,
+        long,
+        env = "VIPFLOW_CONFIG",
+        global = true,
+        value_name = "FILE"
+    )]
+    config: Option<PathBuf>,
+    /// Kubernetes objects file: a List (kubectl get svc,endpointslices,nodes -A -o yaml), YAML
+    /// or JSON.
+    #[arg(long, env = "VIPFLOW_OBJECTS", global = true, value_name = "FILE")]
+    objects: Option<PathBuf>,
+    /// This node's name (VIPs equal to a node address are rejected).
+    #[arg(long, env = "NODE_NAME", global = true)]
+    node_name: Option<String>,
+    /// Directory holding the bridges' OpenFlow management sockets (<bridge>.mgmt).
+    #[arg(long, env = "OVS_RUNDIR", global = true, value_name = "DIR")]
+    ovs_rundir: Option<PathBuf>,
+    /// Top 16 bits of every cookie vipflow writes (e.g. 0x7f1f); flows are owned by it.
+    #[arg(long, global = true, value_parser = parse_u16, value_name = "PREFIX")]
+    cookie_prefix: Option<u16>,
+    /// Take LoadBalancer ingress IPs only from Services with this spec.loadBalancerClass
+    /// (externalIPs are always taken).
+    #[arg(long, global = true, value_name = "CLASS")]
+    load_balancer_class: Option<String>,
+    /// Log format.
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
+    /// Log filter (tracing EnvFilter syntax, e.g. info or vipflow=debug).
+    #[arg(long, env = "VIPFLOW_LOG", global = true, default_value = "info")]
+    log: String,
+
+    #[command(flatten)]
+    bridge: BridgeFlags,
+}
+
+/// Per-bridge settings. They apply to the bridge chosen with --bridge (which then becomes the
+/// only bridge), or to the single configured bridge.
+#[derive(Args, Debug, Default)]
+struct BridgeFlags {
+    /// Program only this bridge (default: the bridges of the config file, else br-ex).
+    #[arg(long, global = true, value_name = "NAME")]
+    bridge: Option<String>,
+    /// OpenFlow target of the bridge: unix:PATH or tcp:HOST:PORT (default:
+    /// unix:<ovs-rundir>/<bridge>.mgmt).
+    #[arg(long, global = true, value_name = "TARGET")]
+    target: Option<String>,
+    /// gateway (br-ex in front of OVN's gateway router) or underlay (br-provider).
+    #[arg(long, global = true, value_enum)]
+    profile: Option<Profile>,
+    /// Uplink (physical NIC) port name [default: eth0].
+    #[arg(long, global = true, value_name = "PORT")]
+    uplink: Option<String>,
+    /// Patch port towards br-int [default: patch-ex-to-int].
+    #[arg(long, global = true, value_name = "PORT")]
+    patch: Option<String>,
+    /// shared: steer VIP traffic into OVN and back; local: only the ARP/ND bypass.
+    #[arg(long, global = true, value_enum)]
+    gateway_mode: Option<GatewayMode>,
+    /// VLAN ID of a tagged uplink (bypass flows match it and pop the tag).
+    #[arg(long, global = true, value_name = "VID")]
+    vlan: Option<u16>,
+    /// OpenFlow table for vipflow's flows [default: 0].
+    #[arg(long, global = true)]
+    table: Option<u8>,
+    /// Priority of vipflow's flows [default: 500].
+    #[arg(long, global = true)]
+    priority: Option<u16>,
+    /// The bridge's MAC for the return path (default: learned from the LOCAL port).
+    #[arg(long, global = true, value_parser = parse_mac, value_name = "MAC")]
+    bridge_mac: Option<[u8; 6]>,
+    /// Underlay profile: MAC of the OVN router port VIP traffic is rewritten to.
+    #[arg(long, global = true, value_parser = parse_mac, value_name = "MAC")]
+    router_mac: Option<[u8; 6]>,
+}
+
+impl BridgeFlags {
+    fn any_setting(&self) -> bool {
+        self.target.is_some()
+            || self.profile.is_some()
+            || self.uplink.is_some()
+            || self.patch.is_some()
+            || self.gateway_mode.is_some()
+            || self.vlan.is_some()
+            || self.table.is_some()
+            || self.priority.is_some()
+            || self.bridge_mac.is_some()
+            || self.router_mac.is_some()
+    }
+
+    fn apply(&self, b: &mut BridgeConfig) {
+        if let Some(v) = &self.target {
+            b.target = Some(v.clone());
+        }
+        if let Some(v) = self.profile {
+            b.profile = v;
+        }
+        if let Some(v) = &self.uplink {
+            b.uplink = v.clone();
+        }
+        if let Some(v) = &self.patch {
+            b.patch = v.clone();
+        }
+        if let Some(v) = self.gateway_mode {
+            b.gateway_mode = v;
+        }
+        if let Some(v) = self.vlan {
+            b.vlan = Some(v);
+        }
+        if let Some(v) = self.table {
+            b.table = v;
+        }
+        if let Some(v) = self.priority {
+            b.priority = v;
+        }
+        if let Some(v) = self.bridge_mac {
+            b.bridge_mac = Some(v);
+        }
+        if let Some(v) = self.router_mac {
+            b.router_mac = Some(v);
+        }
+    }
+}
+
+fn build_config(g: &Global) -> Result<Config, String> {
+    let mut cfg = match &g.config {
+        Some(p) => Config::load(p).map_err(|e| e.to_string())?,
+        None => Config::default(),
+    };
+    if let Some(v) = &g.objects {
+        cfg.objects = Some(v.clone());
+    }
+    if let Some(v) = &g.node_name {
+        cfg.node_name = v.clone();
+    }
+    if let Some(v) = &g.ovs_rundir {
+        cfg.ovs_rundir = v.clone();
+    }
+    if let Some(v) = g.cookie_prefix {
+        cfg.cookie_prefix = v;
+    }
+    if let Some(v) = &g.load_balancer_class {
+        cfg.load_balancer_class = Some(v.clone());
+    }
+    if let Some(v) = g.log_format {
+        cfg.log_format = v;
+    }
+    if let Some(name) = &g.bridge.bridge {
+        let b = cfg
+            .bridges
+            .iter()
+            .find(|b| &b.name == name)
+            .cloned()
+            .unwrap_or_else(|| BridgeConfig {
+                name: name.clone(),
+                ..BridgeConfig::default()
+            });
+        cfg.bridges = vec![b];
+    }
+    if g.bridge.any_setting() {
+        if cfg.bridges.len() != 1 {
+            return Err(format!(
+                "{} bridges are configured: choose one with --bridge to apply per-bridge flags",
+                cfg.bridges.len()
+            ));
+        }
+        g.bridge.apply(&mut cfg.bridges[0]);
+    }
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+fn init_logging(format: LogFormat, filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+fn load_objects(cfg: &Config) -> Result<file::Loaded, String> {
+    let path = agent::objects_path(cfg).map_err(|e| e.to_string())?;
+    file::load(&path).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let cfg = match build_config(&cli.global) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vipflow: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(cfg.log_format, &cli.global.log);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("vipflow: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(dispatch(cli.command, cfg)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("vipflow: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
+    match cmd {
+        Command::Plan => {
+            let loaded = load_objects(&cfg)?;
+            let (model, problems) = agent::build_model(&cfg, &loaded);
+            for p in &problems {
+                eprintln!("skipped: {p}");
+            }
+            for (b, flows) in agent::plan_bridges(&cfg, &model) {
+                println!("# bridge {} ({} flows)", b.name, flows.len());
+                for f in &flows {
+                    println!("{}", f.display(&b));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify => {
+            let loaded = load_objects(&cfg)?;
+            let drifts = agent::verify(&cfg, &loaded.objects)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut drift = false;
+            for d in drifts {
+                for s in &d.skipped {
+                    eprintln!("{}: not programmable: {s}", d.bridge);
+                }
+                if d.is_empty() {
+                    println!("{}: in sync", d.bridge);
+                    continue;
+                }
+                drift = true;
+                println!(
+                    "{}: drift ({} missing, {} unexpected)",
+                    d.bridge,
+                    d.missing.len(),
+                    d.extra.len()
+                );
+                for f in &d.missing {
+                    println!("+ {f}");
+                }
+                for f in &d.extra {
+                    println!("- {f}");
+                }
+            }
+            Ok(if drift {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Agent { once: true, .. } => {
+            let loaded = load_objects(&cfg)?;
+            for p in loaded.problems.iter() {
+                tracing::warn!(problem = %p, "skipped");
+            }
+            let (_, problems) = agent::build_model(&cfg, &loaded);
+            for p in problems.iter().skip(loaded.problems.len()) {
+                tracing::warn!(problem = %p, "skipped");
+            }
+            let reports = agent::sync_once(&cfg, &loaded.objects)
+                .await
+                .map_err(|e| e.to_string())?;
+            for r in reports {
+                for s in &r.skipped {
+                    tracing::warn!(bridge = %r.bridge, "not programmed: {s}");
+                }
+                tracing::info!(bridge = %r.bridge, changes = r.changes, flows = r.flows, "synced once");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agent {
+            once: false,
+            poll_interval_ms,
+        } => {
+            if let Some(b) = cfg.bridges.iter().find_map(|b| b.bridge_mac) {
+                tracing::debug!(bridge_mac = %format_mac(&b), "configured bridge MAC");
+            }
+            agent::run(cfg, Duration::from_millis(poll_interval_ms.max(10)))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }

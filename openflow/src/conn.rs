@@ -632,21 +632,6 @@ fn encode_bundle_add(bundle_id: u32, flags: u16, m: &Message, xid: u32, out: &mu
     });
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::bundle::BundleAdd;
-    use crate::flow_mod::FlowMod;
-
-    #[test]
-    fn borrowed_bundle_add_encodes_like_the_owned_message() {
-        let fm = Message::FlowMod(FlowMod::default());
-        let mut a = Vec::new();
-        encode_bundle_add(7, 3, &fm, 42, &mut a);
-        assert_eq!(a, Message::BundleAdd(BundleAdd::new(7, 3, fm)).encode(42));
-    }
-}
-
 async fn open(target: &str) -> Result<Box<dyn Stream>, ConnError> {
     let cerr = |e: std::io::Error| ConnError::Connect {
         target: target.into(),
@@ -735,12 +720,12 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
         return;
     }
     let mut s = lock(&inner.shared);
-    if let Message::Error(e) = &msg {
-        if let Some(w) = s.watches.iter_mut().find(|w| w.xids.contains(&h.xid)) {
-            let idx = (h.xid - w.xids.start) as usize;
-            w.errors.push((idx, e.clone()));
-            return;
-        }
+    if let Message::Error(e) = &msg
+        && let Some(w) = s.watches.iter_mut().find(|w| w.xids.contains(&h.xid))
+    {
+        let idx = (h.xid - w.xids.start) as usize;
+        w.errors.push((idx, e.clone()));
+        return;
     }
     match s.waiters.remove(&h.xid) {
         Some(Waiter::Reply(tx)) => {
@@ -803,5 +788,20 @@ async fn keepalive_loop(inner: std::sync::Weak<Inner>, last_rx: Arc<Mutex<Instan
                 .writer
                 .try_send(Bytes::from(Message::EchoRequest(Vec::new()).encode(0)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bundle::BundleAdd;
+    use crate::flow_mod::FlowMod;
+
+    #[test]
+    fn borrowed_bundle_add_encodes_like_the_owned_message() {
+        let fm = Message::FlowMod(FlowMod::default());
+        let mut a = Vec::new();
+        encode_bundle_add(7, 3, &fm, 42, &mut a);
+        assert_eq!(a, Message::BundleAdd(BundleAdd::new(7, 3, fm)).encode(42));
     }
 }

@@ -1,0 +1,355 @@
+//! Agent configuration: a YAML/JSON file (`--config`) with every setting, each overridable by a
+//! command-line flag. Unknown keys are an error, so a typo never silently falls back to a
+//! default.
+
+use openflow::oxm::MacAddr;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// vipflow's default cookie prefix: the top 16 bits of every flow it owns.
+pub const DEFAULT_COOKIE_PREFIX: u16 = 0x7f1f;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse config {path}: {detail}")]
+    Parse { path: PathBuf, detail: String },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// Where traffic for a VIP goes after it reaches the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GatewayMode {
+    /// OVN shared gateway: VIP traffic from the uplink is steered into OVN through the patch
+    /// port and its replies sent back out of the uplink.
+    #[default]
+    Shared,
+    /// Local gateway: VIP traffic goes through the host stack; only the ARP/ND bypass is needed.
+    Local,
+}
+
+/// What kind of bridge this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// The node's external bridge (br-ex) in front of the OVN gateway router.
+    #[default]
+    Gateway,
+    /// An underlay provider bridge (br-provider): VIP traffic from the NIC is rewritten to the
+    /// router's MAC and sent to the patch port.
+    Underlay,
+}
+
+/// One bridge vipflow programs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BridgeConfig {
+    /// Bridge name (also the default management socket `<ovs-rundir>/<name>.mgmt`).
+    pub name: String,
+    /// OpenFlow target: `unix:PATH` or `tcp:HOST:PORT`. Default: the bridge's mgmt socket.
+    pub target: Option<String>,
+    pub profile: Profile,
+    /// The physical uplink port (ARP/ND requests and VIP traffic arrive here).
+    pub uplink: String,
+    /// The patch port towards OVN (br-int).
+    pub patch: String,
+    pub gateway_mode: GatewayMode,
+    /// 802.1Q VLAN of the uplink, when tagged: bypass flows match it and pop the tag.
+    pub vlan: Option<u16>,
+    /// OpenFlow table for vipflow's flows.
+    pub table: u8,
+    /// Priority of vipflow's flows; the return-path flows use the same priority.
+    pub priority: u16,
+    /// The bridge's MAC, matched as dl_src on the return path. Default: learned from the
+    /// bridge's LOCAL port.
+    #[serde(with = "opt_mac")]
+    pub bridge_mac: Option<MacAddr>,
+    /// Underlay profile: the OVN router port's MAC that VIP traffic is rewritten to.
+    #[serde(with = "opt_mac")]
+    pub router_mac: Option<MacAddr>,
+}
+
+impl Default for BridgeConfig {
+    fn default() -> Self {
+        BridgeConfig {
+            name: "br-ex".into(),
+            target: None,
+            profile: Profile::Gateway,
+            uplink: "eth0".into(),
+            patch: "patch-ex-to-int".into(),
+            gateway_mode: GatewayMode::Shared,
+            vlan: None,
+            table: 0,
+            priority: 500,
+            bridge_mac: None,
+            router_mac: None,
+        }
+    }
+}
+
+impl BridgeConfig {
+    /// The OpenFlow target: explicit, or `unix:<ovs_rundir>/<name>.mgmt`.
+    pub fn target(&self, ovs_rundir: &Path) -> String {
+        self.target.clone().unwrap_or_else(|| {
+            format!(
+                "unix:{}",
+                ovs_rundir.join(format!("{}.mgmt", self.name)).display()
+            )
+        })
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() {
+            return Err(ConfigError::Invalid("bridge name is empty".into()));
+        }
+        if self.uplink.is_empty() || self.patch.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {}: uplink and patch port names are required",
+                self.name
+            )));
+        }
+        // OpenFlow carries port names in 16 bytes (15 and a NUL): longer names cannot be found
+        // in PORT_DESC, so refuse them here rather than never finding the port.
+        for p in [&self.uplink, &self.patch] {
+            if p.len() > 15 {
+                return Err(ConfigError::Invalid(format!(
+                    "bridge {}: port name {p:?} is longer than OpenFlow's 15 bytes; use the name as truncated in `ovs-ofctl show`",
+                    self.name
+                )));
+            }
+        }
+        if let Some(v) = self.vlan
+            && !(1..=4094).contains(&v)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {}: vlan {v} is not in 1..4094",
+                self.name
+            )));
+        }
+        if self.table >= 0xfe {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {}: table {} is reserved",
+                self.name, self.table
+            )));
+        }
+        if self.profile == Profile::Underlay && self.router_mac.is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {}: the underlay profile needs router-mac",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The whole agent configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct Config {
+    /// This node's name (Kubernetes Node); VIPs are checked against its addresses.
+    pub node_name: String,
+    /// Directory of the OVS management sockets.
+    pub ovs_rundir: PathBuf,
+    pub bridges: Vec<BridgeConfig>,
+    /// Top 16 bits of every cookie vipflow writes; flows are owned and found by it.
+    #[serde(with = "hex_u16")]
+    pub cookie_prefix: u16,
+    /// Only Services with this `spec.loadBalancerClass` (and, for externalIPs, any Service).
+    pub load_balancer_class: Option<String>,
+    /// Kubernetes objects file (the file source).
+    pub objects: Option<PathBuf>,
+    pub log_format: LogFormat,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: String::new(),
+            ovs_rundir: PathBuf::from("/var/run/openvswitch"),
+            bridges: vec![BridgeConfig::default()],
+            cookie_prefix: DEFAULT_COOKIE_PREFIX,
+            load_balancer_class: None,
+            objects: None,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        let cfg: Config = serde_yaml_ng::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            detail: e.to_string(),
+        })?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.bridges.is_empty() {
+            return Err(ConfigError::Invalid("no bridges configured".into()));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for b in &self.bridges {
+            b.validate()?;
+            if !names.insert(&b.name) {
+                return Err(ConfigError::Invalid(format!(
+                    "bridge {} is configured twice",
+                    b.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cookie mask selecting vipflow's flows.
+    pub fn cookie_mask(&self) -> u64 {
+        0xffff << 48
+    }
+
+    /// The cookie prefix in place (top 16 bits).
+    pub fn cookie_base(&self) -> u64 {
+        u64::from(self.cookie_prefix) << 48
+    }
+}
+
+/// Parse `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<MacAddr, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(format!("{s:?} is not a MAC address (aa:bb:cc:dd:ee:ff)"));
+    }
+    let mut mac = [0u8; 6];
+    for (m, p) in mac.iter_mut().zip(parts) {
+        *m = u8::from_str_radix(p, 16).map_err(|_| format!("{s:?} is not a MAC address"))?;
+    }
+    Ok(mac)
+}
+
+pub fn format_mac(m: &MacAddr) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+mod opt_mac {
+    use super::{format_mac, parse_mac};
+    use openflow::oxm::MacAddr;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<MacAddr>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(m) => s.serialize_str(&format_mac(m)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MacAddr>, D::Error> {
+        let v: Option<String> = Option::deserialize(d)?;
+        v.map(|s| parse_mac(&s).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+mod hex_u16 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u16, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:#06x}"))
+    }
+
+    /// Accepts a number or a string such as "0x7f1f".
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum N {
+            Num(u16),
+            Str(String),
+        }
+        match N::deserialize(d)? {
+            N::Num(n) => Ok(n),
+            N::Str(s) => super::parse_u16(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Parse a decimal or 0x-prefixed hexadecimal u16.
+pub fn parse_u16(s: &str) -> Result<u16, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u16::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a 16-bit number"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_config_with_every_key() {
+        let y = r#"
+node-name: node-a
+ovs-rundir: /run/ovs
+cookie-prefix: "0x7f20"
+load-balancer-class: example.com/vip
+bridges:
+  - name: br-ex
+    uplink: eth1
+    patch: patch-ex-to-int
+    gateway-mode: local
+    vlan: 100
+    table: 0
+    priority: 600
+    bridge-mac: "02:00:00:00:00:01"
+  - name: br-provider
+    profile: underlay
+    uplink: ens4
+    patch: patch-prov
+    router-mac: "0a:58:0a:f4:00:01"
+"#;
+        let c: Config = serde_yaml_ng::from_str(y).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.cookie_prefix, 0x7f20);
+        assert_eq!(c.bridges[0].vlan, Some(100));
+        assert_eq!(c.bridges[0].bridge_mac, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!(c.bridges[1].profile, Profile::Underlay);
+        assert_eq!(
+            c.bridges[1].priority, 500,
+            "defaults fill what is not given"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        assert!(serde_yaml_ng::from_str::<Config>("node-nam: x").is_err());
+        assert!(
+            serde_yaml_ng::from_str::<Config>("bridges: [{name: br-ex, bridge-mac: zz}]").is_err()
+        );
+        let mut c = Config::default();
+        c.bridges[0].patch = "patch-br-ex_node-a-to-br-int".into();
+        assert!(c.validate().unwrap_err().to_string().contains("15 bytes"));
+        let mut c = Config::default();
+        c.bridges[0].profile = Profile::Underlay;
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,628 @@
+//! The validated model: which VIPs exist, on which ports, for which Service, with which
+//! endpoints — built from raw Kubernetes objects by a pure function.
+//!
+//! Rules (DESIGN.md "Which VIPs"):
+//! - VIPs are `spec.externalIPs` of any Service and `status.loadBalancer.ingress[].ip` of
+//!   LoadBalancer Services; ingress entries with `ipMode: Proxy` and hostname-only entries are
+//!   skipped (the external LB proxies those). With a `load_balancer_class` filter, ingress IPs
+//!   are taken only from Services of that class; externalIPs, which users set by hand and no LB
+//!   implementation owns, are always taken.
+//! - Bad input is skipped for the smallest unit it spoils (a VIP, a port) and reported as a
+//!   [`Problem`]; everything else still goes through. Nothing here panics on peer input.
+//! - One VIP:port/protocol claimed by two Services: the oldest (creationTimestamp, then
+//!   namespace/name) wins, deterministically, so repeated plans never flap; the loser gets a
+//!   Problem.
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+/// Annotation that turns on prefer-local for one Service.
+pub const PREFER_LOCAL_ANNOTATION: &str = "vipflow.io/prefer-local";
+/// Label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The raw objects a source delivers.
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    pub services: Vec<core::Service>,
+    pub endpoint_slices: Vec<discovery::EndpointSlice>,
+    pub nodes: Vec<core::Node>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelOptions {
+    /// Take LoadBalancer ingress IPs only from Services of this class.
+    pub load_balancer_class: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    pub fn parse(s: Option<&str>) -> Option<Protocol> {
+        match s.unwrap_or("TCP") {
+            "TCP" => Some(Protocol::Tcp),
+            "UDP" => Some(Protocol::Udp),
+            "SCTP" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name, as OVN and ovs-ofctl write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+
+    pub fn ip_proto(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// namespace/name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ServiceKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        ServiceKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TargetPort {
+    Number(u16),
+    Name(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrafficPolicy {
+    #[default]
+    Cluster,
+    Local,
+}
+
+/// Where a VIP came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VipSource {
+    ExternalIp,
+    Ingress,
+}
+
+/// One VIP:port/protocol a Service serves (after validation and conflict resolution).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VipPort {
+    pub vip: IpAddr,
+    pub port: u16,
+    pub protocol: Protocol,
+    pub target: TargetPort,
+    /// The Service port's name (matches EndpointSlice port names).
+    pub port_name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    pub key: ServiceKey,
+    pub created: Option<String>,
+    pub traffic_policy: TrafficPolicy,
+    pub prefer_local: bool,
+    /// Every VIP:port/protocol this Service owns, sorted.
+    pub vip_ports: Vec<VipPort>,
+}
+
+impl Service {
+    /// The distinct VIPs of this Service.
+    pub fn vips(&self) -> BTreeSet<IpAddr> {
+        self.vip_ports.iter().map(|v| v.vip).collect()
+    }
+}
+
+/// One endpoint of an EndpointSlice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addresses: Vec<IpAddr>,
+    pub node: Option<String>,
+    pub ready: bool,
+    pub serving: bool,
+    pub terminating: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointPort {
+    pub name: Option<String>,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSlice {
+    pub name: String,
+    pub ports: Vec<EndpointPort>,
+    pub endpoints: Vec<Endpoint>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub name: String,
+    pub addresses: Vec<IpAddr>,
+}
+
+/// Something in the input that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// "Service ns/name", "EndpointSlice ns/name", "Node name".
+    pub object: String,
+    /// The VIP (or VIP:port/proto) concerned, if any.
+    pub vip: Option<String>,
+    pub reason: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.vip {
+            Some(v) => write!(f, "{}: {}: {}", self.object, v, self.reason),
+            None => write!(f, "{}: {}", self.object, self.reason),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Model {
+    pub services: BTreeMap<ServiceKey, Service>,
+    pub endpoint_slices: BTreeMap<ServiceKey, Vec<EndpointSlice>>,
+    pub nodes: BTreeMap<String, Node>,
+    pub problems: Vec<Problem>,
+}
+
+impl Model {
+    /// Every VIP with at least one valid port, with the Services that serve it.
+    pub fn vips(&self) -> BTreeMap<IpAddr, BTreeSet<&ServiceKey>> {
+        let mut m: BTreeMap<IpAddr, BTreeSet<&ServiceKey>> = BTreeMap::new();
+        for s in self.services.values() {
+            for vp in &s.vip_ports {
+                m.entry(vp.vip).or_default().insert(&s.key);
+            }
+        }
+        m
+    }
+
+    /// Every VIP:port/protocol, sorted, with its Service.
+    pub fn vip_ports(&self) -> impl Iterator<Item = (&ServiceKey, &VipPort)> {
+        self.services
+            .values()
+            .flat_map(|s| s.vip_ports.iter().map(move |vp| (&s.key, vp)))
+    }
+
+    pub fn build(objects: &Objects, opts: &ModelOptions) -> Model {
+        let mut problems = Vec::new();
+        let nodes = build_nodes(&objects.nodes, &mut problems);
+        let node_ips: BTreeSet<IpAddr> = nodes
+            .values()
+            .flat_map(|n| n.addresses.iter().copied())
+            .collect();
+        let cluster_ips: BTreeSet<IpAddr> = objects
+            .services
+            .iter()
+            .filter_map(|s| s.spec.as_ref())
+            .flat_map(|sp| sp.cluster_ips.iter().flatten().chain(sp.cluster_ip.iter()))
+            .filter_map(|ip| ip.parse().ok())
+            .collect();
+
+        // Candidate services with every valid VIP:port they claim.
+        let mut candidates: BTreeMap<ServiceKey, Service> = BTreeMap::new();
+        for svc in &objects.services {
+            let Some(s) = build_service(svc, opts, &node_ips, &cluster_ips, &mut problems) else {
+                continue;
+            };
+            if candidates.contains_key(&s.key) {
+                problems.push(Problem {
+                    object: format!("Service {}", s.key),
+                    vip: None,
+                    reason: "listed twice; the first one is used".into(),
+                });
+                continue;
+            }
+            candidates.insert(s.key.clone(), s);
+        }
+
+        resolve_conflicts(&mut candidates, &mut problems);
+        let endpoint_slices = build_slices(&objects.endpoint_slices, &mut problems);
+        problems.sort();
+        problems.dedup();
+        Model {
+            services: candidates,
+            endpoint_slices,
+            nodes,
+            problems,
+        }
+    }
+}
+
+fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<ServiceKey> {
+    Some(ServiceKey::new(
+        m.namespace.as_deref().unwrap_or("default"),
+        m.name.as_deref()?,
+    ))
+}
+
+fn build_nodes(nodes: &[core::Node], problems: &mut Vec<Problem>) -> BTreeMap<String, Node> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let Some(name) = n.metadata.name.clone() else {
+            problems.push(Problem {
+                object: "Node".into(),
+                vip: None,
+                reason: "no metadata.name".into(),
+            });
+            continue;
+        };
+        let mut addresses = Vec::new();
+        for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
+            if a.type_ == "Hostname" {
+                continue;
+            }
+            match a.address.parse::<IpAddr>() {
+                Ok(ip) => addresses.push(ip),
+                Err(_) => problems.push(Problem {
+                    object: format!("Node {name}"),
+                    vip: None,
+                    reason: format!("address {:?} is not an IP", a.address),
+                }),
+            }
+        }
+        out.insert(name.clone(), Node { name, addresses });
+    }
+    out
+}
+
+fn build_service(
+    svc: &core::Service,
+    opts: &ModelOptions,
+    node_ips: &BTreeSet<IpAddr>,
+    cluster_ips: &BTreeSet<IpAddr>,
+    problems: &mut Vec<Problem>,
+) -> Option<Service> {
+    let Some(key) = meta_key(&svc.metadata) else {
+        problems.push(Problem {
+            object: "Service".into(),
+            vip: None,
+            reason: "no metadata.name".into(),
+        });
+        return None;
+    };
+    let object = format!("Service {key}");
+    let spec = svc.spec.as_ref()?;
+    let mut problem = |vip: Option<String>, reason: String| {
+        problems.push(Problem {
+            object: object.clone(),
+            vip,
+            reason,
+        });
+    };
+
+    // VIPs, in order of appearance, each once.
+    let mut vips: Vec<IpAddr> = Vec::new();
+    let mut add_vip = |raw: &str, problem: &mut dyn FnMut(Option<String>, String)| {
+        let ip = match raw.trim().parse::<IpAddr>() {
+            Ok(ip) => ip,
+            Err(_) => return problem(Some(raw.into()), "not an IP address; skipped".into()),
+        };
+        if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
+            return problem(
+                Some(raw.into()),
+                "not a usable unicast address; skipped".into(),
+            );
+        }
+        if node_ips.contains(&ip) {
+            return problem(Some(raw.into()), "is a node address; skipped".into());
+        }
+        if cluster_ips.contains(&ip) {
+            return problem(Some(raw.into()), "is a cluster IP; skipped".into());
+        }
+        if !vips.contains(&ip) {
+            vips.push(ip);
+        }
+    };
+    for ip in spec.external_ips.iter().flatten() {
+        add_vip(ip, &mut problem);
+    }
+    let is_lb = spec.type_.as_deref() == Some("LoadBalancer");
+    let class_ok = match &opts.load_balancer_class {
+        None => true,
+        Some(c) => spec.load_balancer_class.as_deref() == Some(c.as_str()),
+    };
+    if is_lb && class_ok {
+        let ingress = svc
+            .status
+            .iter()
+            .filter_map(|s| s.load_balancer.as_ref())
+            .flat_map(|lb| lb.ingress.iter().flatten());
+        for ing in ingress {
+            // ipMode Proxy: the external LB proxies the traffic, the VIP never reaches nodes.
+            if ing.ip_mode.as_deref() == Some("Proxy") {
+                continue;
+            }
+            if let Some(ip) = &ing.ip {
+                add_vip(ip, &mut problem);
+            }
+        }
+    }
+
+    // Ports.
+    let mut ports: Vec<(u16, Protocol, TargetPort, Option<String>)> = Vec::new();
+    for p in spec.ports.iter().flatten() {
+        let label = p.name.clone().unwrap_or_else(|| p.port.to_string());
+        let Some(port) = u16::try_from(p.port).ok().filter(|&n| n != 0) else {
+            problem(
+                None,
+                format!("port {label}: {} is not a valid port; skipped", p.port),
+            );
+            continue;
+        };
+        let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
+            problem(
+                None,
+                format!(
+                    "port {label}: unknown protocol {:?}; skipped",
+                    p.protocol.as_deref().unwrap_or("")
+                ),
+            );
+            continue;
+        };
+        let target = match &p.target_port {
+            None => TargetPort::Number(port),
+            Some(IntOrString::Int(n)) => match u16::try_from(*n).ok().filter(|&n| n != 0) {
+                Some(n) => TargetPort::Number(n),
+                None => {
+                    problem(
+                        None,
+                        format!("port {label}: targetPort {n} is not a valid port; skipped"),
+                    );
+                    continue;
+                }
+            },
+            Some(IntOrString::String(s)) if s.is_empty() => TargetPort::Number(port),
+            Some(IntOrString::String(s)) => match s.parse::<u16>() {
+                Ok(0) => {
+                    problem(
+                        None,
+                        format!("port {label}: targetPort 0 is not a valid port; skipped"),
+                    );
+                    continue;
+                }
+                Ok(n) => TargetPort::Number(n),
+                Err(_) => TargetPort::Name(s.clone()),
+            },
+        };
+        if ports
+            .iter()
+            .any(|(q, pr, ..)| *q == port && *pr == protocol)
+        {
+            problem(
+                None,
+                format!("port {port}/{protocol} listed twice; the first one is used"),
+            );
+            continue;
+        }
+        ports.push((port, protocol, target, p.name.clone()));
+    }
+    if !vips.is_empty() && ports.is_empty() {
+        problem(
+            None,
+            "has VIPs but no valid port; nothing to program".into(),
+        );
+    }
+
+    let mut vip_ports: Vec<VipPort> = vips
+        .iter()
+        .flat_map(|&vip| {
+            ports
+                .iter()
+                .map(move |(port, protocol, target, name)| VipPort {
+                    vip,
+                    port: *port,
+                    protocol: *protocol,
+                    target: target.clone(),
+                    port_name: name.clone(),
+                })
+        })
+        .collect();
+    vip_ports.sort();
+
+    let traffic_policy = match spec.external_traffic_policy.as_deref() {
+        Some("Local") => TrafficPolicy::Local,
+        _ => TrafficPolicy::Cluster,
+    };
+    let prefer_local = svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PREFER_LOCAL_ANNOTATION))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let created = svc
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string());
+    Some(Service {
+        key,
+        created,
+        traffic_policy,
+        prefer_local,
+        vip_ports,
+    })
+}
+
+/// Keep one owner per VIP:port/protocol: the oldest Service, then by namespace/name.
+fn resolve_conflicts(services: &mut BTreeMap<ServiceKey, Service>, problems: &mut Vec<Problem>) {
+    // Services without a timestamp sort after every dated one.
+    let rank = |s: &Service| (s.created.is_none(), s.created.clone(), s.key.clone());
+    let mut owner: BTreeMap<(IpAddr, u16, Protocol), &Service> = BTreeMap::new();
+    for s in services.values() {
+        for vp in &s.vip_ports {
+            let k = (vp.vip, vp.port, vp.protocol);
+            match owner.get(&k) {
+                Some(o) if rank(o) <= rank(s) => {}
+                _ => {
+                    owner.insert(k, s);
+                }
+            }
+        }
+    }
+    let winners: BTreeMap<(IpAddr, u16, Protocol), ServiceKey> =
+        owner.into_iter().map(|(k, s)| (k, s.key.clone())).collect();
+    for s in services.values_mut() {
+        s.vip_ports.retain(|vp| {
+            let w = &winners[&(vp.vip, vp.port, vp.protocol)];
+            if *w == s.key {
+                return true;
+            }
+            problems.push(Problem {
+                object: format!("Service {}", s.key),
+                vip: Some(format!("{}", SocketLike(vp))),
+                reason: format!("also claimed by the older Service {w}; conflict lost"),
+            });
+            false
+        });
+    }
+}
+
+/// `VIP:port/proto`, with brackets around IPv6.
+pub struct SocketLike<'a>(pub &'a VipPort);
+
+impl fmt::Display for SocketLike<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        match v.vip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{}/{}", v.port, v.protocol),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{}/{}", v.port, v.protocol),
+        }
+    }
+}
+
+fn build_slices(
+    slices: &[discovery::EndpointSlice],
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<ServiceKey, Vec<EndpointSlice>> {
+    let mut out: BTreeMap<ServiceKey, Vec<EndpointSlice>> = BTreeMap::new();
+    for s in slices {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let ns = s
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        let object = format!("EndpointSlice {ns}/{name}");
+        let Some(svc) = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        else {
+            // Slices not managed for a Service (custom controllers) are not ours to use.
+            continue;
+        };
+        let mut ports = Vec::new();
+        for p in s.ports.iter().flatten() {
+            let Some(port) = p
+                .port
+                .and_then(|n| u16::try_from(n).ok())
+                .filter(|&n| n != 0)
+            else {
+                problems.push(Problem {
+                    object: object.clone(),
+                    vip: None,
+                    reason: format!("port {:?} is not valid; skipped", p.port),
+                });
+                continue;
+            };
+            let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
+                problems.push(Problem {
+                    object: object.clone(),
+                    vip: None,
+                    reason: format!("unknown protocol {:?}; skipped", p.protocol),
+                });
+                continue;
+            };
+            ports.push(EndpointPort {
+                name: p.name.clone(),
+                port,
+                protocol,
+            });
+        }
+        let mut endpoints = Vec::new();
+        for e in &s.endpoints {
+            let mut addresses = Vec::new();
+            for a in &e.addresses {
+                match a.parse::<IpAddr>() {
+                    Ok(ip) => addresses.push(ip),
+                    // FQDN slices and garbage alike: not usable as a backend.
+                    Err(_) => problems.push(Problem {
+                        object: object.clone(),
+                        vip: None,
+                        reason: format!("address {a:?} is not an IP; skipped"),
+                    }),
+                }
+            }
+            if addresses.is_empty() {
+                continue;
+            }
+            let c = e.conditions.as_ref();
+            // Kubernetes: nil ready means ready; nil serving defaults to ready.
+            let ready = c.and_then(|c| c.ready).unwrap_or(true);
+            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            endpoints.push(Endpoint {
+                addresses,
+                node: e.node_name.clone(),
+                ready,
+                serving,
+                terminating,
+            });
+        }
+        out.entry(ServiceKey::new(&ns, svc))
+            .or_default()
+            .push(EndpointSlice {
+                name,
+                ports,
+                endpoints,
+            });
+    }
+    for v in out.values_mut() {
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    out
+}

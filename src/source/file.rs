@@ -1,0 +1,203 @@
+//! The file source: Kubernetes objects from a file, re-read when it changes.
+//!
+//! Accepts what `kubectl get svc,endpointslices,nodes -A -o yaml` (or `-o json`) prints: a
+//! `List` with `items`, several YAML documents, or single objects. Each item is decoded on its
+//! own, so one bad item is reported and skipped while the rest still apply; unknown fields are
+//! reported (as kubectl warns) but do not reject the object. A file that does not parse at all
+//! leaves the last good objects in place: nothing already programmed is lost.
+
+use crate::model::{Objects, Problem};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {detail}")]
+    Parse { path: PathBuf, detail: String },
+}
+
+/// Objects read from a file, with what was wrong in it.
+#[derive(Debug, Clone, Default)]
+pub struct Loaded {
+    pub objects: Objects,
+    pub problems: Vec<Problem>,
+}
+
+/// Read and parse a file.
+pub fn load(path: &Path) -> Result<Loaded, FileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
+        path: path.into(),
+        source,
+    })?;
+    parse(&text).map_err(|detail| FileError::Parse {
+        path: path.into(),
+        detail,
+    })
+}
+
+/// Parse the text of an objects file. Only a document that is not YAML/JSON at all is an
+/// error; problems with single items are returned in [`Loaded::problems`].
+pub fn parse(text: &str) -> Result<Loaded, String> {
+    let mut docs = Vec::new();
+    for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let v =
+            serde_json::Value::deserialize(de).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    let mut out = Loaded::default();
+    for doc in docs {
+        let is_list = doc
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .is_some_and(|k| k == "List" || k.ends_with("List"));
+        match (is_list, doc.get("items")) {
+            (true, Some(serde_json::Value::Array(items))) => {
+                for item in items {
+                    add_item(item.clone(), &mut out);
+                }
+            }
+            (true, _) => out
+                .problems
+                .push(problem("List", "has no items array".into())),
+            (false, _) => add_item(doc, &mut out),
+        }
+    }
+    Ok(out)
+}
+
+fn problem(object: &str, reason: String) -> Problem {
+    Problem {
+        object: object.into(),
+        vip: None,
+        reason,
+    }
+}
+
+fn describe(item: &serde_json::Value, kind: &str) -> String {
+    let meta = item.get("metadata");
+    let name = meta
+        .and_then(|m| m.get("name"))
+        .and_then(|n| n.as_str())
+        .unwrap_or("<unnamed>");
+    match meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(|n| n.as_str())
+    {
+        Some(ns) => format!("{kind} {ns}/{name}"),
+        None => format!("{kind} {name}"),
+    }
+}
+
+fn add_item(item: serde_json::Value, out: &mut Loaded) {
+    let kind = item
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    let api = item
+        .get("apiVersion")
+        .and_then(|k| k.as_str())
+        .unwrap_or("")
+        .to_string();
+    let what = describe(&item, if kind.is_empty() { "object" } else { &kind });
+    let want_api = match kind.as_str() {
+        "Service" | "Node" => "v1",
+        "EndpointSlice" => "discovery.k8s.io/v1",
+        "" => {
+            out.problems
+                .push(problem(&what, "has no kind; skipped".into()));
+            return;
+        }
+        // Other kinds in a `kubectl get -A` dump (Endpoints, Pods, ...) are not ours.
+        _ => return,
+    };
+    if api != want_api {
+        out.problems.push(problem(
+            &what,
+            format!("apiVersion {api:?} is not {want_api:?}; skipped"),
+        ));
+        return;
+    }
+    let mut unknown = Vec::new();
+    let res = match kind.as_str() {
+        "Service" => {
+            decode::<core::Service>(item, &mut unknown).map(|o| out.objects.services.push(o))
+        }
+        "Node" => decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(o)),
+        _ => decode::<discovery::EndpointSlice>(item, &mut unknown)
+            .map(|o| out.objects.endpoint_slices.push(o)),
+    };
+    match res {
+        Ok(()) => {
+            for path in unknown {
+                out.problems
+                    .push(problem(&what, format!("unknown field {path} ignored")));
+            }
+        }
+        Err(e) => out
+            .problems
+            .push(problem(&what, format!("invalid: {e}; skipped"))),
+    }
+}
+
+fn decode<T: serde::de::DeserializeOwned>(
+    v: serde_json::Value,
+    unknown: &mut Vec<String>,
+) -> Result<T, String> {
+    serde_ignored::deserialize(v, |path| unknown.push(path.to_string())).map_err(|e| e.to_string())
+}
+
+/// Poll `path` every `interval`; send a new [`Loaded`] whenever its content changes. A read or
+/// parse failure is logged and the previous objects stay in force. Ends when every receiver
+/// is gone.
+pub async fn watch(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>) {
+    let mut last: Option<String> = None;
+    let mut last_err: Option<String> = None;
+    loop {
+        match tokio::fs::read_to_string(&path).await {
+            Ok(text) if last.as_deref() != Some(text.as_str()) => {
+                match parse(&text) {
+                    Ok(loaded) => {
+                        tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
+                            slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), "objects loaded");
+                        last_err = None;
+                        if tx.send(Arc::new(loaded)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        if last_err.as_deref() != Some(e.as_str()) {
+                            tracing::error!(file = %path.display(), error = %e, "objects file does not parse; keeping the previous objects");
+                            last_err = Some(e);
+                        }
+                    }
+                }
+                last = Some(text);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let e = e.to_string();
+                if last_err.as_deref() != Some(e.as_str()) {
+                    tracing::error!(file = %path.display(), error = %e, "cannot read objects file; keeping the previous objects");
+                    last_err = Some(e);
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = tx.closed() => return,
+        }
+    }
+}

@@ -451,6 +451,25 @@ impl Connection {
         }
     }
 
+    /// Ask for PORT_STATUS messages (and no other asynchronous message) on the event stream.
+    ///
+    /// Open vSwitch sends nothing asynchronous to a service connection (its `<bridge>.mgmt`
+    /// socket, `ptcp:`/`punix:` listeners) until that connection sets a nonzero
+    /// `miss_send_len`; the async config then keeps packet-ins and flow-removed messages off.
+    /// Returns once the switch has applied both (a barrier), so no port change after it is
+    /// missed.
+    pub async fn subscribe_port_status(&self) -> Result<(), ConnError> {
+        use crate::message::{AsyncConfig, SwitchConfig};
+        self.send(&Message::SetConfig(SwitchConfig {
+            flags: 0,
+            miss_send_len: 128,
+        }))
+        .await?;
+        self.send(&Message::SetAsync(AsyncConfig::port_status_only()))
+            .await?;
+        self.barrier().await
+    }
+
     pub async fn echo(&self, data: Vec<u8>) -> Result<Vec<u8>, ConnError> {
         match self.request(&Message::EchoRequest(data)).await? {
             Message::EchoReply(d) => Ok(d),

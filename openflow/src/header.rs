@@ -32,6 +32,9 @@ pub mod msg_type {
     pub const BARRIER_REPLY: u8 = 21;
     pub const ROLE_REQUEST: u8 = 24;
     pub const ROLE_REPLY: u8 = 25;
+    pub const GET_ASYNC_REQUEST: u8 = 26;
+    pub const GET_ASYNC_REPLY: u8 = 27;
+    pub const SET_ASYNC: u8 = 28;
 }
 
 /// `struct ofp_header`.

@@ -148,6 +148,25 @@ pub struct SwitchConfig {
     pub miss_send_len: u16,
 }
 
+/// SET_ASYNC / GET_ASYNC_REPLY (`struct ofp_async_config`): which asynchronous messages this
+/// connection receives, by reason bit; index 0 applies in the master/equal role, 1 as slave.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AsyncConfig {
+    pub packet_in_mask: [u32; 2],
+    pub port_status_mask: [u32; 2],
+    pub flow_removed_mask: [u32; 2],
+}
+
+impl AsyncConfig {
+    /// PORT_STATUS for every reason (add, delete, modify), nothing else.
+    pub fn port_status_only() -> Self {
+        AsyncConfig {
+            port_status_mask: [0b111, 0b111],
+            ..Default::default()
+        }
+    }
+}
+
 /// PACKET_IN (`struct ofp_packet_in`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PacketIn {
@@ -187,6 +206,9 @@ pub enum Message {
     GetConfigRequest,
     GetConfigReply(SwitchConfig),
     SetConfig(SwitchConfig),
+    GetAsyncRequest,
+    GetAsyncReply(AsyncConfig),
+    SetAsync(AsyncConfig),
     PacketIn(PacketIn),
     PortStatus(PortStatus),
     PacketOut(PacketOut),
@@ -223,6 +245,9 @@ impl Message {
             Message::GetConfigRequest => t::GET_CONFIG_REQUEST,
             Message::GetConfigReply(_) => t::GET_CONFIG_REPLY,
             Message::SetConfig(_) => t::SET_CONFIG,
+            Message::GetAsyncRequest => t::GET_ASYNC_REQUEST,
+            Message::GetAsyncReply(_) => t::GET_ASYNC_REPLY,
+            Message::SetAsync(_) => t::SET_ASYNC,
             Message::PacketIn(_) => t::PACKET_IN,
             Message::PortStatus(_) => t::PORT_STATUS,
             Message::PacketOut(_) => t::PACKET_OUT,
@@ -294,6 +319,7 @@ impl Message {
             Message::EchoRequest(d) | Message::EchoReply(d) => out.extend_from_slice(d),
             Message::FeaturesRequest
             | Message::GetConfigRequest
+            | Message::GetAsyncRequest
             | Message::BarrierRequest
             | Message::BarrierReply => {}
             Message::FeaturesReply(f) => {
@@ -308,6 +334,16 @@ impl Message {
             Message::GetConfigReply(c) | Message::SetConfig(c) => {
                 out.extend_from_slice(&c.flags.to_be_bytes());
                 out.extend_from_slice(&c.miss_send_len.to_be_bytes());
+            }
+            Message::GetAsyncReply(a) | Message::SetAsync(a) => {
+                for w in a
+                    .packet_in_mask
+                    .iter()
+                    .chain(&a.port_status_mask)
+                    .chain(&a.flow_removed_mask)
+                {
+                    out.extend_from_slice(&w.to_be_bytes());
+                }
             }
             Message::PacketIn(p) => {
                 out.extend_from_slice(&p.buffer_id.to_be_bytes());
@@ -447,6 +483,23 @@ impl Message {
                 })
             }
             t::GET_CONFIG_REQUEST => Message::GetConfigRequest,
+            t::GET_ASYNC_REQUEST => Message::GetAsyncRequest,
+            t::GET_ASYNC_REPLY | t::SET_ASYNC => {
+                let mut w = [0u32; 6];
+                for v in &mut w {
+                    *v = r.u32()?;
+                }
+                let a = AsyncConfig {
+                    packet_in_mask: [w[0], w[1]],
+                    port_status_mask: [w[2], w[3]],
+                    flow_removed_mask: [w[4], w[5]],
+                };
+                if ty == t::SET_ASYNC {
+                    Message::SetAsync(a)
+                } else {
+                    Message::GetAsyncReply(a)
+                }
+            }
             t::GET_CONFIG_REPLY | t::SET_CONFIG => {
                 let c = SwitchConfig {
                     flags: r.u16()?,

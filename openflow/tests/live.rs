@@ -314,3 +314,43 @@ async fn bad_targets_are_rejected_with_a_clear_error() {
         other => panic!("{:?}", other.err()),
     }
 }
+
+#[tokio::test]
+async fn port_status_arrives_after_subscribing() {
+    let sb = Sandbox::openflow_only();
+    let target = format!("unix:{}", sb.mgmt_sock("br-ex").display());
+    let (conn, mut events) = Connection::connect(&target, Config::default())
+        .await
+        .unwrap();
+    conn.subscribe_port_status().await.unwrap();
+    sb.vsctl(&[
+        "add-port",
+        "br-ex",
+        "eth9",
+        "--",
+        "set",
+        "interface",
+        "eth9",
+        "type=dummy",
+        "ofport_request=9",
+    ]);
+    sb.vsctl(&["del-port", "br-ex", "eth9"]);
+    // OVS reports the new port (Add), its link coming up (Modify), then its removal (Delete).
+    let mut seen = Vec::new();
+    while !seen.contains(&openflow::port::PortReason::Delete) {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .expect("a PORT_STATUS");
+        if let Some(openflow::Event::Message(_, Message::PortStatus(ps))) = ev
+            && ps.port.name == "eth9"
+        {
+            assert_eq!(ps.port.port_no, 9);
+            seen.push(ps.reason);
+        }
+    }
+    assert_eq!(
+        seen.first(),
+        Some(&openflow::port::PortReason::Add),
+        "{seen:?}"
+    );
+}

@@ -336,6 +336,8 @@ struct Session {
 impl Session {
     async fn connect(s: &BridgeSettings) -> Result<Session, ConnError> {
         let (conn, events) = Connection::connect(&s.target, s.openflow.clone()).await?;
+        // Subscribe before reading the ports, so no change falls between the two.
+        conn.subscribe_port_status().await?;
         let ports = Ports::from_desc(&conn.port_desc().await?);
         Ok(Session {
             conn,

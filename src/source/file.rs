@@ -156,7 +156,9 @@ fn decode<T: serde::de::DeserializeOwned>(
     v: serde_json::Value,
     unknown: &mut Vec<String>,
 ) -> Result<T, String> {
-    serde_ignored::deserialize(v, |path| unknown.push(path.to_string())).map_err(|e| e.to_string())
+    // serde_ignored writes `?` for an Option level; users know the field path without it.
+    serde_ignored::deserialize(v, |path| unknown.push(path.to_string().replace("?.", "")))
+        .map_err(|e| e.to_string())
 }
 
 /// Poll `path` every `interval`; send a new [`Loaded`] whenever its content changes. A read or

@@ -1,0 +1,556 @@
+//! The agent end to end on a real ovs-vswitchd: objects file -> flows on br-ex, checked with
+//! the operator's tools (`ovs-ofctl dump-flows`, `ofproto/trace`).
+
+use openflow::FlowStats;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::Sandbox;
+use tokio::sync::watch;
+use vipflow::agent::{self, Running};
+use vipflow::config::{BridgeConfig, Config, GatewayMode, Profile};
+use vipflow::model::Model;
+use vipflow::plan::flows::{PlanInput, Resolved, plan};
+use vipflow::source::file;
+
+const BR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+fn config(sb: &Sandbox, objects: &Path) -> Config {
+    Config {
+        ovs_rundir: sb.path().to_path_buf(),
+        objects: Some(objects.to_path_buf()),
+        ..Config::default()
+    }
+}
+
+/// Replace the objects file atomically, as an editor or a config-map update would.
+fn write_objects(path: &Path, yaml: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, yaml).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Our flows as ovs-ofctl shows them (`--no-stats`), one trimmed line each.
+fn ofctl_ours(sb: &Sandbox, bridge: &str, cookie_prefix: &str) -> BTreeSet<String> {
+    sb.ofctl(&["--no-stats", "dump-flows", bridge])
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| l.starts_with(cookie_prefix))
+        .collect()
+}
+
+/// The plan for `yaml` rendered exactly as ovs-ofctl prints flows.
+fn expected(cfg: &Config, b: &BridgeConfig, yaml: &str, r: &Resolved) -> BTreeSet<String> {
+    let loaded = file::parse(yaml).unwrap();
+    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    plan(
+        &model,
+        &PlanInput {
+            bridge: b,
+            cookie_prefix: cfg.cookie_prefix,
+        },
+    )
+    .iter()
+    .map(|f| {
+        let fm = f.resolve(r);
+        let fs = FlowStats {
+            table_id: fm.table_id,
+            priority: fm.priority,
+            cookie: fm.cookie,
+            match_: fm.match_,
+            instructions: fm.instructions,
+            ..FlowStats::default()
+        };
+        fs.dump_line(false).to_string().trim().to_string()
+    })
+    .collect()
+}
+
+fn default_resolved() -> Resolved {
+    Resolved {
+        uplink: 1,
+        patch: 2,
+        bridge_mac: BR_MAC,
+    }
+}
+
+/// A running agent on a file source with a short poll interval.
+struct Harness {
+    sb: Sandbox,
+    objects: PathBuf,
+    cfg: Config,
+    running: Running,
+    _watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Harness {
+    async fn start(sb: Sandbox, cfg_edit: impl FnOnce(&mut Config), yaml: &str) -> Harness {
+        let objects = sb.path().join("objects.yaml");
+        write_objects(&objects, yaml);
+        let mut cfg = config(&sb, &objects);
+        cfg_edit(&mut cfg);
+        cfg.validate().unwrap();
+        let (tx, rx) = watch::channel(Arc::new(file::load(&objects).unwrap()));
+        let watcher = tokio::spawn(file::watch(objects.clone(), Duration::from_millis(20), tx));
+        let mut running = agent::start(cfg.clone(), rx);
+        running.wait_applied(1).await;
+        Harness {
+            sb,
+            objects,
+            cfg,
+            running,
+            _watcher: watcher,
+        }
+    }
+
+    /// Write new objects and wait until every bridge has applied the resulting plan.
+    async fn update(&mut self, yaml: &str) {
+        let before = *self.running.generation.borrow();
+        write_objects(&self.objects, yaml);
+        let g = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.running.generation.wait_for(|g| *g > before),
+        )
+        .await
+        .expect("the file change was picked up")
+        .map(|g| *g)
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), self.running.wait_applied(g))
+            .await
+            .expect("plan applied");
+    }
+
+    fn assert_exact(&self, yaml: &str, r: &Resolved) {
+        let b = &self.cfg.bridges[0];
+        let want = expected(&self.cfg, b, yaml, r);
+        let have = ofctl_ours(&self.sb, &b.name, "cookie=0x7f1f");
+        assert_eq!(
+            have, want,
+            "ovs-ofctl dump-flows shows exactly the planned flows"
+        );
+    }
+}
+
+const FOREIGN: [&str; 2] = [
+    "cookie=0x1234,priority=600,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.100 actions=drop",
+    "cookie=0x7f1e000000000001,table=1,priority=10,ip actions=NORMAL",
+];
+
+fn foreign_flows(sb: &Sandbox) -> usize {
+    sb.ofctl(&["--no-stats", "dump-flows", "br-ex"])
+        .lines()
+        .filter(|l| l.contains("cookie=0x1234,") || l.contains("cookie=0x7f1e000000000001,"))
+        .count()
+}
+
+fn base_yaml() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))
+        .unwrap()
+}
+
+fn svc(ns: &str, name: &str, created: &str, vips: &[&str], ports: &[(u16, &str)]) -> String {
+    let ports: String = ports
+        .iter()
+        .map(|(p, proto)| format!("\n    - {{port: {p}, protocol: {proto}}}"))
+        .collect();
+    let vips = vips
+        .iter()
+        .map(|v| format!("\"{v}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "{created}"}}
+  spec:
+    type: ClusterIP
+    externalIPs: [{vips}]
+    ports:{ports}"#
+    )
+}
+
+fn list(items: &[String]) -> String {
+    format!("apiVersion: v1\nkind: List\nitems:{}\n", items.concat())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_churn_gives_exactly_the_desired_flows_and_spares_foreign_ones() {
+    let sb = Sandbox::openflow_only();
+    for f in FOREIGN {
+        sb.ofctl(&["add-flow", "br-ex", f]);
+    }
+    let y0 = base_yaml();
+    let mut h = Harness::start(sb, |_| {}, &y0).await;
+    h.assert_exact(&y0, &default_resolved());
+    assert_eq!(h.ofctl_count(), 18);
+
+    // Add a Service.
+    let a = svc(
+        "team",
+        "api",
+        "2026-02-01T00:00:00Z",
+        &["172.18.0.200"],
+        &[(8443, "TCP"), (8443, "UDP")],
+    );
+    let y1 = format!("{}{}", y0.trim_end(), a);
+    h.update(&y1).await;
+    h.assert_exact(&y1, &default_resolved());
+
+    // Change its ports and add an IPv6 VIP.
+    let a2 = svc(
+        "team",
+        "api",
+        "2026-02-01T00:00:00Z",
+        &["172.18.0.200", "fd00:18::200"],
+        &[(9443, "SCTP")],
+    );
+    let y2 = format!("{}{}", y0.trim_end(), a2);
+    h.update(&y2).await;
+    h.assert_exact(&y2, &default_resolved());
+
+    // Delete it again.
+    h.update(&y0).await;
+    h.assert_exact(&y0, &default_resolved());
+
+    // Delete everything: none of ours left, the foreign flows and the default flow still there.
+    let empty = list(&[]);
+    h.update(&empty).await;
+    assert!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f").is_empty());
+    assert_eq!(
+        foreign_flows(&h.sb),
+        2,
+        "foreign flows survive every change"
+    );
+    assert!(
+        h.sb.ofctl(&["dump-flows", "br-ex"])
+            .contains("actions=NORMAL")
+    );
+}
+
+impl Harness {
+    fn ofctl_count(&self) -> usize {
+        ofctl_ours(&self.sb, "br-ex", "cookie=0x7f1f").len()
+    }
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ovs_restart_wipes_flows_and_the_running_agent_restores_them() {
+    let y = base_yaml();
+    let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
+    h.assert_exact(&y, &default_resolved());
+    let syncs = h.running.status[0].1.borrow().full_syncs;
+
+    h.sb.kill("ovs-vswitchd");
+    h.sb.restart_vswitchd();
+    let mut st = h.running.status[0].1.clone();
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        st.wait_for(|s| s.connected && s.full_syncs > syncs),
+    )
+    .await
+    .expect("the agent reconnected and resynced")
+    .unwrap();
+    h.assert_exact(&y, &default_resolved());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
+    let y = base_yaml();
+    let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
+    h.sb.vsctl(&["del-port", "br-ex", "eth0"]);
+    // Without the uplink nothing can be programmed: the stale flows go.
+    eventually("flows removed with the uplink", || h.ofctl_count() == 0).await;
+    h.sb.vsctl(&[
+        "add-port",
+        "br-ex",
+        "eth0",
+        "--",
+        "set",
+        "interface",
+        "eth0",
+        "type=dummy",
+        "ofport_request=7",
+    ]);
+    let moved = Resolved {
+        uplink: 7,
+        ..default_resolved()
+    };
+    let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &moved);
+    eventually("flows follow eth0 to port 7", || {
+        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    })
+    .await;
+    assert!(want.iter().any(|l| l.contains("in_port=7")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ofproto_trace_arp_reaches_local_and_vip_tcp_reaches_the_patch_port() {
+    let y = base_yaml();
+    let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
+    let arp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,arp,arp_op=1,arp_tpa=172.18.0.100,arp_spa=172.18.0.1,dl_src=02:aa:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff",
+    ]);
+    assert!(
+        arp.contains("arp_tpa=172.18.0.100,arp_op=1, priority 500, cookie 0x7f1f"),
+        "{arp}"
+    );
+    assert!(arp.lines().any(|l| l.trim() == "LOCAL"), "{arp}");
+    assert!(
+        !arp.contains("bridge(\"br-int\")"),
+        "ARP for a VIP must not enter OVN: {arp}"
+    );
+
+    let tcp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,tcp,nw_src=198.51.100.7,nw_dst=172.18.0.100,tp_src=40000,tp_dst=80,dl_dst=02:00:00:00:00:01",
+    ]);
+    assert!(
+        tcp.contains("tcp,in_port=1,nw_dst=172.18.0.100,tp_dst=80, priority 500"),
+        "{tcp}"
+    );
+    assert!(tcp.lines().any(|l| l.trim() == "output:2"), "{tcp}");
+    assert!(
+        tcp.contains("bridge(\"br-int\")"),
+        "VIP traffic enters OVN through the patch port: {tcp}"
+    );
+
+    // A port the Service does not expose is not steered.
+    let other = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,tcp,nw_src=198.51.100.7,nw_dst=172.18.0.100,tp_src=40000,tp_dst=22",
+    ]);
+    assert!(!other.contains("cookie 0x7f1f"), "{other}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_reported_and_the_rest_applied_without_losing_flows() {
+    let good = list(&[svc(
+        "a",
+        "one",
+        "2026-01-01T00:00:00Z",
+        &["172.18.1.1"],
+        &[(80, "TCP")],
+    )]);
+    let mut h = Harness::start(Sandbox::openflow_only(), |_| {}, &good).await;
+    h.assert_exact(&good, &default_resolved());
+
+    // One file with: an invalid IP beside a good one, a port 0 beside a good port, an unknown
+    // field, and a VIP:port claimed twice (the older Service wins).
+    let bad = list(&[
+        svc("a", "one", "2026-01-01T00:00:00Z", &["172.18.1.1", "not-an-ip"], &[(80, "TCP"), (0, "TCP")]),
+        svc("b", "two", "2026-03-01T00:00:00Z", &["172.18.1.1", "172.18.1.2"], &[(80, "TCP")]),
+        "\n- apiVersion: v1\n  kind: Service\n  metadata: {name: three, namespace: c}\n  spec:\n    externalIPs: [172.18.1.3]\n    frobnicate: true\n    ports: [{port: 53, protocol: UDP}]"
+            .to_string(),
+    ]);
+    h.update(&bad).await;
+    h.assert_exact(&bad, &default_resolved());
+    let loaded = file::parse(&bad).unwrap();
+    let (model, problems) = agent::build_model(&h.cfg, &loaded);
+    let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+    let has = |s: &str| text.iter().any(|t| t.contains(s));
+    assert!(has("not-an-ip: not an IP address"), "{text:?}");
+    assert!(has("0 is not a valid port"), "{text:?}");
+    assert!(has("unknown field spec.frobnicate"), "{text:?}");
+    assert!(
+        has("Service b/two: 172.18.1.1:80/tcp: also claimed by the older Service a/one"),
+        "{text:?}"
+    );
+    assert_eq!(
+        model.vips().len(),
+        3,
+        "172.18.1.1, .2 and .3 are all programmed"
+    );
+    let flows_before = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+
+    // A file that does not parse at all: nothing already programmed is lost.
+    write_objects(&h.objects, "items: [ {{{ this is not yaml");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f"), flows_before);
+
+    // Fixed again: applied.
+    h.update(&good).await;
+    h.assert_exact(&good, &default_resolved());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
+    let sb = Sandbox::openflow_only();
+    sb.vsctl(&[
+        "add-br",
+        "br-provider",
+        "--",
+        "set",
+        "bridge",
+        "br-provider",
+        "datapath_type=dummy",
+        "--",
+        "add-port",
+        "br-provider",
+        "ens4",
+        "--",
+        "set",
+        "interface",
+        "ens4",
+        "type=dummy",
+        "ofport_request=1",
+        "--",
+        "add-port",
+        "br-provider",
+        "patch-prov",
+        "--",
+        "set",
+        "interface",
+        "patch-prov",
+        "type=patch",
+        "options:peer=patch-int-prov",
+        "ofport_request=2",
+        "--",
+        "add-port",
+        "br-int",
+        "patch-int-prov",
+        "--",
+        "set",
+        "interface",
+        "patch-int-prov",
+        "type=patch",
+        "options:peer=patch-prov",
+    ]);
+    let y = base_yaml();
+    let router = [0x0a, 0x58, 0x0a, 0xf4, 0, 1];
+    let h = Harness::start(
+        sb,
+        |c| {
+            c.bridges[0].vlan = Some(100);
+            c.bridges[0].gateway_mode = GatewayMode::Local;
+            c.bridges.push(BridgeConfig {
+                name: "br-provider".into(),
+                profile: Profile::Underlay,
+                uplink: "ens4".into(),
+                patch: "patch-prov".into(),
+                router_mac: Some(router),
+                ..BridgeConfig::default()
+            });
+        },
+        &y,
+    )
+    .await;
+    // br-ex: local gateway mode with a tagged uplink: only bypass flows, matching the tag.
+    h.assert_exact(&y, &default_resolved());
+    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    assert_eq!(ours.len(), 3, "{ours:?}");
+    assert!(
+        ours.iter()
+            .all(|l| l.contains("dl_vlan=100") && l.contains("actions=pop_vlan,LOCAL")),
+        "{ours:?}"
+    );
+    let arp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,dl_vlan=100,arp,arp_op=1,arp_tpa=172.18.0.53,dl_dst=ff:ff:ff:ff:ff:ff",
+    ]);
+    assert!(
+        arp.contains("pop_vlan") && arp.lines().any(|l| l.trim() == "LOCAL"),
+        "{arp}"
+    );
+
+    // br-provider: the underlay profile rewrites VIP traffic to the router MAC.
+    let prov = &h.cfg.bridges[1];
+    let want = expected(
+        &h.cfg,
+        prov,
+        &y,
+        &Resolved {
+            uplink: 1,
+            patch: 2,
+            bridge_mac: [0; 6],
+        },
+    );
+    assert_eq!(ofctl_ours(&h.sb, "br-provider", "cookie=0x7f1f"), want);
+    let tcp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-provider",
+        "in_port=ens4,tcp,nw_dst=172.18.0.100,tp_dst=443,nw_src=198.51.100.7,tp_src=40000",
+    ]);
+    assert!(
+        tcp.contains("set_field:0a:58:0a:f4:00:01->eth_dst") && tcp.contains("output:2"),
+        "{tcp}"
+    );
+}
+
+#[test]
+fn cli_once_then_verify_reports_sync_and_drift() {
+    let sb = Sandbox::openflow_only();
+    let objects = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .args(args)
+            .arg("--objects")
+            .arg(&objects)
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1), "empty bridge: drift");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).matches("\n+ ").count(),
+        18
+    );
+
+    let out = run(&["agent", "--once"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("br-ex: in sync"));
+
+    // Someone deletes one of our flows and changes another: verify names both.
+    sb.ofctl(&[
+        "--strict",
+        "del-flows",
+        "br-ex",
+        "priority=500,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.53",
+    ]);
+    sb.ofctl(&["add-flow", "br-ex", "cookie=0x7f1f000000000bad,priority=500,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.100 actions=drop"]);
+    let out = run(&["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("br-ex: drift (2 missing, 1 unexpected)"),
+        "{text}"
+    );
+    assert!(text.contains("- cookie=0x7f1f000000000bad"), "{text}");
+
+    // Bad invocations: clear errors, exit 2.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args(["plan", "--patch", "patch-br-ex_node-a-to-br-int"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("15 bytes"));
+}

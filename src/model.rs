@@ -601,9 +601,10 @@ fn build_slices(
                 continue;
             }
             let c = e.conditions.as_ref();
-            // Kubernetes: nil ready means ready; nil serving defaults to ready.
+            // Kubernetes (discovery/v1 EndpointConditions): nil ready and nil serving are
+            // interpreted as true, nil terminating as false.
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+            let serving = c.and_then(|c| c.serving).unwrap_or(true);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             endpoints.push(Endpoint {
                 addresses,

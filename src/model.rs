@@ -291,7 +291,8 @@ fn build_nodes(nodes: &[core::Node], problems: &mut Vec<Problem>) -> BTreeMap<St
         };
         let mut addresses = Vec::new();
         for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
-            if a.type_ == "Hostname" {
+            // Hostname, InternalDNS and ExternalDNS carry names, not IPs.
+            if matches!(a.type_.as_str(), "Hostname" | "InternalDNS" | "ExternalDNS") {
                 continue;
             }
             match a.address.parse::<IpAddr>() {

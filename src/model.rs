@@ -489,8 +489,15 @@ fn build_service(
 
 /// Keep one owner per VIP:port/protocol: the oldest Service, then by namespace/name.
 fn resolve_conflicts(services: &mut BTreeMap<ServiceKey, Service>, problems: &mut Vec<Problem>) {
-    // Services without a timestamp sort after every dated one.
-    let rank = |s: &Service| (s.created.is_none(), s.created.clone(), s.key.clone());
+    // Services without a timestamp sort after every dated one. Times compare as times: as
+    // text, "08:00:00.5Z" would sort before "08:00:00Z".
+    let rank = |s: &Service| {
+        let t = s
+            .created
+            .as_deref()
+            .and_then(|c| c.parse::<k8s_openapi::jiff::Timestamp>().ok());
+        (t.is_none(), t, s.key.clone())
+    };
     let mut owner: BTreeMap<(IpAddr, u16, Protocol), &Service> = BTreeMap::new();
     for s in services.values() {
         for vp in &s.vip_ports {

@@ -635,3 +635,7 @@ fn build_slices(
     }
     out
 }
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;

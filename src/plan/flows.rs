@@ -328,3 +328,7 @@ impl MatchExt for Match {
         self
     }
 }
+
+#[cfg(test)]
+#[path = "flows_tests.rs"]
+mod tests;

@@ -45,15 +45,24 @@ pub fn load(path: &Path) -> Result<Loaded, FileError> {
     })
 }
 
-/// Parse the text of an objects file. Only a document that is not YAML/JSON at all is an
-/// error; problems with single items are returned in [`Loaded::problems`].
+/// Parse the text of an objects file. Only a document that is not YAML/JSON at all, or not a
+/// mapping, is an error; problems with single items are returned in [`Loaded::problems`].
 pub fn parse(text: &str) -> Result<Loaded, String> {
     let mut docs = Vec::new();
     for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let v =
             serde_json::Value::deserialize(de).map_err(|e| format!("document {}: {e}", i + 1))?;
-        if !v.is_null() {
-            docs.push(v);
+        // A bare string, number or sequence is no object at all (plain text, an error page):
+        // reading it as "no objects" would remove every flow, so it is an error like bad YAML.
+        match v {
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(_) => docs.push(v),
+            _ => {
+                return Err(format!(
+                    "document {}: not a mapping (a Kubernetes object or List)",
+                    i + 1
+                ));
+            }
         }
     }
     let mut out = Loaded::default();
@@ -161,11 +170,31 @@ fn decode<T: serde::de::DeserializeOwned>(
         .map_err(|e| e.to_string())
 }
 
-/// Poll `path` every `interval`; send a new [`Loaded`] whenever its content changes. A read or
-/// parse failure is logged and the previous objects stay in force. Ends when every receiver
-/// is gone.
-pub async fn watch(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>) {
-    let mut last: Option<String> = None;
+/// Load `path` now (an error if it cannot be read or parsed: an agent started on a broken
+/// file must not plan an empty world and delete its flows), then keep polling it every
+/// `interval` in a task; the receiver sees a new [`Loaded`] whenever the content changes.
+pub fn watch(
+    path: PathBuf,
+    interval: Duration,
+) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
+    let text = std::fs::read_to_string(&path).map_err(|source| FileError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let first = parse(&text).map_err(|detail| FileError::Parse {
+        path: path.clone(),
+        detail,
+    })?;
+    let (tx, rx) = watch::channel(Arc::new(first));
+    let task = tokio::spawn(poll(path, interval, tx, text));
+    Ok((rx, task))
+}
+
+/// Poll `path` every `interval`; send a new [`Loaded`] whenever its content differs from
+/// `last`. A read or parse failure is logged and the previous objects stay in force. Ends when
+/// every receiver is gone.
+async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>, last: String) {
+    let mut last = Some(last);
     let mut last_err: Option<String> = None;
     loop {
         match tokio::fs::read_to_string(&path).await {

@@ -146,11 +146,7 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
 /// Run until interrupted, re-reading the objects file every `poll`.
 pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
     let path = cfg.objects.clone().ok_or(AgentError::NoObjects)?;
-    // The first read must work: an agent started on a missing or broken file would otherwise
-    // plan nothing and delete every flow it owns.
-    let first = file::load(&path)?;
-    let (tx, rx) = watch::channel(Arc::new(first));
-    let watcher = tokio::spawn(file::watch(path, poll, tx));
+    let (rx, watcher) = file::watch(path, poll)?;
     let running = start(cfg, rx);
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");

@@ -4,10 +4,8 @@
 use openflow::FlowStats;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use testkit::Sandbox;
-use tokio::sync::watch;
 use vipflow::agent::{self, Running};
 use vipflow::config::{BridgeConfig, Config, GatewayMode, Profile};
 use vipflow::model::Model;
@@ -91,8 +89,7 @@ impl Harness {
         let mut cfg = config(&sb, &objects);
         cfg_edit(&mut cfg);
         cfg.validate().unwrap();
-        let (tx, rx) = watch::channel(Arc::new(file::load(&objects).unwrap()));
-        let watcher = tokio::spawn(file::watch(objects.clone(), Duration::from_millis(20), tx));
+        let (rx, watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
         let mut running = agent::start(cfg.clone(), rx);
         running.wait_applied(1).await;
         Harness {

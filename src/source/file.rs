@@ -232,3 +232,7 @@ async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>,
         }
     }
 }
+
+#[cfg(test)]
+#[path = "file_tests.rs"]
+mod tests;

@@ -6,7 +6,9 @@
 use crate::config::{BridgeConfig, Config};
 use crate::model::{Model, ModelOptions, Objects, Problem};
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
+use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
+use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -25,6 +27,11 @@ pub enum AgentError {
     },
     #[error("no objects file: give --objects or set objects in the config file")]
     NoObjects,
+    #[error("Northbound database {remotes}: {source}")]
+    Northbound {
+        remotes: String,
+        source: ovsdb::Error,
+    },
 }
 
 /// The plan for every configured bridge.
@@ -72,10 +79,25 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
     }
 }
 
+/// The desired Northbound rows.
+pub fn plan_northbound(cfg: &Config, model: &Model) -> Vec<LbRow> {
+    nbplan::plan(model, &cfg.northbound)
+}
+
+pub fn nb_settings(remotes: &str) -> nb::NbSettings {
+    nb::NbSettings {
+        remotes: remotes.to_string(),
+        backoff_min: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(5),
+    }
+}
+
 /// Handles on a running agent, for the CLI and for tests.
 pub struct Running {
     /// One status channel per configured bridge, in config order.
     pub status: Vec<(String, watch::Receiver<Status>)>,
+    /// The Northbound writer's status, when one runs.
+    pub nb_status: Option<watch::Receiver<nb::Status>>,
     /// The generation of the latest plan handed to the reconcilers.
     pub generation: watch::Receiver<u64>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -113,6 +135,16 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
         senders.push(dtx);
         status.push((b.name.clone(), srx));
     }
+    let nb = cfg.nb_remote.as_ref().map(|remotes| {
+        let (dtx, drx) = watch::channel(Arc::new(nb::Desired::default()));
+        let (stx, srx) = watch::channel(nb::Status::default());
+        tasks.push(tokio::spawn(nb::run(nb_settings(remotes), drx, stx)));
+        (dtx, srx)
+    });
+    let (nb_tx, nb_status) = match nb {
+        Some((tx, rx)) => (Some(tx), Some(rx)),
+        None => (None, None),
+    };
     let (gtx, grx) = watch::channel(0u64);
     tasks.push(tokio::spawn(async move {
         let mut generation = 0u64;
@@ -130,6 +162,12 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
             for ((_, flows), tx) in plan_bridges(&cfg, &model).into_iter().zip(&senders) {
                 let _ = tx.send(Arc::new(Desired { generation, flows }));
             }
+            if let Some(tx) = &nb_tx {
+                let _ = tx.send(Arc::new(nb::Desired {
+                    generation,
+                    rows: plan_northbound(&cfg, &model),
+                }));
+            }
             let _ = gtx.send(generation);
             if objects.changed().await.is_err() {
                 return;
@@ -138,6 +176,7 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
     }));
     Running {
         status,
+        nb_status,
         generation: grx,
         tasks,
     }
@@ -231,7 +270,42 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
         });
         conn.close();
     }
+    if let Some(remotes) = &cfg.nb_remote {
+        let rows = plan_northbound(cfg, &model);
+        let (changes, skipped) =
+            nb::sync_once(remotes, &rows)
+                .await
+                .map_err(|source| AgentError::Northbound {
+                    remotes: remotes.clone(),
+                    source,
+                })?;
+        reports.push(SyncReport {
+            bridge: "northbound".into(),
+            changes,
+            flows: rows.len(),
+            skipped,
+        });
+    }
     Ok(reports)
+}
+
+/// Northbound drift lines (empty when in sync); `None` when no NB database is configured.
+pub async fn verify_northbound(
+    cfg: &Config,
+    objects: &Objects,
+) -> Result<Option<Vec<String>>, AgentError> {
+    let Some(remotes) = &cfg.nb_remote else {
+        return Ok(None);
+    };
+    let model = Model::build(objects, &model_options(cfg));
+    let rows = plan_northbound(cfg, &model);
+    nb::drift(remotes, &rows)
+        .await
+        .map(Some)
+        .map_err(|source| AgentError::Northbound {
+            remotes: remotes.clone(),
+            source,
+        })
 }
 
 /// Differences between a bridge's flows and the plan.

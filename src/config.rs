@@ -174,6 +174,11 @@ pub struct Config {
     /// Kubernetes objects file (the file source).
     pub objects: Option<PathBuf>,
     pub log_format: LogFormat,
+    /// OVN Northbound database (`unix:PATH`, `tcp:a:6641,tcp:b:6641`): when set, vipflow also
+    /// keeps the Services' Load_Balancer rows there.
+    pub nb_remote: Option<String>,
+    /// How Load_Balancer rows are shaped and attached.
+    pub northbound: crate::plan::northbound::NorthboundConfig,
 }
 
 impl Default for Config {
@@ -186,6 +191,8 @@ impl Default for Config {
             load_balancer_class: None,
             objects: None,
             log_format: LogFormat::Text,
+            nb_remote: None,
+            northbound: Default::default(),
         }
     }
 }

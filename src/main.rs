@@ -88,6 +88,73 @@ struct Global {
 
     #[command(flatten)]
     bridge: BridgeFlags,
+
+    #[command(flatten)]
+    northbound: NorthboundFlags,
+}
+
+/// OVN Northbound settings: where the database is and how Load_Balancer rows look.
+#[derive(Args, Debug, Default)]
+struct NorthboundFlags {
+    /// OVN Northbound database (unix:PATH, or tcp:IP:6641,tcp:IP:6641,... for a cluster). When
+    /// set, vipflow also keeps each Service's Load_Balancer rows there.
+    #[arg(long, env = "OVN_NB_DB", global = true, value_name = "REMOTES")]
+    nb_remote: Option<String>,
+    /// Load_Balancer_Group that cluster-scope rows join.
+    #[arg(long, global = true, value_name = "NAME")]
+    lb_group: Option<String>,
+    /// Logical switch cluster-scope rows attach to (repeatable).
+    #[arg(long = "nb-switch", global = true, value_name = "NAME")]
+    nb_switches: Vec<String>,
+    /// Logical router cluster-scope rows attach to (repeatable).
+    #[arg(long = "nb-router", global = true, value_name = "NAME")]
+    nb_routers: Vec<String>,
+    /// Router of each node for node-scoped rows; {node} is replaced (e.g. GR_{node}).
+    #[arg(long, global = true, value_name = "TEMPLATE")]
+    node_router: Option<String>,
+    /// Switch of each node for node-scoped rows; {node} is replaced (e.g. {node}).
+    #[arg(long, global = true, value_name = "TEMPLATE")]
+    node_switch: Option<String>,
+    /// prefer-local for every Service: a node's own endpoints when it has any, else all (per
+    /// Service: annotation vipflow.io/prefer-local: "true").
+    #[arg(long, global = true)]
+    prefer_local: bool,
+    /// options:hairpin_snat_ip for every row.
+    #[arg(long, global = true, value_name = "IP")]
+    hairpin_snat_ip: Option<String>,
+    /// Kube-OVN dialect: prefer-local through options:prefer_local_backend and ip_port_mappings
+    /// (read by Kube-OVN's patched OVN).
+    #[arg(long, global = true)]
+    kube_ovn: bool,
+}
+
+impl NorthboundFlags {
+    fn apply(&self, cfg: &mut Config) {
+        if let Some(v) = &self.nb_remote {
+            cfg.nb_remote = Some(v.clone());
+        }
+        let nb = &mut cfg.northbound;
+        if let Some(v) = &self.lb_group {
+            nb.lb_group = Some(v.clone());
+        }
+        if !self.nb_switches.is_empty() {
+            nb.switches = self.nb_switches.clone();
+        }
+        if !self.nb_routers.is_empty() {
+            nb.routers = self.nb_routers.clone();
+        }
+        if let Some(v) = &self.node_router {
+            nb.node_router = Some(v.clone());
+        }
+        if let Some(v) = &self.node_switch {
+            nb.node_switch = Some(v.clone());
+        }
+        nb.prefer_local |= self.prefer_local;
+        if let Some(v) = &self.hairpin_snat_ip {
+            nb.hairpin_snat_ip = Some(v.clone());
+        }
+        nb.kube_ovn |= self.kube_ovn;
+    }
 }
 
 /// Per-bridge settings. They apply to the bridge chosen with --bridge (which then becomes the
@@ -201,6 +268,7 @@ fn build_config(g: &Global) -> Result<Config, String> {
     if let Some(v) = g.log_format {
         cfg.log_format = v;
     }
+    g.northbound.apply(&mut cfg);
     if let Some(name) = &g.bridge.bridge {
         let b = cfg
             .bridges
@@ -289,6 +357,11 @@ async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
                     println!("{}", f.display(&b));
                 }
             }
+            let rows = agent::plan_northbound(&cfg, &model);
+            println!("# northbound Load_Balancer rows ({})", rows.len());
+            for r in &rows {
+                println!("{r}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify => {
@@ -317,6 +390,20 @@ async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
                 }
                 for f in &d.extra {
                     println!("- {f}");
+                }
+            }
+            let nb = agent::verify_northbound(&cfg, &loaded.objects)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(lines) = nb {
+                if lines.is_empty() {
+                    println!("northbound: in sync");
+                } else {
+                    drift = true;
+                    println!("northbound: drift ({} differences)", lines.len());
+                    for l in &lines {
+                        println!("{l}");
+                    }
                 }
             }
             Ok(if drift {

@@ -1,0 +1,356 @@
+//! The desired OVN Northbound `Load_Balancer` rows: a pure function of the model and config.
+//!
+//! - Cluster scope: one row per (Service, protocol) with every VIP:port of the Service as a
+//!   `vips` key and the ready endpoints as its value.
+//! - `externalTrafficPolicy: Local`: one row per (Service, protocol, node) with only that
+//!   node's endpoints; none -> an empty backend list, which with `reject=true` resets
+//!   connections instead of black-holing them. These rows are local-only, so `skip_snat=true`.
+//! - prefer-local (config flag, or the `vipflow.io/prefer-local: "true"` annotation): one row
+//!   per (Service, protocol, node) with the node's endpoints when it has any, else all of them.
+//!   In the Kube-OVN dialect the patched OVN does this itself: one cluster row with
+//!   `options:prefer_local_backend=true` and `ip_port_mappings` (backend IP -> node).
+//! - Endpoints: ready ones; when none is ready, the serving ones (terminating included), as
+//!   kube-proxy does. Only addresses of the VIP's family are used.
+//! - Rows carry `external_ids` `vipflow.io/owner=<ns>/<name>` and `vipflow.io/scope=cluster` or
+//!   `node/<node>`: that is how the reconciler finds its rows (names are not unique in the
+//!   schema) and never touches anyone else's.
+
+use crate::model::{EndpointSlice, Model, Protocol, Service, ServiceKey, TrafficPolicy, VipPort};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+pub const OWNER_KEY: &str = "vipflow.io/owner";
+pub const SCOPE_KEY: &str = "vipflow.io/scope";
+
+/// How rows are attached and which options they carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct NorthboundConfig {
+    /// Load_Balancer_Group that cluster-scope rows join.
+    pub lb_group: Option<String>,
+    /// Logical switches cluster-scope rows attach to.
+    pub switches: Vec<String>,
+    /// Logical routers cluster-scope rows attach to.
+    pub routers: Vec<String>,
+    /// Router of a node for node-scoped rows, `{node}` replaced (e.g. `GR_{node}`).
+    pub node_router: Option<String>,
+    /// Switch of a node for node-scoped rows, `{node}` replaced (e.g. `{node}`).
+    pub node_switch: Option<String>,
+    /// prefer-local for every Service (otherwise per Service by annotation).
+    pub prefer_local: bool,
+    /// `options:hairpin_snat_ip` for every row.
+    pub hairpin_snat_ip: Option<String>,
+    /// Kube-OVN's dialect: prefer-local via `prefer_local_backend` + `ip_port_mappings`.
+    pub kube_ovn: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    Cluster,
+    Node(String),
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Cluster => f.write_str("cluster"),
+            Scope::Node(n) => write!(f, "node/{n}"),
+        }
+    }
+}
+
+/// What identifies one of our rows.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LbKey {
+    pub owner: ServiceKey,
+    pub protocol: Protocol,
+    pub scope: Scope,
+}
+
+/// Where a row is attached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Attach {
+    pub group: Option<String>,
+    pub switches: BTreeSet<String>,
+    pub routers: BTreeSet<String>,
+}
+
+/// One desired `Load_Balancer` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LbRow {
+    pub key: LbKey,
+    pub name: String,
+    pub vips: BTreeMap<String, String>,
+    pub options: BTreeMap<String, String>,
+    pub external_ids: BTreeMap<String, String>,
+    pub ip_port_mappings: BTreeMap<String, String>,
+    pub attach: Attach,
+}
+
+impl LbRow {
+    /// The columns compared to decide whether a row needs rewriting.
+    pub fn content(
+        &self,
+    ) -> (
+        &str,
+        &BTreeMap<String, String>,
+        &BTreeMap<String, String>,
+        &BTreeMap<String, String>,
+        &BTreeMap<String, String>,
+    ) {
+        (
+            &self.name,
+            &self.vips,
+            &self.options,
+            &self.external_ids,
+            &self.ip_port_mappings,
+        )
+    }
+}
+
+impl fmt::Display for LbRow {
+    /// A compact, ovn-nbctl-like rendering: name, protocol, scope, each VIP and its backends,
+    /// options and attachment.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{} ({}, {})",
+            self.name, self.key.protocol, self.key.scope
+        )?;
+        for (vip, backends) in &self.vips {
+            let b = if backends.is_empty() {
+                "(no backends: reject)"
+            } else {
+                backends.as_str()
+            };
+            writeln!(f, "    {vip:<24} {b}")?;
+        }
+        let opts: Vec<String> = self
+            .options
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        write!(f, "    options: {}", opts.join(" "))?;
+        if !self.ip_port_mappings.is_empty() {
+            let m: Vec<String> = self
+                .ip_port_mappings
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            write!(f, "\n    ip_port_mappings: {}", m.join(" "))?;
+        }
+        let a = &self.attach;
+        let mut on = Vec::new();
+        if let Some(g) = &a.group {
+            on.push(format!("group {g}"));
+        }
+        on.extend(a.routers.iter().map(|r| format!("router {r}")));
+        on.extend(a.switches.iter().map(|s| format!("switch {s}")));
+        if !on.is_empty() {
+            write!(f, "\n    attached to: {}", on.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// `VIP:port`, brackets around IPv6 (the `vips` key syntax).
+pub fn socket(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// One backend address with the node it runs on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Backend {
+    ip: IpAddr,
+    port: u16,
+    node: Option<String>,
+}
+
+/// The backends of one VIP:port: ready endpoints, else serving ones (terminating included).
+fn backends(slices: &[EndpointSlice], vp: &VipPort) -> Vec<Backend> {
+    let mut ready = BTreeSet::new();
+    let mut serving = BTreeSet::new();
+    for s in slices {
+        // The slice port that serves this Service port: same name (both unnamed for a
+        // single-port Service) and protocol. Its number is the resolved targetPort.
+        let Some(port) = s
+            .ports
+            .iter()
+            .find(|p| {
+                p.protocol == vp.protocol
+                    && p.name.as_deref().unwrap_or("") == vp.port_name.as_deref().unwrap_or("")
+            })
+            .map(|p| p.port)
+        else {
+            continue;
+        };
+        for e in &s.endpoints {
+            for &ip in e
+                .addresses
+                .iter()
+                .filter(|a| a.is_ipv4() == vp.vip.is_ipv4())
+            {
+                let b = Backend {
+                    ip,
+                    port,
+                    node: e.node.clone(),
+                };
+                if e.ready {
+                    ready.insert(b.clone());
+                }
+                if e.serving {
+                    serving.insert(b);
+                }
+            }
+        }
+    }
+    if ready.is_empty() {
+        serving.into_iter().collect()
+    } else {
+        ready.into_iter().collect()
+    }
+}
+
+fn join(bs: &[Backend]) -> String {
+    bs.iter()
+        .map(|b| socket(b.ip, b.port))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn row_name(key: &LbKey) -> String {
+    match &key.scope {
+        Scope::Cluster => format!(
+            "vipflow/{}/{}/{}",
+            key.owner.namespace, key.owner.name, key.protocol
+        ),
+        Scope::Node(n) => format!(
+            "vipflow/{}/{}/{}/{n}",
+            key.owner.namespace, key.owner.name, key.protocol
+        ),
+    }
+}
+
+fn template(t: &Option<String>, node: &str) -> Option<String> {
+    t.as_ref().map(|t| t.replace("{node}", node))
+}
+
+/// The desired rows, sorted by key.
+pub fn plan(model: &Model, cfg: &NorthboundConfig) -> Vec<LbRow> {
+    let no_slices = Vec::new();
+    let mut rows = Vec::new();
+    for svc in model.services.values() {
+        let slices = model.endpoint_slices.get(&svc.key).unwrap_or(&no_slices);
+        let protocols: BTreeSet<Protocol> = svc.vip_ports.iter().map(|v| v.protocol).collect();
+        for proto in protocols {
+            let ports: Vec<&VipPort> = svc
+                .vip_ports
+                .iter()
+                .filter(|v| v.protocol == proto)
+                .collect();
+            rows.extend(rows_for(svc, proto, &ports, slices, model, cfg));
+        }
+    }
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    rows
+}
+
+fn rows_for(
+    svc: &Service,
+    protocol: Protocol,
+    ports: &[&VipPort],
+    slices: &[EndpointSlice],
+    model: &Model,
+    cfg: &NorthboundConfig,
+) -> Vec<LbRow> {
+    let per_port: Vec<(&VipPort, Vec<Backend>)> =
+        ports.iter().map(|vp| (*vp, backends(slices, vp))).collect();
+    let local = svc.traffic_policy == TrafficPolicy::Local;
+    let prefer_local = !local && (cfg.prefer_local || svc.prefer_local);
+    let mk = |scope: Scope, attach: Attach, pick: &dyn Fn(&[Backend]) -> Vec<Backend>| {
+        let key = LbKey {
+            owner: svc.key.clone(),
+            protocol,
+            scope,
+        };
+        let mut vips = BTreeMap::new();
+        let mut mappings = BTreeMap::new();
+        for (vp, bs) in &per_port {
+            let chosen = pick(bs);
+            vips.insert(socket(vp.vip, vp.port), join(&chosen));
+            if cfg.kube_ovn && prefer_local {
+                for b in &chosen {
+                    if let Some(n) = &b.node {
+                        mappings.insert(b.ip.to_string(), n.clone());
+                    }
+                }
+            }
+        }
+        let mut options = BTreeMap::from([("reject".to_string(), "true".to_string())]);
+        // OVN must not answer ARP/ND for these VIPs on routers: the host does (see the flows).
+        if attach.group.is_some() || !attach.routers.is_empty() {
+            options.insert("neighbor_responder".into(), "none".into());
+        }
+        if local {
+            options.insert("skip_snat".into(), "true".into());
+        }
+        if let Some(ip) = &cfg.hairpin_snat_ip {
+            options.insert("hairpin_snat_ip".into(), ip.clone());
+        }
+        if cfg.kube_ovn && prefer_local {
+            options.insert("prefer_local_backend".into(), "true".into());
+        }
+        let external_ids = BTreeMap::from([
+            (OWNER_KEY.to_string(), key.owner.to_string()),
+            (SCOPE_KEY.to_string(), key.scope.to_string()),
+        ]);
+        LbRow {
+            name: row_name(&key),
+            key,
+            vips,
+            options,
+            external_ids,
+            ip_port_mappings: mappings,
+            attach,
+        }
+    };
+    let cluster_attach = || Attach {
+        group: cfg.lb_group.clone(),
+        switches: cfg.switches.iter().cloned().collect(),
+        routers: cfg.routers.iter().cloned().collect(),
+    };
+    let node_attach = |node: &str| Attach {
+        group: None,
+        switches: template(&cfg.node_switch, node).into_iter().collect(),
+        routers: template(&cfg.node_router, node).into_iter().collect(),
+    };
+
+    if !local && !(prefer_local && !cfg.kube_ovn) {
+        return vec![mk(Scope::Cluster, cluster_attach(), &|bs| bs.to_vec())];
+    }
+    model
+        .nodes
+        .keys()
+        .map(|node| {
+            let on_node = |bs: &[Backend]| -> Vec<Backend> {
+                bs.iter()
+                    .filter(|b| b.node.as_deref() == Some(node.as_str()))
+                    .cloned()
+                    .collect()
+            };
+            if local {
+                mk(Scope::Node(node.clone()), node_attach(node), &on_node)
+            } else {
+                mk(Scope::Node(node.clone()), node_attach(node), &|bs| {
+                    let mine = on_node(bs);
+                    if mine.is_empty() { bs.to_vec() } else { mine }
+                })
+            }
+        })
+        .collect()
+}

@@ -111,6 +111,11 @@ impl Running {
                 .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
                 .await;
         }
+        if let Some(st) = &mut self.nb_status {
+            let _ = st
+                .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
+                .await;
+        }
     }
 
     pub fn stop(self) {

@@ -1,0 +1,382 @@
+//! The agent's Northbound side on a real OVN NB ovsdb-server (+ ovn-northd), checked with
+//! `ovn-nbctl`.
+
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use testkit::Sandbox;
+use vipflow::agent::{self, Running};
+use vipflow::config::Config;
+use vipflow::model::Model;
+use vipflow::source::file;
+
+fn write_objects(path: &Path, yaml: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, yaml).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// An OVSDB JSON map (`["map", [[k, v], ...]]`) as strings.
+fn json_map(j: &Json) -> BTreeMap<String, String> {
+    j.get(1)
+        .and_then(Json::as_array)
+        .map(|pairs| {
+            pairs
+                .iter()
+                .filter_map(|p| {
+                    Some((
+                        p.get(0)?.as_str()?.to_string(),
+                        p.get(1)?.as_str()?.to_string(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every Load_Balancer row as ovn-nbctl reports it: name -> (protocol, vips, options, external_ids).
+type LbView = BTreeMap<
+    String,
+    (
+        String,
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+        BTreeMap<String, String>,
+    ),
+>;
+
+fn nbctl_lbs(
+    sb: &Sandbox,
+) -> Vec<(
+    String,
+    String,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+)> {
+    let out = sb.nbctl(&[
+        "--format=json",
+        "--columns=name,protocol,vips,options,external_ids",
+        "list",
+        "Load_Balancer",
+    ]);
+    let j: Json = serde_json::from_str(&out).unwrap();
+    j["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let proto = match &r[1] {
+                Json::String(s) => s.clone(),
+                _ => "tcp".into(), // empty set: OVN's default
+            };
+            (
+                r[0].as_str().unwrap().to_string(),
+                proto,
+                json_map(&r[2]),
+                json_map(&r[3]),
+                json_map(&r[4]),
+            )
+        })
+        .collect()
+}
+
+fn ours(sb: &Sandbox) -> LbView {
+    let rows = nbctl_lbs(sb);
+    let mut m = LbView::new();
+    for (name, proto, vips, opts, ext) in rows {
+        if ext.contains_key("vipflow.io/owner") {
+            assert!(
+                m.insert(name.clone(), (proto, vips, opts, ext)).is_none(),
+                "duplicate row {name}"
+            );
+        }
+    }
+    m
+}
+
+fn expected(cfg: &Config, yaml: &str) -> LbView {
+    let loaded = file::parse(yaml).unwrap();
+    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    agent::plan_northbound(cfg, &model)
+        .into_iter()
+        .map(|r| {
+            (
+                r.name.clone(),
+                (
+                    r.key.protocol.as_str().to_string(),
+                    r.vips,
+                    r.options,
+                    r.external_ids,
+                ),
+            )
+        })
+        .collect()
+}
+
+struct Harness {
+    sb: Sandbox,
+    objects: PathBuf,
+    cfg: Config,
+    running: Running,
+    _watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Harness {
+    async fn start(sb: Sandbox, edit: impl FnOnce(&mut Config), yaml: &str) -> Harness {
+        let objects = sb.path().join("objects.yaml");
+        write_objects(&objects, yaml);
+        let mut cfg = Config {
+            ovs_rundir: sb.path().to_path_buf(),
+            objects: Some(objects.clone()),
+            nb_remote: Some(format!("unix:{}", sb.nb_sock().display())),
+            ..Config::default()
+        };
+        edit(&mut cfg);
+        let (rx, watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
+        let mut running = agent::start(cfg.clone(), rx);
+        tokio::time::timeout(Duration::from_secs(20), running.wait_applied(1))
+            .await
+            .expect("first sync");
+        Harness {
+            sb,
+            objects,
+            cfg,
+            running,
+            _watcher: watcher,
+        }
+    }
+
+    async fn update(&mut self, yaml: &str) {
+        let before = *self.running.generation.borrow();
+        write_objects(&self.objects, yaml);
+        let g = tokio::time::timeout(
+            Duration::from_secs(10),
+            self.running.generation.wait_for(|g| *g > before),
+        )
+        .await
+        .expect("file change picked up")
+        .map(|g| *g)
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(20), self.running.wait_applied(g))
+            .await
+            .expect("plan applied");
+    }
+
+    fn assert_exact(&self, yaml: &str) {
+        assert_eq!(
+            ours(&self.sb),
+            expected(&self.cfg, yaml),
+            "ovn-nbctl shows exactly the planned rows"
+        );
+    }
+}
+
+fn base_yaml() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))
+        .unwrap()
+}
+
+fn svc(ns: &str, name: &str, vip: &str, port: u16, proto: &str, etp: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {{name: {name}, namespace: {ns}, creationTimestamp: "2026-02-01T00:00:00Z"}}
+  spec:
+    type: ClusterIP
+    externalIPs: ["{vip}"]
+    externalTrafficPolicy: {etp}
+    ports: [{{port: {port}, protocol: {proto}, targetPort: 8080}}]"#
+    )
+}
+
+fn slice(ns: &str, svc: &str, eps: &[(&str, &str, bool)]) -> String {
+    let eps: String = eps
+        .iter()
+        .map(|(ip, node, ready)| {
+            format!(
+                "\n  - addresses: [{ip}]\n    nodeName: {node}\n    conditions: {{ready: {ready}}}"
+            )
+        })
+        .collect();
+    format!(
+        r#"
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: {svc}-x1
+    namespace: {ns}
+    labels: {{kubernetes.io/service-name: {svc}}}
+  addressType: IPv4
+  ports: [{{port: 8080, protocol: TCP}}]
+  endpoints:{eps}"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_churn_gives_exactly_the_desired_rows_and_spares_foreign_ones() {
+    let sb = Sandbox::start();
+    sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
+    sb.nbctl(&["ls-add", "sw0"]);
+    sb.nbctl(&["ls-lb-add", "sw0", "foreign-lb"]);
+    let foreign_before = nbctl_lbs(&sb)
+        .into_iter()
+        .find(|r| r.0 == "foreign-lb")
+        .unwrap();
+
+    let y0 = base_yaml();
+    let mut h = Harness::start(sb, |c| c.northbound.switches = vec!["sw0".into()], &y0).await;
+    h.assert_exact(&y0);
+    let lb_list = h.sb.nbctl(&["lb-list"]);
+    assert!(
+        lb_list.contains("172.18.0.100:80") && lb_list.contains("10.244.1.5:8080,10.244.2.7:8080"),
+        "{lb_list}"
+    );
+    // Attached to the configured switch, beside the foreign LB.
+    let on_sw0 = h.sb.nbctl(&["ls-lb-list", "sw0"]);
+    assert_eq!(on_sw0.matches("vipflow/").count(), 3, "{on_sw0}");
+    assert!(on_sw0.contains("foreign-lb"));
+
+    // Add a Service with an endpoint, then scale its endpoints, then delete it.
+    let a = svc("team", "api", "172.18.0.200", 443, "TCP", "Cluster");
+    let y1 = format!(
+        "{}{}{}",
+        y0.trim_end(),
+        a,
+        slice("team", "api", &[("10.244.3.3", "node-a", true)])
+    );
+    h.update(&y1).await;
+    h.assert_exact(&y1);
+    let y2 = format!(
+        "{}{}{}",
+        y0.trim_end(),
+        a,
+        slice(
+            "team",
+            "api",
+            &[
+                ("10.244.3.3", "node-a", true),
+                ("10.244.3.4", "node-a", true),
+                ("10.244.3.5", "node-a", false)
+            ]
+        )
+    );
+    h.update(&y2).await;
+    h.assert_exact(&y2);
+    let rows = ours(&h.sb);
+    assert_eq!(
+        rows["vipflow/team/api/tcp"].1["172.18.0.200:443"], "10.244.3.3:8080,10.244.3.4:8080",
+        "only ready endpoints"
+    );
+
+    h.update(&y0).await;
+    h.assert_exact(&y0);
+
+    // A row of ours deleted behind our back comes back; an orphan of ours is removed.
+    let uuid = h.sb.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Load_Balancer",
+        "name=vipflow/shop/web/tcp",
+    ]);
+    h.sb.nbctl(&["lb-del", uuid.trim()]);
+    h.sb.nbctl(&[
+        "create",
+        "Load_Balancer",
+        "name=stale",
+        "protocol=tcp",
+        r#"vips:"192.0.2.9:80"="""#,
+        r#"external_ids:"vipflow.io/owner"="gone/svc""#,
+        r#"external_ids:"vipflow.io/scope"="cluster""#,
+    ]);
+    let mut ok = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if ours(&h.sb) == expected(&h.cfg, &y0) {
+            ok = true;
+            break;
+        }
+    }
+    assert!(
+        ok,
+        "drift corrected: {:?}",
+        ours(&h.sb).keys().collect::<Vec<_>>()
+    );
+
+    // Everything gone: no row of ours left; the foreign LB exactly as it was, still attached.
+    let empty = "apiVersion: v1\nkind: List\nitems: []\n";
+    h.update(empty).await;
+    assert!(ours(&h.sb).is_empty());
+    let foreign_after = nbctl_lbs(&h.sb)
+        .into_iter()
+        .find(|r| r.0 == "foreign-lb")
+        .unwrap();
+    assert_eq!(foreign_after, foreign_before);
+    assert!(h.sb.nbctl(&["ls-lb-list", "sw0"]).contains("foreign-lb"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etp_local_rows_hold_only_each_nodes_endpoints() {
+    let nodes = "\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-b}\n  status: {addresses: [{type: InternalIP, address: 192.168.10.12}]}";
+    let y = format!(
+        "{}{}{}{}",
+        base_yaml().trim_end(),
+        nodes,
+        svc("team", "local", "172.18.0.210", 80, "TCP", "Local"),
+        slice("team", "local", &[("10.244.1.9", "node-a", true)])
+    );
+    let sb = Sandbox::start();
+    sb.nbctl(&["lr-add", "GR_node-a"]);
+    sb.nbctl(&["lr-add", "GR_node-b"]);
+    let h = Harness::start(
+        sb,
+        |c| c.northbound.node_router = Some("GR_{node}".into()),
+        &y,
+    )
+    .await;
+    h.assert_exact(&y);
+    let rows = ours(&h.sb);
+    let a = &rows["vipflow/team/local/tcp/node-a"];
+    let b = &rows["vipflow/team/local/tcp/node-b"];
+    assert_eq!(a.1["172.18.0.210:80"], "10.244.1.9:8080");
+    assert_eq!(
+        b.1["172.18.0.210:80"], "",
+        "no local endpoint on node-b: reject"
+    );
+    assert_eq!(a.2.get("skip_snat").map(String::as_str), Some("true"));
+    assert_eq!(b.2.get("reject").map(String::as_str), Some("true"));
+    // (lr-lb-list cuts names at 16 characters: read the router's column instead.)
+    let on_a = router_lbs(&h.sb, "GR_node-a");
+    assert!(
+        on_a.contains(&"vipflow/team/local/tcp/node-a".to_string()),
+        "{on_a:?}"
+    );
+    assert!(on_a.iter().all(|n| n.ends_with("/node-a")), "{on_a:?}");
+    let on_b = router_lbs(&h.sb, "GR_node-b");
+    assert!(
+        on_b.contains(&"vipflow/team/local/tcp/node-b".to_string()),
+        "{on_b:?}"
+    );
+}
+
+/// Names of the load balancers attached to a logical router.
+fn router_lbs(sb: &Sandbox, router: &str) -> Vec<String> {
+    let uuids = sb.nbctl(&[
+        "--bare",
+        "--columns=load_balancer",
+        "list",
+        "Logical_Router",
+        router,
+    ]);
+    uuids
+        .split_whitespace()
+        .map(|u| {
+            sb.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer", u])
+                .trim()
+                .to_string()
+        })
+        .collect()
+}

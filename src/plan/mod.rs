@@ -1,1 +1,2 @@
+pub mod exclude;
 pub mod flows;

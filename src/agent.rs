@@ -30,7 +30,7 @@ pub enum AgentError {
     #[error("Northbound database {remotes}: {source}")]
     Northbound {
         remotes: String,
-        source: ovsdb::Error,
+        source: Box<ovsdb::Error>,
     },
 }
 
@@ -171,6 +171,8 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
                 let _ = tx.send(Arc::new(nb::Desired {
                     generation,
                     rows: plan_northbound(&cfg, &model),
+                    vips: model.vips().into_keys().collect(),
+                    exclude_ips: cfg.northbound.exclude_ips,
                 }));
             }
             let _ = gtx.send(generation);
@@ -277,12 +279,14 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
     }
     if let Some(remotes) = &cfg.nb_remote {
         let rows = plan_northbound(cfg, &model);
+        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+        let exclude = cfg.northbound.exclude_ips.then_some(&vips);
         let (changes, skipped) =
-            nb::sync_once(remotes, &rows)
+            nb::sync_once(remotes, &rows, exclude)
                 .await
                 .map_err(|source| AgentError::Northbound {
                     remotes: remotes.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
         reports.push(SyncReport {
             bridge: "northbound".into(),
@@ -304,12 +308,14 @@ pub async fn verify_northbound(
     };
     let model = Model::build(objects, &model_options(cfg));
     let rows = plan_northbound(cfg, &model);
-    nb::drift(remotes, &rows)
+    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+    let exclude = cfg.northbound.exclude_ips.then_some(&vips);
+    nb::drift(remotes, &rows, exclude)
         .await
         .map(Some)
         .map_err(|source| AgentError::Northbound {
             remotes: remotes.clone(),
-            source,
+            source: Box::new(source),
         })
 }
 
@@ -365,4 +371,37 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
 /// The objects path from the config, or an error.
 pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
     cfg.objects.clone().ok_or(AgentError::NoObjects)
+}
+
+/// Every VIP that IPAM could hand to a pod (`vipflow check`): VIPs inside a Kube-OVN Subnet's
+/// CIDR and not in its excludeIps, and (with a Northbound database) VIPs inside a logical
+/// switch's subnet and not in its exclude_ips.
+pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
+    use crate::plan::exclude::{KubeOvnSubnet, check_kubeovn};
+    let model = Model::build(objects, &model_options(cfg));
+    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+    let subnets: Vec<KubeOvnSubnet> = objects
+        .subnets
+        .iter()
+        .map(|s| KubeOvnSubnet {
+            name: s.metadata.name.clone().unwrap_or_default(),
+            cidr_block: s.spec.cidr_block.clone(),
+            exclude_ips: s.spec.exclude_ips.clone(),
+            gateway: s.spec.gateway.clone(),
+        })
+        .collect();
+    let mut out: Vec<String> = check_kubeovn(&vips, &subnets)
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    if let Some(remotes) = &cfg.nb_remote {
+        let nb = nb::unexcluded(remotes, &vips)
+            .await
+            .map_err(|source| AgentError::Northbound {
+                remotes: remotes.clone(),
+                source: Box::new(source),
+            })?;
+        out.extend(nb);
+    }
+    Ok(out)
 }

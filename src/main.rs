@@ -46,9 +46,14 @@ enum Command {
     /// Print the desired flows for the objects, in `ovs-ofctl add-flow` syntax with port
     /// names, without connecting to anything. Skipped input is listed on stderr.
     Plan,
-    /// Connect to each bridge and compare its flows with the plan: print missing (+) and
-    /// unexpected (-) flows; exit 1 on drift, 0 when the bridge matches the plan.
+    /// Connect to each bridge (and the Northbound database, if configured) and compare with
+    /// the plan: print missing (+), unexpected (-) and differing (~) flows and rows; exit 1 on
+    /// drift, 0 when everything matches.
     Verify,
+    /// Report every VIP that IPAM could hand to a pod: inside a Kube-OVN Subnet (from the
+    /// objects file) but not in its excludeIps, or inside a logical switch's subnet (with
+    /// --nb-remote) but not in its exclude_ips. Exit 1 when there is any.
+    Check,
 }
 
 #[derive(Args, Debug)]
@@ -126,6 +131,10 @@ struct NorthboundFlags {
     /// (read by Kube-OVN's patched OVN).
     #[arg(long, global = true)]
     kube_ovn: bool,
+    /// Leave logical switches' other_config:exclude_ips alone (by default vipflow keeps every
+    /// VIP out of the IPAM of the switches whose subnet holds it).
+    #[arg(long, global = true)]
+    no_exclude_ips: bool,
 }
 
 impl NorthboundFlags {
@@ -154,6 +163,9 @@ impl NorthboundFlags {
             nb.hairpin_snat_ip = Some(v.clone());
         }
         nb.kube_ovn |= self.kube_ovn;
+        if self.no_exclude_ips {
+            nb.exclude_ips = false;
+        }
     }
 }
 
@@ -363,6 +375,21 @@ async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
                 println!("{r}");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Check => {
+            let loaded = load_objects(&cfg)?;
+            let findings = agent::check(&cfg, &loaded.objects)
+                .await
+                .map_err(|e| e.to_string())?;
+            for f in &findings {
+                println!("{f}");
+            }
+            if findings.is_empty() {
+                println!("no VIP is exposed to IPAM");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                Ok(ExitCode::from(1))
+            }
         }
         Command::Verify => {
             let loaded = load_objects(&cfg)?;

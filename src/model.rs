@@ -31,6 +31,32 @@ pub struct Objects {
     pub services: Vec<core::Service>,
     pub endpoint_slices: Vec<discovery::EndpointSlice>,
     pub nodes: Vec<core::Node>,
+    /// Kube-OVN `Subnet`s (kubeovn.io/v1), when the cluster runs Kube-OVN.
+    pub subnets: Vec<KubeOvnSubnet>,
+}
+
+/// The part of a Kube-OVN `Subnet` vipflow reads. Kube-OVN's other fields are many and not
+/// ours, so they are ignored without comment.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+pub struct KubeOvnSubnet {
+    #[serde(default)]
+    pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    #[serde(default)]
+    pub spec: KubeOvnSubnetSpec,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeOvnSubnetSpec {
+    /// One CIDR, or "v4cidr,v6cidr" for dual stack.
+    #[serde(default)]
+    pub cidr_block: String,
+    /// IPs and `a..b` ranges kept out of the subnet's IPAM.
+    #[serde(default)]
+    pub exclude_ips: Vec<String>,
+    /// "gw4" or "gw4,gw6"; Kube-OVN excludes it itself.
+    #[serde(default)]
+    pub gateway: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

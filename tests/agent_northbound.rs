@@ -46,15 +46,16 @@ type LbView = BTreeMap<
     ),
 >;
 
-fn nbctl_lbs(
-    sb: &Sandbox,
-) -> Vec<(
+/// (name, protocol, vips, options, external_ids) of one row.
+type NbRow = (
     String,
     String,
     BTreeMap<String, String>,
     BTreeMap<String, String>,
     BTreeMap<String, String>,
-)> {
+);
+
+fn nbctl_lbs(sb: &Sandbox) -> Vec<NbRow> {
     let out = sb.nbctl(&[
         "--format=json",
         "--columns=name,protocol,vips,options,external_ids",

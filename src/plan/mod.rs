@@ -1,2 +1,3 @@
 pub mod exclude;
 pub mod flows;
+pub mod northbound;

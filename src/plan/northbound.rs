@@ -25,7 +25,7 @@ pub const OWNER_KEY: &str = "vipflow.io/owner";
 pub const SCOPE_KEY: &str = "vipflow.io/scope";
 
 /// How rows are attached and which options they carry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct NorthboundConfig {
     /// Load_Balancer_Group that cluster-scope rows join.
@@ -44,6 +44,26 @@ pub struct NorthboundConfig {
     pub hairpin_snat_ip: Option<String>,
     /// Kube-OVN's dialect: prefer-local via `prefer_local_backend` + `ip_port_mappings`.
     pub kube_ovn: bool,
+    /// Keep VIPs out of the IPAM (`other_config:exclude_ips`) of logical switches whose
+    /// subnet holds them.
+    pub exclude_ips: bool,
+}
+
+impl Default for NorthboundConfig {
+    fn default() -> Self {
+        NorthboundConfig {
+            lb_group: None,
+            switches: Vec::new(),
+            routers: Vec::new(),
+            node_router: None,
+            node_switch: None,
+            prefer_local: false,
+            hairpin_snat_ip: None,
+            kube_ovn: false,
+            // A VIP handed to a pod breaks both: on by default.
+            exclude_ips: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -87,27 +107,6 @@ pub struct LbRow {
     pub external_ids: BTreeMap<String, String>,
     pub ip_port_mappings: BTreeMap<String, String>,
     pub attach: Attach,
-}
-
-impl LbRow {
-    /// The columns compared to decide whether a row needs rewriting.
-    pub fn content(
-        &self,
-    ) -> (
-        &str,
-        &BTreeMap<String, String>,
-        &BTreeMap<String, String>,
-        &BTreeMap<String, String>,
-        &BTreeMap<String, String>,
-    ) {
-        (
-            &self.name,
-            &self.vips,
-            &self.options,
-            &self.external_ids,
-            &self.ip_port_mappings,
-        )
-    }
 }
 
 impl fmt::Display for LbRow {
@@ -330,7 +329,9 @@ fn rows_for(
         routers: template(&cfg.node_router, node).into_iter().collect(),
     };
 
-    if !local && !(prefer_local && !cfg.kube_ovn) {
+    // Node-scoped rows for ETP=Local, and for prefer-local unless Kube-OVN's OVN does it.
+    let per_node = local || (prefer_local && !cfg.kube_ovn);
+    if !per_node {
         return vec![mk(Scope::Cluster, cluster_attach(), &|bs| bs.to_vec())];
     }
     model

@@ -17,6 +17,7 @@
 //!   `load_balancer` columns), so deleting a row detaches it everywhere.
 
 use crate::model::{Protocol, ServiceKey};
+use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
 use crate::plan::northbound::{Attach, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
@@ -39,6 +40,10 @@ const ROUTER: &str = "Logical_Router";
 pub struct Desired {
     pub generation: u64,
     pub rows: Vec<LbRow>,
+    /// Every VIP: kept out of the IPAM of the logical switches whose subnet holds it.
+    pub vips: BTreeSet<std::net::IpAddr>,
+    /// Whether to manage `other_config:exclude_ips` at all.
+    pub exclude_ips: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -76,7 +81,10 @@ pub fn monitor_spec() -> MonitorSpec {
             ],
         )
         .columns(GROUP, &["name", "load_balancer"])
-        .columns(SWITCH, &["name", "load_balancer"])
+        .columns(
+            SWITCH,
+            &["name", "load_balancer", "other_config", "external_ids"],
+        )
         .columns(ROUTER, &["name", "load_balancer"])
 }
 
@@ -92,6 +100,15 @@ pub struct ObservedLb {
     pub ip_port_mappings: BTreeMap<String, String>,
 }
 
+/// A logical switch's IPAM columns as observed.
+#[derive(Debug, Clone)]
+pub struct SwitchIpam {
+    pub uuid: Uuid,
+    pub ipam: LogicalSwitchIpam,
+    pub other_config: BTreeMap<String, String>,
+    pub external_ids: BTreeMap<String, String>,
+}
+
 /// A switch, router or group: its uuid and the load balancers it holds.
 #[derive(Debug, Clone, Default)]
 struct Holder {
@@ -103,6 +120,8 @@ struct Holder {
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     pub lbs: Vec<ObservedLb>,
+    /// Logical switches' IPAM settings: uuid, raw values, full other_config and external_ids.
+    pub ipam: Vec<SwitchIpam>,
     groups: BTreeMap<String, Holder>,
     switches: BTreeMap<String, Holder>,
     routers: BTreeMap<String, Holder>,
@@ -192,6 +211,21 @@ impl Observed {
             }
             m
         };
+        for (uuid, row) in cache.table(SWITCH).into_iter().flatten() {
+            let other_config = map_of(row.get("other_config"));
+            let external_ids = map_of(row.get("external_ids"));
+            o.ipam.push(SwitchIpam {
+                uuid: *uuid,
+                ipam: LogicalSwitchIpam {
+                    name: str_of(row.get("name")).unwrap_or_default(),
+                    subnet: other_config.get("subnet").cloned(),
+                    exclude_ips: other_config.get("exclude_ips").cloned(),
+                    ours: external_ids.get(OURS_KEY).cloned(),
+                },
+                other_config,
+                external_ids,
+            });
+        }
         o.groups = holders(GROUP);
         o.switches = holders(SWITCH);
         o.routers = holders(ROUTER);
@@ -361,6 +395,83 @@ pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>
     (changes, problems)
 }
 
+/// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
+/// one per changed switch (or one in all with `batch`), each guarded by a `wait` on the
+/// switch's maps as observed, so a concurrent edit by someone else aborts it and the next diff
+/// starts from their text. Also returns the problems found in switches' settings.
+pub fn diff_exclude(
+    observed: &Observed,
+    vips: &BTreeSet<std::net::IpAddr>,
+    batch: bool,
+) -> (Vec<Change>, Vec<String>) {
+    let switches: Vec<LogicalSwitchIpam> = observed.ipam.iter().map(|s| s.ipam.clone()).collect();
+    let plan = plan_ovn(vips, &switches);
+    let mut problems: Vec<String> = plan.problems.iter().map(|p| p.to_string()).collect();
+    let mut changes = Vec::new();
+    let mut batch_txn = Transaction::new(DB);
+    for ch in plan.changes {
+        let mut same_name = observed.ipam.iter().filter(|s| s.ipam.name == ch.name);
+        let (Some(sw), None) = (same_name.next(), same_name.next()) else {
+            problems.push(format!(
+                "Logical_Switch {}: name is not unique; exclude_ips left alone",
+                ch.name
+            ));
+            continue;
+        };
+        let mut other = sw.other_config.clone();
+        match &ch.exclude_ips {
+            Some(t) => other.insert("exclude_ips".into(), t.clone()),
+            None => other.remove("exclude_ips"),
+        };
+        let mut ext = sw.external_ids.clone();
+        match &ch.ours_value {
+            Some(v) => ext.insert(OURS_KEY.into(), v.clone()),
+            None => ext.remove(OURS_KEY),
+        };
+        let mut one = Transaction::new(DB);
+        let txn = if batch { &mut batch_txn } else { &mut one };
+        let observed_row = Row::from([
+            ("other_config".to_string(), smap(&sw.other_config)),
+            ("external_ids".to_string(), smap(&sw.external_ids)),
+        ]);
+        txn.wait(
+            SWITCH,
+            vec![Condition::uuid(sw.uuid)],
+            &["other_config", "external_ids"],
+            WaitUntil::Equal,
+            vec![observed_row],
+            Some(0),
+        );
+        txn.update(
+            SWITCH,
+            vec![Condition::uuid(sw.uuid)],
+            Row::from([
+                ("other_config".to_string(), smap(&other)),
+                ("external_ids".to_string(), smap(&ext)),
+            ]),
+        );
+        if !batch {
+            one.comment(&format!("vipflow: exclude_ips of {}", ch.name));
+            let ops = one.ops.len();
+            changes.push(Change {
+                owners: BTreeSet::new(),
+                txn: Some(one),
+                ops,
+            });
+        }
+    }
+    if batch && !batch_txn.ops.is_empty() {
+        batch_txn.comment("vipflow: exclude_ips");
+        let ops = batch_txn.ops.len();
+        changes.push(Change {
+            owners: BTreeSet::new(),
+            txn: Some(batch_txn),
+            ops,
+        });
+    }
+    (changes, problems)
+}
+
 /// Record the attachment work for one row: add it where it should be and is not, remove it
 /// where it is but should not be (only for existing rows).
 fn attach_targets(
@@ -481,7 +592,12 @@ pub async fn run(
         loop {
             let plan = desired.borrow_and_update().clone();
             let observed = Observed::from_cache(&monitor.cache());
-            let (changes, problems) = diff(&observed, &plan.rows, first);
+            let (mut changes, mut problems) = diff(&observed, &plan.rows, first);
+            if plan.exclude_ips {
+                let (c, p) = diff_exclude(&observed, &plan.vips, first);
+                changes.extend(c);
+                problems.extend(p);
+            }
             let mut failed = None;
             let mut sent = 0u64;
             for c in changes {
@@ -561,9 +677,15 @@ async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), o
 pub async fn sync_once(
     remotes: &str,
     rows: &[LbRow],
+    exclude_vips: Option<&BTreeSet<std::net::IpAddr>>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     let (client, _monitor, observed) = snapshot(remotes).await?;
-    let (changes, problems) = diff(&observed, rows, true);
+    let (mut changes, mut problems) = diff(&observed, rows, true);
+    if let Some(vips) = exclude_vips {
+        let (c, p) = diff_exclude(&observed, vips, true);
+        changes.extend(c);
+        problems.extend(p);
+    }
     let mut ops = 0;
     for c in changes {
         if let Some(txn) = c.txn {
@@ -575,9 +697,54 @@ pub async fn sync_once(
 }
 
 /// Differences between the database and the plan, one line each (`vipflow verify`).
-pub async fn drift(remotes: &str, rows: &[LbRow]) -> Result<Vec<String>, ovsdb::Error> {
+pub async fn drift(
+    remotes: &str,
+    rows: &[LbRow],
+    exclude_vips: Option<&BTreeSet<std::net::IpAddr>>,
+) -> Result<Vec<String>, ovsdb::Error> {
     let (_client, _monitor, observed) = snapshot(remotes).await?;
-    Ok(describe_drift(&observed, rows))
+    let mut lines = describe_drift(&observed, rows);
+    if let Some(vips) = exclude_vips {
+        let switches: Vec<LogicalSwitchIpam> =
+            observed.ipam.iter().map(|s| s.ipam.clone()).collect();
+        for ch in plan_ovn(vips, &switches).changes {
+            lines.push(format!(
+                "~ Logical_Switch {}: other_config:exclude_ips should be {:?}",
+                ch.name,
+                ch.exclude_ips.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+/// VIPs inside a logical switch's `other_config:subnet` that its current `exclude_ips` does
+/// not cover (`vipflow check`).
+pub async fn unexcluded(
+    remotes: &str,
+    vips: &BTreeSet<std::net::IpAddr>,
+) -> Result<Vec<String>, ovsdb::Error> {
+    use crate::plan::exclude::{RangeSet, parse_ovn_subnet};
+    let (_client, _monitor, observed) = snapshot(remotes).await?;
+    let mut out = Vec::new();
+    for sw in &observed.ipam {
+        let Some(Ok(net)) = sw.ipam.subnet.as_deref().map(parse_ovn_subnet) else {
+            continue;
+        };
+        let (covered, _) = RangeSet::from_ovn_text(sw.ipam.exclude_ips.as_deref().unwrap_or(""));
+        for vip in vips {
+            if let std::net::IpAddr::V4(v4) = vip
+                && net.contains(v4)
+                && !covered.contains(*vip)
+            {
+                out.push(format!(
+                    "Logical_Switch {}: VIP {vip} is in subnet {net} but not in exclude_ips",
+                    sw.ipam.name
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Human-readable drift: rows missing, different, duplicated or orphaned, and attachments.

@@ -124,6 +124,7 @@ fn add_item(item: serde_json::Value, out: &mut Loaded) {
     let want_api = match kind.as_str() {
         "Service" | "Node" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
+        "Subnet" => "kubeovn.io/v1",
         "" => {
             out.problems
                 .push(problem(&what, "has no kind; skipped".into()));
@@ -145,6 +146,10 @@ fn add_item(item: serde_json::Value, out: &mut Loaded) {
             decode::<core::Service>(item, &mut unknown).map(|o| out.objects.services.push(o))
         }
         "Node" => decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(o)),
+        // Kube-OVN's many other Subnet fields are not ours to warn about.
+        "Subnet" => serde_json::from_value::<crate::model::KubeOvnSubnet>(item)
+            .map(|o| out.objects.subnets.push(o))
+            .map_err(|e| e.to_string()),
         _ => decode::<discovery::EndpointSlice>(item, &mut unknown)
             .map(|o| out.objects.endpoint_slices.push(o)),
     };

@@ -381,3 +381,155 @@ fn router_lbs(sb: &Sandbox, router: &str) -> Vec<String> {
         })
         .collect()
 }
+
+fn exclude_ips(sb: &Sandbox, ls: &str) -> Option<String> {
+    let out = sb.run_raw(
+        "ovn-nbctl",
+        &["get", "Logical_Switch", ls, "other_config:exclude_ips"],
+    );
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .trim_matches('"')
+            .to_string()
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_ports_never_get_a_vip_and_the_users_exclude_ips_survive() {
+    let sb = Sandbox::start();
+    // A pod switch whose subnet holds the VIP 172.18.0.5, with the user's own exclusions
+    // (odd spacing on purpose: it must come back byte for byte).
+    let user = "172.18.0.2  172.18.0.10..172.18.0.11";
+    sb.nbctl(&["ls-add", "pods"]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        "other_config:subnet=172.18.0.0/28",
+    ]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        &format!("other_config:exclude_ips=\"{user}\""),
+    ]);
+    let with_vip = format!(
+        "{}{}",
+        base_yaml().trim_end(),
+        svc("team", "api", "172.18.0.5", 80, "TCP", "Cluster")
+    );
+    let mut h = Harness::start(sb, |_| {}, &with_vip).await;
+    let text = exclude_ips(&h.sb, "pods").unwrap();
+    assert!(
+        text.ends_with(user),
+        "the user's text is kept byte for byte: {text:?}"
+    );
+    assert!(
+        text.split_whitespace().any(|t| t == "172.18.0.5"),
+        "{text:?}"
+    );
+    // VIPs outside the subnet (172.18.0.53, .100) are not added.
+    assert_eq!(text, format!("172.18.0.5 {user}"));
+
+    // Ask northd for more addresses than the subnet has: none may be the VIP or a user entry.
+    for i in 0..16 {
+        let p = format!("p{i}");
+        h.sb.nbctl(&["lsp-add", "pods", &p]);
+        h.sb.nbctl(&["lsp-set-addresses", &p, "dynamic"]);
+    }
+    h.sb.nbctl(&["--wait=sb", "sync"]);
+    let mut given = Vec::new();
+    for i in 0..16 {
+        let d = h.sb.nbctl(&[
+            "get",
+            "Logical_Switch_Port",
+            &format!("p{i}"),
+            "dynamic_addresses",
+        ]);
+        if let Some(ip) = d.trim().trim_matches('"').split_whitespace().nth(1) {
+            given.push(ip.to_string());
+        }
+    }
+    assert!(given.len() >= 8, "northd handed out addresses: {given:?}");
+    for forbidden in ["172.18.0.5", "172.18.0.2", "172.18.0.10", "172.18.0.11"] {
+        assert!(
+            !given.iter().any(|g| g == forbidden),
+            "{forbidden} was given to a port: {given:?}"
+        );
+    }
+
+    // The VIP goes: exactly the user's text remains.
+    h.update(&base_yaml()).await;
+    assert_eq!(exclude_ips(&h.sb, "pods").as_deref(), Some(user));
+    let rec = h.sb.run_raw(
+        "ovn-nbctl",
+        &[
+            "get",
+            "Logical_Switch",
+            "pods",
+            "external_ids:\"vipflow.io/exclude-ips\"",
+        ],
+    );
+    assert!(
+        !rec.status.success(),
+        "vipflow's record is gone with its last entry"
+    );
+}
+
+#[test]
+fn check_reports_vips_exposed_to_ipam() {
+    let sb = Sandbox::start();
+    sb.nbctl(&["ls-add", "pods"]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        "other_config:subnet=172.18.0.0/24",
+    ]);
+    let objects = sb.path().join("objects.yaml");
+    let subnet = r#"
+- apiVersion: kubeovn.io/v1
+  kind: Subnet
+  metadata: {name: ovn-default}
+  spec:
+    cidrBlock: "172.18.0.0/24,fd00:18::/64"
+    gateway: 172.18.0.1
+    excludeIps: ["172.18.0.1", "172.18.0.50..172.18.0.60"]
+    protocol: Dual
+"#;
+    write_objects(&objects, &format!("{}{}", base_yaml().trim_end(), subnet));
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .arg("check")
+            .arg("--objects")
+            .arg(&objects)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Kube-OVN: 172.18.0.53 is excluded by the range, 172.18.0.100 and fd00:18::53 are not.
+    let out = run(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("Subnet ovn-default: VIP 172.18.0.100"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Subnet ovn-default: VIP fd00:18::53"),
+        "{text}"
+    );
+    assert!(!text.contains("VIP 172.18.0.53"), "{text}");
+    // With the Northbound database: the logical switch too.
+    let nb = format!("unix:{}", sb.nb_sock().display());
+    let text = String::from_utf8_lossy(&run(&["--nb-remote", &nb]).stdout).to_string();
+    assert!(
+        text.contains("Logical_Switch pods: VIP 172.18.0.100 is in subnet 172.18.0.0/24"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Logical_Switch pods: VIP 172.18.0.53"),
+        "{text}"
+    );
+}

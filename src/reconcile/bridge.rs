@@ -164,31 +164,63 @@ pub fn resolve_plan(
 /// The messages that turn `old` into `new`: strict deletes of what goes, adds of what is new
 /// or changed (an ADD over an existing (table, priority, match) replaces it, cookie included).
 pub fn diff(old: &FlowSet, new: &FlowSet) -> Vec<Message> {
-    let mut msgs = Vec::new();
-    for ((table, prio, m), body) in old {
-        if !new.contains_key(&(*table, *prio, m.clone())) {
-            // Exact cookie: of the flows with this match, only ours can be deleted.
-            msgs.push(Message::FlowMod(FlowMod::delete_strict(
-                *table,
-                *prio,
-                m.clone(),
-                body.cookie,
-                u64::MAX,
-            )));
+    // Both maps are sorted by the same key: one merge pass, without a tree lookup (and a Match
+    // clone) per flow, keeps an incremental change cheap when tens of thousands are installed.
+    let mut deletes = Vec::new();
+    let mut adds = Vec::new();
+    let delete = |((table, prio, m), body): (&FlowId, &FlowBody)| {
+        // Exact cookie: of the flows with this match, only ours can be deleted.
+        Message::FlowMod(FlowMod::delete_strict(
+            *table,
+            *prio,
+            m.clone(),
+            body.cookie,
+            u64::MAX,
+        ))
+    };
+    let add = |((table, prio, m), body): (&FlowId, &FlowBody)| {
+        Message::FlowMod(FlowMod::add(
+            *table,
+            *prio,
+            body.cookie,
+            m.clone(),
+            body.instructions.clone(),
+        ))
+    };
+    let (mut o, mut n) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (o.peek(), n.peek()) {
+            (Some(&a), Some(&b)) => match a.0.cmp(b.0) {
+                std::cmp::Ordering::Less => {
+                    deletes.push(delete(a));
+                    o.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    adds.push(add(b));
+                    n.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if a.1 != b.1 {
+                        adds.push(add(b));
+                    }
+                    o.next();
+                    n.next();
+                }
+            },
+            (Some(&a), None) => {
+                deletes.push(delete(a));
+                o.next();
+            }
+            (None, Some(&b)) => {
+                adds.push(add(b));
+                n.next();
+            }
+            (None, None) => break,
         }
     }
-    for (id, body) in new {
-        if old.get(id) != Some(body) {
-            msgs.push(Message::FlowMod(FlowMod::add(
-                id.0,
-                id.1,
-                body.cookie,
-                id.2.clone(),
-                body.instructions.clone(),
-            )));
-        }
-    }
-    msgs
+    // Deletes, then adds, each in key order: the same messages in the same order as before.
+    deletes.append(&mut adds);
+    deletes
 }
 
 /// Our flows as the switch has them.

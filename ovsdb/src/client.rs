@@ -270,7 +270,7 @@ impl Client {
                         .decode_result(&r, Some(&self.schema))
                         .map_err(|source| Error::Txn {
                             remote: conn.remote().to_owned(),
-                            source,
+                            source: Box::new(source),
                         });
                 }
                 // Never written: sending it on the next session cannot duplicate it.
@@ -620,13 +620,22 @@ impl Driver {
             (c.spec().to_json(), c.last_txn_id())
         };
         let last = last.unwrap_or(Uuid::nil()).to_string();
-        let params = json!([self.opts.database, m.id, spec, last]);
-        let r = conn.call("monitor_cond_since", params).await?;
-        let (found, txn, updates) =
-            monitor::parse_since_reply(&r, &self.schema).map_err(|source| Error::Monitor {
-                remote: conn.remote().to_owned(),
-                source,
-            })?;
+        let params = json!([self.opts.database, m.id, spec.clone(), last]);
+        let merr = |source| Error::Monitor {
+            remote: conn.remote().to_owned(),
+            source,
+        };
+        let (found, txn, updates) = match conn.call("monitor_cond_since", params).await {
+            Ok(r) => monitor::parse_since_reply(&r, &self.schema).map_err(merr)?,
+            // Servers before monitor_cond_since: a plain monitor_cond and a full load.
+            Err(Error::Rpc { error, .. }) if error == "unknown method" => {
+                let params = json!([self.opts.database, m.id, spec]);
+                let r = conn.call("monitor_cond", params).await?;
+                let u = monitor::parse_table_updates2(&r, &self.schema).map_err(merr)?;
+                (false, Uuid::nil(), u)
+            }
+            Err(e) => return Err(e),
+        };
         let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
         let events = if found {
             self.stats.resumed.fetch_add(1, Ordering::Relaxed);
@@ -639,7 +648,7 @@ impl Driver {
             remote: conn.remote().to_owned(),
             source,
         })?;
-        c.set_last_txn_id(Some(txn));
+        c.set_last_txn_id((!txn.is_nil()).then_some(txn));
         drop(c);
         for e in events {
             let _ = m.events.send(e);

@@ -284,7 +284,13 @@ impl Session {
     ) -> (String, String) {
         let (r, w) = tokio::io::split(io);
         let mut reader = FramedRead::new(r, JsonCodec::new(max_message));
-        let mut writer = FramedWrite::new(w, JsonCodec::new(max_message));
+        // Writing runs in its own task: ovsdb-server stops reading while its replies are
+        // backed up, so a reader that waits on a blocked write would deadlock with it.
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Json>();
+        let mut writer = tokio::spawn(write_loop(
+            FramedWrite::new(w, JsonCodec::new(max_message)),
+            out_rx,
+        ));
         let far = Duration::from_secs(365 * 24 * 3600);
         let interval = self.probe.unwrap_or(far);
         let mut deadline = Instant::now() + interval;
@@ -303,26 +309,17 @@ impl Session {
                         Ok(m) => m,
                         Err(e) => break e.to_string(),
                     };
-                    if let Err(e) = self.dispatch(msg, &mut writer).await {
-                        break e;
-                    }
+                    self.dispatch(msg, &out_tx);
                 }
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break "closed by client".into() };
-                    // Batch whatever else is queued into one flush: cheap pipelining.
-                    let mut res = self.feed(cmd, &mut writer).await;
-                    while res.is_ok() {
-                        match rx.try_recv() {
-                            Ok(c) => res = self.feed(c, &mut writer).await,
-                            Err(_) => break,
-                        }
-                    }
-                    if let Err(e) = res {
-                        break e;
-                    }
-                    if let Err(e) = writer.flush().await {
-                        break format!("write: {e}");
-                    }
+                    self.send(cmd, &out_tx);
+                }
+                w = &mut writer => {
+                    break match w {
+                        Ok(e) => e,
+                        Err(e) => format!("writer task: {e}"),
+                    };
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     if probing {
@@ -330,14 +327,12 @@ impl Session {
                     }
                     probing = true;
                     deadline = Instant::now() + interval;
-                    let probe = json!({"id": "echo", "method": "echo", "params": []});
-                    if let Err(e) = writer.send(probe).await {
-                        break format!("write: {e}");
-                    }
+                    let _ = out_tx.send(json!({"id": "echo", "method": "echo", "params": []}));
                 }
             }
         };
-        // Requests written but unanswered may have run; queued ones did not.
+        writer.abort();
+        // Requests handed to the writer may have run; those still queued here did not.
         for (_, tx) in self.pending.drain() {
             let _ = tx.send(Reply::Lost(reason.clone()));
         }
@@ -350,14 +345,7 @@ impl Session {
         (self.remote, reason)
     }
 
-    async fn feed<W>(
-        &mut self,
-        cmd: Command,
-        writer: &mut FramedWrite<W, JsonCodec>,
-    ) -> Result<(), String>
-    where
-        W: AsyncWrite + Unpin,
-    {
+    fn send(&mut self, cmd: Command, out: &mpsc::UnboundedSender<Json>) {
         match cmd {
             Command::Call {
                 method,
@@ -372,29 +360,20 @@ impl Session {
                 if let Some(t) = id_tx {
                     let _ = t.send(id);
                 }
-                let m = json!({"id": id, "method": method, "params": params});
-                writer.feed(m).await.map_err(|e| format!("write: {e}"))
+                let _ = out.send(json!({"id": id, "method": method, "params": params}));
             }
             Command::Notify { method, params } => {
-                let m = json!({"id": null, "method": method, "params": params});
-                writer.feed(m).await.map_err(|e| format!("write: {e}"))
+                let _ = out.send(json!({"id": null, "method": method, "params": params}));
             }
         }
     }
 
-    async fn dispatch<W>(
-        &mut self,
-        msg: Message,
-        writer: &mut FramedWrite<W, JsonCodec>,
-    ) -> Result<(), String>
-    where
-        W: AsyncWrite + Unpin,
-    {
+    fn dispatch(&mut self, msg: Message, out: &mpsc::UnboundedSender<Json>) {
         match msg {
             Message::Response { id, result, error } => {
                 let Some(n) = id.as_u64() else {
                     // Our probe's answer ("echo" id) or a stray id: nothing waits for it.
-                    return Ok(());
+                    return;
                 };
                 match self.pending.remove(&n) {
                     Some(tx) => {
@@ -409,7 +388,6 @@ impl Session {
                         tracing::debug!(remote = %self.remote, id = n, "response to no request")
                     }
                 }
-                Ok(())
             }
             Message::Request { id, method, params } => {
                 let reply = if method == "echo" {
@@ -417,13 +395,39 @@ impl Session {
                 } else {
                     json!({"id": id, "result": null, "error": "unknown method"})
                 };
-                writer.send(reply).await.map_err(|e| format!("write: {e}"))
+                let _ = out.send(reply);
             }
             Message::Notification { method, params } => {
                 // The receiver may be gone (nobody listens): not a reason to close.
                 let _ = self.notify.send(Notification { method, params });
-                Ok(())
             }
         }
     }
+}
+
+/// Write queued messages, batching whatever is queued into one flush (cheap pipelining).
+/// Returns why it stopped.
+async fn write_loop<W>(
+    mut w: FramedWrite<W, JsonCodec>,
+    mut rx: mpsc::UnboundedReceiver<Json>,
+) -> String
+where
+    W: AsyncWrite + Unpin,
+{
+    while let Some(m) = rx.recv().await {
+        let mut res = w.feed(m).await;
+        while res.is_ok() {
+            match rx.try_recv() {
+                Ok(m) => res = w.feed(m).await,
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = res {
+            return format!("write: {e}");
+        }
+        if let Err(e) = w.flush().await {
+            return format!("write: {e}");
+        }
+    }
+    "writer closed".into()
 }

@@ -39,7 +39,10 @@ pub enum Error {
     #[error("op #{index}: {source}")]
     Schema { index: usize, source: SchemaError },
     #[error("transaction on {remote}: {source}")]
-    Txn { remote: String, source: TxnFailure },
+    Txn {
+        remote: String,
+        source: Box<TxnFailure>,
+    },
     #[error("{method} on {remote}: unexpected reply: {reason}")]
     Reply {
         remote: String,

@@ -250,10 +250,10 @@ impl Cache {
     pub fn new(schema: Arc<DatabaseSchema>, mut spec: MonitorSpec) -> Self {
         // Name the columns: left out, the server also sends `_version` in modifications.
         for (t, sel) in spec.tables.iter_mut() {
-            if sel.columns.is_none() {
-                if let Ok(ts) = schema.table(t) {
-                    sel.columns = Some(ts.columns.keys().cloned().collect());
-                }
+            if sel.columns.is_none()
+                && let Ok(ts) = schema.table(t)
+            {
+                sel.columns = Some(ts.columns.keys().cloned().collect());
             }
         }
         let tables = spec

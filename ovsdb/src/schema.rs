@@ -152,30 +152,30 @@ impl BaseType {
         if !ok {
             return Err(format!("expected {:?}, got {a}", self.atomic));
         }
-        if let Some(e) = &self.enumeration {
-            if !e.contains(a) {
-                let allowed: Vec<String> = e.iter().map(|a| a.to_string()).collect();
-                return Err(format!("{a} is not one of [{}]", allowed.join(", ")));
-            }
+        if let Some(e) = &self.enumeration
+            && !e.contains(a)
+        {
+            let allowed: Vec<String> = e.iter().map(|a| a.to_string()).collect();
+            return Err(format!("{a} is not one of [{}]", allowed.join(", ")));
         }
         match a {
-            Atom::Integer(i) => {
-                if self.min_integer.is_some_and(|m| *i < m)
-                    || self.max_integer.is_some_and(|m| *i > m)
-                {
-                    return Err(format!(
-                        "{i} outside [{:?}, {:?}]",
-                        self.min_integer, self.max_integer
-                    ));
-                }
+            Atom::Integer(i)
+                if (self.min_integer.is_some_and(|m| *i < m)
+                    || self.max_integer.is_some_and(|m| *i > m)) =>
+            {
+                return Err(format!(
+                    "{i} outside [{:?}, {:?}]",
+                    self.min_integer, self.max_integer
+                ));
             }
-            Atom::Real(r) => {
-                if self.min_real.is_some_and(|m| *r < m) || self.max_real.is_some_and(|m| *r > m) {
-                    return Err(format!(
-                        "{r} outside [{:?}, {:?}]",
-                        self.min_real, self.max_real
-                    ));
-                }
+            Atom::Real(r)
+                if (self.min_real.is_some_and(|m| *r < m)
+                    || self.max_real.is_some_and(|m| *r > m)) =>
+            {
+                return Err(format!(
+                    "{r} outside [{:?}, {:?}]",
+                    self.min_real, self.max_real
+                ));
             }
             Atom::String(s) => {
                 let n = s.chars().count() as u64;

@@ -262,13 +262,13 @@ impl Operation {
 
     /// Check this operation against the schema; the error names the table, column and value.
     pub fn check(&self, schema: &DatabaseSchema) -> Result<(), SchemaError> {
-        if let Operation::Assert { lock } = self {
-            if !is_id(lock) {
-                return Err(SchemaError::BadOperation {
-                    table: String::new(),
-                    reason: format!("lock name {lock:?} is not an <id> ([A-Za-z_][A-Za-z0-9_]*)"),
-                });
-            }
+        if let Operation::Assert { lock } = self
+            && !is_id(lock)
+        {
+            return Err(SchemaError::BadOperation {
+                table: String::new(),
+                reason: format!("lock name {lock:?} is not an <id> ([A-Za-z_][A-Za-z0-9_]*)"),
+            });
         }
         let Some(tname) = self.table() else {
             return Ok(());
@@ -411,15 +411,16 @@ fn check_mutation(t: &TableSchema, m: &Mutation) -> Result<(), SchemaError> {
                 )));
             }
             // "delete" on a map may name just the keys, as a set.
-            if ty.is_map() && m.mutator == Mutator::Delete {
-                if let Value::Set(_) | Value::Atom(_) = &m.value {
-                    return m
-                        .value
-                        .to_set()
-                        .iter()
-                        .try_for_each(|k| ty.key.check(k))
-                        .map_err(err);
-                }
+            if ty.is_map()
+                && m.mutator == Mutator::Delete
+                && let Value::Set(_) | Value::Atom(_) = &m.value
+            {
+                return m
+                    .value
+                    .to_set()
+                    .iter()
+                    .try_for_each(|k| ty.key.check(k))
+                    .map_err(err);
             }
             ty.check_elements(&m.value).map_err(err)
         }
@@ -566,7 +567,68 @@ impl Transaction {
         self.ops
             .iter()
             .enumerate()
-            .try_for_each(|(i, op)| op.check(schema).map_err(|e| (i, e)))
+            .try_for_each(|(i, op)| op.check(schema).map_err(|e| (i, e)))?;
+        self.check_named_uuids()
+    }
+
+    /// Every `["named-uuid", n]` must name an insert of this transaction with a valid `<id>`.
+    fn check_named_uuids(&self) -> Result<(), (usize, SchemaError)> {
+        let mut defined = std::collections::BTreeSet::new();
+        for (i, op) in self.ops.iter().enumerate() {
+            if let Operation::Insert {
+                table,
+                uuid_name: Some(n),
+                ..
+            } = op
+            {
+                if !is_id(n) {
+                    let reason = format!("uuid-name {n:?} is not an <id>");
+                    return Err((
+                        i,
+                        SchemaError::BadOperation {
+                            table: table.clone(),
+                            reason,
+                        },
+                    ));
+                }
+                defined.insert(n.as_str());
+            }
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            let mut values: Vec<(&str, &Value)> = vec![];
+            match op {
+                Operation::Insert { row, .. } | Operation::Update { row, .. } => {
+                    values.extend(row.iter().map(|(c, v)| (c.as_str(), v)));
+                }
+                Operation::Mutate { mutations, .. } => {
+                    values.extend(mutations.iter().map(|m| (m.column.as_str(), &m.value)));
+                }
+                _ => {}
+            }
+            for (col, v) in values {
+                let atoms: Vec<&Atom> = match v {
+                    Value::Atom(a) => vec![a],
+                    Value::Set(s) => s.iter().collect(),
+                    Value::Map(m) => m.iter().flat_map(|(k, v)| [k, v]).collect(),
+                };
+                for a in atoms {
+                    if let Atom::NamedUuid(n) = a
+                        && !defined.contains(n.as_str())
+                    {
+                        return Err((
+                            i,
+                            SchemaError::BadValue {
+                                table: op.table().unwrap_or_default().to_owned(),
+                                column: col.to_owned(),
+                                value: a.to_string(),
+                                reason: "no insert in this transaction has this uuid-name".into(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// `params` of the `transact` request.
@@ -667,7 +729,7 @@ pub struct TxnFailure {
     /// Index of the failing operation; `ops.len()` for a failure at commit time.
     pub index: usize,
     /// Name of the failing operation (`None` at commit time).
-    pub op: Option<String>,
+    pub op: Option<&'static str>,
     pub table: Option<String>,
     pub kind: ErrorKind,
     pub error: String,
@@ -677,7 +739,7 @@ pub struct TxnFailure {
 fn failure(ops: &[Operation], index: usize, reason: &str, j: &Json) -> TxnFailure {
     TxnFailure {
         index,
-        op: ops.get(index).map(|o| o.name().to_owned()),
+        op: ops.get(index).map(|o| o.name()),
         table: ops.get(index).and_then(|o| o.table()).map(str::to_owned),
         kind: ErrorKind::Other(reason.to_owned()),
         error: reason.to_owned(),
@@ -700,7 +762,7 @@ pub fn decode_results(
             let error = e.as_str().unwrap_or("unknown error").to_owned();
             return Err(TxnFailure {
                 index: i,
-                op: ops.get(i).map(|o| o.name().to_owned()),
+                op: ops.get(i).map(|o| o.name()),
                 table: ops.get(i).and_then(|o| o.table()).map(str::to_owned),
                 kind: ErrorKind::parse(&error),
                 error,

@@ -218,6 +218,20 @@ async fn schema_errors_before_sending() {
     tx.insert("Load_Balancer", row(&[("_uuid", Value::from(Uuid::nil()))]));
     assert!(matches!(check(tx).await.1, SchemaError::Immutable { .. }));
 
+    let mut tx = Transaction::new(NB);
+    tx.insert(
+        "Logical_Switch",
+        row(&[
+            ("name", "s".into()),
+            (
+                "load_balancer",
+                Value::set([Atom::NamedUuid("ghost".into())]),
+            ),
+        ]),
+    );
+    let (_, e) = check(tx).await;
+    assert!(e.to_string().contains("ghost"), "{e}");
+
     let mut tx = Transaction::new("OVN_Southbound");
     tx.comment("x");
     assert!(matches!(

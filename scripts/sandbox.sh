@@ -99,6 +99,14 @@ start() {
     fi
 }
 
+# Whether a pid is still running. A daemon that exited but was not reaped (the init process of
+# some containers never reaps re-parented children) is a zombie: it counts as gone.
+alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 stop() {
     local name pid i
     # northd first, then the databases it reads, then the switch and its database.
@@ -109,10 +117,10 @@ stop() {
         [ -n "$pid" ] || continue
         kill -TERM "$pid" 2>/dev/null || continue
         for i in $(seq 1 100); do
-            kill -0 "$pid" 2>/dev/null || break
+            alive "$pid" || break
             sleep 0.02
         done
-        kill -KILL "$pid" 2>/dev/null || true
+        alive "$pid" && kill -KILL "$pid" 2>/dev/null || true
     done
 }
 

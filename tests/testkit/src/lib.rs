@@ -24,7 +24,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { ovn: true, bridges: true }
+        Options {
+            ovn: true,
+            bridges: true,
+        }
     }
 }
 
@@ -47,7 +50,10 @@ impl Sandbox {
 
     /// OVS with br-ex/br-int only (no OVN): for OpenFlow tests.
     pub fn openflow_only() -> Sandbox {
-        Self::with_options(Options { ovn: false, bridges: true })
+        Self::with_options(Options {
+            ovn: false,
+            bridges: true,
+        })
     }
 
     pub fn with_options(opts: Options) -> Sandbox {
@@ -56,7 +62,10 @@ impl Sandbox {
             .prefix("vf-")
             .tempdir_in("/tmp")
             .expect("create sandbox dir");
-        let sb = Sandbox { dir, keep: std::env::var_os("VIPFLOW_KEEP_SANDBOX").is_some() };
+        let sb = Sandbox {
+            dir,
+            keep: std::env::var_os("VIPFLOW_KEEP_SANDBOX").is_some(),
+        };
         let out = Command::new(scripts_dir().join("sandbox.sh"))
             .arg("start")
             .arg(sb.path())
@@ -114,17 +123,24 @@ impl Sandbox {
 
     /// Run a sandbox command, panic with its output if it fails, return its stdout.
     pub fn run(&self, program: &str, args: &[&str]) -> String {
-        let out = self.command(program).args(args).output().unwrap_or_else(|e| {
-            panic!("spawn {program}: {e}");
-        });
+        let out = self
+            .command(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("spawn {program}: {e}");
+            });
         check(program, args, out)
     }
 
     /// Run a sandbox command and return its full output, whatever its exit status.
     pub fn run_raw(&self, program: &str, args: &[&str]) -> Output {
-        self.command(program).args(args).output().unwrap_or_else(|e| {
-            panic!("spawn {program}: {e}");
-        })
+        self.command(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("spawn {program}: {e}");
+            })
     }
 
     pub fn vsctl(&self, args: &[&str]) -> String {
@@ -167,15 +183,11 @@ impl Sandbox {
         let Some(pid) = self.pid(daemon) else {
             panic!("no pid recorded for {daemon}");
         };
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
         for _ in 0..500 {
-            let alive = Command::new("kill")
-                .args(["-0", &pid.to_string()])
-                .stderr(std::process::Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !alive {
+            if !alive(pid) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -190,10 +202,23 @@ impl Sandbox {
         let out = self
             .command("ovs-vswitchd")
             .arg(format!("unix:{}", self.db_sock().display()))
-            .args(["--enable-dummy=override", "--disable-system", "-vconsole:off"])
-            .arg(format!("--pidfile={}", d.join("ovs-vswitchd.pid").display()))
-            .arg(format!("--unixctl={}", d.join("ovs-vswitchd.ctl").display()))
-            .arg(format!("--log-file={}", d.join("ovs-vswitchd.log").display()))
+            .args([
+                "--enable-dummy=override",
+                "--disable-system",
+                "-vconsole:off",
+            ])
+            .arg(format!(
+                "--pidfile={}",
+                d.join("ovs-vswitchd.pid").display()
+            ))
+            .arg(format!(
+                "--unixctl={}",
+                d.join("ovs-vswitchd.ctl").display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                d.join("ovs-vswitchd.log").display()
+            ))
             .args(["--detach", "--no-chdir"])
             .output()
             .expect("spawn ovs-vswitchd");
@@ -235,5 +260,18 @@ impl Drop for Sandbox {
             eprintln!("sandbox logs kept at {}", path.display());
             let _ = std::fs::rename(&path, path.with_extension("kept"));
         }
+    }
+}
+
+/// Whether `pid` is running. An exited but unreaped process (a zombie: the init of some
+/// containers never reaps re-parented daemons) counts as gone.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may contain spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|s| s != "Z"),
+        Err(_) => false,
     }
 }

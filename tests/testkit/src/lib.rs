@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod cluster;
+pub mod kube_server;
 
 /// Which daemons a sandbox starts.
 #[derive(Debug, Clone, Copy)]

@@ -418,6 +418,12 @@ impl KubeServer {
         self.shared.lock().open_watches
     }
 
+    /// The highest resourceVersion a periodic BOOKMARK has carried so far (0 before the first),
+    /// to wait until a watch has been told about a resourceVersion.
+    pub fn last_bookmark_rv(&self) -> u64 {
+        self.shared.lock().last_bookmark_rv
+    }
+
     /// Every request so far, in order of completion (a watch is recorded when its stream opens).
     pub fn request_log(&self) -> Vec<RequestRecord> {
         self.shared.lock().log.clone()

@@ -757,6 +757,11 @@ async fn watch_loop(
                 if tx.send(spec.bookmark(st.cursor, false)).await.is_err() {
                     return;
                 }
+                {
+                    let mut store = shared.lock();
+                    store.last_bookmark_rv = store.last_bookmark_rv.max(st.cursor);
+                }
+                shared.observed();
             }
             _ = async move {
                 match deadline {

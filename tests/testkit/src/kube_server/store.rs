@@ -186,6 +186,8 @@ pub(crate) struct Store {
     pub stopped: bool,
     pub bookmark_interval: Duration,
     pub open_watches: usize,
+    /// Highest resourceVersion sent in a periodic BOOKMARK so far.
+    pub last_bookmark_rv: u64,
     uid_seed: u64,
     uid_counter: u64,
 }
@@ -248,6 +250,7 @@ impl Store {
             stopped: false,
             bookmark_interval: Duration::from_secs(1),
             open_watches: 0,
+            last_bookmark_rv: 0,
             uid_seed: seed ^ (std::process::id() as u64) << 32,
             uid_counter: 0,
         }

@@ -10,7 +10,7 @@ use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,26 +92,54 @@ pub fn nb_settings(remotes: &str) -> nb::NbSettings {
     }
 }
 
+/// Optional parts of a running agent.
+#[derive(Default, Clone)]
+pub struct AgentOptions {
+    /// Leadership for the Northbound writer; `None`: write whenever a database is configured.
+    pub leader: Option<watch::Receiver<bool>>,
+    /// Where Kubernetes Events go; `None`: no events (file source).
+    pub events: Option<crate::events::EventSink>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// What the planner produced for one generation, for the observer.
+struct PlanInfo {
+    generation: u64,
+    received: std::time::Instant,
+    model: Model,
+    problems: Vec<Problem>,
+    /// Kube-OVN findings: VIP and what is wrong.
+    not_excluded: Vec<(std::net::IpAddr, String)>,
+}
+
 /// Handles on a running agent, for the CLI and for tests.
 pub struct Running {
     /// One status channel per configured bridge, in config order.
     pub status: Vec<(String, watch::Receiver<Status>)>,
-    /// The Northbound writer's status, when one runs.
+    /// The Northbound writer's status, when one is configured.
     pub nb_status: Option<watch::Receiver<nb::Status>>,
     /// The generation of the latest plan handed to the reconcilers.
     pub generation: watch::Receiver<u64>,
+    /// True once every bridge (and the Northbound writer, when this agent is it) has applied
+    /// a plan: the readiness probe.
+    pub ready: watch::Receiver<bool>,
+    /// The agent's state as JSON (`/status`, `vipflow status`).
+    pub status_json: watch::Receiver<serde_json::Value>,
+    leader: Option<watch::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
-    /// Wait until every bridge has applied plan `generation` (or a later one).
+    /// Wait until every bridge, and the Northbound writer if this agent is it, has applied
+    /// plan `generation` (or a later one).
     pub async fn wait_applied(&mut self, generation: u64) {
         for (_, st) in &mut self.status {
             let _ = st
                 .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
                 .await;
         }
-        if let Some(st) = &mut self.nb_status {
+        let writing = self.leader.as_ref().is_none_or(|l| *l.borrow());
+        if let (Some(st), true) = (&mut self.nb_status, writing) {
             let _ = st
                 .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
                 .await;
@@ -126,7 +154,16 @@ impl Running {
 }
 
 /// Start the agent on an objects stream: plans on every change, reconcilers per bridge.
-pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running {
+pub fn start(cfg: Config, objects: watch::Receiver<Arc<Loaded>>) -> Running {
+    start_with(cfg, objects, AgentOptions::default())
+}
+
+/// Start with leader election, events and metrics.
+pub fn start_with(
+    cfg: Config,
+    mut objects: watch::Receiver<Arc<Loaded>>,
+    opts: AgentOptions,
+) -> Running {
     let mut tasks = Vec::new();
     let mut senders = Vec::new();
     let mut status = Vec::new();
@@ -140,21 +177,29 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
         senders.push(dtx);
         status.push((b.name.clone(), srx));
     }
-    let nb = cfg.nb_remote.as_ref().map(|remotes| {
+    let mut nb_tx = None;
+    let mut nb_status = None;
+    if let Some(remotes) = cfg.nb_remote.clone() {
         let (dtx, drx) = watch::channel(Arc::new(nb::Desired::default()));
         let (stx, srx) = watch::channel(nb::Status::default());
-        tasks.push(tokio::spawn(nb::run(nb_settings(remotes), drx, stx)));
-        (dtx, srx)
-    });
-    let (nb_tx, nb_status) = match nb {
-        Some((tx, rx)) => (Some(tx), Some(rx)),
-        None => (None, None),
-    };
+        tasks.push(tokio::spawn(nb_writer(
+            remotes,
+            drx,
+            stx,
+            opts.leader.clone(),
+        )));
+        nb_tx = Some(dtx);
+        nb_status = Some(srx);
+    }
     let (gtx, grx) = watch::channel(0u64);
+    let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
+    let planner_cfg = cfg.clone();
     tasks.push(tokio::spawn(async move {
+        let cfg = planner_cfg;
         let mut generation = 0u64;
         let mut reported: BTreeSet<String> = BTreeSet::new();
         loop {
+            let received = std::time::Instant::now();
             let loaded = objects.borrow_and_update().clone();
             let (model, problems) = build_model(&cfg, &loaded);
             // Report each problem once while it lasts, not on every re-plan.
@@ -167,25 +212,317 @@ pub fn start(cfg: Config, mut objects: watch::Receiver<Arc<Loaded>>) -> Running 
             for ((_, flows), tx) in plan_bridges(&cfg, &model).into_iter().zip(&senders) {
                 let _ = tx.send(Arc::new(Desired { generation, flows }));
             }
+            let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
             if let Some(tx) = &nb_tx {
                 let _ = tx.send(Arc::new(nb::Desired {
                     generation,
                     rows: plan_northbound(&cfg, &model),
-                    vips: model.vips().into_keys().collect(),
+                    vips: vips.clone(),
                     exclude_ips: cfg.northbound.exclude_ips,
                 }));
             }
+            let not_excluded = kubeovn_findings(&loaded.objects, &vips);
+            let _ = ptx.send(Some(Arc::new(PlanInfo {
+                generation,
+                received,
+                model,
+                problems,
+                not_excluded,
+            })));
             let _ = gtx.send(generation);
             if objects.changed().await.is_err() {
                 return;
             }
         }
     }));
+    let (ready_tx, ready) = watch::channel(false);
+    let (json_tx, status_json) = watch::channel(serde_json::Value::Null);
+    tasks.push(tokio::spawn(observe_agent(
+        cfg.clone(),
+        status.clone(),
+        nb_status.clone(),
+        opts.clone(),
+        prx,
+        ready_tx,
+        json_tx,
+    )));
     Running {
         status,
         nb_status,
         generation: grx,
+        ready,
+        status_json,
+        leader: opts.leader,
         tasks,
+    }
+}
+
+/// The Northbound writer, running only while this agent leads (or always, without election).
+async fn nb_writer(
+    remotes: String,
+    desired: watch::Receiver<Arc<nb::Desired>>,
+    status: watch::Sender<nb::Status>,
+    leader: Option<watch::Receiver<bool>>,
+) {
+    let Some(mut leader) = leader else {
+        nb::run(nb_settings(&remotes), desired, status).await;
+        return;
+    };
+    loop {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!("leading: writing Northbound rows");
+        let task = tokio::spawn(nb::run(
+            nb_settings(&remotes),
+            desired.clone(),
+            status.clone(),
+        ));
+        let lost = leader.wait_for(|l| !*l).await;
+        // Stop writing at once: another agent may be about to take over.
+        task.abort();
+        status.send_modify(|s| {
+            s.connected = false;
+            s.applied_generation = None;
+        });
+        tracing::info!("not leading: Northbound writer stopped");
+        if lost.is_err() {
+            return;
+        }
+    }
+}
+
+/// Kube-OVN Subnets that would hand a VIP to a pod.
+fn kubeovn_findings(
+    objects: &Objects,
+    vips: &BTreeSet<std::net::IpAddr>,
+) -> Vec<(std::net::IpAddr, String)> {
+    use crate::plan::exclude::{KubeOvnSubnet, check_kubeovn};
+    let subnets: Vec<KubeOvnSubnet> = objects
+        .subnets
+        .iter()
+        .map(|s| KubeOvnSubnet {
+            name: s.metadata.name.clone().unwrap_or_default(),
+            cidr_block: s.spec.cidr_block.clone(),
+            exclude_ips: s.spec.exclude_ips.clone(),
+            gateway: s.spec.gateway.clone(),
+        })
+        .collect();
+    check_kubeovn(vips, &subnets)
+        .into_iter()
+        .filter_map(|f| Some((f.vip?, f.to_string())))
+        .collect()
+}
+
+/// Follow the reconcilers: metrics, readiness, the status document, Events.
+#[allow(clippy::too_many_arguments)]
+async fn observe_agent(
+    cfg: Config,
+    mut bridges: Vec<(String, watch::Receiver<Status>)>,
+    mut nb_status: Option<watch::Receiver<nb::Status>>,
+    opts: AgentOptions,
+    mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
+    ready: watch::Sender<bool>,
+    json: watch::Sender<serde_json::Value>,
+) {
+    use crate::metrics::Metrics;
+    let m = &opts.metrics;
+    let mut leader = opts.leader.clone();
+    let mut seen_syncs: Vec<u64> = vec![0; bridges.len()];
+    let mut seen_applied: Vec<Option<u64>> = vec![None; bridges.len()];
+    let mut seen_errors: Vec<Option<String>> = vec![None; bridges.len() + 1];
+    let mut nb_syncs = 0u64;
+    let mut nb_applied = None;
+    // When each recent generation's objects arrived.
+    let mut received: BTreeMap<u64, std::time::Instant> = BTreeMap::new();
+    loop {
+        let plan = plans.borrow_and_update().clone();
+        if let Some(p) = &plan {
+            received.insert(p.generation, p.received);
+            while received.len() > 64 {
+                received.pop_first();
+            }
+            m.vips
+                .set(i64::try_from(p.model.vips().len()).unwrap_or(i64::MAX));
+            m.problems
+                .set(i64::try_from(p.problems.len()).unwrap_or(i64::MAX));
+        }
+        let is_leader = leader.as_ref().is_none_or(|l| *l.borrow());
+        m.leader.set(i64::from(leader.is_some() && is_leader));
+        let mut all_applied = !bridges.is_empty() || nb_status.is_some();
+        let mut min_applied: Option<u64> = None;
+        let mut bridges_json = Vec::new();
+        for (i, (name, st)) in bridges.iter_mut().enumerate() {
+            let s = st.borrow_and_update().clone();
+            let target = Metrics::target(&format!("bridge/{name}"));
+            m.flows
+                .get_or_create(&target)
+                .set(i64::try_from(s.flows).unwrap_or(i64::MAX));
+            m.connected
+                .get_or_create(&Metrics::peer(&format!("openflow/{name}")))
+                .set(i64::from(s.connected));
+            if s.syncs > seen_syncs[i] {
+                seen_syncs[i] = s.syncs;
+                m.sync_seconds
+                    .get_or_create(&target)
+                    .observe(s.last_sync.as_secs_f64());
+            }
+            if s.applied_generation != seen_applied[i] {
+                seen_applied[i] = s.applied_generation;
+                if let Some(t) = s.applied_generation.and_then(|g| received.get(&g)) {
+                    m.event_to_dataplane_seconds
+                        .get_or_create(&target)
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            }
+            if s.last_error != seen_errors[i] {
+                if s.last_error.is_some() {
+                    m.error(if s.connected {
+                        "openflow_write"
+                    } else {
+                        "openflow_connect"
+                    });
+                }
+                seen_errors[i] = s.last_error.clone();
+            }
+            all_applied &= s.applied_generation.is_some();
+            min_applied = Some(
+                min_applied.map_or(s.applied_generation.unwrap_or(0), |x: u64| {
+                    x.min(s.applied_generation.unwrap_or(0))
+                }),
+            );
+            bridges_json.push(serde_json::json!({
+                "name": name, "connected": s.connected, "flows": s.flows,
+                "applied_generation": s.applied_generation, "skipped": s.skipped,
+                "last_error": s.last_error, "full_syncs": s.full_syncs,
+            }));
+        }
+        let mut nb_json = serde_json::Value::Null;
+        if let Some(st) = &mut nb_status {
+            let s = st.borrow_and_update().clone();
+            let target = Metrics::target("northbound");
+            m.nb_rows.set(i64::try_from(s.rows).unwrap_or(i64::MAX));
+            m.connected
+                .get_or_create(&Metrics::peer("ovsdb/northbound"))
+                .set(i64::from(s.connected));
+            if s.syncs > nb_syncs {
+                nb_syncs = s.syncs;
+                m.sync_seconds
+                    .get_or_create(&target)
+                    .observe(s.last_sync.as_secs_f64());
+            }
+            if s.applied_generation != nb_applied {
+                nb_applied = s.applied_generation;
+                if let Some(t) = s.applied_generation.and_then(|g| received.get(&g)) {
+                    m.event_to_dataplane_seconds
+                        .get_or_create(&target)
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            }
+            let last = seen_errors.len() - 1;
+            if s.last_error != seen_errors[last] {
+                if s.last_error.is_some() {
+                    m.error("northbound");
+                }
+                seen_errors[last] = s.last_error.clone();
+            }
+            if is_leader {
+                all_applied &= s.applied_generation.is_some();
+            }
+            nb_json = serde_json::json!({
+                "writer": is_leader, "connected": s.connected, "rows": s.rows,
+                "applied_generation": s.applied_generation, "problems": s.problems,
+                "last_error": s.last_error, "transactions": s.transactions,
+            });
+        }
+        if let Some(ev) = &opts.events {
+            use std::sync::atomic::Ordering::Relaxed;
+            for (kind, c) in [
+                ("published", &ev.counters.published),
+                ("dropped", &ev.counters.dropped),
+                ("failed", &ev.counters.failed),
+            ] {
+                m.events
+                    .get_or_create(&crate::metrics::KindLabel { kind: kind.into() })
+                    .set(i64::try_from(c.load(Relaxed)).unwrap_or(i64::MAX));
+            }
+        }
+        ready.send_if_modified(|r| {
+            let changed = *r != all_applied;
+            *r = all_applied;
+            changed
+        });
+        if let Some(p) = &plan {
+            let applied_here = min_applied.is_some_and(|g| g >= p.generation);
+            if let Some(ev) = &opts.events {
+                let mut st =
+                    crate::events::statements(&p.model, &p.problems, &cfg.node_name, applied_here);
+                st.extend(crate::events::not_excluded(&p.model, &p.not_excluded));
+                ev.update(st);
+            }
+            let vips: Vec<serde_json::Value> = p
+                .model
+                .vips()
+                .into_iter()
+                .map(|(vip, svcs)| {
+                    let ports: Vec<String> = p
+                        .model
+                        .vip_ports()
+                        .filter(|(_, vp)| vp.vip == vip)
+                        .map(|(_, vp)| format!("{}/{}", vp.port, vp.protocol))
+                        .collect();
+                    serde_json::json!({
+                        "vip": vip.to_string(),
+                        "services": svcs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                        "ports": ports,
+                    })
+                })
+                .collect();
+            let _ = json.send(serde_json::json!({
+                "node": cfg.node_name,
+                "generation": p.generation,
+                "ready": all_applied,
+                "leader": leader.as_ref().map(|_| is_leader),
+                "vips": vips,
+                "problems": p.problems.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+                "bridges": bridges_json,
+                "northbound": nb_json,
+            }));
+        }
+        // Wait for any change.
+        // (select_all panics on an empty list.)
+        let has_bridges = !bridges.is_empty();
+        let bridge_changed = async {
+            if has_bridges {
+                let _ = futures::future::select_all(
+                    bridges.iter_mut().map(|(_, st)| Box::pin(st.changed())),
+                )
+                .await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let nb_changed = async {
+            match &mut nb_status {
+                Some(st) => st.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let leader_changed = async {
+            match &mut leader {
+                Some(l) => l.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let plans_changed = plans.changed();
+        tokio::select! {
+            r = plans_changed => if r.is_err() { return },
+            _ = bridge_changed => {}
+            _ = nb_changed => {}
+            _ = leader_changed => {}
+            // Counters of events move without a channel: refresh now and then.
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
     }
 }
 

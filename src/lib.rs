@@ -6,6 +6,9 @@
 
 pub mod agent;
 pub mod config;
+pub mod events;
+pub mod leader;
+pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod reconcile;

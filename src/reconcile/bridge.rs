@@ -46,6 +46,9 @@ pub struct Status {
     pub skipped: Vec<String>,
     pub last_error: Option<String>,
     pub full_syncs: u64,
+    /// Syncs done (full and incremental) and how long the last one took.
+    pub syncs: u64,
+    pub last_sync: Duration,
 }
 
 /// (table, priority, normalized match): how OpenFlow identifies a flow.
@@ -432,11 +435,12 @@ impl Session {
         plan: &Desired,
         status: &watch::Sender<Status>,
     ) -> Result<(), ConnError> {
+        let started = std::time::Instant::now();
         // Port numbers may have changed while we were not looking.
         self.ports = Ports::from_desc(&self.conn.port_desc().await?);
         let observed = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
         self.applied = observed;
-        self.write(s, plan, status, true).await
+        self.write(s, plan, status, true, started).await
     }
 
     async fn incremental(
@@ -445,7 +449,8 @@ impl Session {
         plan: &Desired,
         status: &watch::Sender<Status>,
     ) -> Result<(), ConnError> {
-        self.write(s, plan, status, false).await
+        self.write(s, plan, status, false, std::time::Instant::now())
+            .await
     }
 
     async fn write(
@@ -454,6 +459,7 @@ impl Session {
         plan: &Desired,
         status: &watch::Sender<Status>,
         full: bool,
+        started: std::time::Instant,
     ) -> Result<(), ConnError> {
         let (want, mut skipped) = resolve_plan(&plan.flows, &s.bridge, &self.ports);
         let msgs = diff(&self.applied, &want);
@@ -480,6 +486,8 @@ impl Session {
             if full {
                 st.full_syncs += 1;
             }
+            st.syncs += 1;
+            st.last_sync = started.elapsed();
         });
         Ok(())
     }

@@ -56,6 +56,9 @@ pub struct Status {
     pub problems: Vec<String>,
     pub last_error: Option<String>,
     pub transactions: u64,
+    /// Syncs that wrote something, and how long the last one took.
+    pub syncs: u64,
+    pub last_sync: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -591,6 +594,7 @@ pub async fn run(
         let mut first = true;
         loop {
             let plan = desired.borrow_and_update().clone();
+            let started = std::time::Instant::now();
             let observed = Observed::from_cache(&monitor.cache());
             let (mut changes, mut problems) = diff(&observed, &plan.rows, first);
             if plan.exclude_ips {
@@ -635,6 +639,10 @@ pub async fn run(
             status.send_modify(|s| {
                 s.connected = true;
                 s.transactions += sent;
+                if sent > 0 {
+                    s.syncs += 1;
+                    s.last_sync = started.elapsed();
+                }
                 s.problems = problems;
                 if ok {
                     s.applied_generation = Some(plan.generation);

@@ -1,0 +1,248 @@
+//! Kubernetes Events on Services: what happened to their VIPs, told once.
+//!
+//! - Events are computed as a *difference*: a Service gets an event when what there is to say
+//!   about it changes (a VIP programmed on this node, a VIP skipped and why, a conflict lost,
+//!   a VIP not excluded from a subnet), not on every re-plan. A repeat of the same statement is
+//!   left to the Recorder, which folds it into the existing event's series.
+//! - A token bucket caps the rate across all Services, so a storm of changes never becomes a
+//!   storm of API writes; events over the cap are dropped and counted.
+
+use crate::model::{Model, Problem, ServiceKey};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// One statement about one Service.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServiceEvent {
+    pub service: ServiceKey,
+    pub warning: bool,
+    /// PascalCase reason: VipProgrammed, VipSkipped, VipConflict, VipNotExcluded.
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// What to say about each Service for a plan that this node has applied: programmed VIPs
+/// (Normal) and problems (Warning).
+pub fn statements(
+    model: &Model,
+    problems: &[Problem],
+    node: &str,
+    applied: bool,
+) -> BTreeSet<ServiceEvent> {
+    let mut out = BTreeSet::new();
+    if applied {
+        for s in model.services.values() {
+            let vips: Vec<String> = s.vips().iter().map(|v| v.to_string()).collect();
+            if vips.is_empty() {
+                continue;
+            }
+            out.insert(ServiceEvent {
+                service: s.key.clone(),
+                warning: false,
+                reason: "VipProgrammed",
+                note: format!("VIPs {} programmed on node {node}", vips.join(", ")),
+            });
+        }
+    }
+    for p in problems {
+        let Some(key) = p
+            .object
+            .strip_prefix("Service ")
+            .and_then(|k| k.split_once('/'))
+        else {
+            continue;
+        };
+        let reason = if p.reason.contains("conflict lost") {
+            "VipConflict"
+        } else {
+            "VipSkipped"
+        };
+        let note = match &p.vip {
+            Some(v) => format!("{v}: {}", p.reason),
+            None => p.reason.clone(),
+        };
+        out.insert(ServiceEvent {
+            service: ServiceKey::new(key.0, key.1),
+            warning: true,
+            reason,
+            note,
+        });
+    }
+    out
+}
+
+/// Findings of the excludeIps check, attributed to the Services owning each VIP.
+pub fn not_excluded(
+    model: &Model,
+    findings: &[(std::net::IpAddr, String)],
+) -> BTreeSet<ServiceEvent> {
+    let owners = model.vips();
+    let mut out = BTreeSet::new();
+    for (vip, text) in findings {
+        for svc in owners.get(vip).into_iter().flatten() {
+            out.insert(ServiceEvent {
+                service: (*svc).clone(),
+                warning: true,
+                reason: "VipNotExcluded",
+                note: text.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// A simple token bucket.
+struct Bucket {
+    tokens: f64,
+    burst: f64,
+    per_second: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_second)
+            .min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Debug, Default)]
+pub struct EventCounters {
+    pub published: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// Sends statements to the API server; only new or changed ones are published.
+#[derive(Clone)]
+pub struct EventSink {
+    tx: mpsc::UnboundedSender<BTreeSet<ServiceEvent>>,
+    pub counters: Arc<EventCounters>,
+}
+
+impl EventSink {
+    /// Start the publisher. `controller` is the reporting controller name (vipflow), `instance`
+    /// this agent (its node), so events say where they come from.
+    pub fn start(
+        client: Client,
+        controller: &str,
+        instance: &str,
+        per_second: f64,
+        burst: u32,
+    ) -> EventSink {
+        let reporter = Reporter {
+            controller: controller.into(),
+            instance: Some(instance.into()),
+        };
+        let recorder = Recorder::new(client, reporter);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counters = Arc::new(EventCounters::default());
+        tokio::spawn(publish(recorder, rx, counters.clone(), per_second, burst));
+        EventSink { tx, counters }
+    }
+
+    /// The current statements (the whole set; the sink works out what is new).
+    pub fn update(&self, now: BTreeSet<ServiceEvent>) {
+        let _ = self.tx.send(now);
+    }
+}
+
+async fn publish(
+    recorder: Recorder,
+    mut rx: mpsc::UnboundedReceiver<BTreeSet<ServiceEvent>>,
+    counters: Arc<EventCounters>,
+    per_second: f64,
+    burst: u32,
+) {
+    let mut bucket = Bucket {
+        tokens: f64::from(burst),
+        burst: f64::from(burst),
+        per_second,
+        last: Instant::now(),
+    };
+    // What each (Service, reason) last said.
+    let mut said: BTreeMap<(ServiceKey, &'static str), String> = BTreeMap::new();
+    while let Some(mut now) = rx.recv().await {
+        // Only the latest set matters if several queued up.
+        while let Ok(newer) = rx.try_recv() {
+            now = newer;
+        }
+        let current: BTreeSet<(ServiceKey, &'static str)> =
+            now.iter().map(|e| (e.service.clone(), e.reason)).collect();
+        said.retain(|k, _| current.contains(k));
+        for ev in now {
+            let key = (ev.service.clone(), ev.reason);
+            if said.get(&key) == Some(&ev.note) {
+                continue;
+            }
+            if !bucket.take() {
+                counters.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Service".into()),
+                namespace: Some(ev.service.namespace.clone()),
+                name: Some(ev.service.name.clone()),
+                ..Default::default()
+            };
+            let event = Event {
+                type_: if ev.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: ev.reason.into(),
+                note: Some(truncate(&ev.note, 1020)),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            match tokio::time::timeout(
+                Duration::from_secs(10),
+                recorder.publish(&event, &reference),
+            )
+            .await
+            {
+                Ok(Ok(())) => {
+                    counters.published.fetch_add(1, Ordering::Relaxed);
+                    said.insert(key, ev.note);
+                }
+                Ok(Err(e)) => {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(service = %ev.service, reason = ev.reason, error = %e, "cannot publish event");
+                }
+                Err(_) => {
+                    counters.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Events notes are limited to 1 KiB by the API server.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,334 @@
+//! The Kubernetes source: watches the API server and produces the same [`Loaded`] objects as
+//! the file source, so everything downstream is shared.
+//!
+//! Watch hygiene for a DaemonSet on every node:
+//! - lists are paged (`page_size`), then watched from the list's resourceVersion with
+//!   bookmarks; after `410 Gone` the watcher re-lists by itself; errors back off
+//!   exponentially instead of hammering the API server;
+//! - `managedFields` (often the bulk of an object) are dropped on arrival;
+//! - Nodes: only this node's Node unless this instance may write Northbound rows (node-scoped
+//!   rows need every node), so N agents do not each watch N nodes for nothing;
+//! - a burst of changes (a rollout touching hundreds of EndpointSlices) is coalesced into one
+//!   new snapshot after a short quiet period (`debounce`), so the planner runs once per burst;
+//! - nothing is published before every watcher has finished its initial list: a half-listed
+//!   world would make the reconcilers delete flows and rows of objects not yet seen.
+
+use crate::model::{KubeOvnSubnet, Objects};
+use crate::source::file::Loaded;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+
+/// What to watch.
+#[derive(Debug, Clone)]
+pub struct KubeSourceConfig {
+    /// This node; with `all_nodes` false only its Node is watched.
+    pub node_name: String,
+    /// Watch every Node (needed by the Northbound writer for node-scoped rows).
+    pub all_nodes: bool,
+    /// List page size.
+    pub page_size: u32,
+    /// Quiet period that ends a burst of changes.
+    pub debounce: Duration,
+}
+
+impl Default for KubeSourceConfig {
+    fn default() -> Self {
+        KubeSourceConfig {
+            node_name: String::new(),
+            all_nodes: false,
+            page_size: 500,
+            debounce: Duration::from_millis(100),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeSourceError {
+    #[error("build Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error("kubeconfig {path}: {detail}")]
+    Kubeconfig { path: String, detail: String },
+}
+
+/// A Kubernetes client: from `kubeconfig` when given, else the usual in-cluster/default chain.
+pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, KubeSourceError> {
+    let config = match kubeconfig {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p).map_err(|e| {
+                KubeSourceError::Kubeconfig {
+                    path: p.display().to_string(),
+                    detail: e.to_string(),
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| KubeSourceError::Kubeconfig {
+                    path: p.display().to_string(),
+                    detail: e.to_string(),
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| KubeSourceError::Kubeconfig {
+                path: "(inferred)".into(),
+                detail: e.to_string(),
+            })?,
+    };
+    Client::try_from(config).map_err(KubeSourceError::Client)
+}
+
+/// One change from any watcher, keyed by kind.
+// Boxed: objects are large and vary in size; the channel moves pointers.
+enum Change {
+    Service(Box<WatchEvent<core::Service>>),
+    Slice(Box<WatchEvent<discovery::EndpointSlice>>),
+    Node(Box<WatchEvent<core::Node>>),
+    Subnet(Box<WatchEvent<DynamicObject>>),
+}
+
+enum WatchEvent<K> {
+    /// A relist started: the store is rebuilt from the following `Apply`s until `Ready`.
+    Restart,
+    Apply(K),
+    Delete(K),
+    /// The (re)list is complete.
+    Ready,
+}
+
+/// A store per kind, keyed by namespace/name; `ready` once its first list completed.
+struct Store<K> {
+    objects: BTreeMap<(String, String), K>,
+    /// Objects of a relist in progress (swapped in at `Ready`).
+    pending: Option<BTreeMap<(String, String), K>>,
+    ready: bool,
+}
+
+impl<K: Resource + Clone> Store<K> {
+    fn new() -> Self {
+        Store {
+            objects: BTreeMap::new(),
+            pending: None,
+            ready: false,
+        }
+    }
+
+    fn key(o: &K) -> (String, String) {
+        (
+            o.meta().namespace.clone().unwrap_or_default(),
+            o.meta().name.clone().unwrap_or_default(),
+        )
+    }
+
+    fn apply(&mut self, ev: WatchEvent<K>) {
+        match ev {
+            WatchEvent::Restart => self.pending = Some(BTreeMap::new()),
+            WatchEvent::Apply(o) => {
+                let target = self.pending.as_mut().unwrap_or(&mut self.objects);
+                target.insert(Self::key(&o), o);
+            }
+            WatchEvent::Delete(o) => {
+                self.objects.remove(&Self::key(&o));
+            }
+            WatchEvent::Ready => {
+                if let Some(p) = self.pending.take() {
+                    self.objects = p;
+                }
+                self.ready = true;
+            }
+        }
+    }
+
+    fn values(&self) -> Vec<K> {
+        self.objects.values().cloned().collect()
+    }
+}
+
+type Boxed = Pin<Box<dyn Stream<Item = Change> + Send>>;
+
+fn stream<K, F>(api: Api<K>, cfg: watcher::Config, wrap: F) -> Boxed
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    F: Fn(WatchEvent<K>) -> Change + Send + Sync + 'static,
+{
+    watcher::watcher(api, cfg)
+        .default_backoff()
+        .filter_map(move |ev| {
+            let out = match ev {
+                Ok(Event::Init) => Some(WatchEvent::Restart),
+                Ok(Event::InitApply(mut o)) | Ok(Event::Apply(mut o)) => {
+                    // managedFields are large and useless to us.
+                    o.meta_mut().managed_fields = None;
+                    Some(WatchEvent::Apply(o))
+                }
+                Ok(Event::Delete(o)) => Some(WatchEvent::Delete(o)),
+                Ok(Event::InitDone) => Some(WatchEvent::Ready),
+                Err(e) => {
+                    tracing::warn!(error = %e, "watch error; backing off");
+                    None
+                }
+            };
+            std::future::ready(out.map(&wrap))
+        })
+        .boxed()
+}
+
+fn subnet_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubeovn.io", "v1", "Subnet"),
+        "subnets",
+    )
+}
+
+/// Whether the Kube-OVN Subnet CRD is served.
+async fn has_subnets(client: &Client) -> bool {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &subnet_resource());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether Kube-OVN Subnets exist; not watching them");
+            false
+        }
+    }
+}
+
+fn to_subnet(o: &DynamicObject) -> Option<KubeOvnSubnet> {
+    let mut v = serde_json::json!({ "metadata": o.metadata, "spec": o.data.get("spec").cloned().unwrap_or_default() });
+    if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        m.remove("managedFields");
+    }
+    serde_json::from_value(v).ok()
+}
+
+/// Run the watchers; send a new snapshot into `tx` after each (coalesced) change once every
+/// watcher has listed. Ends when every receiver is gone.
+pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Loaded>>) {
+    let list = |c: watcher::Config| c.page_size(cfg.page_size).any_semantic();
+    let mut streams: Vec<Boxed> = vec![
+        stream(
+            Api::<core::Service>::all(client.clone()),
+            list(watcher::Config::default()),
+            |e| Change::Service(Box::new(e)),
+        ),
+        // Slices not managed for a Service are of no use: filter on the server.
+        stream(
+            Api::<discovery::EndpointSlice>::all(client.clone()),
+            list(watcher::Config::default().labels(crate::model::SERVICE_NAME_LABEL)),
+            |e| Change::Slice(Box::new(e)),
+        ),
+    ];
+    let nodes = if cfg.all_nodes || cfg.node_name.is_empty() {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().fields(&format!("metadata.name={}", cfg.node_name))
+    };
+    streams.push(stream(
+        Api::<core::Node>::all(client.clone()),
+        list(nodes),
+        |e| Change::Node(Box::new(e)),
+    ));
+    let subnets = has_subnets(&client).await;
+    if subnets {
+        tracing::info!("Kube-OVN Subnets found; watching them");
+        streams.push(stream(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet_resource()),
+            list(watcher::Config::default()),
+            |e| Change::Subnet(Box::new(e)),
+        ));
+    }
+
+    let (ctx, mut crx) = mpsc::channel::<Change>(1024);
+    let mut tasks = Vec::new();
+    for mut s in streams {
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Some(c) = s.next().await {
+                if ctx.send(c).await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(ctx);
+
+    let mut services = Store::<core::Service>::new();
+    let mut slices = Store::<discovery::EndpointSlice>::new();
+    let mut nodes = Store::<core::Node>::new();
+    let mut subnet_store = Store::<DynamicObject>::new();
+    loop {
+        let Some(first) = crx.recv().await else { break };
+        let mut apply = |c: Change| match c {
+            Change::Service(e) => services.apply(*e),
+            Change::Slice(e) => slices.apply(*e),
+            Change::Node(e) => nodes.apply(*e),
+            Change::Subnet(e) => subnet_store.apply(*e),
+        };
+        apply(first);
+        // Coalesce the burst: keep taking changes until it is quiet for `debounce`.
+        loop {
+            match tokio::time::timeout(cfg.debounce, crx.recv()).await {
+                Ok(Some(c)) => apply(c),
+                Ok(None) => break,
+                Err(_) => break,
+            }
+        }
+        let all_ready =
+            services.ready && slices.ready && nodes.ready && (!subnets || subnet_store.ready);
+        if !all_ready {
+            continue;
+        }
+        let objects = Objects {
+            services: services.values(),
+            endpoint_slices: slices.values(),
+            nodes: nodes.values(),
+            subnets: subnet_store
+                .objects
+                .values()
+                .filter_map(to_subnet)
+                .collect(),
+        };
+        tracing::debug!(
+            services = objects.services.len(),
+            slices = objects.endpoint_slices.len(),
+            nodes = objects.nodes.len(),
+            "objects from the API server"
+        );
+        if tx
+            .send(Arc::new(Loaded {
+                objects,
+                problems: Vec::new(),
+            }))
+            .is_err()
+        {
+            break;
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// Start the source; the receiver sees the first snapshot once every watcher has listed.
+pub fn start(
+    client: Client,
+    cfg: KubeSourceConfig,
+) -> (watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Arc::new(Loaded::default()));
+    let task = tokio::spawn(run(client, cfg, tx));
+    (rx, task)
+}
+
+/// Name of an object, for logs.
+pub fn describe<K: ResourceExt>(o: &K) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}

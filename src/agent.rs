@@ -27,6 +27,13 @@ pub enum AgentError {
     },
     #[error("no objects file: give --objects or set objects in the config file")]
     NoObjects,
+    #[error(transparent)]
+    Kube(crate::source::kube::KubeSourceError),
+    #[error("HTTP endpoint {addr}: {source}")]
+    Http {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("Northbound database {remotes}: {source}")]
     Northbound {
         remotes: String,
@@ -530,12 +537,126 @@ async fn observe_agent(
 pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
     let path = cfg.objects.clone().ok_or(AgentError::NoObjects)?;
     let (rx, watcher) = file::watch(path, poll)?;
-    let running = start(cfg, rx);
+    let opts = AgentOptions::default();
+    let http = serve_http(&cfg, &opts.metrics).await?;
+    let running = start_with(cfg, rx, opts);
+    let http = http.map(|h| h(running.ready.clone(), running.status_json.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
     watcher.abort();
     running.stop();
+    if let Some(h) = http {
+        h.abort();
+    }
     Ok(())
+}
+
+/// Settings of the cluster mode that come from the environment or flags.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    pub kubeconfig: Option<PathBuf>,
+    /// This agent's identity for the Lease (pod name, else node name).
+    pub identity: String,
+    /// Default Lease namespace (the pod's namespace).
+    pub namespace: String,
+    pub events_per_second: f64,
+    pub events_burst: u32,
+}
+
+/// Run in a cluster: the Kubernetes source, an elected Northbound writer, Events.
+pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), AgentError> {
+    use crate::source::kube as ksrc;
+    let client = ksrc::client(cluster.kubeconfig.as_deref())
+        .await
+        .map_err(AgentError::Kube)?;
+    let writer_possible = cfg.nb_remote.is_some();
+    let source_cfg = ksrc::KubeSourceConfig {
+        node_name: cfg.node_name.clone(),
+        all_nodes: writer_possible,
+        ..Default::default()
+    };
+    let (rx, source) = ksrc::start(client.clone(), source_cfg);
+    let election = (writer_possible && cfg.lease.enabled).then(|| {
+        let ns = cfg
+            .lease
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.namespace.clone());
+        crate::leader::start(
+            client.clone(),
+            crate::leader::LeaderConfig::new(
+                &ns,
+                &cfg.lease.name,
+                &cluster.identity,
+                Duration::from_secs(cfg.lease.duration_seconds.max(1)),
+            ),
+        )
+    });
+    let events = crate::events::EventSink::start(
+        client,
+        "vipflow",
+        &cfg.node_name,
+        cluster.events_per_second,
+        cluster.events_burst,
+    );
+    let opts = AgentOptions {
+        leader: election.as_ref().map(|e| e.is_leader.clone()),
+        events: Some(events),
+        metrics: Arc::new(crate::metrics::Metrics::new()),
+    };
+    let http = serve_http(&cfg, &opts.metrics).await?;
+    let running = start_with(cfg, rx, opts);
+    let http = http.map(|h| h(running.ready.clone(), running.status_json.clone()));
+    shutdown_signal().await;
+    tracing::info!("shutting down; flows stay in place");
+    // Hand the Northbound over at once rather than after the Lease expires.
+    if let Some(e) = election {
+        e.release().await;
+    }
+    source.abort();
+    running.stop();
+    if let Some(h) = http {
+        h.abort();
+    }
+    Ok(())
+}
+
+type HttpStarter = Box<
+    dyn FnOnce(
+            watch::Receiver<bool>,
+            watch::Receiver<serde_json::Value>,
+        ) -> tokio::task::JoinHandle<()>
+        + Send,
+>;
+
+/// Bind the HTTP endpoint now (so a bad address fails at start), serve once the agent runs.
+async fn serve_http(
+    cfg: &Config,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> Result<Option<HttpStarter>, AgentError> {
+    let Some(addr) = cfg.http_addr.clone() else {
+        return Ok(None);
+    };
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| AgentError::Http {
+            addr: addr.clone(),
+            source: e,
+        })?;
+    tracing::info!(addr = %addr, "serving /metrics /healthz /readyz /status");
+    let metrics = metrics.clone();
+    Ok(Some(Box::new(move |ready, status| {
+        tokio::spawn(async move {
+            let state = crate::metrics::Http {
+                metrics,
+                ready,
+                status,
+            };
+            if let Err(e) = crate::metrics::serve(listener, state).await {
+                tracing::error!(error = %e, "HTTP endpoint stopped");
+            }
+        })
+    })))
 }
 
 async fn shutdown_signal() {

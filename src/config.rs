@@ -179,6 +179,35 @@ pub struct Config {
     pub nb_remote: Option<String>,
     /// How Load_Balancer rows are shaped and attached.
     pub northbound: crate::plan::northbound::NorthboundConfig,
+    /// Address of the HTTP endpoint (`/metrics`, `/healthz`, `/readyz`, `/status`), e.g.
+    /// `0.0.0.0:9475`; none when unset.
+    pub http_addr: Option<String>,
+    /// Leader election of the Northbound writer (Kubernetes source only).
+    pub lease: LeaseConfig,
+}
+
+/// Where and how the Northbound writer is elected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct LeaseConfig {
+    /// Elect one writer (on by default); off: every agent with nb-remote writes.
+    pub enabled: bool,
+    /// Namespace of the Lease (default: the pod's namespace, POD_NAMESPACE).
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Seconds after which a crashed writer is replaced.
+    pub duration_seconds: u64,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            enabled: true,
+            namespace: None,
+            name: "vipflow-northbound".into(),
+            duration_seconds: 4,
+        }
+    }
 }
 
 impl Default for Config {
@@ -193,6 +222,8 @@ impl Default for Config {
             log_format: LogFormat::Text,
             nb_remote: None,
             northbound: Default::default(),
+            http_addr: None,
+            lease: LeaseConfig::default(),
         }
     }
 }

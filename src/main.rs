@@ -54,6 +54,9 @@ enum Command {
     /// objects file) but not in its excludeIps, or inside a logical switch's subnet (with
     /// --nb-remote) but not in its exclude_ips. Exit 1 when there is any.
     Check,
+    /// Print what a running agent holds (VIPs, their Services, flows per bridge, Northbound
+    /// rows, problems), read from its HTTP endpoint (--http-addr).
+    Status,
 }
 
 #[derive(Args, Debug)]
@@ -96,6 +99,45 @@ struct Global {
 
     #[command(flatten)]
     northbound: NorthboundFlags,
+
+    #[command(flatten)]
+    cluster: ClusterFlags,
+}
+
+/// Running in a cluster: the Kubernetes API, leader election, Events, the HTTP endpoint.
+#[derive(Args, Debug, Default)]
+struct ClusterFlags {
+    /// kubeconfig to use (default: in-cluster service account, else ~/.kube/config). Used when
+    /// no --objects file is given.
+    #[arg(long, env = "KUBECONFIG", global = true, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Serve /metrics, /healthz, /readyz and /status on this address (e.g. 0.0.0.0:9475);
+    /// `vipflow status` reads it.
+    #[arg(long, env = "VIPFLOW_HTTP_ADDR", global = true, value_name = "ADDR")]
+    http_addr: Option<String>,
+    /// Let every agent with --nb-remote write Northbound rows (no Lease election).
+    #[arg(long, global = true)]
+    no_leader_election: bool,
+    /// Namespace of the Lease [default: POD_NAMESPACE, else default].
+    #[arg(long, global = true, value_name = "NS")]
+    lease_namespace: Option<String>,
+    /// Name of the Lease [default: vipflow-northbound].
+    #[arg(long, global = true, value_name = "NAME")]
+    lease_name: Option<String>,
+    /// Seconds after which a crashed writer is replaced [default: 4].
+    #[arg(long, global = true, value_name = "SECONDS")]
+    lease_duration: Option<u64>,
+    /// Identity in the Lease [default: POD_NAME, else the node name].
+    #[arg(long, env = "POD_NAME", global = true)]
+    identity: Option<String>,
+    /// The pod's namespace (downward API), the default Lease namespace.
+    #[arg(long, env = "POD_NAMESPACE", global = true, hide = true)]
+    pod_namespace: Option<String>,
+    /// Kubernetes Events per second at most (bursts up to --event-burst).
+    #[arg(long, global = true, default_value_t = 5.0)]
+    event_rate: f64,
+    #[arg(long, global = true, default_value_t = 20)]
+    event_burst: u32,
 }
 
 /// OVN Northbound settings: where the database is and how Load_Balancer rows look.
@@ -281,6 +323,22 @@ fn build_config(g: &Global) -> Result<Config, String> {
         cfg.log_format = v;
     }
     g.northbound.apply(&mut cfg);
+    let c = &g.cluster;
+    if let Some(v) = &c.http_addr {
+        cfg.http_addr = Some(v.clone());
+    }
+    if c.no_leader_election {
+        cfg.lease.enabled = false;
+    }
+    if let Some(v) = &c.lease_namespace {
+        cfg.lease.namespace = Some(v.clone());
+    }
+    if let Some(v) = &c.lease_name {
+        cfg.lease.name = v.clone();
+    }
+    if let Some(v) = c.lease_duration {
+        cfg.lease.duration_seconds = v;
+    }
     if let Some(name) = &g.bridge.bridge {
         let b = cfg
             .bridges
@@ -346,7 +404,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(cli.command, cfg)) {
+    match rt.block_on(dispatch(cli.command, cfg, cli.global.cluster)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vipflow: {e}");
@@ -355,7 +413,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
+async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<ExitCode, String> {
     match cmd {
         Command::Plan => {
             let loaded = load_objects(&cfg)?;
@@ -374,6 +432,15 @@ async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
             for r in &rows {
                 println!("{r}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status => {
+            let addr = cfg
+                .http_addr
+                .clone()
+                .ok_or("give the agent's --http-addr (e.g. 127.0.0.1:9475)")?;
+            let doc = fetch_status(&addr).await?;
+            print_status(&doc);
             Ok(ExitCode::SUCCESS)
         }
         Command::Check => {
@@ -466,10 +533,137 @@ async fn dispatch(cmd: Command, cfg: Config) -> Result<ExitCode, String> {
             if let Some(b) = cfg.bridges.iter().find_map(|b| b.bridge_mac) {
                 tracing::debug!(bridge_mac = %format_mac(&b), "configured bridge MAC");
             }
-            agent::run(cfg, Duration::from_millis(poll_interval_ms.max(10)))
-                .await
-                .map_err(|e| e.to_string())?;
+            if cfg.objects.is_some() {
+                agent::run(cfg, Duration::from_millis(poll_interval_ms.max(10)))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            } else {
+                if cfg.node_name.is_empty() {
+                    return Err(
+                        "in a cluster the node name is required (--node-name or NODE_NAME)".into(),
+                    );
+                }
+                let c = &cluster;
+                let opts = agent::ClusterOptions {
+                    kubeconfig: c.kubeconfig.clone(),
+                    identity: c.identity.clone().unwrap_or_else(|| cfg.node_name.clone()),
+                    namespace: c.pod_namespace.clone().unwrap_or_else(|| "default".into()),
+                    events_per_second: c.event_rate.max(0.01),
+                    events_burst: c.event_burst.max(1),
+                };
+                agent::run_cluster(cfg, opts)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
             Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// GET /status from a running agent (plain HTTP/1.0 over TCP: no client library needed).
+async fn fetch_status(addr: &str) -> Result<serde_json::Value, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let connect = tokio::net::TcpStream::connect(addr);
+    let mut s = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| format!("connect {addr}: timed out"))?
+        .map_err(|e| {
+            format!("connect {addr}: {e} (is the agent running with --http-addr {addr}?)")
+        })?;
+    s.write_all(format!("GET /status HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .map_err(|_| format!("{addr}: no answer"))?
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{addr}: not an HTTP answer"))?;
+    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+        return Err(format!("{addr}: {}", head.lines().next().unwrap_or("")));
+    }
+    serde_json::from_str(body).map_err(|e| format!("{addr}: bad status document: {e}"))
+}
+
+fn print_status(d: &serde_json::Value) {
+    let s = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| v.to_string())
+    };
+    println!(
+        "node {}  generation {}  ready {}",
+        s(&d["node"]),
+        d["generation"],
+        d["ready"]
+    );
+    if !d["leader"].is_null() {
+        println!(
+            "northbound writer: {}",
+            if d["leader"].as_bool() == Some(true) {
+                "this agent"
+            } else {
+                "another agent"
+            }
+        );
+    }
+    let vips = d["vips"].as_array().cloned().unwrap_or_default();
+    println!("\nVIPs ({})", vips.len());
+    for v in &vips {
+        let list = |k: &str| {
+            v[k].as_array()
+                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        };
+        println!(
+            "  {:<28} {:<24} {}",
+            s(&v["vip"]),
+            list("ports"),
+            list("services")
+        );
+    }
+    println!("\nbridges");
+    for b in d["bridges"].as_array().cloned().unwrap_or_default() {
+        println!(
+            "  {:<12} connected {:<5} flows {:<6} generation {}{}",
+            s(&b["name"]),
+            b["connected"],
+            b["flows"],
+            b["applied_generation"],
+            b["last_error"]
+                .as_str()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
+        );
+        for sk in b["skipped"].as_array().cloned().unwrap_or_default() {
+            println!("    not programmed: {}", s(&sk));
+        }
+    }
+    if !d["northbound"].is_null() {
+        let n = &d["northbound"];
+        println!(
+            "\nnorthbound: writer {} connected {} rows {} generation {}{}",
+            n["writer"],
+            n["connected"],
+            n["rows"],
+            n["applied_generation"],
+            n["last_error"]
+                .as_str()
+                .map(|e| format!("  error: {e}"))
+                .unwrap_or_default()
+        );
+        for p in n["problems"].as_array().cloned().unwrap_or_default() {
+            println!("  {}", s(&p));
+        }
+    }
+    let problems = d["problems"].as_array().cloned().unwrap_or_default();
+    if !problems.is_empty() {
+        println!("\nproblems ({})", problems.len());
+        for p in problems {
+            println!("  {}", s(&p));
         }
     }
 }

@@ -582,7 +582,7 @@ async fn fetch_status(addr: &str) -> Result<serde_json::Value, String> {
     let (head, body) = text
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("{addr}: not an HTTP answer"))?;
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
         return Err(format!("{addr}: {}", head.lines().next().unwrap_or("")));
     }
     serde_json::from_str(body).map_err(|e| format!("{addr}: bad status document: {e}"))

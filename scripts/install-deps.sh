@@ -25,3 +25,31 @@ fi
 # The packages' own services are not used (the sandbox starts private daemons); make sure
 # nothing system-wide was left running by the install on machines that run init scripts.
 command -v cargo >/dev/null 2>&1 || { echo "install-deps: cargo not found (install Rust)" >&2; exit 1; }
+
+# deploy/ manifests are validated offline (tests/deploy_manifests.rs) with kubernetes-validate, a
+# Python package that ships the Kubernetes JSON schemas. It goes into a private virtualenv under
+# the gitignored target-tools/, never into the system's Python. The test finds it there (or
+# through $KUBERNETES_VALIDATE, or on PATH).
+KV_VERSION=1.34.1
+kv_venv="$(cd "$(dirname "$0")/.." && pwd)/target-tools/venv"
+kv_bin="$kv_venv/bin/kubernetes-validate"
+if [ "$("$kv_bin" --version 2>/dev/null)" != "$KV_VERSION" ]; then
+    echo "install-deps: installing kubernetes-validate $KV_VERSION into $kv_venv" >&2
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv --help >/dev/null 2>&1 \
+        || ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
+        # Debian splits venv/ensurepip out of python3.
+        SUDO=
+        [ "$(id -u)" -eq 0 ] || SUDO=sudo
+        $SUDO apt-get update -q
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+            python3 python3-venv
+    fi
+    rm -rf "$kv_venv"
+    python3 -m venv "$kv_venv"
+    "$kv_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "kubernetes-validate==$KV_VERSION"
+    [ "$("$kv_bin" --version)" = "$KV_VERSION" ] || {
+        echo "install-deps: kubernetes-validate $KV_VERSION did not install" >&2
+        exit 1
+    }
+fi

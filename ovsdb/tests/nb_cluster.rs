@@ -11,6 +11,8 @@ use ovsdb::{
 use serde_json::Value as Json;
 use testkit::cluster::NbCluster;
 
+mod common;
+
 const NB: &str = "OVN_Northbound";
 
 fn row(cols: &[(&str, Value)]) -> Row {
@@ -101,6 +103,10 @@ async fn writes_go_to_the_leader_and_followers_are_refused() {
     assert_eq!(r[1].rows()[0]["name"], Value::from("sw"));
     assert!(cl.nbctl(&["ls-lb-list", "sw"]).contains("lb"));
 
+    // The shared scenarios, through the leader.
+    common::scenarios::every_op_kind(&c, &|a| cl.nbctl(a)).await;
+    common::scenarios::server_errors_decoded(&c, &|a| cl.nbctl(a)).await;
+
     // A follower alone is refused: leader only, like ovn-nbctl.
     let follower = (leader + 1) % 3;
     let mut o = opts(&cl.tcp(follower));
@@ -117,6 +123,7 @@ async fn writes_go_to_the_leader_and_followers_are_refused() {
     let mut tx = Transaction::new(NB);
     tx.select("Load_Balancer", vec![], Some(&["name"]));
     assert_eq!(f.transact(&tx).await.unwrap()[0].rows().len(), 1);
+    assert_eq!(f.current_remote().unwrap(), cl.tcp(follower));
 }
 
 /// Kill the leader while transactions and ovn-nbctl writes are going on: the client follows

@@ -1,6 +1,8 @@
 //! A standalone OVN Northbound ovsdb-server in its own temp dir, for tests and the bench.
 #![allow(dead_code)]
 
+pub mod scenarios;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

@@ -261,10 +261,15 @@ impl Client {
     pub async fn transact(&self, tx: &Transaction) -> Result<Vec<OpResult>, Error> {
         tx.check(&self.schema)
             .map_err(|(index, source)| Error::Schema { index, source })?;
-        let params = tx.params();
+        // Serialized once; a resend after "not sent" reuses the bytes.
+        let params = bytes::Bytes::from(tx.params_bytes().map_err(|e| Error::NotSent {
+            remote: remotes_str(&self.opts),
+            method: "transact".into(),
+            reason: format!("serialize: {e}"),
+        })?);
         for _ in 0..8 {
             let conn = self.ready().await?;
-            match conn.call("transact", params.clone()).await {
+            match conn.call_serialized("transact", params.clone()).await {
                 Ok(r) => {
                     return tx
                         .decode_result(&r, Some(&self.schema))

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -66,13 +67,14 @@ enum Reply {
 enum Command {
     Call {
         method: String,
-        params: Json,
+        /// Serialized JSON array.
+        params: Bytes,
         id_tx: Option<oneshot::Sender<u64>>,
         reply: oneshot::Sender<Reply>,
     },
     Notify {
         method: String,
-        params: Json,
+        params: Bytes,
     },
 }
 
@@ -154,6 +156,12 @@ impl Connection {
 
     /// Send a request and wait for its result.
     pub async fn call(&self, method: &str, params: Json) -> Result<Json, Error> {
+        self.call_inner(method, to_bytes(&params), None).await
+    }
+
+    /// Send a request whose params are already serialized (a JSON array), e.g. a large
+    /// transaction: it is not copied into a JSON tree again, and a retry reuses the bytes.
+    pub async fn call_serialized(&self, method: &str, params: Bytes) -> Result<Json, Error> {
         self.call_inner(method, params, None).await
     }
 
@@ -164,13 +172,13 @@ impl Connection {
         params: Json,
         id: oneshot::Sender<u64>,
     ) -> Result<Json, Error> {
-        self.call_inner(method, params, Some(id)).await
+        self.call_inner(method, to_bytes(&params), Some(id)).await
     }
 
     async fn call_inner(
         &self,
         method: &str,
-        params: Json,
+        params: Bytes,
         id_tx: Option<oneshot::Sender<u64>>,
     ) -> Result<Json, Error> {
         let (reply_tx, reply_rx) = oneshot::channel();
@@ -216,7 +224,7 @@ impl Connection {
         self.tx
             .send(Command::Notify {
                 method: method.to_owned(),
-                params,
+                params: to_bytes(&params),
             })
             .map_err(|_| self.not_sent(method, "closed".into()))
     }
@@ -286,7 +294,7 @@ impl Session {
         let mut reader = FramedRead::new(r, JsonCodec::new(max_message));
         // Writing runs in its own task: ovsdb-server stops reading while its replies are
         // backed up, so a reader that waits on a blocked write would deadlock with it.
-        let (out_tx, out_rx) = mpsc::unbounded_channel::<Json>();
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
         let mut writer = tokio::spawn(write_loop(
             FramedWrite::new(w, JsonCodec::new(max_message)),
             out_rx,
@@ -327,7 +335,7 @@ impl Session {
                     }
                     probing = true;
                     deadline = Instant::now() + interval;
-                    let _ = out_tx.send(json!({"id": "echo", "method": "echo", "params": []}));
+                    let _ = out_tx.send(frame(None, "echo", b"[]", true));
                 }
             }
         };
@@ -345,7 +353,7 @@ impl Session {
         (self.remote, reason)
     }
 
-    fn send(&mut self, cmd: Command, out: &mpsc::UnboundedSender<Json>) {
+    fn send(&mut self, cmd: Command, out: &mpsc::UnboundedSender<Bytes>) {
         match cmd {
             Command::Call {
                 method,
@@ -360,15 +368,15 @@ impl Session {
                 if let Some(t) = id_tx {
                     let _ = t.send(id);
                 }
-                let _ = out.send(json!({"id": id, "method": method, "params": params}));
+                let _ = out.send(frame(Some(id), &method, &params, false));
             }
             Command::Notify { method, params } => {
-                let _ = out.send(json!({"id": null, "method": method, "params": params}));
+                let _ = out.send(frame(None, &method, &params, false));
             }
         }
     }
 
-    fn dispatch(&mut self, msg: Message, out: &mpsc::UnboundedSender<Json>) {
+    fn dispatch(&mut self, msg: Message, out: &mpsc::UnboundedSender<Bytes>) {
         match msg {
             Message::Response { id, result, error } => {
                 let Some(n) = id.as_u64() else {
@@ -395,7 +403,7 @@ impl Session {
                 } else {
                     json!({"id": id, "result": null, "error": "unknown method"})
                 };
-                let _ = out.send(reply);
+                let _ = out.send(to_bytes(&reply));
             }
             Message::Notification { method, params } => {
                 // The receiver may be gone (nobody listens): not a reason to close.
@@ -405,11 +413,34 @@ impl Session {
     }
 }
 
+fn to_bytes(j: &Json) -> Bytes {
+    // Serializing a JSON tree cannot fail (its map keys are strings).
+    Bytes::from(serde_json::to_vec(j).unwrap_or_default())
+}
+
+/// One request or notification: `{"id":ID,"method":M,"params":P}` around serialized params.
+/// `probe`: our echo, whose id is a string so no caller's reply can match it.
+fn frame(id: Option<u64>, method: &str, params: &[u8], probe: bool) -> Bytes {
+    let mut b = Vec::with_capacity(params.len() + method.len() + 48);
+    b.extend_from_slice(b"{\"id\":");
+    match id {
+        _ if probe => b.extend_from_slice(b"\"echo\""),
+        Some(n) => b.extend_from_slice(n.to_string().as_bytes()),
+        None => b.extend_from_slice(b"null"),
+    }
+    b.extend_from_slice(b",\"method\":");
+    let _ = serde_json::to_writer(&mut b, method);
+    b.extend_from_slice(b",\"params\":");
+    b.extend_from_slice(params);
+    b.push(b'}');
+    Bytes::from(b)
+}
+
 /// Write queued messages, batching whatever is queued into one flush (cheap pipelining).
 /// Returns why it stopped.
 async fn write_loop<W>(
     mut w: FramedWrite<W, JsonCodec>,
-    mut rx: mpsc::UnboundedReceiver<Json>,
+    mut rx: mpsc::UnboundedReceiver<Bytes>,
 ) -> String
 where
     W: AsyncWrite + Unpin,
@@ -425,7 +456,7 @@ where
         if let Err(e) = res {
             return format!("write: {e}");
         }
-        if let Err(e) = w.flush().await {
+        if let Err(e) = SinkExt::<Bytes>::flush(&mut w).await {
             return format!("write: {e}");
         }
     }

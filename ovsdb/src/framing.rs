@@ -147,6 +147,16 @@ impl Encoder<Json> for JsonCodec {
     }
 }
 
+/// Already serialized messages go out as they are.
+impl Encoder<Bytes> for JsonCodec {
+    type Error = FramingError;
+
+    fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), FramingError> {
+        dst.extend_from_slice(&item);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -638,6 +638,11 @@ impl Transaction {
         Json::Array(p)
     }
 
+    /// `params` of the `transact` request, serialized directly (no JSON tree in between).
+    pub fn params_bytes(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(&TransactParams(self))
+    }
+
     /// Decode the `transact` result into per-op results, or the failing op's error.
     pub fn decode_result(
         &self,
@@ -832,6 +837,8 @@ mod tests {
         );
         t.comment("hi");
         let p = t.params();
+        let direct: Json = serde_json::from_slice(&t.params_bytes().unwrap()).unwrap();
+        assert_eq!(direct, p);
         assert_eq!(p[1]["uuid-name"], "row1");
         assert_eq!(
             p[2]["mutations"][0],
@@ -870,5 +877,118 @@ mod tests {
             t.decode_result(&json!([{"uuid": 3}, {}, {}]), None)
                 .is_err()
         );
+    }
+}
+
+/// Serializes as the `transact` params array: the database name, then the operations.
+pub struct TransactParams<'a>(pub &'a Transaction);
+
+impl serde::Serialize for TransactParams<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let mut seq = s.serialize_seq(Some(self.0.ops.len() + 1))?;
+        seq.serialize_element(&self.0.db)?;
+        for op in &self.0.ops {
+            seq.serialize_element(op)?;
+        }
+        seq.end()
+    }
+}
+
+struct Conds<'a>(&'a [Condition]);
+
+impl serde::Serialize for Conds<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.0
+                .iter()
+                .map(|c| (&c.column, c.function.as_str(), &c.value)),
+        )
+    }
+}
+
+impl serde::Serialize for Operation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("op", self.name())?;
+        if let Some(t) = self.table() {
+            m.serialize_entry("table", t)?;
+        }
+        match self {
+            Operation::Insert {
+                row,
+                uuid_name,
+                uuid,
+                ..
+            } => {
+                m.serialize_entry("row", row)?;
+                if let Some(n) = uuid_name {
+                    m.serialize_entry("uuid-name", n)?;
+                }
+                if let Some(u) = uuid {
+                    m.serialize_entry("uuid", &u.to_string())?;
+                }
+            }
+            Operation::Select {
+                conditions,
+                columns,
+                ..
+            } => {
+                m.serialize_entry("where", &Conds(conditions))?;
+                if let Some(c) = columns {
+                    m.serialize_entry("columns", c)?;
+                }
+            }
+            Operation::Update {
+                conditions, row, ..
+            } => {
+                m.serialize_entry("where", &Conds(conditions))?;
+                m.serialize_entry("row", row)?;
+            }
+            Operation::Mutate {
+                conditions,
+                mutations,
+                ..
+            } => {
+                m.serialize_entry("where", &Conds(conditions))?;
+                let muts: Vec<_> = mutations
+                    .iter()
+                    .map(|x| (&x.column, x.mutator.as_str(), &x.value))
+                    .collect();
+                m.serialize_entry("mutations", &muts)?;
+            }
+            Operation::Delete { conditions, .. } => {
+                m.serialize_entry("where", &Conds(conditions))?;
+            }
+            Operation::Wait {
+                conditions,
+                columns,
+                until,
+                rows,
+                timeout_ms,
+                ..
+            } => {
+                m.serialize_entry("where", &Conds(conditions))?;
+                m.serialize_entry("columns", columns)?;
+                m.serialize_entry(
+                    "until",
+                    if *until == WaitUntil::Equal {
+                        "=="
+                    } else {
+                        "!="
+                    },
+                )?;
+                m.serialize_entry("rows", rows)?;
+                if let Some(t) = timeout_ms {
+                    m.serialize_entry("timeout", t)?;
+                }
+            }
+            Operation::Commit { durable } => m.serialize_entry("durable", durable)?,
+            Operation::Abort => {}
+            Operation::Comment(c) => m.serialize_entry("comment", c)?,
+            Operation::Assert { lock } => m.serialize_entry("lock", lock)?,
+        }
+        m.end()
     }
 }

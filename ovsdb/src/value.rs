@@ -315,6 +315,46 @@ impl<A: Into<Atom>> From<A> for Value {
     }
 }
 
+// Direct serialization (no intermediate JSON tree), used to send transactions; same encoding
+// as `to_json`.
+impl serde::Serialize for Atom {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Atom::Integer(i) => s.serialize_i64(*i),
+            Atom::Real(r) => s.serialize_f64(*r),
+            Atom::Boolean(b) => s.serialize_bool(*b),
+            Atom::String(v) => s.serialize_str(v),
+            Atom::Uuid(u) => {
+                let mut buf = uuid::Uuid::encode_buffer();
+                ("uuid", &*u.hyphenated().encode_lower(&mut buf)).serialize(s)
+            }
+            Atom::NamedUuid(n) => ("named-uuid", n).serialize(s),
+        }
+    }
+}
+
+struct Pairs<'a>(&'a BTreeMap<Atom, Atom>);
+
+impl serde::Serialize for Pairs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter())
+    }
+}
+
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Value::Atom(a) => a.serialize(s),
+            Value::Set(set) if set.len() == 1 => match set.iter().next() {
+                Some(a) => a.serialize(s),
+                None => s.serialize_unit(),
+            },
+            Value::Set(set) => ("set", set).serialize(s),
+            Value::Map(m) => ("map", Pairs(m)).serialize(s),
+        }
+    }
+}
+
 impl fmt::Display for Value {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.to_json())

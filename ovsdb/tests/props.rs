@@ -176,6 +176,8 @@ proptest! {
     fn value_json_round_trip((ty, v) in typed_value()) {
         prop_assert!(ty.check(&v).is_ok(), "{v} does not fit");
         let j = v.to_json();
+        // The direct serializer (used to send) writes the same encoding.
+        prop_assert_eq!(&serde_json::to_value(&v).unwrap(), &j);
         let back = ty.normalize(Value::from_json(&j).unwrap()).unwrap();
         prop_assert_eq!(&back, &v);
         // Single-element sets travel as bare atoms.

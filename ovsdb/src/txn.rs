@@ -822,64 +822,6 @@ pub fn decode_results(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn builds_and_decodes() {
-        let mut t = Transaction::new("DB");
-        let lb = t.insert("LB", Row::from([("name".into(), Value::from("a"))]));
-        t.mutate(
-            "LS",
-            vec![Condition::eq("name", "sw")],
-            vec![Mutation::new("lbs", Mutator::Insert, lb)],
-        );
-        t.comment("hi");
-        let p = t.params();
-        let direct: Json = serde_json::from_slice(&t.params_bytes().unwrap()).unwrap();
-        assert_eq!(direct, p);
-        assert_eq!(p[1]["uuid-name"], "row1");
-        assert_eq!(
-            p[2]["mutations"][0],
-            json!(["lbs", "insert", ["named-uuid", "row1"]])
-        );
-        let u = Uuid::new_v4();
-        let r = t
-            .decode_result(
-                &json!([{"uuid": ["uuid", u.to_string()]}, {"count": 1}, {}]),
-                None,
-            )
-            .unwrap();
-        assert_eq!(
-            r,
-            vec![OpResult::Inserted(u), OpResult::Count(1), OpResult::Empty]
-        );
-        let e = t
-            .decode_result(
-                &json!([{"uuid": ["uuid", u.to_string()]}, {"count": 1}, {},
-                {"error": "referential integrity violation", "details": "x"}]),
-                None,
-            )
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::ReferentialIntegrityViolation);
-        assert_eq!(e.index, 3);
-        assert!(e.op.is_none());
-        let e = t
-            .decode_result(
-                &json!([{"error": "constraint violation"}, null, null]),
-                None,
-            )
-            .unwrap_err();
-        assert_eq!((e.index, e.op.as_deref()), (0, Some("insert")));
-        assert!(t.decode_result(&json!({"x": 1}), None).is_err());
-        assert!(
-            t.decode_result(&json!([{"uuid": 3}, {}, {}]), None)
-                .is_err()
-        );
-    }
-}
-
 /// Serializes as the `transact` params array: the database name, then the operations.
 pub struct TransactParams<'a>(pub &'a Transaction);
 
@@ -990,5 +932,63 @@ impl serde::Serialize for Operation {
             Operation::Assert { lock } => m.serialize_entry("lock", lock)?,
         }
         m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_and_decodes() {
+        let mut t = Transaction::new("DB");
+        let lb = t.insert("LB", Row::from([("name".into(), Value::from("a"))]));
+        t.mutate(
+            "LS",
+            vec![Condition::eq("name", "sw")],
+            vec![Mutation::new("lbs", Mutator::Insert, lb)],
+        );
+        t.comment("hi");
+        let p = t.params();
+        let direct: Json = serde_json::from_slice(&t.params_bytes().unwrap()).unwrap();
+        assert_eq!(direct, p);
+        assert_eq!(p[1]["uuid-name"], "row1");
+        assert_eq!(
+            p[2]["mutations"][0],
+            json!(["lbs", "insert", ["named-uuid", "row1"]])
+        );
+        let u = Uuid::new_v4();
+        let r = t
+            .decode_result(
+                &json!([{"uuid": ["uuid", u.to_string()]}, {"count": 1}, {}]),
+                None,
+            )
+            .unwrap();
+        assert_eq!(
+            r,
+            vec![OpResult::Inserted(u), OpResult::Count(1), OpResult::Empty]
+        );
+        let e = t
+            .decode_result(
+                &json!([{"uuid": ["uuid", u.to_string()]}, {"count": 1}, {},
+                {"error": "referential integrity violation", "details": "x"}]),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ReferentialIntegrityViolation);
+        assert_eq!(e.index, 3);
+        assert!(e.op.is_none());
+        let e = t
+            .decode_result(
+                &json!([{"error": "constraint violation"}, null, null]),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!((e.index, e.op), (0, Some("insert")));
+        assert!(t.decode_result(&json!({"x": 1}), None).is_err());
+        assert!(
+            t.decode_result(&json!([{"uuid": 3}, {}, {}]), None)
+                .is_err()
+        );
     }
 }

@@ -181,10 +181,10 @@ proptest! {
         let back = ty.normalize(Value::from_json(&j).unwrap()).unwrap();
         prop_assert_eq!(&back, &v);
         // Single-element sets travel as bare atoms.
-        if let Value::Set(s) = &v {
-            if s.len() == 1 {
-                prop_assert!(!j.is_array() || matches!(s.iter().next(), Some(Atom::Uuid(_))));
-            }
+        if let Value::Set(s) = &v
+            && s.len() == 1
+        {
+            prop_assert!(!j.is_array() || matches!(s.iter().next(), Some(Atom::Uuid(_))));
         }
     }
 

@@ -178,7 +178,7 @@ pub async fn server_errors_decoded(c: &Client, nbctl: &dyn Fn(&[&str]) -> String
         .cloned()
         .unwrap();
     assert_eq!(
-        (f.kind, f.index, f.op.as_deref()),
+        (f.kind, f.index, f.op),
         (ErrorKind::TimedOut, 0, Some("wait"))
     );
 

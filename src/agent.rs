@@ -563,8 +563,32 @@ pub struct ClusterOptions {
     pub events_burst: u32,
 }
 
-/// Run in a cluster: the Kubernetes source, an elected Northbound writer, Events.
-pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), AgentError> {
+/// A running cluster-mode agent.
+pub struct Cluster {
+    pub running: Running,
+    pub election: Option<crate::leader::Election>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    source: tokio::task::JoinHandle<()>,
+    http: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Graceful stop: hand the Northbound over at once (release the Lease) rather than after
+    /// it expires; flows and rows stay in place.
+    pub async fn shutdown(self) {
+        if let Some(e) = self.election {
+            e.release().await;
+        }
+        self.source.abort();
+        self.running.stop();
+        if let Some(h) = self.http {
+            h.abort();
+        }
+    }
+}
+
+/// Start in a cluster: the Kubernetes source, an elected Northbound writer, Events, HTTP.
+pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Cluster, AgentError> {
     use crate::source::kube as ksrc;
     let client = ksrc::client(cluster.kubeconfig.as_deref())
         .await
@@ -599,25 +623,30 @@ pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), Age
         cluster.events_per_second,
         cluster.events_burst,
     );
+    let metrics = Arc::new(crate::metrics::Metrics::new());
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
         events: Some(events),
-        metrics: Arc::new(crate::metrics::Metrics::new()),
+        metrics: metrics.clone(),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
     let http = http.map(|h| h(running.ready.clone(), running.status_json.clone()));
+    Ok(Cluster {
+        running,
+        election,
+        metrics,
+        source,
+        http,
+    })
+}
+
+/// Run in a cluster until SIGINT/SIGTERM.
+pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), AgentError> {
+    let c = start_cluster(cfg, cluster).await?;
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
-    // Hand the Northbound over at once rather than after the Lease expires.
-    if let Some(e) = election {
-        e.release().await;
-    }
-    source.abort();
-    running.stop();
-    if let Some(h) = http {
-        h.abort();
-    }
+    c.shutdown().await;
     Ok(())
 }
 

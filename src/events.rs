@@ -2,8 +2,8 @@
 //!
 //! - Events are computed as a *difference*: a Service gets an event when what there is to say
 //!   about it changes (a VIP programmed on this node, a VIP skipped and why, a conflict lost,
-//!   a VIP not excluded from a subnet), not on every re-plan. A repeat of the same statement is
-//!   left to the Recorder, which folds it into the existing event's series.
+//!   a VIP not excluded from a subnet), not on every re-plan: each statement is published once
+//!   while it holds.
 //! - A token bucket caps the rate across all Services, so a storm of changes never becomes a
 //!   storm of API writes; events over the cap are dropped and counted.
 
@@ -11,7 +11,7 @@ use crate::model::{Model, Problem, ServiceKey};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -150,10 +150,16 @@ impl EventSink {
             controller: controller.into(),
             instance: Some(instance.into()),
         };
-        let recorder = Recorder::new(client, reporter);
         let (tx, rx) = mpsc::unbounded_channel();
         let counters = Arc::new(EventCounters::default());
-        tokio::spawn(publish(recorder, rx, counters.clone(), per_second, burst));
+        tokio::spawn(publish(
+            client,
+            reporter,
+            rx,
+            counters.clone(),
+            per_second,
+            burst,
+        ));
         EventSink { tx, counters }
     }
 
@@ -164,7 +170,8 @@ impl EventSink {
 }
 
 async fn publish(
-    recorder: Recorder,
+    client: Client,
+    reporter: Reporter,
     mut rx: mpsc::UnboundedReceiver<BTreeSet<ServiceEvent>>,
     counters: Arc<EventCounters>,
     per_second: f64,
@@ -176,19 +183,17 @@ async fn publish(
         per_second,
         last: Instant::now(),
     };
-    // What each (Service, reason) last said.
-    let mut said: BTreeMap<(ServiceKey, &'static str), String> = BTreeMap::new();
+    // Statements already published and still true: said once, not again.
+    let mut said: BTreeSet<ServiceEvent> = BTreeSet::new();
     while let Some(mut now) = rx.recv().await {
         // Only the latest set matters if several queued up.
         while let Ok(newer) = rx.try_recv() {
             now = newer;
         }
-        let current: BTreeSet<(ServiceKey, &'static str)> =
-            now.iter().map(|e| (e.service.clone(), e.reason)).collect();
-        said.retain(|k, _| current.contains(k));
+        // A statement that stopped being true may be published again if it comes back.
+        said.retain(|e| now.contains(e));
         for ev in now {
-            let key = (ev.service.clone(), ev.reason);
-            if said.get(&key) == Some(&ev.note) {
+            if said.contains(&ev) {
                 continue;
             }
             if !bucket.take() {
@@ -215,13 +220,16 @@ async fn publish(
             };
             match tokio::time::timeout(
                 Duration::from_secs(10),
-                recorder.publish(&event, &reference),
+                // A fresh Recorder each time: the Recorder folds repeats by (reason, object)
+                // without looking at the note, which would merge distinct statements (and keep
+                // a stale note); we publish each statement once while it holds anyway.
+                Recorder::new(client.clone(), reporter.clone()).publish(&event, &reference),
             )
             .await
             {
                 Ok(Ok(())) => {
                     counters.published.fetch_add(1, Ordering::Relaxed);
-                    said.insert(key, ev.note);
+                    said.insert(ev);
                 }
                 Ok(Err(e)) => {
                     counters.failed.fetch_add(1, Ordering::Relaxed);

@@ -9,7 +9,9 @@
 //!   with its own clock (nodes' clocks differ); it notes when it last saw the record change and
 //!   takes the Lease only after `duration` of no change, measured locally.
 //! - **Stepping down first**: the holder renews every `renew_every`; if it has not renewed for
-//!   `duration - renew_every` it stops acting as leader before anyone else could take over.
+//!   `duration - 2 * renew_every` it stops acting as leader, a full `renew_every` before any
+//!   candidate may take over (`duration - renew_every` after it last saw the record change).
+//!   A candidate polls every `renew_every`, so a crashed holder is replaced within `duration`.
 //! - **Handover**: on shutdown the holder clears `holderIdentity`, so a candidate takes over at
 //!   its next poll instead of waiting for expiry.
 
@@ -119,7 +121,7 @@ async fn run(
         }
         // Leader only while the last renewal is fresh enough that nobody else can have taken
         // over yet.
-        let fresh = last_renew.is_some_and(|t| t.elapsed() + cfg.renew_every < cfg.duration);
+        let fresh = last_renew.is_some_and(|t| t.elapsed() + 2 * cfg.renew_every < cfg.duration);
         if *leader.borrow() != fresh {
             tracing::info!(lease = %cfg.name, identity = %cfg.identity, leader = fresh, "leadership changed");
             let _ = leader.send(fresh);
@@ -180,7 +182,9 @@ async fn step(
     let duration = Duration::from_secs(
         u64::try_from(spec.lease_duration_seconds.unwrap_or(0).max(0)).unwrap_or(0),
     );
-    let free = holder.is_none() || observed.since.elapsed() >= duration.max(cfg.duration);
+    // The holder has stopped acting `renew_every` before this (see the module doc).
+    let expiry = duration.max(cfg.duration).saturating_sub(cfg.renew_every);
+    let free = holder.is_none() || observed.since.elapsed() >= expiry;
     if !ours && !free {
         return Ok(false);
     }

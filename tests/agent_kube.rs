@@ -1,0 +1,481 @@
+//! The agent in cluster mode, end to end: the Kubernetes API test server (real HTTP, list and
+//! watch, an unmodified kube::Client) on one side, a real ovs-vswitchd and OVN NB on the other.
+
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use testkit::Sandbox;
+use testkit::kube_server::KubeServer;
+use vipflow::agent::{self, ClusterOptions};
+use vipflow::config::Config;
+
+const NODES: &str = r#"
+apiVersion: v1
+kind: Node
+metadata: {name: node-a}
+status:
+  addresses: [{type: InternalIP, address: 192.168.10.11}, {type: Hostname, address: node-a}]
+---
+apiVersion: v1
+kind: Node
+metadata: {name: node-b}
+status:
+  addresses: [{type: InternalIP, address: 192.168.10.12}]
+"#;
+
+fn service(ingress: Option<&str>) -> Value {
+    let mut s = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop", "creationTimestamp": "2026-01-10T08:00:00Z"},
+        "spec": {
+            "type": "LoadBalancer", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
+            "externalTrafficPolicy": "Cluster",
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]
+        },
+        "status": {"loadBalancer": {}}
+    });
+    if let Some(ip) = ingress {
+        s["status"]["loadBalancer"] = json!({"ingress": [{"ip": ip, "ipMode": "VIP"}]});
+    }
+    s
+}
+
+fn slice(endpoints: &[(&str, &str)]) -> Value {
+    let eps: Vec<Value> = endpoints
+        .iter()
+        .map(|(ip, node)| json!({"addresses": [ip], "nodeName": node, "conditions": {"ready": true, "serving": true, "terminating": false}}))
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "web-abc12", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": eps
+    })
+}
+
+fn flows(sb: &Sandbox) -> Vec<String> {
+    sb.ofctl(&["--no-stats", "dump-flows", "br-ex"])
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| l.starts_with("cookie=0x7f1f"))
+        .collect()
+}
+
+/// vips of our Load_Balancer rows: name -> vips map as ovn-nbctl prints it.
+fn lb_vips(sb: &Sandbox) -> Vec<(String, String)> {
+    let out = sb.nbctl(&[
+        "--format=csv",
+        "--no-headings",
+        "--columns=name,vips",
+        "find",
+        "Load_Balancer",
+        "external_ids:\"vipflow.io/owner\"!=\"\"",
+    ]);
+    out.lines()
+        .filter_map(|l| {
+            l.split_once(',').map(|(a, b)| {
+                (
+                    a.trim_matches('"').to_string(),
+                    b.trim_matches('"').to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for: {what}");
+}
+
+fn config(sb: &Sandbox, node: &str, nb: Option<&Sandbox>) -> Config {
+    let mut c = Config {
+        node_name: node.into(),
+        ovs_rundir: sb.path().to_path_buf(),
+        nb_remote: nb.map(|n| format!("unix:{}", n.nb_sock().display())),
+        ..Config::default()
+    };
+    c.lease.namespace = Some("default".into());
+    c.lease.duration_seconds = 2;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
+    let kube = KubeServer::start().await;
+    kube.apply_yaml(NODES);
+    kube.apply(slice(&[("10.244.1.5", "node-a")]));
+    kube.apply(service(None));
+    let sb = Sandbox::start();
+    let opts = ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: "agent-a".into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+    };
+    let cluster = agent::start_cluster(config(&sb, "node-a", Some(&sb)), opts)
+        .await
+        .unwrap();
+    let mut ready = cluster.running.ready.clone();
+    tokio::time::timeout(Duration::from_secs(20), ready.wait_for(|r| *r))
+        .await
+        .expect("ready")
+        .unwrap();
+    // A LoadBalancer without an ingress IP yet: no VIP anywhere.
+    assert!(flows(&sb).is_empty());
+
+    // The load balancer implementation sets the ingress IP: flows and the row appear.
+    kube.apply(service(Some("172.18.0.100")));
+    eventually("ARP bypass for the new VIP", 15, || {
+        flows(&sb)
+            .iter()
+            .any(|f| f.contains("arp_tpa=172.18.0.100"))
+    })
+    .await;
+    eventually("LB row", 15, || {
+        lb_vips(&sb)
+            .iter()
+            .any(|(_, v)| v.contains("10.244.1.5:8080"))
+    })
+    .await;
+
+    // Scale the endpoints: the backends follow.
+    kube.apply(slice(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")]));
+    eventually("two backends", 15, || {
+        lb_vips(&sb)
+            .iter()
+            .any(|(_, v)| v.contains("10.244.1.5:8080,10.244.2.7:8080"))
+    })
+    .await;
+
+    // Events on the Service, from this node.
+    eventually("VipProgrammed event", 15, || {
+        kube.events().iter().any(|e| {
+            e["reason"] == "VipProgrammed"
+                && e["regarding"]["name"] == "web"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("172.18.0.100") && n.contains("node-a"))
+        })
+    })
+    .await;
+
+    // The API server forgets history: every watch gets 410 and must relist, and a change made
+    // meanwhile still arrives.
+    kube.clear_request_log();
+    kube.compact();
+    kube.expire_watches();
+    let mut api = service(Some("172.18.0.100"));
+    api["metadata"]["name"] = json!("api");
+    api["status"]["loadBalancer"]["ingress"][0]["ip"] = json!("172.18.0.101");
+    kube.apply(api);
+    eventually("flows for a Service created across the 410", 20, || {
+        flows(&sb)
+            .iter()
+            .any(|f| f.contains("arp_tpa=172.18.0.101"))
+    })
+    .await;
+    let relisted: BTreeSet<String> = kube
+        .request_log()
+        .iter()
+        .filter(|r| r.is_list() && !r.is_watch())
+        .map(|r| r.path.clone())
+        .collect();
+    assert!(
+        relisted.iter().any(|p| p.ends_with("/services")),
+        "services relisted after 410: {relisted:?}"
+    );
+
+    // Delete both Services: every flow and row of ours goes.
+    kube.delete("v1", "Service", "shop", "web");
+    kube.delete("v1", "Service", "shop", "api");
+    eventually("flows gone", 15, || flows(&sb).is_empty()).await;
+    eventually("rows gone", 15, || lb_vips(&sb).is_empty()).await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_objects_are_skipped_with_a_warning_event_and_the_rest_applied() {
+    let kube = KubeServer::start().await;
+    kube.apply_yaml(NODES);
+    let mut bad = service(Some("172.18.0.100"));
+    bad["spec"]["externalIPs"] = json!(["not-an-ip", "192.168.10.11"]);
+    kube.apply(bad);
+    let sb = Sandbox::openflow_only();
+    let opts = ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: "agent-a".into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+    };
+    let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
+        .await
+        .unwrap();
+    eventually("the good VIP programmed", 15, || {
+        flows(&sb)
+            .iter()
+            .any(|f| f.contains("arp_tpa=172.18.0.100"))
+    })
+    .await;
+    eventually("warnings for the bad VIPs", 15, || {
+        let ev = kube.events();
+        let warn = |s: &str| {
+            ev.iter().any(|e| {
+                e["type"] == "Warning"
+                    && e["reason"] == "VipSkipped"
+                    && e["note"].as_str().is_some_and(|n| n.contains(s))
+            })
+        };
+        warn("not-an-ip") && warn("is a node address")
+    })
+    .await;
+    // The same statements again on a re-plan: no new events (series stay at most as they are).
+    let before = kube.events().len();
+    let mut touched = service(Some("172.18.0.100"));
+    touched["spec"]["externalIPs"] = json!(["not-an-ip", "192.168.10.11"]);
+    touched["metadata"]["labels"] = json!({"touched": "yes"});
+    kube.apply(touched);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        kube.events().len(),
+        before,
+        "no event storm on unchanged statements"
+    );
+    cluster.shutdown().await;
+}
+
+/// A `vipflow agent` process in cluster mode.
+struct AgentProc {
+    child: Child,
+    http: String,
+    identity: String,
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_agent(
+    kube: &KubeServer,
+    sb: &Sandbox,
+    node: &str,
+    nb: &Sandbox,
+    identity: &str,
+) -> AgentProc {
+    let http = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(sb.path().join(format!("{identity}.log"))).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .arg("agent")
+        .args(["--kubeconfig", &kube.kubeconfig_path().to_string_lossy()])
+        .args(["--node-name", node, "--identity", identity])
+        .args(["--ovs-rundir", &sb.path().to_string_lossy()])
+        .args(["--nb-remote", &format!("unix:{}", nb.nb_sock().display())])
+        .args([
+            "--http-addr",
+            &http,
+            "--lease-namespace",
+            "default",
+            "--lease-duration",
+            "2",
+        ])
+        .env_remove("OVN_NB_DB")
+        .env_remove("VIPFLOW_OBJECTS")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    AgentProc {
+        child,
+        http,
+        identity: identity.into(),
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())
+}
+
+fn status(a: &AgentProc) -> Option<Value> {
+    serde_json::from_str(&http_get(&a.http, "/status")?).ok()
+}
+
+fn holder(kube: &KubeServer) -> Option<String> {
+    kube.leases()
+        .iter()
+        .find(|l| l["metadata"]["name"] == "vipflow-northbound")
+        .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+}
+
+/// One sample's value from Prometheus text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.rsplit_once(' ')?;
+        (k == name).then(|| v.parse().ok())?
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
+    let kube = KubeServer::start().await;
+    kube.apply_yaml(NODES);
+    kube.apply(slice(&[("10.244.1.5", "node-a")]));
+    kube.apply(service(Some("172.18.0.100")));
+    let sa = Sandbox::start();
+    let sbx = Sandbox::openflow_only();
+    let a = spawn_agent(&kube, &sa, "node-a", &sa, "agent-a");
+    let b = spawn_agent(&kube, &sbx, "node-b", &sa, "agent-b");
+
+    // Both program their own node's bridge; one holds the Lease and writes the rows.
+    eventually("both bridges programmed", 20, || {
+        flows(&sa).iter().any(|f| f.contains("172.18.0.100"))
+            && flows(&sbx).iter().any(|f| f.contains("172.18.0.100"))
+    })
+    .await;
+    eventually("a lease holder", 20, || holder(&kube).is_some()).await;
+    eventually("rows written", 20, || {
+        lb_vips(&sa)
+            .iter()
+            .any(|(_, v)| v.contains("10.244.1.5:8080"))
+    })
+    .await;
+    let leader_id = holder(&kube).unwrap();
+    let (leader, follower) = if leader_id == a.identity {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    eventually("both report their role", 10, || {
+        let (l, f) = (status(&leader), status(&follower));
+        l.is_some_and(|s| s["northbound"]["writer"] == true)
+            && f.is_some_and(|s| s["northbound"]["writer"] == false)
+    })
+    .await;
+    let f = status(&follower).unwrap();
+    assert_eq!(
+        f["northbound"]["transactions"], 0,
+        "the follower never wrote a row: {f}"
+    );
+
+    // /metrics of the leader, scraped and parsed.
+    let m = http_get(&leader.http, "/metrics").unwrap();
+    assert_eq!(metric(&m, "vipflow_leader"), Some(1.0), "{m}");
+    assert!(
+        metric(&m, "vipflow_flows{target=\"bridge/br-ex\"}").is_some_and(|v| v >= 4.0),
+        "{m}"
+    );
+    assert_eq!(metric(&m, "vipflow_northbound_rows"), Some(1.0), "{m}");
+    assert_eq!(
+        metric(&m, "vipflow_peer_connected{peer=\"ovsdb/northbound\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    assert!(
+        metric(
+            &m,
+            "vipflow_sync_duration_seconds_count{target=\"northbound\"}"
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{m}"
+    );
+    assert_eq!(
+        http_get(&follower.http, "/readyz").as_deref(),
+        Some("ready\n")
+    );
+    let fm = http_get(&follower.http, "/metrics").unwrap();
+    assert_eq!(metric(&fm, "vipflow_leader"), Some(0.0), "{fm}");
+
+    // The leader dies without a word: the follower takes over within the Lease duration (2 s).
+    let mut leader = leader;
+    let _ = leader.child.kill();
+    let killed = Instant::now();
+    let _ = leader.child.wait();
+    let follower_id = follower.identity.clone();
+    eventually("the follower holds the lease", 10, || {
+        holder(&kube).as_deref() == Some(follower_id.as_str())
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(
+        took <= Duration::from_millis(2300),
+        "takeover took {took:?} (lease duration 2 s)"
+    );
+
+    // ... and converges: a change made now reaches the rows through the new writer.
+    kube.apply(slice(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")]));
+    eventually("new writer applies the change", 20, || {
+        lb_vips(&sa)
+            .iter()
+            .any(|(_, v)| v.contains("10.244.1.5:8080,10.244.2.7:8080"))
+    })
+    .await;
+    assert_eq!(lb_vips(&sa).len(), 1, "no duplicate rows");
+    drop(follower);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_hands_the_lease_over_at_once() {
+    let kube = KubeServer::start().await;
+    kube.apply_yaml(NODES);
+    kube.apply(service(Some("172.18.0.100")));
+    let sa = Sandbox::start();
+    let mut opts = ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: "agent-a".into(),
+        namespace: "default".into(),
+        events_per_second: 5.0,
+        events_burst: 5,
+    };
+    let mut long = config(&sa, "node-a", Some(&sa));
+    long.lease.duration_seconds = 30;
+    let a = agent::start_cluster(long.clone(), opts.clone())
+        .await
+        .unwrap();
+    eventually("a holds the lease", 10, || {
+        holder(&kube).as_deref() == Some("agent-a")
+    })
+    .await;
+    opts.identity = "agent-b".into();
+    let b = agent::start_cluster(long, opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(holder(&kube).as_deref(), Some("agent-a"));
+    let t = Instant::now();
+    a.shutdown().await;
+    eventually("b takes over", 10, || {
+        holder(&kube).as_deref() == Some("agent-b")
+    })
+    .await;
+    // Far sooner than the 30 s the Lease would take to expire.
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "handover took {:?}",
+        t.elapsed()
+    );
+    b.shutdown().await;
+}

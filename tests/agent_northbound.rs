@@ -533,3 +533,87 @@ fn check_reports_vips_exposed_to_ipam() {
         "{text}"
     );
 }
+
+/// Services `svc-0..n` in namespace `churn`, each with one VIP and `eps` ready endpoints.
+fn churn_objects(n: usize, eps: usize) -> String {
+    let mut items = Vec::new();
+    for i in 0..n {
+        items.push(svc(
+            "churn",
+            &format!("svc-{i}"),
+            &format!("172.19.{}.{}", i / 250, i % 250 + 1),
+            80,
+            "TCP",
+            "Cluster",
+        ));
+        let e: Vec<(String, &str, bool)> = (0..eps)
+            .map(|k| (format!("10.245.{i}.{}", k + 1), "node-a", true))
+            .collect();
+        let e: Vec<(&str, &str, bool)> = e.iter().map(|(a, b, c)| (a.as_str(), *b, *c)).collect();
+        items.push(slice("churn", &format!("svc-{i}"), &e));
+    }
+    format!("apiVersion: v1\nkind: List\nitems:{}\n", items.concat())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates() {
+    let cluster = testkit::cluster::NbCluster::start();
+    let sb = Sandbox::openflow_only();
+    let objects = sb.path().join("objects.yaml");
+    let y0 = churn_objects(40, 1);
+    write_objects(&objects, &y0);
+    let cfg = Config {
+        ovs_rundir: sb.path().to_path_buf(),
+        objects: Some(objects.clone()),
+        // Every member, as ovn-nbctl --db takes them: the client finds the leader itself.
+        nb_remote: Some(cluster.unix_remotes()),
+        ..Config::default()
+    };
+    let (rx, _watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
+    let mut running = agent::start(cfg.clone(), rx);
+    tokio::time::timeout(Duration::from_secs(30), running.wait_applied(1))
+        .await
+        .expect("first sync");
+
+    // Churn: endpoint counts change on every round; kill the leader in the middle.
+    let mut last = y0;
+    for round in 1..=6 {
+        if round == 3 {
+            let leader = cluster.wait_leader();
+            cluster.kill(leader);
+        }
+        last = churn_objects(40 - round, 1 + round % 3);
+        write_objects(&objects, &last);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let g = *running.generation.borrow();
+    tokio::time::timeout(Duration::from_secs(60), running.wait_applied(g))
+        .await
+        .expect("converged after the leader change");
+
+    // Read back through the cluster (any live member): exactly the planned rows, none twice.
+    let loaded = file::parse(&last).unwrap();
+    let model = Model::build(&loaded.objects, &agent::model_options(&cfg));
+    let want: BTreeMap<String, BTreeMap<String, String>> = agent::plan_northbound(&cfg, &model)
+        .into_iter()
+        .map(|r| (r.name, r.vips))
+        .collect();
+    let out = cluster.nbctl(&[
+        "--format=json",
+        "--columns=name,vips,external_ids",
+        "list",
+        "Load_Balancer",
+    ]);
+    let j: Json = serde_json::from_str(&out).unwrap();
+    let mut have: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for r in j["data"].as_array().unwrap() {
+        let name = r[0].as_str().unwrap().to_string();
+        assert!(
+            have.insert(name.clone(), json_map(&r[1])).is_none(),
+            "duplicate row {name}"
+        );
+    }
+    assert_eq!(have.len(), 40 - 6, "one row per Service of the last round");
+    assert_eq!(have, want, "rows equal the plan after the leader change");
+    running.stop();
+}

@@ -479,3 +479,63 @@ async fn graceful_shutdown_hands_the_lease_over_at_once() {
     );
     b.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeovn_subnet_warning_and_bursts_coalesced_into_few_plans() {
+    let kube = KubeServer::start().await;
+    kube.enable_crd("kubeovn.io/v1", "subnets");
+    kube.apply_yaml(NODES);
+    kube.apply_yaml(
+        r#"
+apiVersion: kubeovn.io/v1
+kind: Subnet
+metadata: {name: ovn-default}
+spec:
+  cidrBlock: 172.18.0.0/16
+  gateway: 172.18.0.1
+  excludeIps: ["172.18.0.1"]
+  protocol: IPv4
+"#,
+    );
+    kube.apply(service(Some("172.18.0.100")));
+    let sb = Sandbox::openflow_only();
+    let opts = ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: "agent-a".into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+    };
+    let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
+        .await
+        .unwrap();
+    eventually("VipNotExcluded warning on the Service", 15, || {
+        kube.events().iter().any(|e| {
+            e["reason"] == "VipNotExcluded"
+                && e["regarding"]["name"] == "web"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("ovn-default") && n.contains("172.18.0.100"))
+        })
+    })
+    .await;
+
+    // A burst of 100 new Services: all programmed, in a handful of plans, not 100.
+    let before = *cluster.running.generation.borrow();
+    for i in 0..100 {
+        let mut s = service(Some(&format!("172.20.0.{}", i + 1)));
+        s["metadata"]["name"] = json!(format!("burst-{i}"));
+        kube.apply(s);
+    }
+    eventually("all 100 VIPs programmed", 20, || {
+        flows(&sb)
+            .iter()
+            .filter(|f| f.contains("arp_tpa=172.20.0."))
+            .count()
+            == 100
+    })
+    .await;
+    let plans = *cluster.running.generation.borrow() - before;
+    assert!(plans <= 10, "100 changes were planned {plans} times");
+    cluster.shutdown().await;
+}

@@ -296,3 +296,53 @@ async fn leader_killed_mid_run() {
     cl.restart(old_leader);
     cl.wait_connected(old_leader);
 }
+
+/// Leadership moves without any socket closing (raft failure-test "transfer-leadership"): the
+/// `_Server` monitor tells the client, which moves to the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_leadership_transfer() {
+    let cl = NbCluster::start();
+    let old = cl.wait_leader();
+    let c = Client::connect(opts(&cl.tcp_remotes())).await.unwrap();
+    assert_eq!(c.current_remote().unwrap(), cl.tcp(old));
+    let ctl = cl.path().join(format!("s{old}.ctl"));
+    let out = std::process::Command::new("ovs-appctl")
+        .args([
+            "-t",
+            &ctl.to_string_lossy(),
+            "cluster/failure-test",
+            "transfer-leadership",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The transfer happens on the leader's next append; a write provokes it.
+    let mut tx = Transaction::new(NB);
+    tx.insert("Load_Balancer", row(&[("name", "t0".into())]));
+    let _ = c.transact(&tx).await;
+    let mut moved = false;
+    for _ in 0..200 {
+        if let (Some(l), Some(r)) = (cl.leader(), c.current_remote())
+            && l != old
+            && r == cl.tcp(l)
+        {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        moved,
+        "client stayed on {:?}, leader {:?}",
+        c.current_remote(),
+        cl.leader()
+    );
+    let mut tx = Transaction::new(NB);
+    tx.insert("Load_Balancer", row(&[("name", "t1".into())]));
+    c.transact(&tx).await.unwrap();
+    assert!(cl.pid(old).is_some(), "the old leader is still running");
+}

@@ -67,11 +67,9 @@ impl Splitter {
                 Some(&byte) => return Err(FramingError::Unexpected { byte }),
             }
         }
-        let mut i = self.scanned;
-        let bytes = &buf[..];
-        while i < bytes.len() {
-            let b = bytes[i];
-            i += 1;
+        let start = self.scanned;
+        let mut complete = None;
+        for (off, &b) in buf.get(start..).unwrap_or_default().iter().enumerate() {
             if self.in_string {
                 if self.escape {
                     self.escape = false;
@@ -88,13 +86,21 @@ impl Splitter {
                 b'}' | b']' => {
                     self.depth = self.depth.checked_sub(1).ok_or(FramingError::Unbalanced)?;
                     if self.depth == 0 {
-                        self.scanned = 0;
-                        return Ok(Some(buf.split_to(i).freeze()));
+                        complete = Some(start + off + 1);
+                        break;
                     }
                 }
                 _ => {}
             }
         }
+        if let Some(n) = complete {
+            self.scanned = 0;
+            if n > self.max {
+                return Err(FramingError::TooLarge { limit: self.max });
+            }
+            return Ok(Some(buf.split_to(n).freeze()));
+        }
+        let i = buf.len();
         self.scanned = i;
         if self.scanned > self.max {
             return Err(FramingError::TooLarge { limit: self.max });
@@ -198,6 +204,11 @@ mod tests {
         let big = format!("{{\"a\":\"{}\"", "x".repeat(100));
         assert!(matches!(
             split_all(&[big.as_bytes()], 50),
+            Err(FramingError::TooLarge { .. })
+        ));
+        let whole = format!("{{\"a\":\"{}\"}}", "x".repeat(100));
+        assert!(matches!(
+            split_all(&[whole.as_bytes()], 50),
             Err(FramingError::TooLarge { .. })
         ));
         assert!(matches!(

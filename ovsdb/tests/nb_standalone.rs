@@ -471,3 +471,36 @@ async fn cancel_outstanding_request() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn conditional_monitor() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    srv.nbctl(&["lb-add", "a", "10.0.0.1:80", "10.1.1.1:80"]);
+    srv.nbctl(&["lb-add", "b", "10.0.0.2:80", "10.1.1.1:80"]);
+    let mut spec = MonitorSpec::new().columns("Load_Balancer", &["name"]);
+    if let Some(sel) = spec.tables.get_mut("Load_Balancer") {
+        sel.conditions = vec![Condition::eq("name", "b")];
+    }
+    let m = c.monitor(spec).await.unwrap();
+    let names = |m: &ovsdb::Monitor| -> Vec<String> {
+        m.cache()
+            .table("Load_Balancer")
+            .unwrap()
+            .values()
+            .map(|r| r["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&m), ["b"]);
+    srv.nbctl(&["set", "Load_Balancer", "a", "name=b"]);
+    for _ in 0..100 {
+        if names(&m).len() == 2 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "row that came to match the condition never arrived: {:?}",
+        names(&m)
+    );
+}

@@ -504,3 +504,72 @@ async fn conditional_monitor() {
         names(&m)
     );
 }
+
+/// The server is replaced by one that does not know our last transaction: the monitor's
+/// `monitor_cond_since` gets found=false and the whole cache is replaced, with events for the
+/// difference. A transaction in flight across the crash reports an unknown outcome.
+#[tokio::test]
+async fn reconnect_replaces_cache_when_history_is_gone() {
+    let mut srv = NbServer::start();
+    let mut o = ClientOptions::new(&srv.unix(), NB).unwrap();
+    o.backoff_max = Duration::from_millis(200);
+    let c = Client::connect(o).await.unwrap();
+    srv.nbctl(&["lb-add", "old", "10.0.0.1:80", "10.1.1.1:80"]);
+    let mut m = c
+        .monitor(MonitorSpec::new().table("Load_Balancer"))
+        .await
+        .unwrap();
+    while m.try_event().is_some() {}
+    let resyncs = c
+        .stats()
+        .full_resyncs
+        .load(std::sync::atomic::Ordering::Relaxed);
+
+    let mut blocked = Transaction::new(NB);
+    blocked.wait(
+        "Load_Balancer",
+        vec![],
+        &["name"],
+        WaitUntil::Equal,
+        vec![row(&[("name", "never".into())])],
+        None,
+    );
+    let pending = tokio::spawn({
+        let c = c.clone();
+        async move { c.transact(&blocked).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    srv.replace_with_empty();
+    match pending.await.unwrap() {
+        Err(e @ Error::OutcomeUnknown { .. }) => assert!(e.to_string().contains("outcome unknown")),
+        other => panic!("{other:?}"),
+    }
+    srv.nbctl(&["lb-add", "new", "10.0.0.2:80", "10.1.1.1:80"]);
+    let (mut deleted, mut inserted) = (false, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(deleted && inserted) {
+        let e = tokio::time::timeout_at(deadline, m.next_event())
+            .await
+            .expect("events")
+            .unwrap();
+        match e {
+            Event::Delete { old, .. } if old["name"] == Value::from("old") => deleted = true,
+            Event::Insert { new, .. } if new["name"] == Value::from("new") => inserted = true,
+            _ => {}
+        }
+    }
+    let names: Vec<Value> = m
+        .cache()
+        .table("Load_Balancer")
+        .unwrap()
+        .values()
+        .map(|r| r["name"].clone())
+        .collect();
+    assert_eq!(names, [Value::from("new")]);
+    assert!(
+        c.stats()
+            .full_resyncs
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > resyncs
+    );
+}

@@ -109,6 +109,50 @@ impl NbServer {
     pub fn pid(&self) -> i32 {
         self.pid
     }
+
+    /// Kill the server and start a new one with an empty database on the same socket: what a
+    /// client sees when a standalone server is replaced.
+    pub fn replace_with_empty(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.pid.to_string()])
+            .status();
+        for _ in 0..500 {
+            let alive = Command::new("kill")
+                .args(["-0", &self.pid.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !alive {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let d = self.path().to_path_buf();
+        let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+        for f in ["nb.db", "nb.sock", "nb.pid", "nb.ctl", ".nb.db.~lock~"] {
+            let _ = std::fs::remove_file(d.join(f));
+        }
+        run("ovsdb-tool", &["create", &p("nb.db"), NB_SCHEMA]);
+        run(
+            "ovsdb-server",
+            &[
+                &p("nb.db"),
+                &format!("--remote=punix:{}", p("nb.sock")),
+                &format!("--pidfile={}", p("nb.pid")),
+                &format!("--unixctl={}", p("nb.ctl")),
+                &format!("--log-file={}", p("nb.log")),
+                "-vconsole:off",
+                "--detach",
+                "--no-chdir",
+            ],
+        );
+        self.pid = std::fs::read_to_string(d.join("nb.pid"))
+            .expect("pidfile")
+            .trim()
+            .parse()
+            .expect("pid");
+    }
 }
 
 pub fn dump(remote: &str, table: &str) -> Json {

@@ -201,6 +201,10 @@ impl Client {
 
     /// A usable session, waiting for a reconnect if needed.
     pub async fn ready(&self) -> Result<Connection, Error> {
+        // Fast path, no timer: the common case on every request.
+        if let Some(c) = self.current.borrow().as_ref().filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
         let mut rx = self.current.clone();
         let wait = async {
             loop {

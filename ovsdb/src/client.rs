@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use serde_json::{Value as Json, json};
@@ -117,7 +117,7 @@ pub struct Client {
     opts: Arc<ClientOptions>,
     cmds: mpsc::UnboundedSender<DriverCmd>,
     current: watch::Receiver<Option<Connection>>,
-    schema: Arc<DatabaseSchema>,
+    schema: Arc<RwLock<Arc<DatabaseSchema>>>,
     locks: broadcast::Sender<LockEvent>,
     wanted_locks: Arc<Mutex<Vec<String>>>,
     asked_locks: Arc<Mutex<std::collections::BTreeSet<String>>>,
@@ -156,7 +156,7 @@ impl Client {
             opts: opts.clone(),
             cmds,
             current: cur_rx,
-            schema: schema.clone(),
+            schema: Arc::new(RwLock::new(schema.clone())),
             locks: locks.clone(),
             wanted_locks: Arc::new(Mutex::new(vec![])),
             asked_locks: Arc::default(),
@@ -165,6 +165,7 @@ impl Client {
         let driver = Driver {
             opts,
             schema,
+            shared_schema: client.schema.clone(),
             current: cur_tx,
             monitors: vec![],
             locks,
@@ -178,8 +179,12 @@ impl Client {
         Ok(client)
     }
 
-    pub fn schema(&self) -> &Arc<DatabaseSchema> {
-        &self.schema
+    /// The database schema (refreshed when the server's changes).
+    pub fn schema(&self) -> Arc<DatabaseSchema> {
+        self.schema
+            .read()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     pub fn options(&self) -> &ClientOptions {
@@ -263,7 +268,8 @@ impl Client {
     /// If the session drops after the request was written the result is
     /// [`Error::OutcomeUnknown`]: the transaction may have committed and is not sent again.
     pub async fn transact(&self, tx: &Transaction) -> Result<Vec<OpResult>, Error> {
-        tx.check(&self.schema)
+        let schema = self.schema();
+        tx.check(&schema)
             .map_err(|(index, source)| Error::Schema { index, source })?;
         // Serialized once; a resend after "not sent" reuses the bytes.
         let params = bytes::Bytes::from(tx.params_bytes().map_err(|e| Error::NotSent {
@@ -276,7 +282,7 @@ impl Client {
             match conn.call_serialized("transact", params.clone()).await {
                 Ok(r) => {
                     return tx
-                        .decode_result(&r, Some(&self.schema))
+                        .decode_result(&r, Some(&schema))
                         .map_err(|source| Error::Txn {
                             remote: conn.remote().to_owned(),
                             source: Box::new(source),
@@ -307,7 +313,7 @@ impl Client {
 
     /// Subscribe to tables/columns; the returned monitor's cache holds the initial rows.
     pub async fn monitor(&self, spec: MonitorSpec) -> Result<Monitor, Error> {
-        spec.check(&self.schema)
+        spec.check(&self.schema())
             .map_err(|source| Error::Schema { index: 0, source })?;
         let (reply, rx) = oneshot::channel();
         self.cmds
@@ -489,6 +495,7 @@ async fn connect_one(
 struct Driver {
     opts: Arc<ClientOptions>,
     schema: Arc<DatabaseSchema>,
+    shared_schema: Arc<RwLock<Arc<DatabaseSchema>>>,
     current: watch::Sender<Option<Connection>>,
     monitors: Vec<MonitorState>,
     locks: broadcast::Sender<LockEvent>,
@@ -512,8 +519,12 @@ impl Driver {
         loop {
             let (conn, notes) = match session.take() {
                 Some(s) => s,
-                None => match connect_any(&self.opts, Some(&self.schema), &mut self.start).await {
-                    Ok((c, n, _)) => (c, n),
+                // The schema is fetched again: it may have been converted meanwhile.
+                None => match connect_any(&self.opts, None, &mut self.start).await {
+                    Ok((c, n, schema)) => {
+                        self.update_schema(schema);
+                        (c, n)
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "reconnect failed");
                         tokio::time::sleep(backoff).await;
@@ -539,6 +550,24 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Adopt a changed schema: callers check against it, monitors resubscribe in full.
+    fn update_schema(&mut self, schema: Arc<DatabaseSchema>) {
+        if *schema == *self.schema {
+            return;
+        }
+        tracing::info!(version = %schema.version, "database schema changed");
+        if let Ok(mut s) = self.shared_schema.write() {
+            *s = schema.clone();
+        }
+        for m in &self.monitors {
+            m.cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_schema(schema.clone());
+        }
+        self.schema = schema;
     }
 
     fn cmds_closed(&self, cmds: &mpsc::UnboundedReceiver<DriverCmd>) -> bool {
@@ -726,6 +755,15 @@ impl Driver {
                 for e in events {
                     let _ = m.events.send(e);
                 }
+            }
+            // A db_change_aware session gets this when the schema is converted (or the
+            // database removed): start over, fetching the schema again.
+            "monitor_canceled" => {
+                return Err(Error::Reply {
+                    remote: String::new(),
+                    method: "monitor_canceled".into(),
+                    reason: format!("server canceled monitor {}", n.params),
+                });
             }
             "locked" => {
                 let _ = self.locks.send(LockEvent::Locked(name()));

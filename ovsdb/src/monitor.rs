@@ -241,21 +241,31 @@ pub enum Event {
 #[derive(Debug, Clone)]
 pub struct Cache {
     schema: Arc<DatabaseSchema>,
+    /// As asked for by the consumer.
+    requested: MonitorSpec,
+    /// With column lists filled in and columns the schema lacks left out.
     spec: MonitorSpec,
     tables: BTreeMap<String, BTreeMap<Uuid, Row>>,
     last_txn_id: Option<Uuid>,
 }
 
+/// Name the columns: left out, the server also sends `_version` in modifications. Columns the
+/// schema does not have (any more) are left out rather than failing the subscription.
+fn resolve(schema: &DatabaseSchema, spec: &MonitorSpec) -> MonitorSpec {
+    let mut out = spec.clone();
+    for (t, sel) in out.tables.iter_mut() {
+        let Ok(ts) = schema.table(t) else { continue };
+        sel.columns = Some(match sel.columns.take() {
+            None => ts.columns.keys().cloned().collect(),
+            Some(cols) => cols.into_iter().filter(|c| ts.column(c).is_ok()).collect(),
+        });
+    }
+    out
+}
+
 impl Cache {
-    pub fn new(schema: Arc<DatabaseSchema>, mut spec: MonitorSpec) -> Self {
-        // Name the columns: left out, the server also sends `_version` in modifications.
-        for (t, sel) in spec.tables.iter_mut() {
-            if sel.columns.is_none()
-                && let Ok(ts) = schema.table(t)
-            {
-                sel.columns = Some(ts.columns.keys().cloned().collect());
-            }
-        }
+    pub fn new(schema: Arc<DatabaseSchema>, spec: MonitorSpec) -> Self {
+        let resolved = resolve(&schema, &spec);
         let tables = spec
             .tables
             .keys()
@@ -263,10 +273,19 @@ impl Cache {
             .collect();
         Cache {
             schema,
-            spec,
+            requested: spec,
+            spec: resolved,
             tables,
             last_txn_id: None,
         }
+    }
+
+    /// The server's schema changed (e.g. converted during an upgrade): re-resolve the columns
+    /// and forget the txn id, so the next subscription replaces the whole cache.
+    pub fn set_schema(&mut self, schema: Arc<DatabaseSchema>) {
+        self.spec = resolve(&schema, &self.requested);
+        self.schema = schema;
+        self.last_txn_id = None;
     }
 
     pub fn spec(&self) -> &MonitorSpec {

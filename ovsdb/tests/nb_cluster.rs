@@ -245,7 +245,7 @@ async fn leader_killed_mid_run() {
     assert_eq!(c.current_remote().unwrap(), cl.tcp(new_leader));
 
     let live = cl.unix(new_leader);
-    let want = dump_rows(c.schema(), &live, "Load_Balancer");
+    let want = dump_rows(&c.schema(), &live, "Load_Balancer");
     // Every name at most once; every committed one exactly once.
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for r in want.values() {

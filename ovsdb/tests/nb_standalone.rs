@@ -345,7 +345,7 @@ async fn cache_equals_dump_with_concurrent_nbctl() {
     nbctl.join().unwrap();
     cache_converges(
         &m,
-        c.schema(),
+        &c.schema(),
         &srv.unix(),
         &["Load_Balancer", "Logical_Switch"],
     )
@@ -572,4 +572,63 @@ async fn reconnect_replaces_cache_when_history_is_gone() {
             .load(std::sync::atomic::Ordering::Relaxed)
             > resyncs
     );
+}
+
+/// The schema is converted online (as an OVN upgrade does): the server cancels our monitors
+/// (we are db_change_aware); the client fetches the new schema, resubscribes, and the new
+/// column is usable.
+#[tokio::test]
+async fn follows_online_schema_conversion() {
+    let srv = NbServer::start();
+    let c = client(&srv.unix()).await;
+    srv.nbctl(&["lb-add", "a", "10.0.0.1:80", "10.1.1.1:80"]);
+    let m = c
+        .monitor(MonitorSpec::new().table("Load_Balancer"))
+        .await
+        .unwrap();
+    let mut schema: Json =
+        serde_json::from_str(&std::fs::read_to_string(common::NB_SCHEMA).unwrap()).unwrap();
+    schema["version"] = json!("99.0.0");
+    schema["tables"]["Load_Balancer"]["columns"]["vipflow_note"] = json!({"type": "string"});
+    let path = srv.path().join("new.ovsschema");
+    std::fs::write(&path, schema.to_string()).unwrap();
+    let out = std::process::Command::new("ovsdb-client")
+        .args(["convert", &srv.unix(), &path.to_string_lossy()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for _ in 0..200 {
+        let seen = m
+            .cache()
+            .table("Load_Balancer")
+            .and_then(|t| t.values().next().map(|r| r.contains_key("vipflow_note")))
+            .unwrap_or(false);
+        if c.schema().version == "99.0.0" && seen {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(c.schema().version, "99.0.0");
+    let mut tx = Transaction::new(NB);
+    tx.update(
+        "Load_Balancer",
+        vec![Condition::eq("name", "a")],
+        row(&[("vipflow_note", "hi".into())]),
+    );
+    c.transact(&tx).await.unwrap();
+    for _ in 0..200 {
+        let note = m
+            .cache()
+            .table("Load_Balancer")
+            .and_then(|t| t.values().next().map(|r| r["vipflow_note"].clone()));
+        if note == Some(Value::from("hi")) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("cache did not follow the converted schema");
 }

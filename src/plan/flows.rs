@@ -14,7 +14,7 @@ use crate::model::{Model, Protocol};
 use openflow::action::port as ofport;
 use openflow::oxm::{MacAddr, eth_type, ip_proto};
 use openflow::{Action, FlowMod, Instruction, Match, OxmField};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -163,17 +163,166 @@ pub struct PlanInput<'a> {
     pub cookie_prefix: u16,
 }
 
-/// The desired flows for one bridge, sorted by key.
+/// The desired flows for one bridge, sorted by key: the flows of every VIP and of every
+/// VIP:port/protocol of the model.
 pub fn plan(model: &Model, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
-    let b = input.bridge;
     let mut flows = Vec::new();
-    let mk = |key: String,
-              in_port: PortRef,
-              dl_src_bridge: bool,
-              match_: Match,
-              actions: Vec<PlannedAction>| {
+    for vip in model.vips().into_keys() {
+        flows.extend(vip_flows(vip, input));
+    }
+    let claims: BTreeSet<(IpAddr, u16, Protocol)> = model
+        .vip_ports()
+        .map(|(_, vp)| (vp.vip, vp.port, vp.protocol))
+        .collect();
+    for (vip, port, protocol) in claims {
+        flows.extend(claim_flows(vip, port, protocol, input));
+    }
+    flows.sort_by(|a, b| a.key.cmp(&b.key));
+    flows
+}
+
+/// The flows a VIP needs once any Service serves it: the ARP or ND bypass, and (when traffic
+/// is steered) the path-MTU ICMP.
+pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
+    let c = Ctx(input);
+    let mut flows = Vec::new();
+    // ARP / ND requests for the VIP go to the host, never into OVN.
+    match vip {
+        IpAddr::V4(ip) => flows.push(
+            c.mk(
+                format!("arp {ip}"),
+                PortRef::Uplink,
+                false,
+                c.with_vlan(
+                    Match::new()
+                        .with(OxmField::eth_type(eth_type::ARP))
+                        .with(OxmField::arp_op(1))
+                        .with(OxmField::arp_tpa(ip)),
+                ),
+                c.to_host(),
+            ),
+        ),
+        IpAddr::V6(ip) => flows.push(
+            c.mk(
+                format!("nd {ip}"),
+                PortRef::Uplink,
+                false,
+                c.with_vlan(
+                    Match::new()
+                        .with(OxmField::eth_type(eth_type::IPV6))
+                        .with(OxmField::ip_proto(ip_proto::ICMPV6))
+                        .with(OxmField::icmpv6_type(135))
+                        .with(OxmField::icmpv6_code(0))
+                        .with(OxmField::ipv6_nd_target(ip)),
+                ),
+                c.to_host(),
+            ),
+        ),
+    }
+    if c.steering() {
+        // ICMP "fragmentation needed" / "packet too big" for the VIP must reach OVN too,
+        // or path MTU discovery breaks for its connections.
+        let m = match vip {
+            IpAddr::V4(ip) => Match::new()
+                .with(OxmField::eth_type(eth_type::IPV4))
+                .with(OxmField::ip_proto(ip_proto::ICMP))
+                .with(OxmField::ipv4_dst(ip))
+                .with(OxmField::icmpv4_type(3))
+                .with(OxmField::icmpv4_code(4)),
+            IpAddr::V6(ip) => Match::new()
+                .with(OxmField::eth_type(eth_type::IPV6))
+                .with(OxmField::ip_proto(ip_proto::ICMPV6))
+                .with(OxmField::ipv6_dst(ip))
+                .with(OxmField::icmpv6_type(2))
+                .with(OxmField::icmpv6_code(0)),
+        };
+        flows.push(c.mk(
+            format!("pmtu {vip}"),
+            PortRef::Uplink,
+            false,
+            c.with_vlan(m),
+            c.into_ovn(),
+        ));
+    }
+    flows
+}
+
+/// The flows of one VIP:port/protocol, whichever Service owns it: steering into OVN and (on
+/// a gateway bridge) the return path. None in local gateway mode.
+pub fn claim_flows(
+    vip: IpAddr,
+    port: u16,
+    protocol: Protocol,
+    input: &PlanInput<'_>,
+) -> Vec<PlannedFlow> {
+    let c = Ctx(input);
+    if !c.steering() {
+        return Vec::new();
+    }
+    let (l3, dst, src) = match vip {
+        IpAddr::V4(ip) => (
+            eth_type::IPV4,
+            OxmField::ipv4_dst(ip),
+            OxmField::ipv4_src(ip),
+        ),
+        IpAddr::V6(ip) => (
+            eth_type::IPV6,
+            OxmField::ipv6_dst(ip),
+            OxmField::ipv6_src(ip),
+        ),
+    };
+    let (tp_dst, tp_src) = match protocol {
+        Protocol::Tcp => (OxmField::tcp_dst(port), OxmField::tcp_src(port)),
+        Protocol::Udp => (OxmField::udp_dst(port), OxmField::udp_src(port)),
+        Protocol::Sctp => (OxmField::sctp_dst(port), OxmField::sctp_src(port)),
+    };
+    let base = || {
+        Match::new()
+            .with(OxmField::eth_type(l3))
+            .with(OxmField::ip_proto(protocol.ip_proto()))
+    };
+    let vp = crate::model::VipPort {
+        vip,
+        port,
+        protocol,
+        target: crate::model::TargetPort::Number(port),
+        port_name: None,
+    };
+    let sock = crate::model::SocketLike(&vp);
+    let mut flows = vec![c.mk(
+        format!("steer {sock}"),
+        PortRef::Uplink,
+        false,
+        c.with_vlan(base().with(dst).with(tp_dst)),
+        c.into_ovn(),
+    )];
+    if input.bridge.profile == Profile::Gateway {
+        flows.push(c.mk(
+            format!("return {sock}"),
+            PortRef::Patch,
+            true,
+            c.with_vlan(base().with(src).with(tp_src)),
+            vec![PlannedAction::Output(PortRef::Uplink)],
+        ));
+    }
+    flows
+}
+
+/// The bridge settings the flow builders share.
+struct Ctx<'a, 'b>(&'a PlanInput<'b>);
+
+impl Ctx<'_, '_> {
+    fn mk(
+        &self,
+        key: String,
+        in_port: PortRef,
+        dl_src_bridge: bool,
+        match_: Match,
+        actions: Vec<PlannedAction>,
+    ) -> PlannedFlow {
+        let b = self.0.bridge;
         PlannedFlow {
-            cookie: cookie(input.cookie_prefix, &key),
+            cookie: cookie(self.0.cookie_prefix, &key),
             key,
             table: b.table,
             priority: b.priority,
@@ -182,139 +331,42 @@ pub fn plan(model: &Model, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
             match_,
             actions,
         }
-    };
-    // A VLAN-tagged uplink: everything from or to the wire carries the tag.
-    let with_vlan = |m: Match| match b.vlan {
-        Some(v) => Match::new().with(OxmField::vlan_vid(v)).with_all(m),
-        None => m,
-    };
-    let to_host = || {
+    }
+
+    /// A VLAN-tagged uplink: everything from or to the wire carries the tag.
+    fn with_vlan(&self, m: Match) -> Match {
+        match self.0.bridge.vlan {
+            Some(v) => Match::new().with(OxmField::vlan_vid(v)).with_all(m),
+            None => m,
+        }
+    }
+
+    fn to_host(&self) -> Vec<PlannedAction> {
         let mut a = Vec::new();
-        if b.vlan.is_some() {
+        if self.0.bridge.vlan.is_some() {
             a.push(PlannedAction::PopVlan);
         }
         a.push(PlannedAction::Output(PortRef::Local));
         a
-    };
-    let into_ovn = || match (b.profile, b.router_mac) {
-        (Profile::Underlay, Some(mac)) => {
-            vec![
-                PlannedAction::SetEthDst(mac),
-                PlannedAction::Output(PortRef::Patch),
-            ]
-        }
-        _ => vec![PlannedAction::Output(PortRef::Patch)],
-    };
-    let steering = b.profile == Profile::Underlay || b.gateway_mode == GatewayMode::Shared;
+    }
 
-    let vips: BTreeSet<IpAddr> = model.vips().into_keys().collect();
-    for vip in &vips {
-        // ARP / ND requests for the VIP go to the host, never into OVN.
-        match vip {
-            IpAddr::V4(ip) => flows.push(mk(
-                format!("arp {ip}"),
-                PortRef::Uplink,
-                false,
-                with_vlan(
-                    Match::new()
-                        .with(OxmField::eth_type(eth_type::ARP))
-                        .with(OxmField::arp_op(1))
-                        .with(OxmField::arp_tpa(*ip)),
-                ),
-                to_host(),
-            )),
-            IpAddr::V6(ip) => flows.push(mk(
-                format!("nd {ip}"),
-                PortRef::Uplink,
-                false,
-                with_vlan(
-                    Match::new()
-                        .with(OxmField::eth_type(eth_type::IPV6))
-                        .with(OxmField::ip_proto(ip_proto::ICMPV6))
-                        .with(OxmField::icmpv6_type(135))
-                        .with(OxmField::icmpv6_code(0))
-                        .with(OxmField::ipv6_nd_target(*ip)),
-                ),
-                to_host(),
-            )),
-        }
-        if steering {
-            // ICMP "fragmentation needed" / "packet too big" for the VIP must reach OVN too,
-            // or path MTU discovery breaks for its connections.
-            let m = match vip {
-                IpAddr::V4(ip) => Match::new()
-                    .with(OxmField::eth_type(eth_type::IPV4))
-                    .with(OxmField::ip_proto(ip_proto::ICMP))
-                    .with(OxmField::ipv4_dst(*ip))
-                    .with(OxmField::icmpv4_type(3))
-                    .with(OxmField::icmpv4_code(4)),
-                IpAddr::V6(ip) => Match::new()
-                    .with(OxmField::eth_type(eth_type::IPV6))
-                    .with(OxmField::ip_proto(ip_proto::ICMPV6))
-                    .with(OxmField::ipv6_dst(*ip))
-                    .with(OxmField::icmpv6_type(2))
-                    .with(OxmField::icmpv6_code(0)),
-            };
-            flows.push(mk(
-                format!("pmtu {vip}"),
-                PortRef::Uplink,
-                false,
-                with_vlan(m),
-                into_ovn(),
-            ));
+    fn into_ovn(&self) -> Vec<PlannedAction> {
+        let b = self.0.bridge;
+        match (b.profile, b.router_mac) {
+            (Profile::Underlay, Some(mac)) => {
+                vec![
+                    PlannedAction::SetEthDst(mac),
+                    PlannedAction::Output(PortRef::Patch),
+                ]
+            }
+            _ => vec![PlannedAction::Output(PortRef::Patch)],
         }
     }
 
-    if steering {
-        // One steering (and return) flow per VIP:port/protocol, whichever Service owns it.
-        let mut seen: BTreeMap<(IpAddr, u16, Protocol), ()> = BTreeMap::new();
-        for (_, vp) in model.vip_ports() {
-            if seen.insert((vp.vip, vp.port, vp.protocol), ()).is_some() {
-                continue;
-            }
-            let (l3, dst, src) = match vp.vip {
-                IpAddr::V4(ip) => (
-                    eth_type::IPV4,
-                    OxmField::ipv4_dst(ip),
-                    OxmField::ipv4_src(ip),
-                ),
-                IpAddr::V6(ip) => (
-                    eth_type::IPV6,
-                    OxmField::ipv6_dst(ip),
-                    OxmField::ipv6_src(ip),
-                ),
-            };
-            let (tp_dst, tp_src) = match vp.protocol {
-                Protocol::Tcp => (OxmField::tcp_dst(vp.port), OxmField::tcp_src(vp.port)),
-                Protocol::Udp => (OxmField::udp_dst(vp.port), OxmField::udp_src(vp.port)),
-                Protocol::Sctp => (OxmField::sctp_dst(vp.port), OxmField::sctp_src(vp.port)),
-            };
-            let base = || {
-                Match::new()
-                    .with(OxmField::eth_type(l3))
-                    .with(OxmField::ip_proto(vp.protocol.ip_proto()))
-            };
-            let sock = crate::model::SocketLike(vp);
-            flows.push(mk(
-                format!("steer {sock}"),
-                PortRef::Uplink,
-                false,
-                with_vlan(base().with(dst).with(tp_dst)),
-                into_ovn(),
-            ));
-            if b.profile == Profile::Gateway {
-                flows.push(mk(
-                    format!("return {sock}"),
-                    PortRef::Patch,
-                    true,
-                    with_vlan(base().with(src).with(tp_src)),
-                    vec![PlannedAction::Output(PortRef::Uplink)],
-                ));
-            }
-        }
+    fn steering(&self) -> bool {
+        let b = self.0.bridge;
+        b.profile == Profile::Underlay || b.gateway_mode == GatewayMode::Shared
     }
-    flows.sort_by(|a, b| a.key.cmp(&b.key));
-    flows
 }
 
 /// Small builder helper used above.

@@ -594,7 +594,7 @@ impl Driver {
                         tracing::info!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
                         return Served::Lost { healthy: true };
                     };
-                    if let Err(e) = self.notification(n) {
+                    if let Err(e) = self.notification(n, conn.remote()) {
                         tracing::warn!(remote = conn.remote(), error = %e, "dropping session");
                         return Served::Lost { healthy: false };
                     }
@@ -720,7 +720,7 @@ impl Driver {
         })
     }
 
-    fn notification(&mut self, n: Notification) -> Result<(), Error> {
+    fn notification(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
         let name = || {
             n.params
                 .get(0)
@@ -739,13 +739,13 @@ impl Driver {
                 };
                 let u = monitor::parse_notification(&n.method, &n.params, &self.schema).map_err(
                     |source| Error::Monitor {
-                        remote: String::new(),
+                        remote: remote.to_owned(),
                         source,
                     },
                 )?;
                 let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
                 let events = c.apply(u.updates).map_err(|source| Error::Monitor {
-                    remote: String::new(),
+                    remote: remote.to_owned(),
                     source,
                 })?;
                 if u.last_txn_id.is_some() {
@@ -760,7 +760,7 @@ impl Driver {
             // database removed): start over, fetching the schema again.
             "monitor_canceled" => {
                 return Err(Error::Reply {
-                    remote: String::new(),
+                    remote: remote.to_owned(),
                     method: "monitor_canceled".into(),
                     reason: format!("server canceled monitor {}", n.params),
                 });

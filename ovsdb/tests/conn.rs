@@ -5,7 +5,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ovsdb::{
     Client, ClientOptions, ConnectOptions, Connection, Error, Remote, TlsFiles, Transaction,
@@ -49,11 +49,9 @@ async fn dead_peer_is_detected_by_our_probe() {
     let (c, _n) = Connection::connect(&remote, &opts(100, 1 << 20))
         .await
         .unwrap();
-    let t = Instant::now();
     let e = c.call("list_dbs", json!([])).await.unwrap_err();
     assert!(matches!(e, Error::Lost { .. }), "{e}");
     assert!(e.outcome_unknown());
-    assert!(t.elapsed() < Duration::from_secs(2));
     assert!(
         c.close_reason().unwrap().contains("dead-peer"),
         "{:?}",

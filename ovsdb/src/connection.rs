@@ -121,15 +121,12 @@ impl Connection {
             next_id: 0,
             pending: HashMap::new(),
             notify: ntx,
+            closed: closed.clone(),
         };
-        let closed2 = closed.clone();
         let max_message = opts.max_message;
         tokio::spawn(async move {
             let reason = task.run(io, rx, max_message).await;
             tracing::debug!(remote = %reason.0, reason = %reason.1, "ovsdb session closed");
-            if let Ok(mut c) = closed2.lock() {
-                *c = Some(reason.1);
-            }
         });
         Ok((
             Connection {
@@ -281,6 +278,7 @@ struct Session {
     next_id: u64,
     pending: HashMap<u64, oneshot::Sender<Reply>>,
     notify: mpsc::UnboundedSender<Notification>,
+    closed: Arc<Mutex<Option<String>>>,
 }
 
 impl Session {
@@ -340,6 +338,10 @@ impl Session {
             }
         };
         writer.abort();
+        // Recorded before any caller is answered, so a caller can always read it.
+        if let Ok(mut c) = self.closed.lock() {
+            *c = Some(reason.clone());
+        }
         // Requests handed to the writer may have run; those still queued here did not.
         for (_, tx) in self.pending.drain() {
             let _ = tx.send(Reply::Lost(reason.clone()));

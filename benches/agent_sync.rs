@@ -86,7 +86,9 @@ fn service(i: u32) -> Service {
 
 fn objects(services: u32) -> Objects {
     Objects {
-        services: (0..services).map(service).collect(),
+        services: (0..services)
+            .map(|i| std::sync::Arc::new(service(i)))
+            .collect(),
         ..Default::default()
     }
 }
@@ -424,7 +426,8 @@ fn main() {
         // A different Service each time: nothing cached from an earlier identical change.
         let adding = k % 2 == 0;
         if adding {
-            objs.services.push(service(EXTRA_BASE + (k / 2) as u32));
+            objs.services
+                .push(std::sync::Arc::new(service(EXTRA_BASE + (k / 2) as u32)));
         } else {
             objs.services.pop();
         }
@@ -438,7 +441,8 @@ fn main() {
 
     // replace-flows: files for the base set and the base set plus one Service.
     let base_set = applied.clone();
-    objs.services.push(service(EXTRA_BASE + CHANGES as u32));
+    objs.services
+        .push(std::sync::Arc::new(service(EXTRA_BASE + CHANGES as u32)));
     let plus_set = b.resolved(&objs);
     objs.services.pop();
     let base_file = b.write_flow_file(&format!("replace-{n}-base.txt"), &base_set);

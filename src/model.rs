@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// Annotation that turns on prefer-local for one Service.
 pub const PREFER_LOCAL_ANNOTATION: &str = "vipflow.io/prefer-local";
@@ -27,10 +28,14 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// The raw objects a source delivers.
 #[derive(Debug, Clone, Default)]
+///
+/// Objects are shared (`Arc`): a snapshot costs a pointer per object, and an object that did
+/// not change between two snapshots is the same allocation, which the incremental planner
+/// uses to skip it.
 pub struct Objects {
-    pub services: Vec<core::Service>,
-    pub endpoint_slices: Vec<discovery::EndpointSlice>,
-    pub nodes: Vec<core::Node>,
+    pub services: Vec<Arc<core::Service>>,
+    pub endpoint_slices: Vec<Arc<discovery::EndpointSlice>>,
+    pub nodes: Vec<Arc<core::Node>>,
     /// Kube-OVN `Subnet`s (kubeovn.io/v1), when the cluster runs Kube-OVN.
     pub subnets: Vec<KubeOvnSubnet>,
 }
@@ -304,7 +309,7 @@ fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> O
     ))
 }
 
-fn build_nodes(nodes: &[core::Node], problems: &mut Vec<Problem>) -> BTreeMap<String, Node> {
+fn build_nodes(nodes: &[Arc<core::Node>], problems: &mut Vec<Problem>) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
     for n in nodes {
         let Some(name) = n.metadata.name.clone() else {
@@ -568,7 +573,7 @@ impl fmt::Display for SocketLike<'_> {
 }
 
 fn build_slices(
-    slices: &[discovery::EndpointSlice],
+    slices: &[Arc<discovery::EndpointSlice>],
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<ServiceKey, Vec<EndpointSlice>> {
     let mut out: BTreeMap<ServiceKey, Vec<EndpointSlice>> = BTreeMap::new();

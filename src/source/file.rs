@@ -142,16 +142,17 @@ fn add_item(item: serde_json::Value, out: &mut Loaded) {
     }
     let mut unknown = Vec::new();
     let res = match kind.as_str() {
-        "Service" => {
-            decode::<core::Service>(item, &mut unknown).map(|o| out.objects.services.push(o))
+        "Service" => decode::<core::Service>(item, &mut unknown)
+            .map(|o| out.objects.services.push(Arc::new(o))),
+        "Node" => {
+            decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(Arc::new(o)))
         }
-        "Node" => decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(o)),
         // Kube-OVN's many other Subnet fields are not ours to warn about.
         "Subnet" => serde_json::from_value::<crate::model::KubeOvnSubnet>(item)
             .map(|o| out.objects.subnets.push(o))
             .map_err(|e| e.to_string()),
         _ => decode::<discovery::EndpointSlice>(item, &mut unknown)
-            .map(|o| out.objects.endpoint_slices.push(o)),
+            .map(|o| out.objects.endpoint_slices.push(Arc::new(o))),
     };
     match res {
         Ok(()) => {

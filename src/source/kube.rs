@@ -107,9 +107,9 @@ enum WatchEvent<K> {
 
 /// A store per kind, keyed by namespace/name; `ready` once its first list completed.
 struct Store<K> {
-    objects: BTreeMap<(String, String), K>,
+    objects: BTreeMap<(String, String), Arc<K>>,
     /// Objects of a relist in progress (swapped in at `Ready`).
-    pending: Option<BTreeMap<(String, String), K>>,
+    pending: Option<BTreeMap<(String, String), Arc<K>>>,
     ready: bool,
 }
 
@@ -134,7 +134,7 @@ impl<K: Resource + Clone> Store<K> {
             WatchEvent::Restart => self.pending = Some(BTreeMap::new()),
             WatchEvent::Apply(o) => {
                 let target = self.pending.as_mut().unwrap_or(&mut self.objects);
-                target.insert(Self::key(&o), o);
+                target.insert(Self::key(&o), Arc::new(o));
             }
             WatchEvent::Delete(o) => {
                 self.objects.remove(&Self::key(&o));
@@ -148,7 +148,8 @@ impl<K: Resource + Clone> Store<K> {
         }
     }
 
-    fn values(&self) -> Vec<K> {
+    /// The objects, shared: unchanged ones keep their allocation from snapshot to snapshot.
+    fn values(&self) -> Vec<Arc<K>> {
         self.objects.values().cloned().collect()
     }
 }
@@ -294,7 +295,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             subnets: subnet_store
                 .objects
                 .values()
-                .filter_map(to_subnet)
+                .filter_map(|o| to_subnet(o))
                 .collect(),
         };
         tracing::debug!(

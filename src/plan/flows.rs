@@ -241,7 +241,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
             PortRef::Uplink,
             false,
             c.with_vlan(m),
-            c.into_ovn(),
+            c.to_ovn(),
         ));
     }
     flows
@@ -294,7 +294,7 @@ pub fn claim_flows(
         PortRef::Uplink,
         false,
         c.with_vlan(base().with(dst).with(tp_dst)),
-        c.into_ovn(),
+        c.to_ovn(),
     )];
     if input.bridge.profile == Profile::Gateway {
         flows.push(c.mk(
@@ -350,7 +350,7 @@ impl Ctx<'_, '_> {
         a
     }
 
-    fn into_ovn(&self) -> Vec<PlannedAction> {
+    fn to_ovn(&self) -> Vec<PlannedAction> {
         let b = self.0.bridge;
         match (b.profile, b.router_mac) {
             (Profile::Underlay, Some(mac)) => {

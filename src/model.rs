@@ -302,14 +302,19 @@ impl Model {
     }
 }
 
-fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<ServiceKey> {
+pub(crate) fn meta_key(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<ServiceKey> {
     Some(ServiceKey::new(
         m.namespace.as_deref().unwrap_or("default"),
         m.name.as_deref()?,
     ))
 }
 
-fn build_nodes(nodes: &[Arc<core::Node>], problems: &mut Vec<Problem>) -> BTreeMap<String, Node> {
+pub(crate) fn build_nodes(
+    nodes: &[Arc<core::Node>],
+    problems: &mut Vec<Problem>,
+) -> BTreeMap<String, Node> {
     let mut out = BTreeMap::new();
     for n in nodes {
         let Some(name) = n.metadata.name.clone() else {
@@ -340,7 +345,7 @@ fn build_nodes(nodes: &[Arc<core::Node>], problems: &mut Vec<Problem>) -> BTreeM
     out
 }
 
-fn build_service(
+pub(crate) fn build_service(
     svc: &core::Service,
     opts: &ModelOptions,
     node_ips: &BTreeSet<IpAddr>,

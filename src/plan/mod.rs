@@ -1,3 +1,4 @@
 pub mod exclude;
 pub mod flows;
+pub mod incremental;
 pub mod northbound;

@@ -6,6 +6,7 @@
 use crate::config::{BridgeConfig, Config};
 use crate::model::{Model, ModelOptions, Objects, Problem};
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
+use crate::plan::incremental::FlowPlanner;
 use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
@@ -175,10 +176,7 @@ pub fn start_with(
     let mut senders = Vec::new();
     let mut status = Vec::new();
     for b in &cfg.bridges {
-        let (dtx, drx) = watch::channel(Arc::new(Desired {
-            generation: 0,
-            flows: Vec::new(),
-        }));
+        let (dtx, drx) = watch::channel(Arc::new(Desired::default()));
         let (stx, srx) = watch::channel(Status::default());
         tasks.push(tokio::spawn(bridge::run(settings(&cfg, b), drx, stx)));
         senders.push(dtx);
@@ -205,9 +203,28 @@ pub fn start_with(
         let cfg = planner_cfg;
         let mut generation = 0u64;
         let mut reported: BTreeSet<String> = BTreeSet::new();
+        let mut flows = FlowPlanner::new(model_options(&cfg), &cfg.bridges, cfg.cookie_prefix);
         loop {
             let received = std::time::Instant::now();
             let loaded = objects.borrow_and_update().clone();
+            if !loaded.complete {
+                // The source has not listed everything yet: a partial world would delete what
+                // is programmed. Wait for the first complete snapshot.
+                if objects.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            // Flows first, planned incrementally: the dataplane should not wait for the rest.
+            generation += 1;
+            let deltas = flows.update(&loaded.objects);
+            for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
+                let _ = tx.send(Arc::new(Desired {
+                    generation,
+                    flows: flows.flows(i),
+                    delta: Some(delta),
+                }));
+            }
             let (model, problems) = build_model(&cfg, &loaded);
             // Report each problem once while it lasts, not on every re-plan.
             let now: BTreeSet<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -215,10 +232,6 @@ pub fn start_with(
                 tracing::warn!(problem = %p, "skipped");
             }
             reported = now;
-            generation += 1;
-            for ((_, flows), tx) in plan_bridges(&cfg, &model).into_iter().zip(&senders) {
-                let _ = tx.send(Arc::new(Desired { generation, flows }));
-            }
             let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
             if let Some(tx) = &nb_tx {
                 let _ = tx.send(Arc::new(nb::Desired {

@@ -551,3 +551,59 @@ fn cli_once_then_verify_reports_sync_and_drift() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("15 bytes"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
+    use vipflow::reconcile::bridge::{self, Desired, Status};
+    let sb = Sandbox::openflow_only();
+    let objects = sb.path().join("objects.yaml");
+    write_objects(&objects, &base_yaml());
+    let cfg = config(&sb, &objects);
+    // Flows from an earlier run of the agent.
+    vipflow::agent::sync_once(&cfg, &file::load(&objects).unwrap().objects)
+        .await
+        .unwrap();
+    let before = ofctl_ours(&sb, "br-ex", "cookie=0x7f1f");
+    assert_eq!(before.len(), 18);
+
+    // A restarted agent whose source has not listed anything yet: placeholder plan only.
+    let (dtx, drx) = tokio::sync::watch::channel(std::sync::Arc::new(Desired::default()));
+    let (stx, mut srx) = tokio::sync::watch::channel(Status::default());
+    let task = tokio::spawn(bridge::run(
+        vipflow::agent::settings(&cfg, &cfg.bridges[0]),
+        drx,
+        stx,
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        ofctl_ours(&sb, "br-ex", "cookie=0x7f1f"),
+        before,
+        "nothing deleted while there is no plan"
+    );
+    assert!(srx.borrow().applied_generation.is_none());
+
+    // The first real plan (the same objects): nothing to change.
+    let mut planner = vipflow::plan::incremental::FlowPlanner::new(
+        agent::model_options(&cfg),
+        &cfg.bridges,
+        cfg.cookie_prefix,
+    );
+    let delta = planner
+        .update(&file::load(&objects).unwrap().objects)
+        .remove(0);
+    dtx.send(std::sync::Arc::new(Desired {
+        generation: 1,
+        flows: planner.flows(0),
+        delta: Some(delta),
+    }))
+    .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        srx.wait_for(|s| s.applied_generation == Some(1)),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f"), before);
+    task.abort();
+}

@@ -15,6 +15,7 @@
 
 use crate::config::BridgeConfig;
 use crate::plan::flows::{PlannedFlow, PortRef, Resolved};
+use crate::plan::incremental::{FlowDelta, FlowIndex};
 use openflow::action::port as ofport;
 use openflow::message::PortStatus;
 use openflow::multipart::FlowStatsRequest;
@@ -23,6 +24,7 @@ use openflow::{
     Config as OfConfig, ConnError, Connection, Event, FlowMod, Instruction, Match, Message,
 };
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -31,7 +33,11 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, Default)]
 pub struct Desired {
     pub generation: u64,
-    pub flows: Vec<PlannedFlow>,
+    /// The whole plan, by flow key (a persistent map: cheap to hand over).
+    pub flows: FlowIndex,
+    /// What changed since plan `generation - 1`. A reconciler that applied that plan writes
+    /// just these keys; any other falls back to a full diff.
+    pub delta: Option<FlowDelta>,
 }
 
 /// What the reconciler reports.
@@ -118,50 +124,217 @@ impl Ports {
 }
 
 /// Turn a plan into concrete flows. Flows whose ports are missing are left out and named in
-/// the returned list of skipped keys.
-pub fn resolve_plan(
-    flows: &[PlannedFlow],
-    b: &BridgeConfig,
-    ports: &Ports,
-) -> (FlowSet, Vec<String>) {
-    let (uplink, patch, mac) = ports.resolve(b);
-    let mut set = FlowSet::new();
-    let mut skipped = Vec::new();
-    for f in flows {
+/// Port numbers and MAC of a bridge's roles, looked up once for many flows.
+struct Roles {
+    uplink: Option<u32>,
+    patch: Option<u32>,
+    mac: Option<[u8; 6]>,
+}
+
+impl Roles {
+    fn of(b: &BridgeConfig, ports: &Ports) -> Roles {
+        let (uplink, patch, mac) = ports.resolve(b);
+        Roles { uplink, patch, mac }
+    }
+
+    /// One planned flow with real port numbers, or why it cannot be written now.
+    fn resolve(&self, f: &PlannedFlow, b: &BridgeConfig) -> Result<(FlowId, FlowBody), String> {
         let needs = |p: PortRef| {
             f.in_port == p
                 || f.actions
                     .iter()
                     .any(|a| matches!(a, crate::plan::flows::PlannedAction::Output(q) if *q == p))
         };
-        let missing = if uplink.is_none() && needs(PortRef::Uplink) {
-            Some(format!("port {} not on {}", b.uplink, b.name))
-        } else if patch.is_none() && needs(PortRef::Patch) {
-            Some(format!("port {} not on {}", b.patch, b.name))
-        } else if f.dl_src_bridge && mac.is_none() {
-            Some(format!("MAC of {} unknown", b.name))
-        } else {
-            None
-        };
-        if let Some(why) = missing {
-            skipped.push(format!("{}: {why}", f.key));
-            continue;
+        if self.uplink.is_none() && needs(PortRef::Uplink) {
+            return Err(format!("port {} not on {}", b.uplink, b.name));
+        }
+        if self.patch.is_none() && needs(PortRef::Patch) {
+            return Err(format!("port {} not on {}", b.patch, b.name));
+        }
+        if f.dl_src_bridge && self.mac.is_none() {
+            return Err(format!("MAC of {} unknown", b.name));
         }
         let r = Resolved {
-            uplink: uplink.unwrap_or(0),
-            patch: patch.unwrap_or(0),
-            bridge_mac: mac.unwrap_or_default(),
+            uplink: self.uplink.unwrap_or(0),
+            patch: self.patch.unwrap_or(0),
+            bridge_mac: self.mac.unwrap_or_default(),
         };
         let fm = f.resolve(&r);
-        set.insert(
-            (fm.table_id, fm.priority, fm.match_.clone()),
+        Ok((
+            (fm.table_id, fm.priority, fm.match_),
             FlowBody {
                 cookie: fm.cookie,
                 instructions: fm.instructions,
             },
-        );
+        ))
+    }
+}
+
+/// Turn a plan into concrete flows. Flows whose ports are missing are left out and named in
+/// the returned list of skipped keys.
+pub fn resolve_plan<'a>(
+    flows: impl IntoIterator<Item = &'a PlannedFlow>,
+    b: &BridgeConfig,
+    ports: &Ports,
+) -> (FlowSet, Vec<String>) {
+    let roles = Roles::of(b, ports);
+    let mut set = FlowSet::new();
+    let mut skipped = Vec::new();
+    for f in flows {
+        match roles.resolve(f, b) {
+            Ok((id, body)) => {
+                set.insert(id, body);
+            }
+            Err(why) => skipped.push(format!("{}: {why}", f.key)),
+        }
     }
     (set, skipped)
+}
+
+/// What is on the switch, as far as we know, and which planned flow each entry came from, so
+/// a change to a few planned flows is written without looking at the others.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    pub set: FlowSet,
+    by_key: HashMap<String, FlowId>,
+    /// Planned flows that could not be resolved, with why.
+    pub skipped: std::collections::BTreeMap<String, String>,
+    /// The plan generation `set` reflects; `None` when unknown (keys must be rebuilt).
+    pub generation: Option<u64>,
+}
+
+/// The messages for a change to some planned flows, and how [`Applied`] looks once they land.
+#[derive(Debug, Default)]
+pub struct DeltaPlan {
+    pub msgs: Vec<Message>,
+    removed: Vec<String>,
+    put: Vec<(String, FlowId, FlowBody)>,
+    skip: Vec<(String, Option<String>)>,
+}
+
+impl Applied {
+    /// The state after fully applying `flows` (keys rebuilt).
+    pub fn from_plan<'a>(
+        flows: impl IntoIterator<Item = &'a PlannedFlow>,
+        b: &BridgeConfig,
+        ports: &Ports,
+        generation: u64,
+    ) -> Applied {
+        let roles = Roles::of(b, ports);
+        let mut a = Applied {
+            generation: Some(generation),
+            ..Default::default()
+        };
+        for f in flows {
+            match roles.resolve(f, b) {
+                Ok((id, body)) => {
+                    a.by_key.insert(f.key.clone(), id.clone());
+                    a.set.insert(id, body);
+                }
+                Err(why) => {
+                    a.skipped.insert(f.key.clone(), why);
+                }
+            }
+        }
+        a
+    }
+
+    /// The writes for the planned flows named in `touched`, looked up in `flows`.
+    pub fn delta(
+        &self,
+        flows: &FlowIndex,
+        touched: &[String],
+        b: &BridgeConfig,
+        ports: &Ports,
+    ) -> DeltaPlan {
+        let roles = Roles::of(b, ports);
+        let mut d = DeltaPlan::default();
+        let mut adds = Vec::new();
+        for key in touched {
+            let old = self.by_key.get(key);
+            let delete = |id: &FlowId, msgs: &mut Vec<Message>| {
+                let cookie = self.set.get(id).map_or(0, |b| b.cookie);
+                msgs.push(Message::FlowMod(FlowMod::delete_strict(
+                    id.0,
+                    id.1,
+                    id.2.clone(),
+                    cookie,
+                    u64::MAX,
+                )));
+            };
+            match flows.get(key).map(|f| roles.resolve(f, b)) {
+                Some(Ok((id, body))) => {
+                    let same = old == Some(&id) && self.set.get(&id) == Some(&body);
+                    if !same {
+                        if let Some(o) = old.filter(|o| **o != id) {
+                            delete(o, &mut d.msgs);
+                        }
+                        adds.push(Message::FlowMod(FlowMod::add(
+                            id.0,
+                            id.1,
+                            body.cookie,
+                            id.2.clone(),
+                            body.instructions.clone(),
+                        )));
+                    }
+                    d.put.push((key.clone(), id, body));
+                    d.skip.push((key.clone(), None));
+                }
+                Some(Err(why)) => {
+                    if let Some(o) = old {
+                        delete(o, &mut d.msgs);
+                    }
+                    d.removed.push(key.clone());
+                    d.skip.push((key.clone(), Some(why)));
+                }
+                None => {
+                    if let Some(o) = old {
+                        delete(o, &mut d.msgs);
+                    }
+                    d.removed.push(key.clone());
+                    d.skip.push((key.clone(), None));
+                }
+            }
+        }
+        // Deletes first: within the bundle order is kept.
+        d.msgs.extend(adds);
+        d
+    }
+
+    /// Record a delta the switch accepted.
+    pub fn commit(&mut self, d: DeltaPlan, generation: u64) {
+        for key in d.removed {
+            if let Some(id) = self.by_key.remove(&key) {
+                self.set.remove(&id);
+            }
+        }
+        for (key, id, body) in d.put {
+            if let Some(old) = self.by_key.insert(key, id.clone())
+                && old != id
+            {
+                self.set.remove(&old);
+            }
+            self.set.insert(id, body);
+        }
+        for (key, why) in d.skip {
+            match why {
+                Some(w) => {
+                    self.skipped.insert(key, w);
+                }
+                None => {
+                    self.skipped.remove(&key);
+                }
+            }
+        }
+        self.generation = Some(generation);
+    }
+
+    pub fn skipped_list(&self) -> Vec<String> {
+        self.skipped
+            .iter()
+            .map(|(k, w)| format!("{k}: {w}"))
+            .collect()
+    }
 }
 
 /// The messages that turn `old` into `new`: strict deletes of what goes, adds of what is new
@@ -365,7 +538,7 @@ struct Session {
     events: openflow::Events,
     ports: Ports,
     /// What we believe is on the switch (after our last successful write).
-    applied: FlowSet,
+    applied: Applied,
 }
 
 impl Session {
@@ -378,7 +551,7 @@ impl Session {
             conn,
             events,
             ports,
-            applied: FlowSet::new(),
+            applied: Applied::default(),
         })
     }
 
@@ -391,10 +564,22 @@ impl Session {
         let mut need_full = true;
         loop {
             let plan = desired.borrow_and_update().clone();
-            let r = if need_full {
-                self.full_sync(s, &plan, status).await
-            } else {
-                self.incremental(s, &plan, status).await
+            if plan.generation == 0 {
+                // No plan yet (the placeholder): touch nothing until the first one arrives.
+                if desired.changed().await.is_err() {
+                    return SessionEnd::Shutdown;
+                }
+                continue;
+            }
+            let follows = plan
+                .generation
+                .checked_sub(1)
+                .is_some_and(|g| self.applied.generation == Some(g));
+            let r = match &plan.delta {
+                _ if need_full => self.full_sync(s, &plan, status).await,
+                // The plan right after the one on the switch: write just what changed.
+                Some(d) if follows => self.write_delta(s, &plan, d, status).await,
+                _ => self.incremental(s, &plan, status).await,
             };
             if let Err(e) = r {
                 return SessionEnd::Lost(e);
@@ -439,7 +624,10 @@ impl Session {
         // Port numbers may have changed while we were not looking.
         self.ports = Ports::from_desc(&self.conn.port_desc().await?);
         let observed = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
-        self.applied = observed;
+        self.applied = Applied {
+            set: observed,
+            ..Applied::default()
+        };
         self.write(s, plan, status, true, started).await
     }
 
@@ -461,26 +649,81 @@ impl Session {
         full: bool,
         started: std::time::Instant,
     ) -> Result<(), ConnError> {
-        let (want, mut skipped) = resolve_plan(&plan.flows, &s.bridge, &self.ports);
-        let msgs = diff(&self.applied, &want);
+        let next = Applied::from_plan(plan.flows.values(), &s.bridge, &self.ports, plan.generation);
+        let msgs = diff(&self.applied.set, &next.set);
         let changes = msgs.len();
         let rejected = apply_bundle(&self.conn, msgs).await?;
-        let rejected_any = !rejected.is_empty();
         for r in &rejected {
             tracing::warn!(bridge = %s.bridge.name, "{r}");
         }
-        skipped.extend(rejected);
-        if rejected_any {
-            // We no longer know exactly what landed: read it back.
-            self.applied = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
+        let mut skipped = next.skipped_list();
+        skipped.extend(rejected.iter().cloned());
+        if rejected.is_empty() {
+            self.applied = next;
         } else {
-            self.applied = want;
+            // We no longer know exactly what landed: read it back (and diff in full next time).
+            let set = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
+            self.applied = Applied {
+                set,
+                ..Applied::default()
+            };
         }
-        tracing::info!(bridge = %s.bridge.name, generation = plan.generation, full, changes, flows = self.applied.len(), skipped = skipped.len(), "synced");
+        self.report(s, plan, status, full, started, changes, skipped);
+        Ok(())
+    }
+
+    /// Write only the planned flows that changed since the plan on the switch.
+    async fn write_delta(
+        &mut self,
+        s: &BridgeSettings,
+        plan: &Desired,
+        delta: &FlowDelta,
+        status: &watch::Sender<Status>,
+    ) -> Result<(), ConnError> {
+        let started = std::time::Instant::now();
+        let mut d = self
+            .applied
+            .delta(&plan.flows, &delta.touched, &s.bridge, &self.ports);
+        let msgs = std::mem::take(&mut d.msgs);
+        let changes = msgs.len();
+        let rejected = apply_bundle(&self.conn, msgs).await?;
+        for r in &rejected {
+            tracing::warn!(bridge = %s.bridge.name, "{r}");
+        }
+        if rejected.is_empty() {
+            self.applied.commit(d, plan.generation);
+        } else {
+            let set = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
+            self.applied = Applied {
+                set,
+                ..Applied::default()
+            };
+        }
+        let mut skipped = self.applied.skipped_list();
+        skipped.extend(rejected);
+        self.report(s, plan, status, false, started, changes, skipped);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
+        s: &BridgeSettings,
+        plan: &Desired,
+        status: &watch::Sender<Status>,
+        full: bool,
+        started: std::time::Instant,
+        changes: usize,
+        skipped: Vec<String>,
+    ) {
+        let flows = self.applied.set.len();
+        if full || changes > 0 {
+            tracing::info!(bridge = %s.bridge.name, generation = plan.generation, full, changes, flows, skipped = skipped.len(), "synced");
+        }
         status.send_modify(|st| {
             st.connected = true;
             st.applied_generation = Some(plan.generation);
-            st.flows = self.applied.len();
+            st.flows = flows;
             st.skipped = skipped;
             st.last_error = None;
             if full {
@@ -489,6 +732,5 @@ impl Session {
             st.syncs += 1;
             st.last_sync = started.elapsed();
         });
-        Ok(())
     }
 }

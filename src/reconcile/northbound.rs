@@ -21,7 +21,7 @@ use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
 use crate::plan::northbound::{Attach, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, MonitorSpec, Mutation, Mutator, Row,
+    Atom, Cache, Client, ClientOptions, Condition, MonitorSpec, Mutation, Mutator, Operation, Row,
     Transaction, Uuid, Value,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -302,15 +302,18 @@ pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>
     }
     let want: BTreeMap<&LbKey, &LbRow> = desired.iter().map(|d| (&d.key, d)).collect();
 
-    // Group work by owner so each Service's change is one transaction.
-    let mut owners: BTreeSet<&ServiceKey> = want.keys().map(|k| &k.owner).collect();
-    owners.extend(by_key.keys().map(|k| &k.owner));
+    // Group work by owner so each Service's change is one transaction. Grouped once up
+    // front: filtering all keys per owner made a sync quadratic in the number of Services.
+    let mut owners: BTreeMap<&ServiceKey, BTreeSet<&LbKey>> = BTreeMap::new();
+    for k in want.keys().chain(by_key.keys()) {
+        owners.entry(&k.owner).or_default().insert(*k);
+    }
 
     let mut changes = Vec::new();
     let mut batch_txn = Transaction::new(DB);
     let mut batch_change = Change::default();
     let mut batch_attach = AttachOps::default();
-    for owner in owners {
+    for (owner, keys) in owners {
         let mut txn = Transaction::new(DB);
         let mut attach = AttachOps::default();
         let (txn_ref, attach_ref) = if batch {
@@ -321,12 +324,6 @@ pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>
         let before = txn_ref.ops.len();
         let before_attach = attach_ref.add.values().map(Vec::len).sum::<usize>()
             + attach_ref.remove.values().map(Vec::len).sum::<usize>();
-        let keys: BTreeSet<&LbKey> = want
-            .keys()
-            .chain(by_key.keys())
-            .filter(|k| &k.owner == owner)
-            .copied()
-            .collect();
         for key in keys {
             let obs = by_key.get(key).map(Vec::as_slice).unwrap_or(&[]);
             match (want.get(key), obs.split_first()) {
@@ -384,6 +381,14 @@ pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>
         }
     }
     if batch && !batch_change.owners.is_empty() {
+        // Guards first: ovsdb-server checks each `wait` by scanning the table, so a guard
+        // after earlier inserts of the batch also scans those (quadratic: 8 s for 10,000 rows
+        // from empty). Same meaning: nothing else in the batch creates a guarded identity.
+        let (waits, rest): (Vec<Operation>, Vec<Operation>) = std::mem::take(&mut batch_txn.ops)
+            .into_iter()
+            .partition(|op| matches!(op, Operation::Wait { .. }));
+        batch_txn.ops = waits;
+        batch_txn.ops.extend(rest);
         emit_attach(&mut batch_txn, batch_attach);
         batch_txn.comment(&format!(
             "vipflow: sync of {} Services",
@@ -594,6 +599,14 @@ pub async fn run(
         let mut first = true;
         loop {
             let plan = desired.borrow_and_update().clone();
+            if plan.generation == 0 {
+                // No plan yet (the placeholder): writing it would delete every row of ours.
+                tokio::select! {
+                    r = desired.changed() => if r.is_err() { return },
+                    ev = monitor.next_event() => if ev.is_none() { break },
+                }
+                continue;
+            }
             let started = std::time::Instant::now();
             let observed = Observed::from_cache(&monitor.cache());
             let (mut changes, mut problems) = diff(&observed, &plan.rows, first);

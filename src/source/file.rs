@@ -31,6 +31,9 @@ pub enum FileError {
 pub struct Loaded {
     pub objects: Objects,
     pub problems: Vec<Problem>,
+    /// False only for a source's placeholder before its first complete snapshot: planning it
+    /// would delete everything programmed.
+    pub complete: bool,
 }
 
 /// Read and parse a file.
@@ -83,6 +86,7 @@ pub fn parse(text: &str) -> Result<Loaded, String> {
             (false, _) => add_item(doc, &mut out),
         }
     }
+    out.complete = true;
     Ok(out)
 }
 

@@ -308,6 +308,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             .send(Arc::new(Loaded {
                 objects,
                 problems: Vec::new(),
+                complete: true,
             }))
             .is_err()
         {

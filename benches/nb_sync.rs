@@ -1,0 +1,675 @@
+//! The agent's OVN Northbound paths against a real NB ovsdb-server, side by side with
+//! `ovn-nbctl`, same run.
+//!
+//! Run: `cargo bench --bench nb_sync` (optionally `-- 2000` for another number of Services).
+//!
+//! The rows are the agent's own: LoadBalancer Services built as Kubernetes objects (one ingress
+//! VIP, one TCP port 80 -> targetPort 8080) with an EndpointSlice of 2 ready endpoints each,
+//! which the default Northbound plan (no lb_group, no switches/routers) turns into one cluster
+//! `Load_Balancer` row per Service.
+//!
+//! (a) Initial sync from an empty NB (a fresh sandbox per run), timed from "objects known" to
+//!     "committed": model build, plan, connect + monitor snapshot, diff (batched, as the first
+//!     sync after connecting is), one transaction. vs `ovn-nbctl` creating the same rows with
+//!     one `-- create Load_Balancer ...` per row in one invocation (process start included; the
+//!     argv is built beforehand). Sides alternate, median of RUNS. After every run both the row
+//!     count (`ovn-nbctl list`) and the content (vipflow's drift check) must match the plan.
+//! (b) With all rows present and the agent connected: one Service's endpoints change, UPDATES
+//!     times, a different Service each time. Each change as the run loop does it: rebuild the
+//!     model from all objects, re-plan every row, read the monitor cache, diff per Service, one
+//!     transaction. vs one `ovn-nbctl --may-exist lb-add` replacing that VIP's backends
+//!     (process start included, so it connects and downloads the whole NB each time).
+//!
+//! ovn-northd is stopped in each sandbox: it would recompute on every change and take CPU from
+//! both sides on a small machine; neither side waits for it (`ovn-nbctl` runs with its default
+//! `--wait=none`).
+
+use k8s_openapi::api::core::v1::{
+    LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
+};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use ovsdb::{Client, ClientOptions, Monitor, Operation, Transaction, Uuid, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+use testkit::{Options, Sandbox};
+use tokio::runtime::Runtime;
+use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL};
+use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
+use vipflow::reconcile::northbound::{
+    DB, Observed, describe_drift, diff, diff_exclude, monitor_spec,
+};
+
+/// Runs per side for the medians of (a).
+const RUNS: usize = 5;
+/// Single-Service changes timed on vipflow's side in (b).
+const UPDATES: usize = 200;
+/// `ovn-nbctl lb-add` invocations timed in (b).
+const NBCTL_UPDATES: usize = 20;
+/// The kernel caps argv + envp at 3/4 of 8 MiB however large the stack limit is; keep a margin.
+const ARGV_LIMIT: usize = 6 * 1024 * 1024 * 9 / 10;
+
+fn vip(i: u32) -> Ipv4Addr {
+    // 198.18.0.0/15: the benchmarking range.
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + i)
+}
+
+/// Backend `j` of Service `i` in endpoint generation `generation`: distinct per generation, so
+/// every change really changes the row.
+fn backend(i: u32, j: u32, generation: u32) -> Ipv4Addr {
+    let n = (i * 2 + j + generation * 40_000) & 0x00ff_ffff;
+    Ipv4Addr::from((10 << 24) | n)
+}
+
+fn service(i: u32) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(format!("svc-{i}")),
+            namespace: Some("bench".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![ServicePort {
+                port: 80,
+                target_port: Some(IntOrString::Int(8080)),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![LoadBalancerIngress {
+                    ip: Some(vip(i).to_string()),
+                    ..Default::default()
+                }]),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn slice(i: u32, generation: u32) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("svc-{i}-abcde")),
+            namespace: Some("bench".into()),
+            labels: Some(BTreeMap::from([(
+                SERVICE_NAME_LABEL.to_string(),
+                format!("svc-{i}"),
+            )])),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: (0..2)
+            .map(|j| Endpoint {
+                addresses: vec![backend(i, j, generation).to_string()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(true),
+                    serving: Some(true),
+                    terminating: Some(false),
+                }),
+                node_name: Some(format!("node-{j}")),
+                ..Default::default()
+            })
+            .collect(),
+        ports: Some(vec![EndpointPort {
+            port: Some(8080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+    }
+}
+
+fn objects(n: u32) -> Objects {
+    Objects {
+        services: (0..n).map(|i| std::sync::Arc::new(service(i))).collect(),
+        endpoint_slices: (0..n).map(|i| std::sync::Arc::new(slice(i, 0))).collect(),
+        ..Default::default()
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Nearest-rank percentile.
+fn percentile(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn median(v: &[Duration]) -> Duration {
+    percentile(v, 50.0)
+}
+
+/// A sandbox with only what the NB side needs running.
+fn fresh_nb() -> Sandbox {
+    let sb = Sandbox::with_options(Options {
+        ovn: true,
+        bridges: false,
+    });
+    sb.kill("ovn-northd");
+    sb
+}
+
+fn remote(sb: &Sandbox) -> String {
+    format!("unix:{}", sb.nb_sock().display())
+}
+
+/// What the agent hands the NB writer: the rows and the VIPs (for exclude_ips).
+fn plan_all(model: &Model, cfg: &NorthboundConfig) -> (Vec<LbRow>, BTreeSet<IpAddr>) {
+    (plan(model, cfg), model.vips().into_keys().collect())
+}
+
+/// ovsdb string syntax for `ovn-nbctl` (JSON-quoted, so ':', ',', '/' and '=' are safe).
+fn q(s: &str) -> String {
+    serde_json::to_string(s).expect("string to JSON")
+}
+
+fn nbctl_map(m: &BTreeMap<String, String>) -> String {
+    let kv: Vec<String> = m
+        .iter()
+        .map(|(k, v)| format!("{}={}", q(k), q(v)))
+        .collect();
+    format!("{{{}}}", kv.join(","))
+}
+
+/// `-- create Load_Balancer ...` for one planned row: the same columns vipflow writes.
+fn create_args(d: &LbRow) -> Vec<String> {
+    assert!(d.ip_port_mappings.is_empty() && d.attach == Default::default());
+    vec![
+        "--".into(),
+        "create".into(),
+        "Load_Balancer".into(),
+        format!("name={}", q(&d.name)),
+        format!("protocol={}", d.key.protocol),
+        format!("vips={}", nbctl_map(&d.vips)),
+        format!("options={}", nbctl_map(&d.options)),
+        format!("external_ids={}", nbctl_map(&d.external_ids)),
+    ]
+}
+
+/// Bytes the kernel counts for an argv: each string with its NUL, plus its pointer.
+fn argv_bytes(args: &[String]) -> usize {
+    args.iter().map(|a| a.len() + 1 + 8).sum()
+}
+
+/// The create commands packed into as few invocations as the argv limit allows.
+fn nbctl_invocations(rows: &[LbRow]) -> Vec<Vec<String>> {
+    let env: usize = std::env::vars_os()
+        .map(|(k, v)| k.len() + v.len() + 2 + 8)
+        .sum();
+    let limit = ARGV_LIMIT - env - 4096;
+    let mut out: Vec<Vec<String>> = vec![Vec::new()];
+    for d in rows {
+        let cmd = create_args(d);
+        let cur = out.last_mut().expect("one invocation");
+        if !cur.is_empty() && argv_bytes(cur) + argv_bytes(&cmd) > limit {
+            out.push(cmd);
+        } else {
+            cur.extend(cmd);
+        }
+    }
+    out
+}
+
+/// Let children take an argv of up to the kernel's 6 MiB cap (stack soft limit / 4 otherwise
+/// caps it at 2 MiB). Inherited by every process spawned after this.
+fn raise_stack_limit() {
+    let ok = std::process::Command::new("prlimit")
+        .arg(format!("--pid={}", std::process::id()))
+        .arg("--stack=67108864:")
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("prlimit failed: argv stays capped at 2 MiB, more invocations may be needed");
+    }
+}
+
+/// Number of Load_Balancer rows as `ovn-nbctl` sees them.
+fn nbctl_count(sb: &Sandbox) -> usize {
+    sb.nbctl(&["--bare", "--columns=_uuid", "list", "Load_Balancer"])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+/// The NB must hold exactly the planned rows and nothing else, or the run's figure means
+/// nothing: counted by `ovn-nbctl`, content checked by vipflow's drift report.
+fn check_exact(rt: &Runtime, sb: &Sandbox, rows: &[LbRow], who: &str) {
+    assert_eq!(nbctl_count(sb), rows.len(), "{who}: Load_Balancer rows");
+    let drift = rt.block_on(async {
+        let c = connect(sb).await;
+        let m = c.monitor(monitor_spec()).await.expect("monitor");
+        let o = Observed::from_cache(&m.cache());
+        assert_eq!(o.lbs.len(), rows.len(), "{who}: rows with our external_ids");
+        describe_drift(&o, rows)
+    });
+    assert!(
+        drift.is_empty(),
+        "{who}: NB differs from the plan:\n{}",
+        drift[..drift.len().min(10)].join("\n")
+    );
+}
+
+async fn connect(sb: &Sandbox) -> Client {
+    Client::connect(ClientOptions::new(&remote(sb), DB).expect("remote"))
+        .await
+        .expect("connect to NB")
+}
+
+/// Where one initial sync spent its time.
+#[derive(Default, Clone, Copy)]
+struct Initial {
+    model: Duration,
+    plan: Duration,
+    connect: Duration,
+    monitor: Duration,
+    diff: Duration,
+    transact: Duration,
+}
+
+impl Initial {
+    fn total(&self) -> Duration {
+        self.model + self.plan + self.connect + self.monitor + self.diff + self.transact
+    }
+
+    fn without_connect(&self) -> Duration {
+        self.total() - self.connect - self.monitor
+    }
+}
+
+/// A starting agent's first sync, timed; returns the connected client and its monitor.
+fn initial_sync(
+    rt: &Runtime,
+    sb: &Sandbox,
+    objs: &Objects,
+    cfg: &NorthboundConfig,
+) -> (Initial, Client, Monitor, Vec<LbRow>) {
+    let mut s = Initial::default();
+    let t = Instant::now();
+    let model = Model::build(objs, &ModelOptions::default());
+    s.model = t.elapsed();
+    let t = Instant::now();
+    let (rows, vips) = plan_all(&model, cfg);
+    s.plan = t.elapsed();
+    let (client, monitor) = rt.block_on(async {
+        let t = Instant::now();
+        let client = connect(sb).await;
+        s.connect = t.elapsed();
+        let t = Instant::now();
+        let monitor = client.monitor(monitor_spec()).await.expect("monitor");
+        s.monitor = t.elapsed();
+
+        let t = Instant::now();
+        let observed = Observed::from_cache(&monitor.cache());
+        let (mut changes, problems) = diff(&observed, &rows, true);
+        let (c, p) = diff_exclude(&observed, &vips, true);
+        changes.extend(c);
+        s.diff = t.elapsed();
+        assert!(problems.is_empty() && p.is_empty(), "{problems:?} {p:?}");
+        assert_eq!(changes.len(), 1, "one batched transaction");
+
+        let t = Instant::now();
+        for ch in &changes {
+            let txn = ch.txn.as_ref().expect("a transaction");
+            client
+                .transact(txn)
+                .await
+                .expect("initial sync transaction");
+        }
+        s.transact = t.elapsed();
+        (client, monitor)
+    });
+    (s, client, monitor, rows)
+}
+
+/// Diagnostic: only the transaction, on a fresh NB, with or without its `wait` guards (how
+/// much of the transact time is the guards, how much the inserts themselves).
+fn transact_only(rt: &Runtime, sb: &Sandbox, txn: &Transaction) -> Duration {
+    rt.block_on(async {
+        let client = connect(sb).await;
+        let t = Instant::now();
+        client.transact(txn).await.expect("transaction");
+        t.elapsed()
+    })
+}
+
+/// Wait (untimed) until the monitor cache shows `want` as row `uuid`'s vips: the next diff
+/// must start from the committed state, as the run loop's does.
+async fn wait_vips(monitor: &mut Monitor, uuid: Uuid, want: &BTreeMap<String, String>) {
+    let want = Value::map(want.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    loop {
+        let seen = monitor
+            .cache()
+            .row("Load_Balancer", &uuid)
+            .and_then(|r| r.get("vips").cloned());
+        if seen.as_ref() == Some(&want) {
+            return;
+        }
+        tokio::time::timeout(Duration::from_secs(10), monitor.next_event())
+            .await
+            .unwrap_or_else(|_| panic!("no monitor update in 10 s: have {seen:?}, want {want:?}"))
+            .expect("monitor open");
+    }
+}
+
+/// Wait (untimed) until the cache holds `n` of our rows.
+async fn wait_rows(monitor: &mut Monitor, n: usize) {
+    while Observed::from_cache(&monitor.cache()).lbs.len() != n {
+        tokio::time::timeout(Duration::from_secs(10), monitor.next_event())
+            .await
+            .expect("monitor update within 10 s")
+            .expect("monitor open");
+        while monitor.try_event().is_some() {}
+    }
+}
+
+/// Where one single-Service change spent its time.
+#[derive(Default, Clone, Copy)]
+struct Update {
+    model: Duration,
+    plan: Duration,
+    observe: Duration,
+    diff: Duration,
+    transact: Duration,
+}
+
+impl Update {
+    fn compute(&self) -> Duration {
+        self.model + self.plan
+    }
+
+    fn nb(&self) -> Duration {
+        self.observe + self.diff + self.transact
+    }
+
+    fn total(&self) -> Duration {
+        self.compute() + self.nb()
+    }
+}
+
+fn main() {
+    // `cargo test --benches` runs bench binaries with no arguments; `cargo bench` passes
+    // `--bench`. Only the latter measures.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("nb_sync: run with `cargo bench --bench nb_sync` to measure");
+        return;
+    }
+    let n: u32 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(10_000);
+    let nu = n as usize;
+    raise_stack_limit();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let cfg = NorthboundConfig::default();
+    let mut objs = objects(n);
+    let rows = plan(&Model::build(&objs, &ModelOptions::default()), &cfg);
+    assert_eq!(rows.len(), nu, "one row per Service");
+    let invocations = nbctl_invocations(&rows);
+
+    println!(
+        "vipflow Northbound writer vs ovn-nbctl {}, real OVN_Northbound ovsdb-server \
+         (unix socket, ovn-northd stopped), same run",
+        ovn_version()
+    );
+    println!(
+        "rows: {n} LoadBalancer Services, 1 VIP x 1 TCP port, 2 ready endpoints each -> \
+         {n} Load_Balancer rows (default Northbound config: no lb_group, no attachments)\n"
+    );
+
+    // (a) Initial sync from empty.
+    println!(
+        "(a) initial sync of {n} Services from an empty NB (fresh sandbox per run, median of {RUNS})"
+    );
+    println!(
+        "    vipflow = model + plan + connect + monitor snapshot + diff (batched) + 1 transaction"
+    );
+    println!(
+        "    ovn-nbctl = {} invocation(s) of `-- create Load_Balancer ...` x {n} \
+         (argv {:.1} MiB{})",
+        invocations.len(),
+        invocations.iter().map(|a| argv_bytes(a)).sum::<usize>() as f64 / (1 << 20) as f64,
+        if invocations.len() > 1 {
+            ", split: argv limit"
+        } else {
+            ""
+        }
+    );
+    let batch = diff(&Observed::default(), &rows, true)
+        .0
+        .remove(0)
+        .txn
+        .expect("a txn");
+    let mut unguarded = batch.clone();
+    unguarded
+        .ops
+        .retain(|op| !matches!(op, Operation::Wait { .. }));
+    let (mut ours, mut theirs, mut bare) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        let sb = fresh_nb();
+        bare.push(transact_only(&rt, &sb, &unguarded));
+        assert_eq!(nbctl_count(&sb), nu, "rows after the unguarded transaction");
+        drop(sb);
+        // Alternate which side goes first.
+        for side in [run % 2, 1 - run % 2] {
+            let sb = fresh_nb();
+            assert_eq!(nbctl_count(&sb), 0, "NB not empty before the run");
+            if side == 0 {
+                let (s, client, monitor, got) = initial_sync(&rt, &sb, &objs, &cfg);
+                assert_eq!(got, rows, "plan changed between runs");
+                ours.push(s);
+                drop((monitor, client));
+                check_exact(&rt, &sb, &rows, "vipflow initial sync");
+            } else {
+                let t = Instant::now();
+                for args in &invocations {
+                    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+                    sb.nbctl(&a);
+                }
+                theirs.push(t.elapsed());
+                check_exact(&rt, &sb, &rows, "ovn-nbctl create");
+            }
+        }
+    }
+    let pick = |f: fn(&Initial) -> Duration| median(&ours.iter().map(f).collect::<Vec<_>>());
+    let (o, oc, t) = (
+        pick(Initial::total),
+        pick(Initial::without_connect),
+        median(&theirs),
+    );
+    println!(
+        "{:>9}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>6}",
+        "vipflow",
+        "model",
+        "plan",
+        "connect",
+        "monitor",
+        "diff",
+        "transact",
+        "w/o conn",
+        "ovn-nbctl",
+        "ratio"
+    );
+    println!(
+        "{:>6.1} ms  {:>5.1} ms  {:>5.1} ms  {:>5.1} ms  {:>5.1} ms  {:>5.1} ms  {:>5.1} ms  \
+         {:>6.1} ms  {:>6.1} ms  {:>5.2}x",
+        ms(o),
+        ms(pick(|s| s.model)),
+        ms(pick(|s| s.plan)),
+        ms(pick(|s| s.connect)),
+        ms(pick(|s| s.monitor)),
+        ms(pick(|s| s.diff)),
+        ms(pick(|s| s.transact)),
+        ms(oc),
+        ms(t),
+        o.as_secs_f64() / t.as_secs_f64(),
+    );
+    let met_a = o <= Duration::from_secs(1) && o.as_secs_f64() <= 0.5 * t.as_secs_f64();
+    println!(
+        "    all runs: vipflow {:?} ms, ovn-nbctl {:?} ms",
+        ours.iter()
+            .map(|s| ms(s.total()).round())
+            .collect::<Vec<_>>(),
+        theirs.iter().map(|d| ms(*d).round()).collect::<Vec<_>>()
+    );
+    println!(
+        "    diagnostic: the same transaction without its {n} `wait` guards: {:.1} ms \
+         (median of {RUNS}, transact only)",
+        ms(median(&bare))
+    );
+    println!(
+        "    target: vipflow <= 1000 ms and <= 0.50x ovn-nbctl: {}",
+        if met_a { "met" } else { "NOT met" }
+    );
+
+    // (b) One Service update with all rows present.
+    println!(
+        "\n(b) one Service's endpoints change with {n} rows present: vipflow {UPDATES} changes \
+         (a different Service each), ovn-nbctl {NBCTL_UPDATES} `--may-exist lb-add`"
+    );
+    println!(
+        "    vipflow per change (run loop): model rebuild + re-plan of all rows + read monitor \
+         cache + diff (per Service) + 1 transaction"
+    );
+    let sb = fresh_nb();
+    let (_, client, mut monitor, _) = initial_sync(&rt, &sb, &objs, &cfg);
+    rt.block_on(wait_rows(&mut monitor, nu));
+    let uuid_of = |monitor: &Monitor, i: u32| -> Uuid {
+        let name = format!("vipflow/bench/svc-{i}/tcp");
+        Observed::from_cache(&monitor.cache())
+            .lbs
+            .iter()
+            .find(|o| o.name == name)
+            .map(|o| o.uuid)
+            .expect("row of the Service")
+    };
+
+    let mut generation = vec![0u32; nu];
+    let mut updates: Vec<Update> = Vec::with_capacity(UPDATES);
+    for k in 0..UPDATES {
+        // Spread over the table: nothing cached from a neighbour's change.
+        let i = ((k as u64 * 7919) % n as u64) as u32;
+        generation[i as usize] += 1;
+        objs.endpoint_slices[i as usize] = std::sync::Arc::new(slice(i, generation[i as usize]));
+        let uuid = uuid_of(&monitor, i);
+
+        let mut s = Update::default();
+        let t = Instant::now();
+        let model = Model::build(&objs, &ModelOptions::default());
+        s.model = t.elapsed();
+        let t = Instant::now();
+        let (rows, vips) = plan_all(&model, &cfg);
+        s.plan = t.elapsed();
+        // Rows are sorted by Service name (svc-10 before svc-2): look the Service up.
+        let name = format!("svc-{i}");
+        let want = rows
+            .iter()
+            .find(|r| r.key.owner.name == name)
+            .map(|r| r.vips.clone())
+            .expect("planned row of the Service");
+        rt.block_on(async {
+            let t = Instant::now();
+            let observed = Observed::from_cache(&monitor.cache());
+            s.observe = t.elapsed();
+            let t = Instant::now();
+            let (mut changes, _) = diff(&observed, &rows, false);
+            let (c, _) = diff_exclude(&observed, &vips, false);
+            changes.extend(c);
+            s.diff = t.elapsed();
+            assert_eq!(changes.len(), 1, "change {k}: one transaction");
+            let t = Instant::now();
+            let txn = changes[0].txn.as_ref().expect("a transaction");
+            client.transact(txn).await.expect("update transaction");
+            s.transact = t.elapsed();
+            wait_vips(&mut monitor, uuid, &want).await;
+        });
+        updates.push(s);
+    }
+    let rows = plan(&Model::build(&objs, &ModelOptions::default()), &cfg);
+    check_exact(&rt, &sb, &rows, "vipflow after the updates");
+
+    // ovn-nbctl: other Services than vipflow's, each given new backends.
+    let mut nbctl = Vec::with_capacity(NBCTL_UPDATES);
+    for k in 0..NBCTL_UPDATES {
+        let i = ((k as u64 * 104_729 + 1) % n as u64) as u32;
+        let g = 1000 + k as u32;
+        let backends = format!("{}:8080,{}:8080", backend(i, 0, g), backend(i, 1, g));
+        let name = format!("vipflow/bench/svc-{i}/tcp");
+        let vip_port = format!("{}:80", vip(i));
+        let uuid = uuid_of(&monitor, i);
+        let t = Instant::now();
+        sb.nbctl(&["--may-exist", "lb-add", &name, &vip_port, &backends, "tcp"]);
+        nbctl.push(t.elapsed());
+        let want = BTreeMap::from([(vip_port, backends)]);
+        rt.block_on(wait_vips(&mut monitor, uuid, &want));
+    }
+    assert_eq!(nbctl_count(&sb), nu, "rows after ovn-nbctl lb-add");
+    drop((monitor, client));
+
+    let col = |f: fn(&Update) -> Duration| updates.iter().map(f).collect::<Vec<_>>();
+    let total = col(Update::total);
+    println!(
+        "{:>22}  {:>9}  {:>9}  {:>9}",
+        "per change", "p50", "p99", "max"
+    );
+    for (name, v) in [
+        ("vipflow", total.clone()),
+        ("  model + plan", col(Update::compute)),
+        ("    model", col(|s| s.model)),
+        ("    plan", col(|s| s.plan)),
+        ("  NB", col(Update::nb)),
+        ("    read cache", col(|s| s.observe)),
+        ("    diff", col(|s| s.diff)),
+        ("    transact", col(|s| s.transact)),
+        ("ovn-nbctl lb-add", nbctl.clone()),
+    ] {
+        println!(
+            "{:>22}  {:>6.2} ms  {:>6.2} ms  {:>6.2} ms",
+            name,
+            ms(median(&v)),
+            ms(percentile(&v, 99.0)),
+            ms(percentile(&v, 100.0))
+        );
+    }
+    let p50 = median(&total);
+    let nb_p50 = median(&col(Update::nb));
+    println!(
+        "\n    ovn-nbctl p50 / vipflow p50: {:.1}x faster; vipflow p50 {:.2} ms \
+         (NB part alone {:.2} ms), target p50 <= 2 ms: {}",
+        median(&nbctl).as_secs_f64() / p50.as_secs_f64(),
+        ms(p50),
+        ms(nb_p50),
+        if p50 <= Duration::from_millis(2) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
+
+fn ovn_version() -> String {
+    std::process::Command::new("ovn-nbctl")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim_start_matches("ovn-nbctl ").to_string())
+        })
+        .unwrap_or_default()
+}

@@ -355,3 +355,7 @@ fn rows_for(
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "northbound_tests.rs"]
+mod tests;

@@ -355,6 +355,8 @@ async fn observe_agent(
     let mut nb_applied = None;
     // When each recent generation's objects arrived.
     let mut received: BTreeMap<u64, std::time::Instant> = BTreeMap::new();
+    // The VipProgrammed statements of the last plan every bridge applied.
+    let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
     loop {
         let plan = plans.borrow_and_update().clone();
         if let Some(p) = &plan {
@@ -475,8 +477,9 @@ async fn observe_agent(
         if let Some(p) = &plan {
             let applied_here = min_applied.is_some_and(|g| g >= p.generation);
             if let Some(ev) = &opts.events {
-                let mut st =
+                let st =
                     crate::events::statements(&p.model, &p.problems, &cfg.node_name, applied_here);
+                let mut st = crate::events::hold_programmed(st, applied_here, &mut programmed);
                 st.extend(crate::events::not_excluded(&p.model, &p.not_excluded));
                 ev.update(st);
             }

@@ -78,6 +78,27 @@ pub fn statements(
     out
 }
 
+/// Keep saying what was programmed while a new plan is on its way: `fresh` lacks the
+/// VipProgrammed statements until every bridge has applied the plan, and dropping them in the
+/// meantime would publish them again once it lands, on every change. `programmed` remembers
+/// those of the last applied plan.
+pub fn hold_programmed(
+    mut fresh: BTreeSet<ServiceEvent>,
+    applied: bool,
+    programmed: &mut BTreeSet<ServiceEvent>,
+) -> BTreeSet<ServiceEvent> {
+    if applied {
+        *programmed = fresh
+            .iter()
+            .filter(|e| e.reason == "VipProgrammed")
+            .cloned()
+            .collect();
+    } else {
+        fresh.extend(programmed.iter().cloned());
+    }
+    fresh
+}
+
 /// Findings of the excludeIps check, attributed to the Services owning each VIP.
 pub fn not_excluded(
     model: &Model,
@@ -253,4 +274,34 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(reason: &'static str, note: &str) -> ServiceEvent {
+        ServiceEvent {
+            service: ServiceKey::new("shop", "web"),
+            warning: false,
+            reason,
+            note: note.into(),
+        }
+    }
+
+    #[test]
+    fn programmed_statements_hold_while_a_plan_is_in_flight() {
+        let mut programmed = BTreeSet::new();
+        let applied = BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4"), ev("VipSkipped", "x")]);
+        assert_eq!(
+            hold_programmed(applied.clone(), true, &mut programmed),
+            applied
+        );
+        // A new plan, not yet applied: the warning is still true, VipProgrammed held.
+        let in_flight = BTreeSet::from([ev("VipSkipped", "x")]);
+        assert_eq!(hold_programmed(in_flight, false, &mut programmed), applied);
+        // Applied with a new VIP set: the new statement replaces the old one.
+        let next = BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4, 5.6.7.8")]);
+        assert_eq!(hold_programmed(next.clone(), true, &mut programmed), next);
+    }
 }

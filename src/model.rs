@@ -377,7 +377,7 @@ pub(crate) fn build_service(
             Ok(ip) => ip,
             Err(_) => return problem(Some(raw.into()), "not an IP address; skipped".into()),
         };
-        if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
+        if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() || not_routable(ip) {
             return problem(
                 Some(raw.into()),
                 "not a usable unicast address; skipped".into(),
@@ -461,6 +461,15 @@ pub(crate) fn build_service(
                     continue;
                 }
                 Ok(n) => TargetPort::Number(n),
+                // All digits but too large: a mistyped number, not a port name (names must
+                // contain a letter).
+                Err(_) if s.bytes().all(|b| b.is_ascii_digit()) => {
+                    problem(
+                        None,
+                        format!("port {label}: targetPort {s} is not a valid port; skipped"),
+                    );
+                    continue;
+                }
                 Err(_) => TargetPort::Name(s.clone()),
             },
         };
@@ -675,3 +684,12 @@ fn build_slices(
 #[cfg(test)]
 #[path = "model_tests.rs"]
 mod tests;
+
+/// Addresses no VIP can be: link-local (ARP and ND for them never leave the segment in a way a
+/// load balancer can use) and the IPv4 limited broadcast.
+fn not_routable(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_link_local() || a.is_broadcast(),
+        IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}

@@ -1185,3 +1185,56 @@ fn the_example_objects_file_builds_cleanly() {
         ]
     );
 }
+
+#[test]
+fn an_all_digit_target_port_out_of_range_is_a_problem_not_a_name() {
+    let m = Model::build(
+        &load(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  externalIPs: [172.18.0.100]
+  ports: [{name: a, port: 80, targetPort: "70000"}, {name: b, port: 81, targetPort: "http"}]
+"#,
+        ),
+        &ModelOptions::default(),
+    );
+    let s = &m.services[&ServiceKey::new("shop", "web")];
+    assert_eq!(s.vip_ports.len(), 1, "{:?}", s.vip_ports);
+    assert_eq!(s.vip_ports[0].target, TargetPort::Name("http".into()));
+    assert!(
+        m.problems
+            .iter()
+            .any(|p| p.reason.contains("targetPort 70000 is not a valid port")),
+        "{:?}",
+        m.problems
+    );
+}
+
+#[test]
+fn link_local_and_broadcast_vips_are_skipped() {
+    let m = Model::build(
+        &load(
+            r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  externalIPs: [169.254.1.1, 255.255.255.255, "fe80::1", 172.18.0.100]
+  ports: [{port: 80}]
+"#,
+        ),
+        &ModelOptions::default(),
+    );
+    let vips: Vec<String> = m.vips().keys().map(|v| v.to_string()).collect();
+    assert_eq!(vips, ["172.18.0.100"]);
+    assert_eq!(
+        m.problems
+            .iter()
+            .filter(|p| p.reason.contains("not a usable unicast address"))
+            .count(),
+        3
+    );
+}

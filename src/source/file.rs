@@ -76,8 +76,21 @@ pub fn parse(text: &str) -> Result<Loaded, String> {
             .is_some_and(|k| k == "List" || k.ends_with("List"));
         match (is_list, doc.get("items")) {
             (true, Some(serde_json::Value::Array(items))) => {
+                // Items of a typed list (`ServiceList`, as the API server returns it) carry no
+                // kind or apiVersion of their own: they take the list's.
+                let list_kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+                let item_kind = list_kind.strip_suffix("List").filter(|k| !k.is_empty());
+                let list_api = doc.get("apiVersion").cloned();
                 for item in items {
-                    add_item(item.clone(), &mut out);
+                    let mut item = item.clone();
+                    if let (Some(kind), Some(obj)) = (item_kind, item.as_object_mut()) {
+                        obj.entry("kind")
+                            .or_insert_with(|| serde_json::Value::String(kind.into()));
+                        if let Some(api) = &list_api {
+                            obj.entry("apiVersion").or_insert_with(|| api.clone());
+                        }
+                    }
+                    add_item(item, &mut out);
                 }
             }
             (true, _) => out

@@ -453,3 +453,16 @@ proptest! {
         build_all(&l);
     }
 }
+
+#[test]
+fn items_of_a_typed_list_take_its_kind_and_api_version() {
+    // As the API server returns a list: items without kind/apiVersion.
+    let l = parse(
+        r#"{"kind": "ServiceList", "apiVersion": "v1", "items": [
+            {"metadata": {"name": "web", "namespace": "shop"}, "spec": {"externalIPs": ["172.18.0.100"], "ports": [{"port": 80}]}}
+        ]}"#,
+    )
+    .unwrap();
+    assert_eq!(l.objects.services.len(), 1);
+    assert!(l.problems.is_empty(), "{:?}", l.problems);
+}

@@ -3,10 +3,13 @@
 
 use openflow::FlowStats;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use testkit::Sandbox;
-use vipflow::agent::{self, Running};
+
+mod common;
+use common::{Agent, base_yaml, eventually, write_objects};
+use vipflow::agent;
 use vipflow::config::{BridgeConfig, Config, GatewayMode, Profile};
 use vipflow::model::Model;
 use vipflow::plan::flows::{PlanInput, Resolved, plan};
@@ -20,13 +23,6 @@ fn config(sb: &Sandbox, objects: &Path) -> Config {
         objects: Some(objects.to_path_buf()),
         ..Config::default()
     }
-}
-
-/// Replace the objects file atomically, as an editor or a config-map update would.
-fn write_objects(path: &Path, yaml: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// Our flows as ovs-ofctl shows them (`--no-stats`), one trimmed line each.
@@ -73,49 +69,29 @@ fn default_resolved() -> Resolved {
     }
 }
 
-/// A running agent on a file source with a short poll interval.
-struct Harness {
-    sb: Sandbox,
-    objects: PathBuf,
-    cfg: Config,
-    running: Running,
-    _watcher: tokio::task::JoinHandle<()>,
+/// The shared agent harness with this file's assertions.
+struct Harness(Agent);
+
+impl std::ops::Deref for Harness {
+    type Target = Agent;
+    fn deref(&self) -> &Agent {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Agent {
+        &mut self.0
+    }
 }
 
 impl Harness {
     async fn start(sb: Sandbox, cfg_edit: impl FnOnce(&mut Config), yaml: &str) -> Harness {
-        let objects = sb.path().join("objects.yaml");
-        write_objects(&objects, yaml);
-        let mut cfg = config(&sb, &objects);
-        cfg_edit(&mut cfg);
-        cfg.validate().unwrap();
-        let (rx, watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
-        let mut running = agent::start(cfg.clone(), rx);
-        running.wait_applied(1).await;
-        Harness {
-            sb,
-            objects,
-            cfg,
-            running,
-            _watcher: watcher,
-        }
+        Harness(Agent::start(sb, false, cfg_edit, yaml).await)
     }
 
-    /// Write new objects and wait until every bridge has applied the resulting plan.
     async fn update(&mut self, yaml: &str) {
-        let before = *self.running.generation.borrow();
-        write_objects(&self.objects, yaml);
-        let g = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.running.generation.wait_for(|g| *g > before),
-        )
-        .await
-        .expect("the file change was picked up")
-        .map(|g| *g)
-        .unwrap();
-        tokio::time::timeout(Duration::from_secs(10), self.running.wait_applied(g))
-            .await
-            .expect("plan applied");
+        self.0.update(yaml).await
     }
 
     fn assert_exact(&self, yaml: &str, r: &Resolved) {
@@ -139,11 +115,6 @@ fn foreign_flows(sb: &Sandbox) -> usize {
         .lines()
         .filter(|l| l.contains("cookie=0x1234,") || l.contains("cookie=0x7f1e000000000001,"))
         .count()
-}
-
-fn base_yaml() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))
-        .unwrap()
 }
 
 fn svc(ns: &str, name: &str, created: &str, vips: &[&str], ports: &[(u16, &str)]) -> String {
@@ -232,16 +203,6 @@ impl Harness {
     }
 }
 
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..200 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for: {what}");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ovs_restart_wipes_flows_and_the_running_agent_restores_them() {
     let y = base_yaml();
@@ -268,7 +229,7 @@ async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
     let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
     h.sb.vsctl(&["del-port", "br-ex", "eth0"]);
     // Without the uplink nothing can be programmed: the stale flows go.
-    eventually("flows removed with the uplink", || h.ofctl_count() == 0).await;
+    eventually("flows removed with the uplink", 10, || h.ofctl_count() == 0).await;
     h.sb.vsctl(&[
         "add-port",
         "br-ex",
@@ -285,7 +246,7 @@ async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
         ..default_resolved()
     };
     let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &moved);
-    eventually("flows follow eth0 to port 7", || {
+    eventually("flows follow eth0 to port 7", 10, || {
         ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
     })
     .await;

@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
+
+mod common;
+use common::eventually;
 use testkit::kube_server::KubeServer;
 use vipflow::agent::{self, ClusterOptions};
 use vipflow::config::Config;
@@ -83,17 +86,6 @@ fn lb_vips(sb: &Sandbox) -> Vec<(String, String)> {
             })
         })
         .collect()
-}
-
-async fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 fn config(sb: &Sandbox, node: &str, nb: Option<&Sandbox>) -> Config {

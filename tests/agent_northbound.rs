@@ -3,19 +3,15 @@
 
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 use testkit::Sandbox;
-use vipflow::agent::{self, Running};
+
+mod common;
+use common::{Agent, base_yaml, write_objects};
+use vipflow::agent;
 use vipflow::config::Config;
 use vipflow::model::Model;
 use vipflow::source::file;
-
-fn write_objects(path: &Path, yaml: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
 
 /// An OVSDB JSON map (`["map", [[k, v], ...]]`) as strings.
 fn json_map(j: &Json) -> BTreeMap<String, String> {
@@ -116,53 +112,29 @@ fn expected(cfg: &Config, yaml: &str) -> LbView {
         .collect()
 }
 
-struct Harness {
-    sb: Sandbox,
-    objects: PathBuf,
-    cfg: Config,
-    running: Running,
-    _watcher: tokio::task::JoinHandle<()>,
+/// The shared agent harness (with the NB database) and this file's assertions.
+struct Harness(Agent);
+
+impl std::ops::Deref for Harness {
+    type Target = Agent;
+    fn deref(&self) -> &Agent {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Agent {
+        &mut self.0
+    }
 }
 
 impl Harness {
     async fn start(sb: Sandbox, edit: impl FnOnce(&mut Config), yaml: &str) -> Harness {
-        let objects = sb.path().join("objects.yaml");
-        write_objects(&objects, yaml);
-        let mut cfg = Config {
-            ovs_rundir: sb.path().to_path_buf(),
-            objects: Some(objects.clone()),
-            nb_remote: Some(format!("unix:{}", sb.nb_sock().display())),
-            ..Config::default()
-        };
-        edit(&mut cfg);
-        let (rx, watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
-        let mut running = agent::start(cfg.clone(), rx);
-        tokio::time::timeout(Duration::from_secs(20), running.wait_applied(1))
-            .await
-            .expect("first sync");
-        Harness {
-            sb,
-            objects,
-            cfg,
-            running,
-            _watcher: watcher,
-        }
+        Harness(Agent::start(sb, true, edit, yaml).await)
     }
 
     async fn update(&mut self, yaml: &str) {
-        let before = *self.running.generation.borrow();
-        write_objects(&self.objects, yaml);
-        let g = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.running.generation.wait_for(|g| *g > before),
-        )
-        .await
-        .expect("file change picked up")
-        .map(|g| *g)
-        .unwrap();
-        tokio::time::timeout(Duration::from_secs(20), self.running.wait_applied(g))
-            .await
-            .expect("plan applied");
+        self.0.update(yaml).await
     }
 
     fn assert_exact(&self, yaml: &str) {
@@ -172,11 +144,6 @@ impl Harness {
             "ovn-nbctl shows exactly the planned rows"
         );
     }
-}
-
-fn base_yaml() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))
-        .unwrap()
 }
 
 fn svc(ns: &str, name: &str, vip: &str, port: u16, proto: &str, etp: &str) -> String {

@@ -27,70 +27,34 @@
 //! with `--lb-dst` to show that the DNATed packet really reaches that endpoint's pod.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
 use testkit::Sandbox;
-use vipflow::agent::{self, Running};
+
+mod common;
+use common::Agent;
 use vipflow::config::Config;
-use vipflow::source::file;
 
 const VIP: &str = "172.18.0.210";
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
-fn write_objects(path: &Path, yaml: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, yaml).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
+/// The shared agent harness (with the NB database), waiting for northd after each write.
+struct Harness(Agent);
 
-/// The agent on the sandbox's NB database, fed from an objects file.
-struct Harness {
-    sb: Sandbox,
-    objects: PathBuf,
-    running: Running,
-    _watcher: tokio::task::JoinHandle<()>,
+impl std::ops::Deref for Harness {
+    type Target = Agent;
+    fn deref(&self) -> &Agent {
+        &self.0
+    }
 }
 
 impl Harness {
     async fn start(sb: Sandbox, edit: impl FnOnce(&mut Config), yaml: &str) -> Harness {
-        let objects = sb.path().join("objects.yaml");
-        write_objects(&objects, yaml);
-        let mut cfg = Config {
-            ovs_rundir: sb.path().to_path_buf(),
-            objects: Some(objects.clone()),
-            nb_remote: Some(format!("unix:{}", sb.nb_sock().display())),
-            ..Config::default()
-        };
-        edit(&mut cfg);
-        let (rx, watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
-        let mut running = agent::start(cfg, rx);
-        tokio::time::timeout(Duration::from_secs(20), running.wait_applied(1))
-            .await
-            .expect("first sync");
-        let h = Harness {
-            sb,
-            objects,
-            running,
-            _watcher: watcher,
-        };
+        let h = Harness(Agent::start(sb, true, edit, yaml).await);
         h.northd_caught_up();
         h
     }
 
     async fn update(&mut self, yaml: &str) {
-        let before = *self.running.generation.borrow();
-        write_objects(&self.objects, yaml);
-        let g = tokio::time::timeout(
-            Duration::from_secs(10),
-            self.running.generation.wait_for(|g| *g > before),
-        )
-        .await
-        .expect("file change picked up")
-        .map(|g| *g)
-        .unwrap();
-        tokio::time::timeout(Duration::from_secs(20), self.running.wait_applied(g))
-            .await
-            .expect("plan applied");
+        self.0.update(yaml).await;
         self.northd_caught_up();
     }
 

@@ -312,22 +312,27 @@ async fn nb_writer(
     }
 }
 
-/// Kube-OVN Subnets that would hand a VIP to a pod.
-fn kubeovn_findings(
-    objects: &Objects,
-    vips: &BTreeSet<std::net::IpAddr>,
-) -> Vec<(std::net::IpAddr, String)> {
-    use crate::plan::exclude::{KubeOvnSubnet, check_kubeovn};
-    let subnets: Vec<KubeOvnSubnet> = objects
+/// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
+fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnet> {
+    objects
         .subnets
         .iter()
-        .map(|s| KubeOvnSubnet {
+        .map(|s| crate::plan::exclude::KubeOvnSubnet {
             name: s.metadata.name.clone().unwrap_or_default(),
             cidr_block: s.spec.cidr_block.clone(),
             exclude_ips: s.spec.exclude_ips.clone(),
             gateway: s.spec.gateway.clone(),
         })
-        .collect();
+        .collect()
+}
+
+/// Kube-OVN Subnets that would hand a VIP to a pod.
+fn kubeovn_findings(
+    objects: &Objects,
+    vips: &BTreeSet<std::net::IpAddr>,
+) -> Vec<(std::net::IpAddr, String)> {
+    use crate::plan::exclude::check_kubeovn;
+    let subnets = kubeovn_subnets(objects);
     check_kubeovn(vips, &subnets)
         .into_iter()
         .filter_map(|f| Some((f.vip?, f.to_string())))
@@ -880,19 +885,10 @@ pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
 /// CIDR and not in its excludeIps, and (with a Northbound database) VIPs inside a logical
 /// switch's subnet and not in its exclude_ips.
 pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
-    use crate::plan::exclude::{KubeOvnSubnet, check_kubeovn};
+    use crate::plan::exclude::check_kubeovn;
     let model = Model::build(objects, &model_options(cfg));
     let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-    let subnets: Vec<KubeOvnSubnet> = objects
-        .subnets
-        .iter()
-        .map(|s| KubeOvnSubnet {
-            name: s.metadata.name.clone().unwrap_or_default(),
-            cidr_block: s.spec.cidr_block.clone(),
-            exclude_ips: s.spec.exclude_ips.clone(),
-            gateway: s.spec.gateway.clone(),
-        })
-        .collect();
+    let subnets = kubeovn_subnets(objects);
     let mut out: Vec<String> = check_kubeovn(&vips, &subnets)
         .iter()
         .map(|f| f.to_string())

@@ -267,9 +267,7 @@ impl Model {
         let cluster_ips: BTreeSet<IpAddr> = objects
             .services
             .iter()
-            .filter_map(|s| s.spec.as_ref())
-            .flat_map(|sp| sp.cluster_ips.iter().flatten().chain(sp.cluster_ip.iter()))
-            .filter_map(|ip| ip.parse().ok())
+            .flat_map(|s| cluster_ips_of(s))
             .collect();
 
         // Candidate services with every valid VIP:port they claim.
@@ -300,6 +298,23 @@ impl Model {
             problems,
         }
     }
+}
+
+/// The cluster IPs a Service object holds (clusterIP and clusterIPs), parsed, each once.
+pub(crate) fn cluster_ips_of(s: &core::Service) -> Vec<IpAddr> {
+    let Some(sp) = s.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut v: Vec<IpAddr> = sp
+        .cluster_ips
+        .iter()
+        .flatten()
+        .chain(sp.cluster_ip.iter())
+        .filter_map(|ip| ip.parse().ok())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
 }
 
 pub(crate) fn meta_key(

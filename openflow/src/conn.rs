@@ -547,13 +547,16 @@ impl Connection {
             self.barrier().await
         }
         .await;
-        let errors = {
-            let mut s = lock(&self.inner.shared);
-            let pos = s.watches.iter().position(|w| w.xids == xids);
-            pos.map(|p| s.watches.swap_remove(p).errors)
-                .unwrap_or_default()
-        };
+        let errors = self.take_watch(&xids);
         res.map(|()| errors)
+    }
+
+    /// Stop watching `xids` and return the errors collected for them.
+    fn take_watch(&self, xids: &Range<u32>) -> Vec<(usize, ErrorMsg)> {
+        let mut s = lock(&self.inner.shared);
+        let pos = s.watches.iter().position(|w| w.xids == *xids);
+        pos.map(|p| s.watches.swap_remove(p).errors)
+            .unwrap_or_default()
     }
 
     /// Apply messages atomically with an ONF bundle (open, add each, commit): either all take
@@ -607,12 +610,7 @@ impl Connection {
             });
         }
         let commit = self.request(&ctrl(BundleCtrlType::CommitRequest)).await;
-        let msg_errors = {
-            let mut s = lock(&self.inner.shared);
-            let pos = s.watches.iter().position(|w| w.xids == xids);
-            pos.map(|p| s.watches.swap_remove(p).errors)
-                .unwrap_or_default()
-        };
+        let msg_errors = self.take_watch(&xids);
         match commit {
             Ok(Message::BundleControl(c)) if c.ctrl_type == BundleCtrlType::CommitReply => {
                 if msg_errors.is_empty() {

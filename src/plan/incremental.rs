@@ -18,7 +18,8 @@
 use super::flows::{PlanInput, PlannedFlow, claim_flows, vip_flows};
 use crate::config::BridgeConfig;
 use crate::model::{
-    ModelOptions, Objects, Protocol, ServiceKey, build_nodes, build_service, meta_key,
+    ModelOptions, Objects, Protocol, ServiceKey, build_nodes, build_service, cluster_ips_of,
+    meta_key,
 };
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -63,22 +64,6 @@ pub struct FlowPlanner {
     /// Claims in the flow index.
     present: HashSet<Claim>,
     claims_per_vip: HashMap<IpAddr, usize>,
-}
-
-fn cluster_ips_of(s: &core::Service) -> Vec<IpAddr> {
-    let Some(sp) = s.spec.as_ref() else {
-        return Vec::new();
-    };
-    let mut v: Vec<IpAddr> = sp
-        .cluster_ips
-        .iter()
-        .flatten()
-        .chain(sp.cluster_ip.iter())
-        .filter_map(|ip| ip.parse().ok())
-        .collect();
-    v.sort();
-    v.dedup();
-    v
 }
 
 /// Every address a Service object names as a VIP, whether valid or not.

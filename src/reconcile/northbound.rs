@@ -178,6 +178,15 @@ fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<L
 }
 
 impl Observed {
+    /// Our rows grouped by identity (more than one under a key: duplicates).
+    pub fn by_key(&self) -> BTreeMap<&LbKey, Vec<&ObservedLb>> {
+        let mut m: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
+        for o in &self.lbs {
+            m.entry(&o.key).or_default().push(o);
+        }
+        m
+    }
+
     pub fn from_cache(cache: &Cache) -> Observed {
         let mut o = Observed::default();
         if let Some(t) = cache.table(LB) {
@@ -296,10 +305,7 @@ struct AttachOps {
 /// one when `batch` is set. Also returns attachment problems (missing targets).
 pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>, Vec<String>) {
     let mut problems = Vec::new();
-    let mut by_key: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
-    for o in &observed.lbs {
-        by_key.entry(&o.key).or_default().push(o);
-    }
+    let by_key = observed.by_key();
     let want: BTreeMap<&LbKey, &LbRow> = desired.iter().map(|d| (&d.key, d)).collect();
 
     // Group work by owner so each Service's change is one transaction. Grouped once up
@@ -771,10 +777,7 @@ pub async fn unexcluded(
 /// Human-readable drift: rows missing, different, duplicated or orphaned, and attachments.
 pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
     let mut out = Vec::new();
-    let mut by_key: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
-    for o in &observed.lbs {
-        by_key.entry(&o.key).or_default().push(o);
-    }
+    let by_key = observed.by_key();
     for d in rows {
         match by_key.get(&d.key).map(Vec::as_slice) {
             None | Some([]) => out.push(format!("+ {}: missing", d.name)),

@@ -21,7 +21,7 @@ use k8s_openapi::api::discovery::v1 as discovery;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -328,9 +328,4 @@ pub fn start(
     let (tx, rx) = watch::channel(Arc::new(Loaded::default()));
     let task = tokio::spawn(run(client, cfg, tx));
     (rx, task)
-}
-
-/// Name of an object, for logs.
-pub fn describe<K: ResourceExt>(o: &K) -> String {
-    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
 }

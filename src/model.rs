@@ -547,17 +547,22 @@ pub(crate) fn build_service(
     })
 }
 
+/// A Service's place in a VIP:port conflict: lower wins.
+pub(crate) type Rank = (bool, Option<k8s_openapi::jiff::Timestamp>, ServiceKey);
+
+/// The oldest Service wins, then by namespace/name. Services without a timestamp sort after
+/// every dated one. Times compare as times: as text, "08:00:00.5Z" would sort before
+/// "08:00:00Z".
+pub(crate) fn rank(s: &Service) -> Rank {
+    let t = s
+        .created
+        .as_deref()
+        .and_then(|c| c.parse::<k8s_openapi::jiff::Timestamp>().ok());
+    (t.is_none(), t, s.key.clone())
+}
+
 /// Keep one owner per VIP:port/protocol: the oldest Service, then by namespace/name.
 fn resolve_conflicts(services: &mut BTreeMap<ServiceKey, Service>, problems: &mut Vec<Problem>) {
-    // Services without a timestamp sort after every dated one. Times compare as times: as
-    // text, "08:00:00.5Z" would sort before "08:00:00Z".
-    let rank = |s: &Service| {
-        let t = s
-            .created
-            .as_deref()
-            .and_then(|c| c.parse::<k8s_openapi::jiff::Timestamp>().ok());
-        (t.is_none(), t, s.key.clone())
-    };
     let mut owner: BTreeMap<(IpAddr, u16, Protocol), &Service> = BTreeMap::new();
     for s in services.values() {
         for vp in &s.vip_ports {
@@ -601,28 +606,27 @@ impl fmt::Display for SocketLike<'_> {
     }
 }
 
-fn build_slices(
-    slices: &[Arc<discovery::EndpointSlice>],
+/// The Service an EndpointSlice belongs to (by its `kubernetes.io/service-name` label).
+/// Slices without it are not managed for a Service (custom controllers): not ours to use.
+pub(crate) fn slice_service_key(s: &discovery::EndpointSlice) -> Option<ServiceKey> {
+    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+    Some(ServiceKey::new(
+        s.metadata.namespace.as_deref().unwrap_or("default"),
+        svc,
+    ))
+}
+
+pub(crate) fn build_slices<'a>(
+    slices: impl IntoIterator<Item = &'a Arc<discovery::EndpointSlice>>,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<ServiceKey, Vec<EndpointSlice>> {
     let mut out: BTreeMap<ServiceKey, Vec<EndpointSlice>> = BTreeMap::new();
     for s in slices {
-        let name = s.metadata.name.clone().unwrap_or_default();
-        let ns = s
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into());
-        let object = format!("EndpointSlice {ns}/{name}");
-        let Some(svc) = s
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-        else {
-            // Slices not managed for a Service (custom controllers) are not ours to use.
+        let Some(key) = slice_service_key(s) else {
             continue;
         };
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let object = format!("EndpointSlice {}/{name}", key.namespace);
         let mut ports = Vec::new();
         for p in s.ports.iter().flatten() {
             let Some(port) = p
@@ -682,13 +686,11 @@ fn build_slices(
                 terminating,
             });
         }
-        out.entry(ServiceKey::new(&ns, svc))
-            .or_default()
-            .push(EndpointSlice {
-                name,
-                ports,
-                endpoints,
-            });
+        out.entry(key).or_default().push(EndpointSlice {
+            name,
+            ports,
+            endpoints,
+        });
     }
     for v in out.values_mut() {
         v.sort_by(|a, b| a.name.cmp(&b.name));

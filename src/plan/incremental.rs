@@ -5,8 +5,9 @@
 //! 200 ms at 50,000 flows); a change touches a handful of flows. This planner keeps:
 //! - each Service's validated VIP:port/protocol *claims* (re-validated only when its object
 //!   changed: objects are shared, so an unchanged Service is the same allocation);
-//! - a count of claimants per claim and of claims per VIP. Flows depend only on whether a claim
-//!   has a claimant, not on which Service wins a conflict, so conflicts need no work here;
+//! - the claimants of each claim, ordered by rank (oldest Service first), and a count of claims
+//!   per VIP. Flows depend only on whether a claim has a claimant; the Northbound rows depend on
+//!   which Service wins it, so a change of winner is recorded for [`super::northbound_incremental`];
 //! - the flow index of each bridge (a persistent map: handing it to a reconciler is O(1)).
 //!
 //! What can invalidate other Services' VIPs is tracked too: a VIP equal to a node address is
@@ -18,8 +19,8 @@
 use super::flows::{PlanInput, PlannedFlow, claim_flows, vip_flows};
 use crate::config::BridgeConfig;
 use crate::model::{
-    ModelOptions, Objects, Protocol, ServiceKey, build_nodes, build_service, cluster_ips_of,
-    meta_key,
+    ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes, build_service,
+    cluster_ips_of, meta_key, rank,
 };
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -39,6 +40,18 @@ pub struct FlowDelta {
     pub touched: Vec<String>,
 }
 
+/// What the last [`FlowPlanner::update`] changed beyond the flows: what the Northbound planner
+/// needs to know.
+#[derive(Debug, Clone, Default)]
+pub struct Changes {
+    /// Services whose validated form or won VIP:ports may have changed.
+    pub services: HashSet<ServiceKey>,
+    /// The set of node names changed.
+    pub node_names: bool,
+    /// The set of VIPs changed.
+    pub vips: bool,
+}
+
 struct Bridge {
     config: BridgeConfig,
     flows: FlowIndex,
@@ -49,21 +62,27 @@ pub struct FlowPlanner {
     cookie_prefix: u16,
     bridges: Vec<Bridge>,
     nodes: Vec<Arc<core::Node>>,
+    node_names: BTreeSet<String>,
     node_ips: BTreeSet<IpAddr>,
     /// Cluster IPs with the number of Services having each.
     cluster_ip_refs: HashMap<IpAddr, usize>,
     cluster_ips: BTreeSet<IpAddr>,
     /// The objects last seen, by key.
     raw: HashMap<ServiceKey, Arc<core::Service>>,
-    /// Each Service's valid claims.
-    claims_of: HashMap<ServiceKey, Vec<Claim>>,
+    /// Each valid Service as validated (before conflicts), its rank and its claims.
+    built: HashMap<ServiceKey, Arc<Service>>,
+    claims_of: HashMap<ServiceKey, (Rank, Vec<Claim>)>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes.
     by_raw_vip: HashMap<IpAddr, HashSet<ServiceKey>>,
-    claimants: HashMap<Claim, usize>,
+    /// The claimants of each claim, best first: the first one wins it.
+    claimants: HashMap<Claim, BTreeSet<Rank>>,
     /// Claims in the flow index.
     present: HashSet<Claim>,
     claims_per_vip: HashMap<IpAddr, usize>,
+    /// Every VIP with at least one claim (a persistent set: handing it on is O(1)).
+    vips: imbl::OrdSet<IpAddr>,
+    last: Changes,
 }
 
 /// Every address a Service object names as a VIP, whether valid or not.
@@ -100,16 +119,58 @@ impl FlowPlanner {
                 })
                 .collect(),
             nodes: Vec::new(),
+            node_names: BTreeSet::new(),
             node_ips: BTreeSet::new(),
             cluster_ip_refs: HashMap::new(),
             cluster_ips: BTreeSet::new(),
             raw: HashMap::new(),
+            built: HashMap::new(),
             claims_of: HashMap::new(),
             by_raw_vip: HashMap::new(),
             claimants: HashMap::new(),
             present: HashSet::new(),
             claims_per_vip: HashMap::new(),
+            vips: imbl::OrdSet::new(),
+            last: Changes::default(),
         }
+    }
+
+    /// What the last update changed besides flows.
+    pub fn changes(&self) -> &Changes {
+        &self.last
+    }
+
+    /// A valid Service as validated, before conflicts: every VIP:port it claims.
+    pub fn service(&self, key: &ServiceKey) -> Option<&Arc<Service>> {
+        self.built.get(key)
+    }
+
+    /// Every valid Service's key.
+    pub fn service_keys(&self) -> impl Iterator<Item = &ServiceKey> {
+        self.built.keys()
+    }
+
+    /// The Service that wins a claim.
+    pub fn winner(&self, claim: &Claim) -> Option<&ServiceKey> {
+        self.claimants.get(claim)?.first().map(|r| &r.2)
+    }
+
+    /// A Service with only the VIP:ports it wins (as [`crate::model::Model`] has it).
+    pub fn resolved(&self, key: &ServiceKey) -> Option<Service> {
+        let mut s = Service::clone(self.built.get(key)?);
+        s.vip_ports
+            .retain(|vp| self.winner(&(vp.vip, vp.port, vp.protocol)) == Some(key));
+        Some(s)
+    }
+
+    /// Every node's name.
+    pub fn node_names(&self) -> &BTreeSet<String> {
+        &self.node_names
+    }
+
+    /// Every VIP with at least one valid VIP:port.
+    pub fn vips(&self) -> imbl::OrdSet<IpAddr> {
+        self.vips.clone()
     }
 
     /// The current flow index of bridge `i` (config order).
@@ -120,8 +181,10 @@ impl FlowPlanner {
     /// Take a new snapshot of the objects; returns, per bridge, what changed.
     pub fn update(&mut self, objects: &Objects) -> Vec<FlowDelta> {
         let mut dirty: HashSet<ServiceKey> = HashSet::new();
+        let mut changes = Changes::default();
 
-        // Node addresses: rarely change; when they do, every Service is checked again.
+        // Node addresses: rarely change; when they do, the Services whose VIPs equal an address
+        // that came or went are checked again.
         let nodes_same = self.nodes.len() == objects.nodes.len()
             && self
                 .nodes
@@ -130,10 +193,16 @@ impl FlowPlanner {
                 .all(|(a, b)| Arc::ptr_eq(a, b));
         if !nodes_same {
             self.nodes = objects.nodes.clone();
-            let ips: BTreeSet<IpAddr> = build_nodes(&objects.nodes, &mut Vec::new())
+            let nodes = build_nodes(&objects.nodes, &mut Vec::new());
+            let ips: BTreeSet<IpAddr> = nodes
                 .values()
                 .flat_map(|n| n.addresses.iter().copied())
                 .collect();
+            let names: BTreeSet<String> = nodes.into_keys().collect();
+            if names != self.node_names {
+                self.node_names = names;
+                changes.node_names = true;
+            }
             if ips != self.node_ips {
                 let changed: Vec<IpAddr> =
                     ips.symmetric_difference(&self.node_ips).copied().collect();
@@ -208,18 +277,25 @@ impl FlowPlanner {
             }
         }
 
-        // Re-validate the changed Services and move their claims.
-        let mut touched_claims: HashSet<Claim> = HashSet::new();
+        // Re-validate the changed Services and move their claims, noting each touched claim's
+        // winner before the move.
+        let mut winner_before: HashMap<Claim, Option<ServiceKey>> = HashMap::new();
         for k in &dirty {
-            for c in self.claims_of.remove(k).unwrap_or_default() {
-                touched_claims.insert(c);
-                if let Some(n) = self.claimants.get_mut(&c) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.claimants.remove(&c);
+            if let Some((r, claims)) = self.claims_of.remove(k) {
+                for c in claims {
+                    let set = self.claimants.get_mut(&c);
+                    winner_before.entry(c).or_insert_with(|| {
+                        set.as_ref().and_then(|s| s.first()).map(|r| r.2.clone())
+                    });
+                    if let Some(set) = set {
+                        set.remove(&r);
+                        if set.is_empty() {
+                            self.claimants.remove(&c);
+                        }
                     }
                 }
             }
+            self.built.remove(k);
             let Some(raw) = self.raw.get(k) else { continue };
             let Some(svc) = build_service(
                 raw,
@@ -237,29 +313,47 @@ impl FlowPlanner {
                 .collect();
             claims.sort();
             claims.dedup();
+            let r = rank(&svc);
             for &c in &claims {
-                touched_claims.insert(c);
-                *self.claimants.entry(c).or_insert(0) += 1;
+                let set = self.claimants.entry(c).or_default();
+                winner_before
+                    .entry(c)
+                    .or_insert_with(|| set.first().map(|r| r.2.clone()));
+                set.insert(r.clone());
             }
-            self.claims_of.insert(k.clone(), claims);
+            self.claims_of.insert(k.clone(), (r, claims));
+            self.built.insert(k.clone(), Arc::new(svc));
         }
 
-        // Claims that appeared or went.
+        // Claims that appeared or went; Services that won or lost a claim.
         let mut added = Vec::new();
         let mut removed = Vec::new();
-        for c in touched_claims {
-            match (self.present.contains(&c), self.claimants.contains_key(&c)) {
+        for (c, before) in winner_before {
+            let after = self.winner(&c).cloned();
+            match (self.present.contains(&c), after.is_some()) {
                 (false, true) => added.push(c),
                 (true, false) => removed.push(c),
                 _ => {}
             }
+            if before != after {
+                changes.services.extend(before);
+                changes.services.extend(after);
+            }
         }
-        self.apply_claims(added, removed)
+        changes.services.extend(dirty);
+        let deltas = self.apply_claims(added, removed, &mut changes);
+        self.last = changes;
+        deltas
     }
 
     /// Update every bridge's index for claims that appeared or went, and the VIPs that gained
     /// their first or lost their last claim.
-    fn apply_claims(&mut self, added: Vec<Claim>, removed: Vec<Claim>) -> Vec<FlowDelta> {
+    fn apply_claims(
+        &mut self,
+        added: Vec<Claim>,
+        removed: Vec<Claim>,
+        changes: &mut Changes,
+    ) -> Vec<FlowDelta> {
         let affected: BTreeSet<IpAddr> = added.iter().chain(&removed).map(|c| c.0).collect();
         let had: Vec<bool> = affected
             .iter()
@@ -287,6 +381,13 @@ impl FlowPlanner {
                 _ => {}
             }
         }
+        for v in &vips_added {
+            self.vips.insert(*v);
+        }
+        for v in &vips_removed {
+            self.vips.remove(v);
+        }
+        changes.vips = !vips_added.is_empty() || !vips_removed.is_empty();
 
         let prefix = self.cookie_prefix;
         let mut deltas = Vec::with_capacity(self.bridges.len());

@@ -242,18 +242,33 @@ fn template(t: &Option<String>, node: &str) -> Option<String> {
 /// The desired rows, sorted by key.
 pub fn plan(model: &Model, cfg: &NorthboundConfig) -> Vec<LbRow> {
     let no_slices = Vec::new();
+    let nodes: BTreeSet<String> = model.nodes.keys().cloned().collect();
     let mut rows = Vec::new();
     for svc in model.services.values() {
         let slices = model.endpoint_slices.get(&svc.key).unwrap_or(&no_slices);
-        let protocols: BTreeSet<Protocol> = svc.vip_ports.iter().map(|v| v.protocol).collect();
-        for proto in protocols {
-            let ports: Vec<&VipPort> = svc
-                .vip_ports
-                .iter()
-                .filter(|v| v.protocol == proto)
-                .collect();
-            rows.extend(rows_for(svc, proto, &ports, slices, model, cfg));
-        }
+        rows.extend(service_rows(svc, slices, &nodes, cfg));
+    }
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    rows
+}
+
+/// The rows of one Service: `svc.vip_ports` are the VIP:ports it won, `nodes` every node's
+/// name (for node-scoped rows). Sorted by key.
+pub fn service_rows(
+    svc: &Service,
+    slices: &[EndpointSlice],
+    nodes: &BTreeSet<String>,
+    cfg: &NorthboundConfig,
+) -> Vec<LbRow> {
+    let protocols: BTreeSet<Protocol> = svc.vip_ports.iter().map(|v| v.protocol).collect();
+    let mut rows = Vec::new();
+    for proto in protocols {
+        let ports: Vec<&VipPort> = svc
+            .vip_ports
+            .iter()
+            .filter(|v| v.protocol == proto)
+            .collect();
+        rows.extend(rows_for(svc, proto, &ports, slices, nodes, cfg));
     }
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     rows
@@ -264,7 +279,7 @@ fn rows_for(
     protocol: Protocol,
     ports: &[&VipPort],
     slices: &[EndpointSlice],
-    model: &Model,
+    nodes: &BTreeSet<String>,
     cfg: &NorthboundConfig,
 ) -> Vec<LbRow> {
     let per_port: Vec<(&VipPort, Vec<Backend>)> =
@@ -334,9 +349,8 @@ fn rows_for(
     if !per_node {
         return vec![mk(Scope::Cluster, cluster_attach(), &|bs| bs.to_vec())];
     }
-    model
-        .nodes
-        .keys()
+    nodes
+        .iter()
         .map(|node| {
             let on_node = |bs: &[Backend]| -> Vec<Backend> {
                 bs.iter()

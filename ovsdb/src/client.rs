@@ -594,7 +594,7 @@ impl Driver {
                         tracing::info!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
                         return Served::Lost { healthy: true };
                     };
-                    if let Err(e) = self.notification(n, conn.remote()) {
+                    if let Err(e) = self.notification(n, conn.remote()).await {
                         tracing::warn!(remote = conn.remote(), error = %e, "dropping session");
                         return Served::Lost { healthy: false };
                     }
@@ -720,7 +720,7 @@ impl Driver {
         })
     }
 
-    fn notification(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
+    async fn notification(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
         let name = || {
             n.params
                 .get(0)
@@ -737,23 +737,30 @@ impl Driver {
                 let Some(m) = self.monitors.iter().find(|m| m.id == id) else {
                     return Ok(());
                 };
-                let u = monitor::parse_notification(&n.method, &n.params, &self.schema).map_err(
-                    |source| Error::Monitor {
-                        remote: remote.to_owned(),
-                        source,
-                    },
-                )?;
-                let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
-                let events = c.apply(u.updates).map_err(|source| Error::Monitor {
+                let (cache, events_tx) = (m.cache.clone(), m.events.clone());
+                let schema = self.schema.clone();
+                let big = update_rows(&n.params) >= BIG_UPDATE;
+                let work = move || apply_notification(&n, &schema, &cache);
+                // A big update (a bulk transaction's) takes tens of ms to decode and apply: on
+                // a runtime worker it would hold up the session task on the same worker, and
+                // with it the transaction's reply that follows the update on the socket.
+                let events = if big {
+                    tokio::task::spawn_blocking(work)
+                        .await
+                        .map_err(|e| Error::Reply {
+                            remote: remote.to_owned(),
+                            method: "update".into(),
+                            reason: format!("update task: {e}"),
+                        })?
+                } else {
+                    work()
+                }
+                .map_err(|source| Error::Monitor {
                     remote: remote.to_owned(),
                     source,
                 })?;
-                if u.last_txn_id.is_some() {
-                    c.set_last_txn_id(u.last_txn_id);
-                }
-                drop(c);
                 for e in events {
-                    let _ = m.events.send(e);
+                    let _ = events_tx.send(e);
                 }
             }
             // A db_change_aware session gets this when the schema is converted (or the
@@ -796,6 +803,39 @@ impl Driver {
         }
         Ok(())
     }
+}
+
+/// Rows in an update from which decoding and applying it leaves the runtime's workers.
+const BIG_UPDATE: usize = 1000;
+
+/// Rows in an `update2`/`update3` notification (its last param is the table updates).
+fn update_rows(params: &Json) -> usize {
+    params
+        .as_array()
+        .and_then(|p| p.last())
+        .and_then(Json::as_object)
+        .map(|t| {
+            t.values()
+                .filter_map(Json::as_object)
+                .map(|r| r.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Decode an update notification and apply it to the monitor's cache.
+fn apply_notification(
+    n: &Notification,
+    schema: &DatabaseSchema,
+    cache: &Mutex<Cache>,
+) -> Result<Vec<Event>, monitor::MonitorError> {
+    let u = monitor::parse_notification(&n.method, &n.params, schema)?;
+    let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
+    let events = c.apply(u.updates)?;
+    if u.last_txn_id.is_some() {
+        c.set_last_txn_id(u.last_txn_id);
+    }
+    Ok(events)
 }
 
 enum Served {

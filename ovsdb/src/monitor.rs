@@ -341,23 +341,28 @@ impl Cache {
     }
 
     /// A full row: the server omits columns that hold their default value.
-    fn complete(&self, table: &str, mut row: Row) -> Result<Row, MonitorError> {
-        for (col, ty) in self.columns(table)? {
-            row.entry(col).or_insert_with(|| ty.default_value());
+    fn complete(cols: &[(String, ColumnType)], mut row: Row) -> Row {
+        for (col, ty) in cols {
+            if !row.contains_key(col) {
+                row.insert(col.clone(), ty.default_value());
+            }
         }
-        Ok(row)
+        row
     }
 
     /// Apply one notification or initial reply; returns the resulting events.
     pub fn apply(&mut self, updates: TableUpdates) -> Result<Vec<Event>, MonitorError> {
-        let mut events = vec![];
+        let mut events = Vec::with_capacity(updates.values().map(BTreeMap::len).sum());
         for (table, rows) in updates {
-            let cols: BTreeMap<String, ColumnType> = self.columns(&table)?.into_iter().collect();
+            // Looked up once per table, not per row: a bulk insert brings thousands.
+            let col_list = self.columns(&table)?;
+            let cols: BTreeMap<&str, &ColumnType> =
+                col_list.iter().map(|(c, t)| (c.as_str(), t)).collect();
+            let t = self.tables.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
-                        let new = self.complete(&table, r)?;
-                        let t = self.tables.entry(table.clone()).or_default();
+                        let new = Self::complete(&col_list, r);
                         match t.insert(uuid, new.clone()) {
                             // A re-sent row (e.g. an initial after reconnect): a modify.
                             Some(old) if old != new => events.push(Event::Modify {
@@ -375,15 +380,11 @@ impl Cache {
                         }
                     }
                     RowUpdate::Delete => {
-                        let old = self
-                            .tables
-                            .get_mut(&table)
-                            .and_then(|t| t.remove(&uuid))
-                            .ok_or(MonitorError::UnknownRow {
-                                table: table.clone(),
-                                uuid,
-                                op: "delete",
-                            })?;
+                        let old = t.remove(&uuid).ok_or(MonitorError::UnknownRow {
+                            table: table.clone(),
+                            uuid,
+                            op: "delete",
+                        })?;
                         events.push(Event::Delete {
                             table: table.clone(),
                             uuid,
@@ -391,24 +392,19 @@ impl Cache {
                         });
                     }
                     RowUpdate::Modify(diff) => {
-                        let row = self
-                            .tables
-                            .get_mut(&table)
-                            .and_then(|t| t.get_mut(&uuid))
-                            .ok_or(MonitorError::UnknownRow {
-                                table: table.clone(),
-                                uuid,
-                                op: "modify",
-                            })?;
+                        let row = t.get_mut(&uuid).ok_or(MonitorError::UnknownRow {
+                            table: table.clone(),
+                            uuid,
+                            op: "modify",
+                        })?;
                         let old = row.clone();
                         for (col, d) in diff {
                             // Only maps and sets that may hold more than one element carry
                             // a diff; other columns carry their new value.
-                            let scalar = cols.get(&col).is_none_or(|t| !t.is_composite());
+                            let ty = cols.get(col.as_str());
+                            let scalar = ty.is_none_or(|t| !t.is_composite());
                             let cur = row.remove(&col).unwrap_or_else(|| {
-                                cols.get(&col)
-                                    .map(ColumnType::default_value)
-                                    .unwrap_or(Value::empty_set())
+                                ty.map(|t| t.default_value()).unwrap_or(Value::empty_set())
                             });
                             row.insert(col, if scalar { d } else { apply_diff(cur, d) });
                         }
@@ -435,11 +431,15 @@ impl Cache {
             .map(|t| (t.clone(), BTreeMap::new()))
             .collect();
         for (table, rows) in initial {
+            if rows.is_empty() {
+                continue;
+            }
+            let cols = self.columns(&table)?;
+            let f = fresh.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
-                        let r = self.complete(&table, r)?;
-                        fresh.entry(table.clone()).or_default().insert(uuid, r);
+                        f.insert(uuid, Self::complete(&cols, r));
                     }
                     _ => {
                         return Err(MonitorError::UnknownRow {

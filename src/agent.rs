@@ -8,6 +8,7 @@ use crate::model::{Model, ModelOptions, Objects, Problem};
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::incremental::FlowPlanner;
 use crate::plan::northbound::{self as nbplan, LbRow};
+use crate::plan::northbound_incremental::NbPlanner;
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
@@ -113,7 +114,6 @@ pub struct AgentOptions {
 /// What the planner produced for one generation, for the observer.
 struct PlanInfo {
     generation: u64,
-    received: std::time::Instant,
     model: Model,
     problems: Vec<Problem>,
     /// Kube-OVN findings: VIP and what is wrong.
@@ -198,12 +198,18 @@ pub fn start_with(
     }
     let (gtx, grx) = watch::channel(0u64);
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
+    let (rtx, rrx) = watch::channel::<Option<(u64, Arc<Loaded>)>>(None);
+    let received: Received = Arc::default();
+    tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx)));
     let planner_cfg = cfg.clone();
+    let stamps = Arc::clone(&received);
     tasks.push(tokio::spawn(async move {
         let cfg = planner_cfg;
         let mut generation = 0u64;
-        let mut reported: BTreeSet<String> = BTreeSet::new();
         let mut flows = FlowPlanner::new(model_options(&cfg), &cfg.bridges, cfg.cookie_prefix);
+        let mut rows = nb_tx
+            .as_ref()
+            .map(|_| NbPlanner::new(cfg.northbound.clone()));
         loop {
             let received = std::time::Instant::now();
             let loaded = objects.borrow_and_update().clone();
@@ -217,6 +223,13 @@ pub fn start_with(
             }
             // Flows first, planned incrementally: the dataplane should not wait for the rest.
             generation += 1;
+            {
+                let mut s = stamps.lock().unwrap_or_else(|p| p.into_inner());
+                s.insert(generation, received);
+                while s.len() > 64 {
+                    s.pop_first();
+                }
+            }
             let deltas = flows.update(&loaded.objects);
             for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
                 let _ = tx.send(Arc::new(Desired {
@@ -225,30 +238,20 @@ pub fn start_with(
                     delta: Some(delta),
                 }));
             }
-            let (model, problems) = build_model(&cfg, &loaded);
-            // Report each problem once while it lasts, not on every re-plan.
-            let now: BTreeSet<String> = problems.iter().map(|p| p.to_string()).collect();
-            for p in now.difference(&reported) {
-                tracing::warn!(problem = %p, "skipped");
-            }
-            reported = now;
-            let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-            if let Some(tx) = &nb_tx {
+            // Then the Northbound rows, also incrementally.
+            if let (Some(tx), Some(rows)) = (&nb_tx, &mut rows) {
+                let delta = rows.update(&loaded.objects, &flows);
                 let _ = tx.send(Arc::new(nb::Desired {
                     generation,
-                    rows: plan_northbound(&cfg, &model),
-                    vips: vips.clone(),
+                    rows: rows.rows(),
+                    row_count: rows.row_count(),
+                    delta: Some(delta),
+                    vips: flows.vips(),
                     exclude_ips: cfg.northbound.exclude_ips,
                 }));
             }
-            let not_excluded = kubeovn_findings(&loaded.objects, &vips);
-            let _ = ptx.send(Some(Arc::new(PlanInfo {
-                generation,
-                received,
-                model,
-                problems,
-                not_excluded,
-            })));
+            // The full model for problems, Events and status: built at its own pace.
+            let _ = rtx.send(Some((generation, loaded)));
             let _ = gtx.send(generation);
             if objects.changed().await.is_err() {
                 return;
@@ -263,6 +266,7 @@ pub fn start_with(
         nb_status.clone(),
         opts.clone(),
         prx,
+        received,
         ready_tx,
         json_tx,
     )));
@@ -274,6 +278,39 @@ pub fn start_with(
         status_json,
         leader: opts.leader,
         tasks,
+    }
+}
+
+/// When each recent plan generation's objects arrived.
+type Received = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant>>>;
+
+/// Build the full model of the latest snapshot, for problems, Events and the status document.
+/// Off the planning path: a burst of snapshots is reported once, for the latest.
+async fn report(
+    cfg: Config,
+    mut snapshots: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
+    plans: watch::Sender<Option<Arc<PlanInfo>>>,
+) {
+    let mut reported: BTreeSet<String> = BTreeSet::new();
+    while snapshots.changed().await.is_ok() {
+        let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
+            continue;
+        };
+        let (model, problems) = build_model(&cfg, &loaded);
+        // Report each problem once while it lasts, not on every re-plan.
+        let now: BTreeSet<String> = problems.iter().map(|p| p.to_string()).collect();
+        for p in now.difference(&reported) {
+            tracing::warn!(problem = %p, "skipped");
+        }
+        reported = now;
+        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+        let not_excluded = kubeovn_findings(&loaded.objects, &vips);
+        let _ = plans.send(Some(Arc::new(PlanInfo {
+            generation,
+            model,
+            problems,
+            not_excluded,
+        })));
     }
 }
 
@@ -347,6 +384,7 @@ async fn observe_agent(
     mut nb_status: Option<watch::Receiver<nb::Status>>,
     opts: AgentOptions,
     mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
+    received: Received,
     ready: watch::Sender<bool>,
     json: watch::Sender<serde_json::Value>,
 ) {
@@ -358,17 +396,15 @@ async fn observe_agent(
     let mut seen_errors: Vec<Option<String>> = vec![None; bridges.len() + 1];
     let mut nb_syncs = 0u64;
     let mut nb_applied = None;
-    // When each recent generation's objects arrived.
-    let mut received: BTreeMap<u64, std::time::Instant> = BTreeMap::new();
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
     loop {
         let plan = plans.borrow_and_update().clone();
+        let arrived = |g: Option<u64>| {
+            let r = received.lock().unwrap_or_else(|p| p.into_inner());
+            g.and_then(|g| r.get(&g).copied())
+        };
         if let Some(p) = &plan {
-            received.insert(p.generation, p.received);
-            while received.len() > 64 {
-                received.pop_first();
-            }
             m.vips
                 .set(i64::try_from(p.model.vips().len()).unwrap_or(i64::MAX));
             m.problems
@@ -396,7 +432,7 @@ async fn observe_agent(
             }
             if s.applied_generation != seen_applied[i] {
                 seen_applied[i] = s.applied_generation;
-                if let Some(t) = s.applied_generation.and_then(|g| received.get(&g)) {
+                if let Some(t) = arrived(s.applied_generation) {
                     m.event_to_dataplane_seconds
                         .get_or_create(&target)
                         .observe(t.elapsed().as_secs_f64());
@@ -440,7 +476,7 @@ async fn observe_agent(
             }
             if s.applied_generation != nb_applied {
                 nb_applied = s.applied_generation;
-                if let Some(t) = s.applied_generation.and_then(|g| received.get(&g)) {
+                if let Some(t) = arrived(s.applied_generation) {
                     m.event_to_dataplane_seconds
                         .get_or_create(&target)
                         .observe(t.elapsed().as_secs_f64());

@@ -13,7 +13,7 @@
 //!   kube-proxy does. Only addresses of the VIP's family are used.
 //! - Rows carry `external_ids` `vipflow.io/owner=<ns>/<name>` and `vipflow.io/scope=cluster` or
 //!   `node/<node>`: that is how the reconciler finds its rows (names are not unique in the
-//!   schema) and never touches anyone else's.
+//!   schema) and never touches anyone else's. `vipflow.io/managed=true` marks them all at once.
 
 use crate::model::{EndpointSlice, Model, Protocol, Service, ServiceKey, TrafficPolicy, VipPort};
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,9 @@ use std::net::IpAddr;
 
 pub const OWNER_KEY: &str = "vipflow.io/owner";
 pub const SCOPE_KEY: &str = "vipflow.io/scope";
+/// `external_ids` marker on every row vipflow writes (value `true`): one condition selects
+/// them all, which the table-wide insert guard needs (owner and scope vary per row).
+pub const MANAGED_KEY: &str = "vipflow.io/managed";
 
 /// How rows are attached and which options they carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,6 +323,7 @@ fn rows_for(
             options.insert("prefer_local_backend".into(), "true".into());
         }
         let external_ids = BTreeMap::from([
+            (MANAGED_KEY.to_string(), "true".to_string()),
             (OWNER_KEY.to_string(), key.owner.to_string()),
             (SCOPE_KEY.to_string(), key.scope.to_string()),
         ]);

@@ -48,6 +48,8 @@ pub struct NbPlanner {
     seen: HashMap<usize, SeenSlice>,
     slices_of: HashMap<ServiceKey, HashMap<usize, Arc<discovery::EndpointSlice>>>,
     rows: RowIndex,
+    /// The number of rows in `rows`.
+    count: usize,
 }
 
 impl NbPlanner {
@@ -58,7 +60,13 @@ impl NbPlanner {
             seen: HashMap::new(),
             slices_of: HashMap::new(),
             rows: RowIndex::new(),
+            count: 0,
         }
+    }
+
+    /// The number of rows.
+    pub fn row_count(&self) -> usize {
+        self.count
     }
 
     /// Every Service's rows.
@@ -94,11 +102,13 @@ impl NbPlanner {
                 None => !rows.is_empty(),
             };
             if changed {
-                if rows.is_empty() {
-                    self.rows.remove(&k);
+                self.count += rows.len();
+                let old = if rows.is_empty() {
+                    self.rows.remove(&k)
                 } else {
-                    self.rows.insert(k.clone(), Arc::new(rows));
-                }
+                    self.rows.insert(k.clone(), Arc::new(rows))
+                };
+                self.count -= old.map_or(0, |o| o.len());
                 touched.push(k);
             }
         }
@@ -373,6 +383,7 @@ mod tests {
                 let want = plan(&Model::build(&objects, &ModelOptions::default()), &cfg);
                 let have: Vec<LbRow> = nb.rows().values().flat_map(|v| v.iter().cloned()).collect();
                 prop_assert_eq!(&have, &want);
+                prop_assert_eq!(nb.row_count(), want.len());
                 let now: BTreeMap<ServiceKey, Vec<LbRow>> = nb
                     .rows()
                     .iter()

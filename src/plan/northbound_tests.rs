@@ -111,7 +111,11 @@ fn cluster_rows_one_per_protocol_with_ready_backends_of_the_vips_family() {
     assert_eq!(tcp.options, m(&[("reject", "true")]));
     assert_eq!(
         tcp.external_ids,
-        m(&[(OWNER_KEY, "shop/web"), (SCOPE_KEY, "cluster")])
+        m(&[
+            (MANAGED_KEY, "true"),
+            (OWNER_KEY, "shop/web"),
+            (SCOPE_KEY, "cluster")
+        ])
     );
     assert_eq!(tcp.key.protocol, Protocol::Tcp);
     assert!(tcp.ip_port_mappings.is_empty());

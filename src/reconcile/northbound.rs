@@ -1,30 +1,41 @@
 //! Keeps vipflow's OVN Northbound `Load_Balancer` rows equal to the plan.
 //!
-//! - **Observed state** is a monitor cache of Load_Balancer, Load_Balancer_Group,
-//!   Logical_Switch and Logical_Router, kept current by the `ovsdb` client (which follows the
-//!   cluster leader and resumes the monitor after a reconnect).
+//! - **Observed state** is kept from a monitor of Load_Balancer, Load_Balancer_Group,
+//!   Logical_Switch and Logical_Router (the `ovsdb` client follows the cluster leader and
+//!   resumes the monitor after a reconnect). [`Observed`] is built once from the cache, then
+//!   kept current from the monitor's events: each event updates one row and names the Services
+//!   it concerns, so nothing is re-read in proportion to the database.
 //! - **Ownership**: a row is ours when its `external_ids` carry `vipflow.io/owner` and
 //!   `vipflow.io/scope`; it is identified by (owner, protocol, scope). Rows without them are
 //!   never read into the diff, so never touched.
-//! - **Writes**: the diff of cache and plan, as one transaction per changed Service (the
-//!   first sync after connecting batches everything into one). Rows that are ours but no longer
-//!   planned (orphans) and extra copies of a row (duplicates) are deleted.
-//! - **No duplicates, ever**: each insert is preceded in its transaction by a `wait` that fails
-//!   if a row with the same identity already exists. A transaction whose outcome is unknown
-//!   (connection lost after sending) is never blindly resent: the next diff is computed from the
-//!   cache, which by then shows whether it committed, and the guard covers the race.
+//! - **Writes**: the diff of observed and planned rows, as one transaction per changed Service
+//!   (the first sync after connecting batches everything into one). After the first sync only
+//!   the Services the planner reports as changed, and those whose rows the monitor saw change,
+//!   are diffed; a skipped plan generation, a failure or a switch/router/group appearing or
+//!   going means a full diff. Rows that are ours but no longer planned (orphans) and extra
+//!   copies of a row (duplicates) are deleted.
+//! - **No duplicates, ever**: a transaction that inserts is guarded by `wait`s that fail if
+//!   another writer created a row in the meantime: one per inserted identity (a handful of
+//!   inserts), or, for a large batch, one for the table: the set of rows carrying the
+//!   `vipflow.io/managed` marker must be exactly the set observed. ovsdb-server checks a `wait`
+//!   by scanning the table, so 10,000 per-row guards cost as much as the inserts themselves.
+//!   A transaction whose outcome is unknown (connection lost after sending) is never blindly
+//!   resent: the next diff starts from the monitor, which by then shows whether it committed,
+//!   and the guard covers the race.
 //! - Load balancers are attached through weak references (switch/router/group
 //!   `load_balancer` columns), so deleting a row detaches it everywhere.
 
 use crate::model::{Protocol, ServiceKey};
 use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
-use crate::plan::northbound::{Attach, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope};
+use crate::plan::northbound::{Attach, LbKey, LbRow, MANAGED_KEY, OWNER_KEY, SCOPE_KEY, Scope};
+use crate::plan::northbound_incremental::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, MonitorSpec, Mutation, Mutator, Operation, Row,
+    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, Row,
     Transaction, Uuid, Value,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -35,15 +46,39 @@ const GROUP: &str = "Load_Balancer_Group";
 const SWITCH: &str = "Logical_Switch";
 const ROUTER: &str = "Logical_Router";
 
+/// Above this many inserts, a transaction is guarded by one table-wide `wait` rather than one
+/// per inserted row.
+const TABLE_GUARD_MIN_INSERTS: usize = 32;
+
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
 pub struct Desired {
     pub generation: u64,
-    pub rows: Vec<LbRow>,
+    /// Every Service's rows.
+    pub rows: RowIndex,
+    /// The number of rows in `rows`.
+    pub row_count: usize,
+    /// What changed since plan `generation - 1`. A reconciler that applied that plan diffs only
+    /// these Services; otherwise (or with `None`) it diffs everything.
+    pub delta: Option<NbDelta>,
     /// Every VIP: kept out of the IPAM of the logical switches whose subnet holds it.
-    pub vips: BTreeSet<std::net::IpAddr>,
+    pub vips: imbl::OrdSet<IpAddr>,
     /// Whether to manage `other_config:exclude_ips` at all.
     pub exclude_ips: bool,
+}
+
+/// Rows grouped by Service, as the planner hands them over.
+pub fn index_rows(rows: impl IntoIterator<Item = LbRow>) -> RowIndex {
+    let mut by: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.key.owner.clone()).or_default().push(r);
+    }
+    by.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(|a, b| a.key.cmp(&b.key));
+            (k, Arc::new(v))
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,21 +148,34 @@ pub struct SwitchIpam {
 }
 
 /// A switch, router or group: its uuid and the load balancers it holds.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Holder {
     uuid: Uuid,
     lbs: BTreeSet<Uuid>,
 }
 
-/// The part of the cache the diff needs.
+/// What the diff needs of the database: our rows, indexed by Service, and the switches,
+/// routers and groups.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    pub lbs: Vec<ObservedLb>,
+    lbs: HashMap<Uuid, ObservedLb>,
+    by_owner: HashMap<ServiceKey, BTreeSet<Uuid>>,
+    /// Rows carrying the managed marker, readable or not: what the table guard lists.
+    marked: BTreeSet<Uuid>,
     /// Logical switches' IPAM settings: uuid, raw values, full other_config and external_ids.
     pub ipam: Vec<SwitchIpam>,
     groups: BTreeMap<String, Holder>,
     switches: BTreeMap<String, Holder>,
     routers: BTreeMap<String, Holder>,
+}
+
+/// What monitor events changed, for the next diff.
+#[derive(Debug, Clone, Default)]
+pub struct Touched {
+    /// Services whose rows changed in the database.
+    pub owners: BTreeSet<ServiceKey>,
+    /// A switch, router or group changed: re-read them ([`Observed::refresh_holders`]).
+    pub holders: bool,
 }
 
 fn str_of(v: Option<&Value>) -> Option<String> {
@@ -177,56 +225,132 @@ fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<L
     })
 }
 
+fn holders_of(cache: &Cache, table: &str) -> BTreeMap<String, Holder> {
+    let mut m = BTreeMap::new();
+    for (uuid, row) in cache.table(table).into_iter().flatten() {
+        if let Some(name) = str_of(row.get("name")) {
+            m.insert(
+                name,
+                Holder {
+                    uuid: *uuid,
+                    lbs: uuids_of(row.get("load_balancer")),
+                },
+            );
+        }
+    }
+    m
+}
+
 impl Observed {
-    /// Our rows grouped by identity (more than one under a key: duplicates).
+    pub fn from_cache(cache: &Cache) -> Observed {
+        let mut o = Observed::default();
+        for (uuid, row) in cache.table(LB).into_iter().flatten() {
+            o.put_lb(*uuid, row);
+        }
+        o.read_holders(cache);
+        o
+    }
+
+    /// Our rows, in no particular order.
+    pub fn lbs(&self) -> impl Iterator<Item = &ObservedLb> {
+        self.lbs.values()
+    }
+
+    /// The number of our rows.
+    pub fn len(&self) -> usize {
+        self.lbs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lbs.is_empty()
+    }
+
+    /// Our rows grouped by identity, each group by uuid (more than one: duplicates).
     pub fn by_key(&self) -> BTreeMap<&LbKey, Vec<&ObservedLb>> {
         let mut m: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
-        for o in &self.lbs {
+        for o in self.lbs.values() {
             m.entry(&o.key).or_default().push(o);
+        }
+        for v in m.values_mut() {
+            v.sort_by_key(|o| o.uuid);
         }
         m
     }
 
-    pub fn from_cache(cache: &Cache) -> Observed {
-        let mut o = Observed::default();
-        if let Some(t) = cache.table(LB) {
-            for (uuid, row) in t {
-                let external_ids = map_of(row.get("external_ids"));
-                let protocol = str_of(row.get("protocol"));
-                // Not ours (or ours but unreadable): left alone.
-                let Some(key) = parse_key(&external_ids, protocol.as_deref()) else {
-                    continue;
-                };
-                o.lbs.push(ObservedLb {
-                    uuid: *uuid,
-                    key,
-                    name: str_of(row.get("name")).unwrap_or_default(),
-                    vips: map_of(row.get("vips")),
-                    options: map_of(row.get("options")),
-                    external_ids,
-                    ip_port_mappings: map_of(row.get("ip_port_mappings")),
-                });
+    /// One Service's rows grouped by identity, each group by uuid.
+    fn rows_of(&self, owner: &ServiceKey) -> BTreeMap<&LbKey, Vec<&ObservedLb>> {
+        let mut m: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
+        for u in self.by_owner.get(owner).into_iter().flatten() {
+            if let Some(o) = self.lbs.get(u) {
+                m.entry(&o.key).or_default().push(o);
             }
         }
-        let holders = |table: &str| -> BTreeMap<String, Holder> {
-            let mut m = BTreeMap::new();
-            for (uuid, row) in cache.table(table).into_iter().flatten() {
-                if let Some(name) = str_of(row.get("name")) {
-                    m.insert(
-                        name,
-                        Holder {
-                            uuid: *uuid,
-                            lbs: uuids_of(row.get("load_balancer")),
-                        },
-                    );
-                }
+        m
+    }
+
+    /// Record a Load_Balancer row; returns its Service if it is ours.
+    fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
+        let external_ids = map_of(row.get("external_ids"));
+        if external_ids.contains_key(MANAGED_KEY) {
+            self.marked.insert(uuid);
+        }
+        let protocol = str_of(row.get("protocol"));
+        // Not ours (or ours but unreadable): left alone.
+        let key = parse_key(&external_ids, protocol.as_deref())?;
+        let owner = key.owner.clone();
+        self.by_owner.entry(owner.clone()).or_default().insert(uuid);
+        self.lbs.insert(
+            uuid,
+            ObservedLb {
+                uuid,
+                key,
+                name: str_of(row.get("name")).unwrap_or_default(),
+                vips: map_of(row.get("vips")),
+                options: map_of(row.get("options")),
+                external_ids,
+                ip_port_mappings: map_of(row.get("ip_port_mappings")),
+            },
+        );
+        Some(owner)
+    }
+
+    /// Forget a Load_Balancer row; returns its Service if it was ours.
+    fn remove_lb(&mut self, uuid: &Uuid) -> Option<ServiceKey> {
+        self.marked.remove(uuid);
+        let o = self.lbs.remove(uuid)?;
+        if let Some(set) = self.by_owner.get_mut(&o.key.owner) {
+            set.remove(uuid);
+            if set.is_empty() {
+                self.by_owner.remove(&o.key.owner);
             }
-            m
-        };
+        }
+        Some(o.key.owner)
+    }
+
+    /// Apply one monitor event. Events carry whole rows, so applying one twice, or one the
+    /// cache already held when this was built, changes nothing.
+    pub fn apply(&mut self, ev: &Event, touched: &mut Touched) {
+        match ev {
+            Event::Insert { table, uuid, new }
+            | Event::Modify {
+                table, uuid, new, ..
+            } if table == LB => {
+                touched.owners.extend(self.remove_lb(uuid));
+                touched.owners.extend(self.put_lb(*uuid, new));
+            }
+            Event::Delete { table, uuid, .. } if table == LB => {
+                touched.owners.extend(self.remove_lb(uuid));
+            }
+            _ => touched.holders = true,
+        }
+    }
+
+    fn read_holders(&mut self, cache: &Cache) {
+        self.ipam.clear();
         for (uuid, row) in cache.table(SWITCH).into_iter().flatten() {
             let other_config = map_of(row.get("other_config"));
             let external_ids = map_of(row.get("external_ids"));
-            o.ipam.push(SwitchIpam {
+            self.ipam.push(SwitchIpam {
                 uuid: *uuid,
                 ipam: LogicalSwitchIpam {
                     name: str_of(row.get("name")).unwrap_or_default(),
@@ -238,10 +362,43 @@ impl Observed {
                 external_ids,
             });
         }
-        o.groups = holders(GROUP);
-        o.switches = holders(SWITCH);
-        o.routers = holders(ROUTER);
-        o
+        self.groups = holders_of(cache, GROUP);
+        self.switches = holders_of(cache, SWITCH);
+        self.routers = holders_of(cache, ROUTER);
+    }
+
+    /// Re-read switches, routers and groups (few, next to load balancers). The Services whose
+    /// rows were attached or detached are added to `touched`; returns true when a target came,
+    /// went or was renamed, which can change any row's attachments.
+    pub fn refresh_holders(&mut self, cache: &Cache, touched: &mut Touched) -> bool {
+        let before = [
+            std::mem::take(&mut self.groups),
+            std::mem::take(&mut self.switches),
+            std::mem::take(&mut self.routers),
+        ];
+        self.read_holders(cache);
+        let after = [&self.groups, &self.switches, &self.routers];
+        let mut targets_changed = false;
+        for (old, new) in before.iter().zip(after) {
+            let same_targets = old.len() == new.len()
+                && old
+                    .iter()
+                    .zip(new.iter())
+                    .all(|((an, a), (bn, b))| an == bn && a.uuid == b.uuid);
+            if !same_targets {
+                targets_changed = true;
+                continue;
+            }
+            for (name, h) in new {
+                let Some(o) = old.get(name) else { continue };
+                for u in o.lbs.symmetric_difference(&h.lbs) {
+                    if let Some(l) = self.lbs.get(u) {
+                        touched.owners.insert(l.key.owner.clone());
+                    }
+                }
+            }
+        }
+        targets_changed
     }
 }
 
@@ -285,7 +442,17 @@ fn identity(key: &LbKey) -> Vec<Condition> {
     ]
 }
 
-/// One Service's (or the initial sync's) changes.
+/// How a transaction's inserts are guarded against another writer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guard {
+    /// One `wait` per inserted identity, or one for the table when there are many inserts.
+    Auto,
+    /// Always one per inserted identity (after a table guard failed: someone else is writing
+    /// marked rows, and per-row guards fail only on a real clash).
+    PerRow,
+}
+
+/// One Service's (or a batched sync's) changes.
 #[derive(Debug, Default)]
 pub struct Change {
     /// Services concerned, for logs.
@@ -301,112 +468,195 @@ struct AttachOps {
     remove: BTreeMap<(&'static str, Uuid), Vec<Atom>>,
 }
 
-/// The transactions that turn `observed` into `desired`: one per changed Service, or a single
-/// one when `batch` is set. Also returns attachment problems (missing targets).
-pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>, Vec<String>) {
-    let mut problems = Vec::new();
-    let by_key = observed.by_key();
-    let want: BTreeMap<&LbKey, &LbRow> = desired.iter().map(|d| (&d.key, d)).collect();
-
-    // Group work by owner so each Service's change is one transaction. Grouped once up
-    // front: filtering all keys per owner made a sync quadratic in the number of Services.
-    let mut owners: BTreeMap<&ServiceKey, BTreeSet<&LbKey>> = BTreeMap::new();
-    for k in want.keys().chain(by_key.keys()) {
-        owners.entry(&k.owner).or_default().insert(*k);
+impl AttachOps {
+    fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
     }
 
-    let mut changes = Vec::new();
-    let mut batch_txn = Transaction::new(DB);
-    let mut batch_change = Change::default();
-    let mut batch_attach = AttachOps::default();
-    for (owner, keys) in owners {
+    fn size(&self) -> usize {
+        self.add
+            .values()
+            .chain(self.remove.values())
+            .map(Vec::len)
+            .sum()
+    }
+}
+
+/// A transaction being built: its body, the identities its inserts create, its attachments.
+struct Pending {
+    owners: BTreeSet<ServiceKey>,
+    body: Transaction,
+    inserted: Vec<LbKey>,
+    attach: AttachOps,
+}
+
+impl Pending {
+    fn new() -> Self {
+        Pending {
+            owners: BTreeSet::new(),
+            body: Transaction::new(DB),
+            inserted: Vec::new(),
+            attach: AttachOps::default(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.body.ops.is_empty() && self.attach.is_empty()
+    }
+
+    /// The finished transaction: guards first, then the body and the attachments. Guards go
+    /// first because ovsdb-server checks a `wait` by scanning the table: placed after the
+    /// batch's inserts, each would scan those too (quadratic: 8 s for 10,000 rows).
+    fn finish(self, observed: &Observed, guard: Guard, comment: &str) -> Change {
         let mut txn = Transaction::new(DB);
-        let mut attach = AttachOps::default();
-        let (txn_ref, attach_ref) = if batch {
-            (&mut batch_txn, &mut batch_attach)
+        if guard == Guard::Auto && self.inserted.len() > TABLE_GUARD_MIN_INSERTS {
+            // No marked row may have come or gone since we looked.
+            let rows = observed
+                .marked
+                .iter()
+                .map(|u| Row::from([("_uuid".to_string(), Value::Atom(Atom::Uuid(*u)))]))
+                .collect();
+            txn.wait(
+                LB,
+                vec![Condition::includes(
+                    "external_ids",
+                    Value::map([(MANAGED_KEY, "true")]),
+                )],
+                &["_uuid"],
+                WaitUntil::Equal,
+                rows,
+                Some(0),
+            );
         } else {
-            (&mut txn, &mut attach)
-        };
-        let before = txn_ref.ops.len();
-        let before_attach = attach_ref.add.values().map(Vec::len).sum::<usize>()
-            + attach_ref.remove.values().map(Vec::len).sum::<usize>();
-        for key in keys {
-            let obs = by_key.get(key).map(Vec::as_slice).unwrap_or(&[]);
-            match (want.get(key), obs.split_first()) {
-                (Some(d), None) => {
-                    txn_ref.wait(
-                        LB,
-                        identity(key),
-                        &["name"],
-                        WaitUntil::Equal,
-                        vec![],
-                        Some(0),
-                    );
-                    let named = txn_ref.insert(LB, lb_columns(d));
-                    attach_targets(observed, &d.attach, None, named, attach_ref, &mut problems);
-                }
-                (Some(d), Some((first, dups))) => {
-                    if !same_content(first, d) {
-                        txn_ref.update(LB, vec![Condition::uuid(first.uuid)], lb_columns(d));
-                    }
-                    for dup in dups {
-                        txn_ref.delete(LB, vec![Condition::uuid(dup.uuid)]);
-                    }
-                    attach_targets(
-                        observed,
-                        &d.attach,
-                        Some(first.uuid),
-                        Atom::Uuid(first.uuid),
-                        attach_ref,
-                        &mut problems,
-                    );
-                }
-                (None, _) => {
-                    for o in obs {
-                        txn_ref.delete(LB, vec![Condition::uuid(o.uuid)]);
-                    }
-                }
+            for key in &self.inserted {
+                txn.wait(
+                    LB,
+                    identity(key),
+                    &["name"],
+                    WaitUntil::Equal,
+                    vec![],
+                    Some(0),
+                );
             }
         }
-        let after_attach = attach_ref.add.values().map(Vec::len).sum::<usize>()
-            + attach_ref.remove.values().map(Vec::len).sum::<usize>();
-        let changed = txn_ref.ops.len() > before || after_attach > before_attach;
-        if changed {
-            if batch {
-                batch_change.owners.insert(owner.clone());
-            } else {
-                emit_attach(&mut txn, attach);
-                txn.comment(&format!("vipflow: Service {owner}"));
-                let ops = txn.ops.len();
-                changes.push(Change {
-                    owners: BTreeSet::from([owner.clone()]),
-                    txn: Some(txn),
-                    ops,
-                });
+        txn.ops.extend(self.body.ops);
+        emit_attach(&mut txn, self.attach);
+        txn.comment(comment);
+        Change {
+            owners: self.owners,
+            ops: txn.ops.len(),
+            txn: Some(txn),
+        }
+    }
+}
+
+/// Add one Service's work to `p`: insert what is missing, update what differs, delete
+/// duplicates and orphans, fix attachments.
+fn diff_owner(
+    observed: &Observed,
+    owner: &ServiceKey,
+    want: &[LbRow],
+    p: &mut Pending,
+    problems: &mut Vec<String>,
+) {
+    let obs = observed.rows_of(owner);
+    let want: BTreeMap<&LbKey, &LbRow> = want.iter().map(|d| (&d.key, d)).collect();
+    let keys: BTreeSet<&LbKey> = want.keys().chain(obs.keys()).copied().collect();
+    for key in keys {
+        let rows = obs.get(key).map(Vec::as_slice).unwrap_or(&[]);
+        match (want.get(key), rows.split_first()) {
+            (Some(d), None) => {
+                p.inserted.push(key.clone());
+                let named = p.body.insert(LB, lb_columns(d));
+                attach_targets(observed, &d.attach, None, named, &mut p.attach, problems);
+            }
+            (Some(d), Some((first, dups))) => {
+                if !same_content(first, d) {
+                    p.body
+                        .update(LB, vec![Condition::uuid(first.uuid)], lb_columns(d));
+                }
+                for dup in dups {
+                    p.body.delete(LB, vec![Condition::uuid(dup.uuid)]);
+                }
+                attach_targets(
+                    observed,
+                    &d.attach,
+                    Some(first.uuid),
+                    Atom::Uuid(first.uuid),
+                    &mut p.attach,
+                    problems,
+                );
+            }
+            (None, _) => {
+                for o in rows {
+                    p.body.delete(LB, vec![Condition::uuid(o.uuid)]);
+                }
             }
         }
     }
-    if batch && !batch_change.owners.is_empty() {
-        // Guards first: ovsdb-server checks each `wait` by scanning the table, so a guard
-        // after earlier inserts of the batch also scans those (quadratic: 8 s for 10,000 rows
-        // from empty). Same meaning: nothing else in the batch creates a guarded identity.
-        let (waits, rest): (Vec<Operation>, Vec<Operation>) = std::mem::take(&mut batch_txn.ops)
-            .into_iter()
-            .partition(|op| matches!(op, Operation::Wait { .. }));
-        batch_txn.ops = waits;
-        batch_txn.ops.extend(rest);
-        emit_attach(&mut batch_txn, batch_attach);
-        batch_txn.comment(&format!(
-            "vipflow: sync of {} Services",
-            batch_change.owners.len()
-        ));
-        batch_change.ops = batch_txn.ops.len();
-        batch_change.txn = Some(batch_txn);
-        changes.push(batch_change);
+}
+
+/// The transactions that turn `observed` into `desired` for the Services in `owners` (all of
+/// them, planned or observed, with `None`): one per changed Service, or a single one when
+/// `batch` is set. Also returns attachment problems (missing targets).
+pub fn diff(
+    observed: &Observed,
+    desired: &RowIndex,
+    owners: Option<&BTreeSet<ServiceKey>>,
+    batch: bool,
+    guard: Guard,
+) -> (Vec<Change>, Vec<String>) {
+    let all: BTreeSet<ServiceKey>;
+    let owners = match owners {
+        Some(o) => o,
+        None => {
+            all = desired
+                .keys()
+                .chain(observed.by_owner.keys())
+                .cloned()
+                .collect();
+            &all
+        }
+    };
+    let mut problems = Vec::new();
+    let mut changes = Vec::new();
+    let mut batched = Pending::new();
+    for owner in owners {
+        let want = desired.get(owner).map(|v| v.as_slice()).unwrap_or(&[]);
+        if batch {
+            let before = batched.body.ops.len() + batched.attach.size();
+            diff_owner(observed, owner, want, &mut batched, &mut problems);
+            let after = batched.body.ops.len() + batched.attach.size();
+            if after != before {
+                batched.owners.insert(owner.clone());
+            }
+        } else {
+            let mut p = Pending::new();
+            diff_owner(observed, owner, want, &mut p, &mut problems);
+            if !p.is_empty() {
+                p.owners.insert(owner.clone());
+                changes.push(p.finish(observed, guard, &format!("vipflow: Service {owner}")));
+            }
+        }
+    }
+    if batch && !batched.is_empty() {
+        let comment = format!("vipflow: sync of {} Services", batched.owners.len());
+        changes.push(batched.finish(observed, guard, &comment));
     }
     problems.sort();
     problems.dedup();
     (changes, problems)
+}
+
+/// [`diff`] of every Service, from a list of rows (one-shot paths and tests).
+pub fn diff_rows(observed: &Observed, rows: &[LbRow], batch: bool) -> (Vec<Change>, Vec<String>) {
+    diff(
+        observed,
+        &index_rows(rows.iter().cloned()),
+        None,
+        batch,
+        Guard::Auto,
+    )
 }
 
 /// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
@@ -415,7 +665,7 @@ pub fn diff(observed: &Observed, desired: &[LbRow], batch: bool) -> (Vec<Change>
 /// starts from their text. Also returns the problems found in switches' settings.
 pub fn diff_exclude(
     observed: &Observed,
-    vips: &BTreeSet<std::net::IpAddr>,
+    vips: &BTreeSet<IpAddr>,
     batch: bool,
 ) -> (Vec<Change>, Vec<String>) {
     let switches: Vec<LogicalSwitchIpam> = observed.ipam.iter().map(|s| s.ipam.clone()).collect();
@@ -559,6 +809,152 @@ fn emit_attach(txn: &mut Transaction, ops: AttachOps) {
     }
 }
 
+/// A `wait` of the transaction failed: someone else changed what it guards.
+fn guard_failed(e: &ovsdb::Error) -> bool {
+    matches!(e, ovsdb::Error::Txn { source, .. } if source.op == Some("wait"))
+}
+
+/// The reconciler's state for one connection, sans I/O: [`run`] feeds it monitor events and
+/// plans and sends the transactions it returns (the benchmark drives it the same way).
+pub struct Session {
+    observed: Observed,
+    /// Changes seen by the monitor and not yet diffed.
+    touched: Touched,
+    /// The plan generation whose rows the database is known to hold.
+    applied: Option<u64>,
+    /// The first sync of the connection: everything, batched.
+    first: bool,
+    /// The next diff covers every Service (after a failure, a skipped generation, or a
+    /// switch/router/group appearing or going).
+    full: bool,
+    /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
+    exclude_due: bool,
+    guard: Guard,
+    attach_problems: Vec<String>,
+    exclude_problems: Vec<String>,
+}
+
+impl Session {
+    /// Start from the monitor's first snapshot.
+    pub fn new(observed: Observed) -> Self {
+        Session {
+            observed,
+            touched: Touched::default(),
+            applied: None,
+            first: true,
+            full: true,
+            exclude_due: true,
+            guard: Guard::Auto,
+            attach_problems: Vec::new(),
+            exclude_problems: Vec::new(),
+        }
+    }
+
+    /// How inserts are guarded (the session starts with [`Guard::Auto`]).
+    pub fn set_guard(&mut self, guard: Guard) {
+        self.guard = guard;
+    }
+
+    /// What the database holds, as far as the events applied so far tell.
+    pub fn observed(&self) -> &Observed {
+        &self.observed
+    }
+
+    /// Apply `first_event` and every event queued, and re-read switches, routers and groups if
+    /// one changed.
+    pub fn absorb(&mut self, monitor: &mut ovsdb::Monitor, first_event: Option<Event>) {
+        if let Some(ev) = first_event {
+            self.observed.apply(&ev, &mut self.touched);
+        }
+        while let Some(ev) = monitor.try_event() {
+            self.observed.apply(&ev, &mut self.touched);
+        }
+        if self.touched.holders {
+            self.touched.holders = false;
+            if self
+                .observed
+                .refresh_holders(&monitor.cache(), &mut self.touched)
+            {
+                self.full = true;
+            }
+            self.exclude_due = true;
+        }
+    }
+
+    /// The transactions that bring the database to `plan`, given what changed since the last
+    /// sync.
+    pub fn changes(&mut self, plan: &Desired) -> Vec<Change> {
+        let new_plan = self.applied != Some(plan.generation);
+        let follows = self.applied.is_some_and(|g| g + 1 == plan.generation);
+        let delta = plan.delta.as_ref().filter(|_| follows);
+        let whole = self.full || self.first || (new_plan && delta.is_none());
+        let owners = if whole {
+            self.touched.owners.clear();
+            None
+        } else {
+            let mut o = std::mem::take(&mut self.touched.owners);
+            if new_plan && let Some(d) = delta {
+                o.extend(d.touched.iter().cloned());
+            }
+            Some(o)
+        };
+        let mut changes = Vec::new();
+        if owners.as_ref().is_none_or(|o| !o.is_empty()) {
+            let (c, p) = diff(
+                &self.observed,
+                &plan.rows,
+                owners.as_ref(),
+                self.first,
+                self.guard,
+            );
+            changes = c;
+            if whole {
+                self.attach_problems = p;
+            } else {
+                self.attach_problems.extend(p);
+                self.attach_problems.sort();
+                self.attach_problems.dedup();
+            }
+        }
+        let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
+        if plan.exclude_ips && (whole || self.exclude_due || vips_changed) {
+            let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
+            let (c, p) = diff_exclude(&self.observed, &vips, self.first);
+            changes.extend(c);
+            self.exclude_problems = p;
+        }
+        changes
+    }
+
+    /// Record the outcome of writing `plan`'s changes.
+    pub fn done(&mut self, plan: &Desired, result: &Result<(), ovsdb::Error>) {
+        match result {
+            Ok(()) => {
+                self.applied = Some(plan.generation);
+                self.first = false;
+                self.full = false;
+                self.exclude_due = false;
+            }
+            Err(e) => {
+                // Start over from everything observed: the owners taken for this diff are not
+                // remembered one by one.
+                self.full = true;
+                self.exclude_due = true;
+                if guard_failed(e) && self.guard == Guard::Auto {
+                    self.guard = Guard::PerRow;
+                }
+            }
+        }
+    }
+
+    /// Attachment and `exclude_ips` problems found by the last diffs.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = self.attach_problems.clone();
+        p.extend(self.exclude_problems.iter().cloned());
+        p
+    }
+}
+
 /// Run the NB reconciler until `desired`'s sender is dropped.
 pub async fn run(
     settings: NbSettings,
@@ -602,26 +998,26 @@ pub async fn run(
         };
         backoff = settings.backoff_min;
         tracing::info!(remotes = %settings.remotes, "Northbound connected");
-        let mut first = true;
+        // Events already queued are in the cache too; applying them again changes nothing.
+        let mut s = Session::new(Observed::from_cache(&monitor.cache()));
+        let mut event = None;
         loop {
+            s.absorb(&mut monitor, event.take());
             let plan = desired.borrow_and_update().clone();
             if plan.generation == 0 {
                 // No plan yet (the placeholder): writing it would delete every row of ours.
                 tokio::select! {
                     r = desired.changed() => if r.is_err() { return },
-                    ev = monitor.next_event() => if ev.is_none() { break },
+                    ev = monitor.next_event() => match ev {
+                        None => break,
+                        Some(ev) => event = Some(ev),
+                    },
                 }
                 continue;
             }
             let started = std::time::Instant::now();
-            let observed = Observed::from_cache(&monitor.cache());
-            let (mut changes, mut problems) = diff(&observed, &plan.rows, first);
-            if plan.exclude_ips {
-                let (c, p) = diff_exclude(&observed, &plan.vips, first);
-                changes.extend(c);
-                problems.extend(p);
-            }
-            let mut failed = None;
+            let changes = s.changes(&plan);
+            let mut result = Ok(());
             let mut sent = 0u64;
             for c in changes {
                 let Some(txn) = c.txn else { continue };
@@ -629,47 +1025,48 @@ pub async fn run(
                     Ok(_) => sent += 1,
                     Err(e) => {
                         if e.outcome_unknown() {
-                            // Never resend blindly: the cache will tell what happened.
+                            // Never resend blindly: the monitor will tell what happened.
                             tracing::warn!(error = %e, services = c.owners.len(), "transaction outcome unknown; re-reading before any retry");
                         } else {
                             tracing::warn!(error = %e, services = c.owners.len(), "transaction failed; will retry");
                         }
-                        failed = Some(e.to_string());
+                        result = Err(e);
                         break;
                     }
                 }
             }
-            let ok = failed.is_none();
+            s.done(&plan, &result);
+            let ok = result.is_ok();
             if ok {
-                first = false;
                 backoff = settings.backoff_min;
                 if sent > 0 {
                     tracing::info!(
                         generation = plan.generation,
                         transactions = sent,
-                        rows = plan.rows.len(),
+                        rows = plan.row_count,
                         "Northbound synced"
                     );
                 }
             }
-            for p in &problems {
-                tracing::debug!(problem = %p, "attachment");
-            }
-            status.send_modify(|s| {
-                s.connected = true;
-                s.transactions += sent;
+            let problems = s.problems();
+            let failed = result.err().map(|e| e.to_string());
+            status.send_if_modified(|st| {
+                let before = st.clone();
+                st.connected = true;
+                st.transactions += sent;
                 if sent > 0 {
-                    s.syncs += 1;
-                    s.last_sync = started.elapsed();
+                    st.syncs += 1;
+                    st.last_sync = started.elapsed();
                 }
-                s.problems = problems;
+                st.problems = problems;
                 if ok {
-                    s.applied_generation = Some(plan.generation);
-                    s.rows = plan.rows.len();
-                    s.last_error = None;
+                    st.applied_generation = Some(plan.generation);
+                    st.rows = plan.row_count;
+                    st.last_error = None;
                 } else {
-                    s.last_error = failed.clone();
+                    st.last_error = failed;
                 }
+                *st != before
             });
             // Wait for a new plan, a change in the database, or (after a failure) the backoff.
             let retry = async {
@@ -681,12 +1078,12 @@ pub async fn run(
             };
             tokio::select! {
                 r = desired.changed() => if r.is_err() { return },
-                ev = monitor.next_event() => if ev.is_none() { break },
+                ev = monitor.next_event() => match ev {
+                    None => break,
+                    Some(ev) => event = Some(ev),
+                },
                 _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
             }
-            // Coalesce a burst (our own transaction's echo, a churn of updates) into one diff.
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            while monitor.try_event().is_some() {}
         }
     }
 }
@@ -704,10 +1101,10 @@ async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), o
 pub async fn sync_once(
     remotes: &str,
     rows: &[LbRow],
-    exclude_vips: Option<&BTreeSet<std::net::IpAddr>>,
+    exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     let (client, _monitor, observed) = snapshot(remotes).await?;
-    let (mut changes, mut problems) = diff(&observed, rows, true);
+    let (mut changes, mut problems) = diff_rows(&observed, rows, true);
     if let Some(vips) = exclude_vips {
         let (c, p) = diff_exclude(&observed, vips, true);
         changes.extend(c);
@@ -727,7 +1124,7 @@ pub async fn sync_once(
 pub async fn drift(
     remotes: &str,
     rows: &[LbRow],
-    exclude_vips: Option<&BTreeSet<std::net::IpAddr>>,
+    exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<Vec<String>, ovsdb::Error> {
     let (_client, _monitor, observed) = snapshot(remotes).await?;
     let mut lines = describe_drift(&observed, rows);
@@ -749,7 +1146,7 @@ pub async fn drift(
 /// not cover (`vipflow check`).
 pub async fn unexcluded(
     remotes: &str,
-    vips: &BTreeSet<std::net::IpAddr>,
+    vips: &BTreeSet<IpAddr>,
 ) -> Result<Vec<String>, ovsdb::Error> {
     use crate::plan::exclude::{RangeSet, parse_ovn_subnet};
     let (_client, _monitor, observed) = snapshot(remotes).await?;

@@ -1,0 +1,287 @@
+//! The NB writer's session (`reconcile::northbound::Session`, the sans-IO core of the run
+//! loop) driven step by step against a real OVN NB ovsdb-server: what it diffs after monitor
+//! events and plan deltas, and how its insert guards behave when another writer races it.
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use ovsdb::{Client, ClientOptions, Monitor};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::{Options, Sandbox};
+use vipflow::model::{ModelOptions, Objects, ServiceKey};
+use vipflow::plan::incremental::FlowPlanner;
+use vipflow::plan::northbound::NorthboundConfig;
+use vipflow::plan::northbound_incremental::NbPlanner;
+use vipflow::reconcile::northbound::{Change, DB, Desired, Observed, Session, monitor_spec};
+
+fn nb() -> Sandbox {
+    let sb = Sandbox::with_options(Options {
+        ovn: true,
+        bridges: false,
+    });
+    // Nothing here needs the southbound side; northd would only add load.
+    sb.kill("ovn-northd");
+    sb
+}
+
+fn service(i: usize) -> Arc<core::Service> {
+    Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("svc-{i}"), "namespace": "t"},
+            "spec": {"type": "ClusterIP", "externalIPs": [format!("198.18.0.{}", i + 1)],
+                     "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+        }))
+        .unwrap(),
+    )
+}
+
+fn slice(i: usize, backend: u8) -> Arc<discovery::EndpointSlice> {
+    Arc::new(
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("svc-{i}-x"), "namespace": "t",
+                         "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
+            "addressType": "IPv4",
+            "ports": [{"port": 8080, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [format!("10.0.{i}.{backend}")]}],
+        }))
+        .unwrap(),
+    )
+}
+
+fn objects(n: usize) -> Objects {
+    Objects {
+        services: (0..n).map(service).collect(),
+        endpoint_slices: (0..n).map(|i| slice(i, 1)).collect(),
+        ..Default::default()
+    }
+}
+
+/// The agent's planner task, as in `agent::start_with`.
+struct Planner {
+    services: FlowPlanner,
+    rows: NbPlanner,
+    generation: u64,
+}
+
+impl Planner {
+    fn new() -> Self {
+        Planner {
+            services: FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f),
+            rows: NbPlanner::new(NorthboundConfig::default()),
+            generation: 0,
+        }
+    }
+
+    fn update(&mut self, objs: &Objects) -> Desired {
+        self.generation += 1;
+        self.services.update(objs);
+        let delta = self.rows.update(objs, &self.services);
+        Desired {
+            generation: self.generation,
+            rows: self.rows.rows(),
+            row_count: self.rows.row_count(),
+            delta: Some(delta),
+            vips: self.services.vips(),
+            exclude_ips: true,
+        }
+    }
+}
+
+async fn connect(sb: &Sandbox) -> (Client, Monitor, Session) {
+    let client = Client::connect(
+        ClientOptions::new(&format!("unix:{}", sb.nb_sock().display()), DB).unwrap(),
+    )
+    .await
+    .unwrap();
+    let mut monitor = client.monitor(monitor_spec()).await.unwrap();
+    let mut session = Session::new(Observed::from_cache(&monitor.cache()));
+    session.absorb(&mut monitor, None);
+    (client, monitor, session)
+}
+
+/// Send the changes as the run loop does: stop at the first failure, tell the session.
+async fn write(
+    client: &Client,
+    session: &mut Session,
+    plan: &Desired,
+    changes: Vec<Change>,
+) -> Result<(), ovsdb::Error> {
+    let mut r = Ok(());
+    for c in changes {
+        if let Some(txn) = c.txn
+            && let Err(e) = client.transact(&txn).await
+        {
+            r = Err(e);
+            break;
+        }
+    }
+    session.done(plan, &r);
+    r
+}
+
+/// Absorb monitor events until the session holds `n` rows of ours.
+async fn absorb_until(monitor: &mut Monitor, session: &mut Session, n: usize) {
+    session.absorb(monitor, None);
+    while session.observed().len() != n {
+        let ev = tokio::time::timeout(Duration::from_secs(10), monitor.next_event())
+            .await
+            .expect("a monitor update within 10 s")
+            .expect("monitor open");
+        session.absorb(monitor, Some(ev));
+    }
+}
+
+/// Our rows' names, each once, failing on a duplicate.
+fn our_names(sb: &Sandbox) -> BTreeSet<String> {
+    let out = sb.nbctl(&[
+        "--bare",
+        "--columns=name",
+        "find",
+        "Load_Balancer",
+        "external_ids:\"vipflow.io/managed\"=true",
+    ]);
+    let mut names = BTreeSet::new();
+    for l in out.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(names.insert(l.trim().to_string()), "duplicate row {l}");
+    }
+    names
+}
+
+fn owners(changes: &[Change]) -> BTreeSet<ServiceKey> {
+    changes
+        .iter()
+        .flat_map(|c| c.owners.iter().cloned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_duplicate() {
+    let sb = nb();
+    let objs = objects(40);
+    let mut planner = Planner::new();
+    let plan = planner.update(&objs);
+    let (client, mut monitor, mut session) = connect(&sb).await;
+
+    // A row of someone else's (no vipflow marker) arriving meanwhile is no conflict...
+    sb.nbctl(&["lb-add", "foreign", "192.0.2.1:80", "10.9.9.9:80"]);
+    // ...but another vipflow writer's row for svc-7 is.
+    sb.nbctl(&[
+        "create",
+        "Load_Balancer",
+        "name=\"vipflow/t/svc-7/tcp\"",
+        "protocol=tcp",
+        "vips={\"198.18.0.8:80\"=\"10.0.7.1:8080\"}",
+        "external_ids={\"vipflow.io/managed\"=true,\"vipflow.io/owner\"=\"t/svc-7\",\"vipflow.io/scope\"=cluster}",
+    ]);
+
+    // 40 inserts from a snapshot without that row: one transaction, guarded for the table.
+    let changes = session.changes(&plan);
+    assert_eq!(changes.len(), 1, "one batched transaction");
+    let err = write(&client, &mut session, &plan, changes)
+        .await
+        .expect_err("the table guard sees the other writer's row");
+    assert!(err.to_string().contains("wait"), "{err}");
+    assert_eq!(our_names(&sb).len(), 1, "nothing of the batch committed");
+
+    // The retry starts from the monitor, which now shows that row, and updates it.
+    absorb_until(&mut monitor, &mut session, 1).await;
+    let changes = session.changes(&plan);
+    write(&client, &mut session, &plan, changes).await.unwrap();
+    let names = our_names(&sb);
+    assert_eq!(names.len(), 40, "{names:?}");
+    let foreign = sb.nbctl(&[
+        "--bare",
+        "--columns=vips",
+        "find",
+        "Load_Balancer",
+        "name=foreign",
+    ]);
+    assert!(
+        foreign.contains("10.9.9.9:80"),
+        "foreign row intact: {foreign}"
+    );
+    absorb_until(&mut monitor, &mut session, 40).await;
+    assert!(session.changes(&plan).is_empty(), "in sync");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_first_sync_only_changed_services_are_diffed() {
+    let sb = nb();
+    let mut objs = objects(20);
+    let mut planner = Planner::new();
+    let plan = planner.update(&objs);
+    let (client, mut monitor, mut session) = connect(&sb).await;
+    let changes = session.changes(&plan);
+    write(&client, &mut session, &plan, changes).await.unwrap();
+    absorb_until(&mut monitor, &mut session, 20).await;
+    // The echo of our own write: nothing to do.
+    assert!(session.changes(&plan).is_empty());
+
+    // A plan delta: one Service's endpoints changed -> one transaction for it alone.
+    objs.endpoint_slices[3] = slice(3, 2);
+    let plan = planner.update(&objs);
+    let changes = session.changes(&plan);
+    assert_eq!(
+        owners(&changes),
+        BTreeSet::from([ServiceKey::new("t", "svc-3")])
+    );
+    assert_eq!(changes.len(), 1);
+    write(&client, &mut session, &plan, changes).await.unwrap();
+
+    // Someone edits one of our rows: the monitor event names its Service, which is repaired.
+    sb.nbctl(&[
+        "set",
+        "Load_Balancer",
+        "vipflow/t/svc-5/tcp",
+        "vips={\"198.18.0.6:80\"=\"10.6.6.6:1\"}",
+    ]);
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), monitor.next_event())
+            .await
+            .unwrap()
+            .unwrap();
+        session.absorb(&mut monitor, Some(ev));
+        let changes = session.changes(&plan);
+        if changes.is_empty() {
+            // Our own echo; the edit is still to come.
+            continue;
+        }
+        assert_eq!(
+            owners(&changes),
+            BTreeSet::from([ServiceKey::new("t", "svc-5")])
+        );
+        write(&client, &mut session, &plan, changes).await.unwrap();
+        break;
+    }
+    let vips = sb.nbctl(&[
+        "--bare",
+        "--columns=vips",
+        "find",
+        "Load_Balancer",
+        "name=\"vipflow/t/svc-5/tcp\"",
+    ]);
+    assert!(vips.contains("10.0.5.1:8080"), "repaired: {vips}");
+
+    // A plan generation the writer never saw (its delta is lost): everything is diffed.
+    objs.endpoint_slices[8] = slice(8, 3);
+    let _missed = planner.update(&objs);
+    objs.endpoint_slices[9] = slice(9, 3);
+    let plan = planner.update(&objs);
+    assert_eq!(
+        plan.delta.as_ref().unwrap().touched,
+        vec![ServiceKey::new("t", "svc-9")]
+    );
+    // As the run loop does before each diff. ovsdb-server sends a transaction's update before
+    // its reply, so the echo of the repair is already queued: svc-5 needs nothing more.
+    session.absorb(&mut monitor, None);
+    let changes = session.changes(&plan);
+    assert_eq!(
+        owners(&changes),
+        BTreeSet::from([ServiceKey::new("t", "svc-8"), ServiceKey::new("t", "svc-9")]),
+        "a skipped generation means a full diff"
+    );
+    write(&client, &mut session, &plan, changes).await.unwrap();
+    absorb_until(&mut monitor, &mut session, 20).await;
+    assert_eq!(our_names(&sb).len(), 20);
+}

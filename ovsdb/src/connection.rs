@@ -12,13 +12,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value as Json, json};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::Error;
-use crate::framing::{DEFAULT_MAX_MESSAGE, JsonCodec};
+use crate::framing::{DEFAULT_MAX_MESSAGE, FramingError, JsonCodec};
 use crate::jsonrpc::Message;
 use crate::remote::Remote;
 
@@ -370,10 +370,10 @@ impl Session {
                 if let Some(t) = id_tx {
                     let _ = t.send(id);
                 }
-                let _ = out.send(frame(Some(id), &method, &params, false));
+                send_framed(out, Some(id), &method, params);
             }
             Command::Notify { method, params } => {
-                let _ = out.send(frame(None, &method, &params, false));
+                send_framed(out, None, &method, params);
             }
         }
     }
@@ -420,10 +420,26 @@ fn to_bytes(j: &Json) -> Bytes {
     Bytes::from(serde_json::to_vec(j).unwrap_or_default())
 }
 
-/// One request or notification: `{"id":ID,"method":M,"params":P}` around serialized params.
-/// `probe`: our echo, whose id is a string so no caller's reply can match it.
-fn frame(id: Option<u64>, method: &str, params: &[u8], probe: bool) -> Bytes {
-    let mut b = Vec::with_capacity(params.len() + method.len() + 48);
+/// Messages from this size on are written straight to the socket, not copied into the
+/// writer's buffer (and their params not copied into one frame first).
+const BIG_WRITE: usize = 256 * 1024;
+
+/// Queue a request or notification for the writer: one frame, or for big params the head,
+/// the params and the closing brace as they are (the writer keeps them in order and together,
+/// as this task is its only sender).
+fn send_framed(out: &mpsc::UnboundedSender<Bytes>, id: Option<u64>, method: &str, params: Bytes) {
+    if params.len() < BIG_WRITE {
+        let _ = out.send(frame(id, method, &params, false));
+        return;
+    }
+    let _ = out.send(Bytes::from(frame_head(id, method, false, 0)));
+    let _ = out.send(params);
+    let _ = out.send(Bytes::from_static(b"}"));
+}
+
+/// `{"id":ID,"method":M,"params":` with room for `extra` more bytes.
+fn frame_head(id: Option<u64>, method: &str, probe: bool, extra: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(extra + method.len() + 48);
     b.extend_from_slice(b"{\"id\":");
     match id {
         _ if probe => b.extend_from_slice(b"\"echo\""),
@@ -433,9 +449,30 @@ fn frame(id: Option<u64>, method: &str, params: &[u8], probe: bool) -> Bytes {
     b.extend_from_slice(b",\"method\":");
     let _ = serde_json::to_writer(&mut b, method);
     b.extend_from_slice(b",\"params\":");
+    b
+}
+
+/// One request or notification: `{"id":ID,"method":M,"params":P}` around serialized params.
+/// `probe`: our echo, whose id is a string so no caller's reply can match it.
+fn frame(id: Option<u64>, method: &str, params: &[u8], probe: bool) -> Bytes {
+    let mut b = frame_head(id, method, probe, params.len());
     b.extend_from_slice(params);
     b.push(b'}');
     Bytes::from(b)
+}
+
+/// Hand one message to the writer: small ones to its buffer, big ones straight to the socket
+/// once what is buffered before them is out.
+async fn put<W: AsyncWrite + Unpin>(
+    w: &mut FramedWrite<W, JsonCodec>,
+    m: Bytes,
+) -> Result<(), FramingError> {
+    if m.len() < BIG_WRITE {
+        return w.feed(m).await;
+    }
+    SinkExt::<Bytes>::flush(w).await?;
+    w.get_mut().write_all(&m).await?;
+    Ok(())
 }
 
 /// Write queued messages, batching whatever is queued into one flush (cheap pipelining).
@@ -448,10 +485,10 @@ where
     W: AsyncWrite + Unpin,
 {
     while let Some(m) = rx.recv().await {
-        let mut res = w.feed(m).await;
+        let mut res = put(&mut w, m).await;
         while res.is_ok() {
             match rx.try_recv() {
-                Ok(m) => res = w.feed(m).await,
+                Ok(m) => res = put(&mut w, m).await,
                 Err(_) => break,
             }
         }

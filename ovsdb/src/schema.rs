@@ -272,6 +272,12 @@ impl ColumnType {
     pub fn normalize(&self, v: Value) -> Result<Value, String> {
         if let Some(vt) = &self.value {
             return match v {
+                // Only reals coerce: other maps keep their tree rather than being rebuilt.
+                Value::Map(m)
+                    if self.key.atomic != AtomicType::Real && vt.atomic != AtomicType::Real =>
+                {
+                    Ok(Value::Map(m))
+                }
                 Value::Map(m) => Ok(Value::Map(
                     m.into_iter()
                         .map(|(k, val)| (self.key.coerce(k), vt.coerce(val)))
@@ -292,6 +298,7 @@ impl ColumnType {
                 )),
                 n => Err(format!("scalar column given a set of {n}")),
             },
+            Value::Set(s) if self.key.atomic != AtomicType::Real => Ok(Value::Set(s)),
             Value::Set(s) => Ok(Value::Set(
                 s.into_iter().map(|a| self.key.coerce(a)).collect(),
             )),

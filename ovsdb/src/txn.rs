@@ -595,36 +595,38 @@ impl Transaction {
             }
         }
         for (i, op) in self.ops.iter().enumerate() {
-            let mut values: Vec<(&str, &Value)> = vec![];
-            match op {
-                Operation::Insert { row, .. } | Operation::Update { row, .. } => {
-                    values.extend(row.iter().map(|(c, v)| (c.as_str(), v)));
-                }
-                Operation::Mutate { mutations, .. } => {
-                    values.extend(mutations.iter().map(|m| (m.column.as_str(), &m.value)));
-                }
-                _ => {}
-            }
+            // Iterated in place: collecting per op cost allocations on every row of a bulk
+            // transaction.
+            let (row, mutations): (Option<&Row>, &[Mutation]) = match op {
+                Operation::Insert { row, .. } | Operation::Update { row, .. } => (Some(row), &[]),
+                Operation::Mutate { mutations, .. } => (None, mutations),
+                _ => (None, &[]),
+            };
+            let values = row
+                .into_iter()
+                .flatten()
+                .map(|(c, v)| (c.as_str(), v))
+                .chain(mutations.iter().map(|m| (m.column.as_str(), &m.value)));
             for (col, v) in values {
-                let atoms: Vec<&Atom> = match v {
-                    Value::Atom(a) => vec![a],
-                    Value::Set(s) => s.iter().collect(),
-                    Value::Map(m) => m.iter().flat_map(|(k, v)| [k, v]).collect(),
+                let check = |a: &Atom| match a {
+                    Atom::NamedUuid(n) if !defined.contains(n.as_str()) => Err((
+                        i,
+                        SchemaError::BadValue {
+                            table: op.table().unwrap_or_default().to_owned(),
+                            column: col.to_owned(),
+                            value: a.to_string(),
+                            reason: "no insert in this transaction has this uuid-name".into(),
+                        },
+                    )),
+                    _ => Ok(()),
                 };
-                for a in atoms {
-                    if let Atom::NamedUuid(n) = a
-                        && !defined.contains(n.as_str())
-                    {
-                        return Err((
-                            i,
-                            SchemaError::BadValue {
-                                table: op.table().unwrap_or_default().to_owned(),
-                                column: col.to_owned(),
-                                value: a.to_string(),
-                                reason: "no insert in this transaction has this uuid-name".into(),
-                            },
-                        ));
-                    }
+                match v {
+                    Value::Atom(a) => check(a)?,
+                    Value::Set(s) => s.iter().try_for_each(check)?,
+                    Value::Map(m) => m.iter().try_for_each(|(k, v)| {
+                        check(k)?;
+                        check(v)
+                    })?,
                 }
             }
         }
@@ -640,7 +642,11 @@ impl Transaction {
 
     /// `params` of the `transact` request, serialized directly (no JSON tree in between).
     pub fn params_bytes(&self) -> Result<Vec<u8>, serde_json::Error> {
-        serde_json::to_vec(&TransactParams(self))
+        // Sized for a typical insert up front: growing a multi-MB buffer by doubling copies
+        // it several times.
+        let mut out = Vec::with_capacity(64 + self.ops.len() * 400);
+        serde_json::to_writer(&mut out, &TransactParams(self))?;
+        Ok(out)
     }
 
     /// Decode the `transact` result into per-op results, or the failing op's error.

@@ -412,6 +412,13 @@ fn main() {
         stage(|| (), |_| split(&cap.notif)),
     );
     line(
+        "notif: jsonrpc::parse_frame (reader: envelope only)",
+        stage(
+            || split(&cap.notif),
+            |f| ovsdb::jsonrpc::parse_frame(&f).unwrap(),
+        ),
+    );
+    line(
         "notif: JsonCodec::decode (split + JSON tree)",
         stage(|| (), |_| decode(&cap.notif)),
     );

@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::connection::{ConnectOptions, Connection, Notification};
 use crate::error::Error;
-use crate::monitor::{self, Cache, Event, MonitorSpec};
+use crate::monitor::{self, Cache, Event, MonitorError, MonitorSpec};
 use crate::remote::Remote;
 use crate::schema::DatabaseSchema;
 use crate::txn::{ErrorKind, OpResult, Transaction};
@@ -721,55 +721,26 @@ impl Driver {
     }
 
     async fn notification(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
+        if let "update2" | "update3" = n.method.as_str() {
+            return self.update(n, remote).await;
+        }
+        // The session checked the params are a JSON array: this parse cannot fail.
+        let params = n.params_json().unwrap_or(Json::Null);
         let name = || {
-            n.params
+            params
                 .get(0)
                 .and_then(Json::as_str)
                 .unwrap_or_default()
                 .to_owned()
         };
         match n.method.as_str() {
-            "update2" | "update3" => {
-                let id = n.params.get(0).and_then(Json::as_str).unwrap_or_default();
-                if id == SERVER_MONITOR {
-                    return self.server_update(&n.params);
-                }
-                let Some(m) = self.monitors.iter().find(|m| m.id == id) else {
-                    return Ok(());
-                };
-                let (cache, events_tx) = (m.cache.clone(), m.events.clone());
-                let schema = self.schema.clone();
-                let big = update_rows(&n.params) >= BIG_UPDATE;
-                let work = move || apply_notification(&n, &schema, &cache);
-                // A big update (a bulk transaction's) takes tens of ms to decode and apply: on
-                // a runtime worker it would hold up the session task on the same worker, and
-                // with it the transaction's reply that follows the update on the socket.
-                let events = if big {
-                    tokio::task::spawn_blocking(work)
-                        .await
-                        .map_err(|e| Error::Reply {
-                            remote: remote.to_owned(),
-                            method: "update".into(),
-                            reason: format!("update task: {e}"),
-                        })?
-                } else {
-                    work()
-                }
-                .map_err(|source| Error::Monitor {
-                    remote: remote.to_owned(),
-                    source,
-                })?;
-                for e in events {
-                    let _ = events_tx.send(e);
-                }
-            }
             // A db_change_aware session gets this when the schema is converted (or the
             // database removed): start over, fetching the schema again.
             "monitor_canceled" => {
                 return Err(Error::Reply {
                     remote: remote.to_owned(),
                     method: "monitor_canceled".into(),
-                    reason: format!("server canceled monitor {}", n.params),
+                    reason: format!("server canceled monitor {params}"),
                 });
             }
             "locked" => {
@@ -779,6 +750,44 @@ impl Driver {
                 let _ = self.locks.send(LockEvent::Stolen(name()));
             }
             other => tracing::debug!(method = other, "ignored notification"),
+        }
+        Ok(())
+    }
+
+    /// An `update2`/`update3` notification: decode it and apply it to its monitor's cache.
+    async fn update(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
+        let id = first_string(&n.params).unwrap_or_default();
+        if id == SERVER_MONITOR {
+            let params = n.params_json().unwrap_or(Json::Null);
+            return self.server_update(&params);
+        }
+        let Some(m) = self.monitors.iter().find(|m| m.id == id) else {
+            return Ok(());
+        };
+        let (cache, events_tx) = (m.cache.clone(), m.events.clone());
+        let schema = self.schema.clone();
+        let big = n.params.len() >= BIG_UPDATE;
+        let work = move || apply_notification(&n, &schema, &cache);
+        // A big update (a bulk transaction's) takes tens of ms to decode and apply: on a
+        // runtime worker it would hold up the session task on the same worker, and with it
+        // the transaction's reply that follows the update on the socket.
+        let events = if big {
+            tokio::task::spawn_blocking(work)
+                .await
+                .map_err(|e| Error::Reply {
+                    remote: remote.to_owned(),
+                    method: "update".into(),
+                    reason: format!("update task: {e}"),
+                })?
+        } else {
+            work()
+        }
+        .map_err(|source| Error::Monitor {
+            remote: remote.to_owned(),
+            source,
+        })?;
+        for e in events {
+            let _ = events_tx.send(e);
         }
         Ok(())
     }
@@ -805,22 +814,21 @@ impl Driver {
     }
 }
 
-/// Rows in an update from which decoding and applying it leaves the runtime's workers.
-const BIG_UPDATE: usize = 1000;
+/// Size (bytes) of an update from which decoding and applying it leaves the runtime's
+/// workers (some 800 Load_Balancer rows).
+const BIG_UPDATE: usize = 256 * 1024;
 
-/// Rows in an `update2`/`update3` notification (its last param is the table updates).
-fn update_rows(params: &Json) -> usize {
-    params
-        .as_array()
-        .and_then(|p| p.last())
-        .and_then(Json::as_object)
-        .map(|t| {
-            t.values()
-                .filter_map(Json::as_object)
-                .map(|r| r.len())
-                .sum()
-        })
-        .unwrap_or(0)
+/// The first element of a serialized JSON array, if it is a string (a monitor's id), read
+/// without parsing the rest.
+fn first_string(params: &[u8]) -> Option<String> {
+    let rest = params.trim_ascii_start().strip_prefix(b"[")?;
+    match serde_json::Deserializer::from_slice(rest)
+        .into_iter::<Json>()
+        .next()?
+    {
+        Ok(Json::String(s)) => Some(s),
+        _ => None,
+    }
 }
 
 /// Decode an update notification and apply it to the monitor's cache.
@@ -828,8 +836,13 @@ fn apply_notification(
     n: &Notification,
     schema: &DatabaseSchema,
     cache: &Mutex<Cache>,
-) -> Result<Vec<Event>, monitor::MonitorError> {
-    let u = monitor::parse_notification(&n.method, &n.params, schema)?;
+) -> Result<Vec<Event>, MonitorError> {
+    let params: Json = serde_json::from_slice(&n.params).map_err(|e| MonitorError::Malformed {
+        reason: "params are not JSON",
+        excerpt: e.to_string(),
+    })?;
+    let u = monitor::parse_notification(&n.method, &params, schema)?;
+    drop(params);
     let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
     let events = c.apply(u.updates)?;
     if u.last_txn_id.is_some() {

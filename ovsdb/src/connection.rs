@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::error::Error;
-use crate::framing::{DEFAULT_MAX_MESSAGE, FramingError, JsonCodec};
-use crate::jsonrpc::Message;
+use crate::framing::{DEFAULT_MAX_MESSAGE, FrameCodec, FramingError, JsonCodec};
+use crate::jsonrpc::{Incoming, IncomingError, Message, parse_frame};
 use crate::remote::Remote;
 
 /// Connection settings.
@@ -47,7 +47,16 @@ impl Default for ConnectOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notification {
     pub method: String,
-    pub params: Json,
+    /// The params, a JSON array, still serialized: a big update is decoded by its consumer,
+    /// so the session reads on (e.g. to the transaction reply that follows it).
+    pub params: Bytes,
+}
+
+impl Notification {
+    /// The params as a JSON tree.
+    pub fn params_json(&self) -> Result<Json, serde_json::Error> {
+        serde_json::from_slice(&self.params)
+    }
 }
 
 /// How a call ended, from the session task's point of view.
@@ -289,7 +298,7 @@ impl Session {
         max_message: usize,
     ) -> (String, String) {
         let (r, w) = tokio::io::split(io);
-        let mut reader = FramedRead::new(r, JsonCodec::new(max_message));
+        let mut reader = FramedRead::new(r, FrameCodec::new(max_message));
         // Writing runs in its own task: ovsdb-server stops reading while its replies are
         // backed up, so a reader that waits on a blocked write would deadlock with it.
         let (out_tx, out_rx) = mpsc::unbounded_channel::<Bytes>();
@@ -304,16 +313,18 @@ impl Session {
         let reason: String = loop {
             tokio::select! {
                 frame = reader.next() => {
-                    let j = match frame {
+                    let f = match frame {
                         None => break "connection closed by peer".into(),
                         Some(Err(e)) => break format!("read: {e}"),
-                        Some(Ok(j)) => j,
+                        Some(Ok(f)) => f,
                     };
                     deadline = Instant::now() + interval;
                     probing = false;
-                    let msg = match Message::from_json(j) {
+                    let msg = match parse_frame(&f) {
                         Ok(m) => m,
-                        Err(e) => break e.to_string(),
+                        // Worded as when the codec parsed the JSON.
+                        Err(IncomingError::Json(e)) => break format!("read: {}", FramingError::Json(e)),
+                        Err(IncomingError::Protocol(e)) => break e.to_string(),
                     };
                     self.dispatch(msg, &out_tx);
                 }
@@ -378,7 +389,15 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, msg: Message, out: &mpsc::UnboundedSender<Bytes>) {
+    fn dispatch(&mut self, msg: Incoming, out: &mpsc::UnboundedSender<Bytes>) {
+        let msg = match msg {
+            Incoming::Notification { method, params } => {
+                // The receiver may be gone (nobody listens): not a reason to close.
+                let _ = self.notify.send(Notification { method, params });
+                return;
+            }
+            Incoming::Message(m) => m,
+        };
         match msg {
             Message::Response { id, result, error } => {
                 let Some(n) = id.as_u64() else {
@@ -408,8 +427,10 @@ impl Session {
                 let _ = out.send(to_bytes(&reply));
             }
             Message::Notification { method, params } => {
-                // The receiver may be gone (nobody listens): not a reason to close.
-                let _ = self.notify.send(Notification { method, params });
+                let _ = self.notify.send(Notification {
+                    method,
+                    params: to_bytes(&params),
+                });
             }
         }
     }

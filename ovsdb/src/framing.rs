@@ -143,6 +143,38 @@ impl Decoder for JsonCodec {
     }
 }
 
+/// Like [`JsonCodec`], but yields each message's bytes unparsed (the session parses them
+/// with [`crate::jsonrpc::parse_frame`]).
+#[derive(Debug, Default)]
+pub struct FrameCodec {
+    splitter: Splitter,
+}
+
+impl FrameCodec {
+    pub fn new(max_message: usize) -> Self {
+        FrameCodec {
+            splitter: Splitter::new(max_message),
+        }
+    }
+}
+
+impl Decoder for FrameCodec {
+    type Item = Bytes;
+    type Error = FramingError;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
+        self.splitter.split(buf)
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
+        match self.decode(buf)? {
+            Some(m) => Ok(Some(m)),
+            None if buf.iter().all(u8::is_ascii_whitespace) => Ok(None),
+            None => Err(FramingError::Io(std::io::ErrorKind::UnexpectedEof.into())),
+        }
+    }
+}
+
 impl Encoder<Json> for JsonCodec {
     type Error = FramingError;
 

@@ -224,8 +224,8 @@ async fn publish(
             let reference = ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Service".into()),
-                namespace: Some(ev.service.namespace.clone()),
-                name: Some(ev.service.name.clone()),
+                namespace: Some(ev.service.namespace.to_string()),
+                name: Some(ev.service.name.to_string()),
                 ..Default::default()
             };
             let event = Event {

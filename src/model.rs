@@ -111,11 +111,12 @@ impl fmt::Display for Protocol {
     }
 }
 
-/// namespace/name.
+/// namespace/name. Shared strings: the planners copy keys into several indexes, and a copy
+/// is then a reference count, not two allocations.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl ServiceKey {

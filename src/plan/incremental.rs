@@ -69,6 +69,9 @@ pub struct FlowPlanner {
     cluster_ips: BTreeSet<IpAddr>,
     /// The objects last seen, by key.
     raw: HashMap<ServiceKey, Arc<core::Service>>,
+    /// The last snapshot's Services in order, with their keys; whether a key was listed twice.
+    order: Vec<(Arc<core::Service>, Option<ServiceKey>)>,
+    duplicates: bool,
     /// Each valid Service as validated (before conflicts), its rank and its claims.
     built: HashMap<ServiceKey, Arc<Service>>,
     claims_of: HashMap<ServiceKey, (Rank, Vec<Claim>)>,
@@ -84,6 +87,17 @@ pub struct FlowPlanner {
     vips: imbl::OrdSet<IpAddr>,
     last: Changes,
 }
+
+/// The Services of a snapshot, as far as they need looking at.
+enum Incoming {
+    /// Every Service, by key (first occurrence wins).
+    All(HashMap<ServiceKey, Arc<core::Service>>),
+    /// Only the Services replaced in place; the others are unchanged.
+    Changed(HashMap<ServiceKey, Arc<core::Service>>),
+}
+
+/// Above this many replaced positions, keying every object costs about the same.
+const IN_PLACE_MAX: usize = 256;
 
 /// Every address a Service object names as a VIP, whether valid or not.
 fn raw_vips_of(s: &core::Service) -> Vec<IpAddr> {
@@ -124,6 +138,8 @@ impl FlowPlanner {
             cluster_ip_refs: HashMap::new(),
             cluster_ips: BTreeSet::new(),
             raw: HashMap::new(),
+            order: Vec::new(),
+            duplicates: false,
             built: HashMap::new(),
             claims_of: HashMap::new(),
             by_raw_vip: HashMap::new(),
@@ -133,6 +149,59 @@ impl FlowPlanner {
             vips: imbl::OrdSet::new(),
             last: Changes::default(),
         }
+    }
+
+    /// The Services replaced in place since the last snapshot (same length, same key at each
+    /// replaced position, no key listed twice), by key; `None` when the snapshot differs in
+    /// any other way.
+    fn replaced_in_place(
+        &mut self,
+        services: &[Arc<core::Service>],
+    ) -> Option<HashMap<ServiceKey, Arc<core::Service>>> {
+        if self.duplicates || services.len() != self.order.len() {
+            return None;
+        }
+        let mut changed = HashMap::new();
+        for (i, s) in services.iter().enumerate() {
+            let (old, key) = &self.order[i];
+            if Arc::ptr_eq(old, s) {
+                continue;
+            }
+            let k = meta_key(&s.metadata);
+            if changed.len() >= IN_PLACE_MAX || k.is_none() || k != *key {
+                return None;
+            }
+            changed.insert(k?, Arc::clone(s));
+        }
+        for (i, s) in services.iter().enumerate() {
+            if !Arc::ptr_eq(&self.order[i].0, s) {
+                self.order[i].0 = Arc::clone(s);
+            }
+        }
+        Some(changed)
+    }
+
+    /// Key every Service of a snapshot (first occurrence of a key wins) and remember the order.
+    fn key_all(
+        &mut self,
+        services: &[Arc<core::Service>],
+    ) -> HashMap<ServiceKey, Arc<core::Service>> {
+        let mut all = HashMap::with_capacity(services.len());
+        self.order.clear();
+        self.duplicates = false;
+        for s in services {
+            let k = meta_key(&s.metadata);
+            if let Some(k) = &k {
+                match all.entry(k.clone()) {
+                    std::collections::hash_map::Entry::Occupied(_) => self.duplicates = true,
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert(Arc::clone(s));
+                    }
+                }
+            }
+            self.order.push((Arc::clone(s), k));
+        }
+        all
     }
 
     /// What the last update changed besides flows.
@@ -213,31 +282,37 @@ impl FlowPlanner {
             }
         }
 
-        // Which Services changed (first occurrence of a key wins, as in the full model).
-        let mut incoming: HashMap<ServiceKey, &Arc<core::Service>> =
-            HashMap::with_capacity(objects.services.len());
-        for s in &objects.services {
-            if let Some(k) = meta_key(&s.metadata) {
-                incoming.entry(k).or_insert(s);
+        // Which Services changed (first occurrence of a key wins, as in the full model). Most
+        // snapshots list the same objects in the same order with a few replaced in place: then
+        // only those positions are looked at. Otherwise every object is keyed and compared.
+        let incoming = match self.replaced_in_place(&objects.services) {
+            Some(changed) => {
+                dirty.extend(changed.keys().cloned());
+                Incoming::Changed(changed)
             }
-        }
-        for (k, s) in &incoming {
-            if self.raw.get(k).is_none_or(|old| !Arc::ptr_eq(old, s)) {
-                dirty.insert(k.clone());
+            None => {
+                let all = self.key_all(&objects.services);
+                for (k, s) in &all {
+                    if self.raw.get(k).is_none_or(|old| !Arc::ptr_eq(old, s)) {
+                        dirty.insert(k.clone());
+                    }
+                }
+                for k in self.raw.keys() {
+                    if !all.contains_key(k) {
+                        dirty.insert(k.clone());
+                    }
+                }
+                Incoming::All(all)
             }
-        }
-        for k in self.raw.keys() {
-            if !incoming.contains_key(k) {
-                dirty.insert(k.clone());
-            }
-        }
+        };
 
         // Cluster IPs and raw VIPs of the changed Services; a cluster IP that appears or goes
         // changes the validity of the VIPs equal to it.
         let mut cluster_changed: Vec<IpAddr> = Vec::new();
         for k in dirty.clone() {
-            if let Some(old) = self.raw.remove(&k) {
-                for ip in cluster_ips_of(&old) {
+            let old = self.raw.remove(&k);
+            if let Some(old) = &old {
+                for ip in cluster_ips_of(old) {
                     if let Some(n) = self.cluster_ip_refs.get_mut(&ip) {
                         *n -= 1;
                         if *n == 0 {
@@ -246,7 +321,7 @@ impl FlowPlanner {
                         }
                     }
                 }
-                for ip in raw_vips_of(&old) {
+                for ip in raw_vips_of(old) {
                     if let Some(set) = self.by_raw_vip.get_mut(&ip) {
                         set.remove(&k);
                         if set.is_empty() {
@@ -255,7 +330,12 @@ impl FlowPlanner {
                     }
                 }
             }
-            if let Some(new) = incoming.get(&k) {
+            let new = match &incoming {
+                Incoming::All(all) => all.get(&k).cloned(),
+                // Not replaced: the object stays (it was taken out of `raw` just above).
+                Incoming::Changed(c) => c.get(&k).cloned().or(old),
+            };
+            if let Some(new) = &new {
                 self.raw.insert(k.clone(), Arc::clone(new));
                 for ip in cluster_ips_of(new) {
                     let n = self.cluster_ip_refs.entry(ip).or_insert(0);
@@ -269,10 +349,14 @@ impl FlowPlanner {
                 }
             }
         }
-        let before = self.cluster_ips.clone();
-        self.cluster_ips = self.cluster_ip_refs.keys().copied().collect();
         for ip in cluster_changed {
-            if before.contains(&ip) != self.cluster_ips.contains(&ip) {
+            let now = self.cluster_ip_refs.contains_key(&ip);
+            let changed = if now {
+                self.cluster_ips.insert(ip)
+            } else {
+                self.cluster_ips.remove(&ip)
+            };
+            if changed {
                 dirty.extend(self.by_raw_vip.get(&ip).into_iter().flatten().cloned());
             }
         }

@@ -13,7 +13,7 @@ use vipflow::model::{ModelOptions, Objects, ServiceKey};
 use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::northbound_incremental::NbPlanner;
-use vipflow::reconcile::northbound::{Change, DB, Desired, Observed, Session, monitor_spec};
+use vipflow::reconcile::northbound::{Change, DB, Desired, Observed, Session, monitor_spec, send};
 
 fn nb() -> Sandbox {
     let sb = Sandbox::with_options(Options {
@@ -29,7 +29,7 @@ fn service(i: usize) -> Arc<core::Service> {
     Arc::new(
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("svc-{i}"), "namespace": "t"},
-            "spec": {"type": "ClusterIP", "externalIPs": [format!("198.18.0.{}", i + 1)],
+            "spec": {"type": "ClusterIP", "externalIPs": [format!("198.18.{}.{}", i / 250, i % 250 + 1)],
                      "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]},
         }))
         .unwrap(),
@@ -43,7 +43,7 @@ fn slice(i: usize, backend: u8) -> Arc<discovery::EndpointSlice> {
                          "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
             "addressType": "IPv4",
             "ports": [{"port": 8080, "protocol": "TCP"}],
-            "endpoints": [{"addresses": [format!("10.0.{i}.{backend}")]}],
+            "endpoints": [{"addresses": [format!("10.{}.{}.{backend}", i / 250, i % 250)]}],
         }))
         .unwrap(),
     )
@@ -88,36 +88,27 @@ impl Planner {
     }
 }
 
+fn options(sb: &Sandbox) -> ClientOptions {
+    ClientOptions::new(&format!("unix:{}", sb.nb_sock().display()), DB).unwrap()
+}
+
 async fn connect(sb: &Sandbox) -> (Client, Monitor, Session) {
-    let client = Client::connect(
-        ClientOptions::new(&format!("unix:{}", sb.nb_sock().display()), DB).unwrap(),
-    )
-    .await
-    .unwrap();
+    let client = Client::connect(options(sb)).await.unwrap();
     let mut monitor = client.monitor(monitor_spec()).await.unwrap();
     let mut session = Session::new(Observed::from_cache(&monitor.cache()));
     session.absorb(&mut monitor, None);
     (client, monitor, session)
 }
 
-/// Send the changes as the run loop does: stop at the first failure, tell the session.
+/// Send the changes as the run loop does (`send`: the first large sync on a side connection).
 async fn write(
+    sb: &Sandbox,
     client: &Client,
     session: &mut Session,
     plan: &Desired,
     changes: Vec<Change>,
 ) -> Result<(), ovsdb::Error> {
-    let mut r = Ok(());
-    for c in changes {
-        if let Some(txn) = c.txn
-            && let Err(e) = client.transact(&txn).await
-        {
-            r = Err(e);
-            break;
-        }
-    }
-    session.done(plan, &r);
-    r
+    send(session, client, &options(sb), plan, changes).await.1
 }
 
 /// Absorb monitor events until the session holds `n` rows of ours.
@@ -158,7 +149,8 @@ fn owners(changes: &[Change]) -> BTreeSet<ServiceKey> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_duplicate() {
     let sb = nb();
-    let objs = objects(40);
+    // Enough for the first sync to go over the side connection.
+    let objs = objects(300);
     let mut planner = Planner::new();
     let plan = planner.update(&objs);
     let (client, mut monitor, mut session) = connect(&sb).await;
@@ -175,10 +167,11 @@ async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_dup
         "external_ids={\"vipflow.io/managed\"=true,\"vipflow.io/owner\"=\"t/svc-7\",\"vipflow.io/scope\"=cluster}",
     ]);
 
-    // 40 inserts from a snapshot without that row: one transaction, guarded for the table.
+    // 300 inserts from a snapshot without that row: one transaction, guarded for the table.
     let changes = session.changes(&plan);
     assert_eq!(changes.len(), 1, "one batched transaction");
-    let err = write(&client, &mut session, &plan, changes)
+    assert!(changes[0].ops >= vipflow::reconcile::northbound::SIDE_MIN_OPS);
+    let err = write(&sb, &client, &mut session, &plan, changes)
         .await
         .expect_err("the table guard sees the other writer's row");
     assert!(err.to_string().contains("wait"), "{err}");
@@ -187,9 +180,14 @@ async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_dup
     // The retry starts from the monitor, which now shows that row, and updates it.
     absorb_until(&mut monitor, &mut session, 1).await;
     let changes = session.changes(&plan);
-    write(&client, &mut session, &plan, changes).await.unwrap();
+    write(&sb, &client, &mut session, &plan, changes)
+        .await
+        .unwrap();
+    // Written on the side connection: the monitor shows the rows afterwards, and the session
+    // does not diff before it has.
+    assert!(!session.caught_up());
     let names = our_names(&sb);
-    assert_eq!(names.len(), 40, "{names:?}");
+    assert_eq!(names.len(), 300);
     let foreign = sb.nbctl(&[
         "--bare",
         "--columns=vips",
@@ -201,7 +199,8 @@ async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_dup
         foreign.contains("10.9.9.9:80"),
         "foreign row intact: {foreign}"
     );
-    absorb_until(&mut monitor, &mut session, 40).await;
+    absorb_until(&mut monitor, &mut session, 300).await;
+    assert!(session.caught_up());
     assert!(session.changes(&plan).is_empty(), "in sync");
 }
 
@@ -213,7 +212,9 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
     let plan = planner.update(&objs);
     let (client, mut monitor, mut session) = connect(&sb).await;
     let changes = session.changes(&plan);
-    write(&client, &mut session, &plan, changes).await.unwrap();
+    write(&sb, &client, &mut session, &plan, changes)
+        .await
+        .unwrap();
     absorb_until(&mut monitor, &mut session, 20).await;
     // The echo of our own write: nothing to do.
     assert!(session.changes(&plan).is_empty());
@@ -227,7 +228,9 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
         BTreeSet::from([ServiceKey::new("t", "svc-3")])
     );
     assert_eq!(changes.len(), 1);
-    write(&client, &mut session, &plan, changes).await.unwrap();
+    write(&sb, &client, &mut session, &plan, changes)
+        .await
+        .unwrap();
 
     // Someone edits one of our rows: the monitor event names its Service, which is repaired.
     sb.nbctl(&[
@@ -251,7 +254,9 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
             owners(&changes),
             BTreeSet::from([ServiceKey::new("t", "svc-5")])
         );
-        write(&client, &mut session, &plan, changes).await.unwrap();
+        write(&sb, &client, &mut session, &plan, changes)
+            .await
+            .unwrap();
         break;
     }
     let vips = sb.nbctl(&[
@@ -281,7 +286,9 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
         BTreeSet::from([ServiceKey::new("t", "svc-8"), ServiceKey::new("t", "svc-9")]),
         "a skipped generation means a full diff"
     );
-    write(&client, &mut session, &plan, changes).await.unwrap();
+    write(&sb, &client, &mut session, &plan, changes)
+        .await
+        .unwrap();
     absorb_until(&mut monitor, &mut session, 20).await;
     assert_eq!(our_names(&sb).len(), 20);
 }

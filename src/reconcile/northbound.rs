@@ -31,10 +31,10 @@ use crate::plan::northbound::{Attach, LbKey, LbRow, MANAGED_KEY, OWNER_KEY, SCOP
 use crate::plan::northbound_incremental::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, Row,
-    Transaction, Uuid, Value,
+    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
+    Row, Transaction, Uuid, Value,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -830,6 +830,10 @@ pub struct Session {
     /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
     exclude_due: bool,
     guard: Guard,
+    /// Rows we inserted that the monitor has not shown yet: written over the side connection,
+    /// their echo comes later. Diffing before it would insert them again (the guard would
+    /// refuse, but only after a wasted round).
+    awaiting: HashSet<Uuid>,
     attach_problems: Vec<String>,
     exclude_problems: Vec<String>,
 }
@@ -845,6 +849,7 @@ impl Session {
             full: true,
             exclude_due: true,
             guard: Guard::Auto,
+            awaiting: HashSet::new(),
             attach_problems: Vec::new(),
             exclude_problems: Vec::new(),
         }
@@ -855,6 +860,17 @@ impl Session {
         self.guard = guard;
     }
 
+    /// Whether the monitor has shown every row this session inserted: diff only then.
+    pub fn caught_up(&self) -> bool {
+        self.awaiting.is_empty()
+    }
+
+    /// Stop waiting for echoes (they did not come in time): the next diff is a full one.
+    pub fn give_up_waiting(&mut self) {
+        self.awaiting.clear();
+        self.full = true;
+    }
+
     /// What the database holds, as far as the events applied so far tell.
     pub fn observed(&self) -> &Observed {
         &self.observed
@@ -863,11 +879,19 @@ impl Session {
     /// Apply `first_event` and every event queued, and re-read switches, routers and groups if
     /// one changed.
     pub fn absorb(&mut self, monitor: &mut ovsdb::Monitor, first_event: Option<Event>) {
-        if let Some(ev) = first_event {
+        let mut take = |ev: Event| {
+            if let Event::Insert { table, uuid, .. } = &ev
+                && table == LB
+            {
+                self.awaiting.remove(uuid);
+            }
             self.observed.apply(&ev, &mut self.touched);
+        };
+        if let Some(ev) = first_event {
+            take(ev);
         }
         while let Some(ev) = monitor.try_event() {
-            self.observed.apply(&ev, &mut self.touched);
+            take(ev);
         }
         if self.touched.holders {
             self.touched.holders = false;
@@ -955,6 +979,71 @@ impl Session {
     }
 }
 
+/// Write `changes` and tell the session the outcome; returns the number of transactions sent.
+///
+/// The first sync of a connection is one large transaction. It goes over a side connection that
+/// monitors nothing: on the main one, ovsdb-server would first build and send the whole echo of
+/// the inserted rows (3 MB for 10,000 rows, 140 ms of its CPU) and only then the reply. The
+/// echo still reaches the main monitor afterwards; the session waits for it before its next
+/// diff ([`Session::caught_up`]).
+pub async fn send(
+    session: &mut Session,
+    client: &Client,
+    side: &ClientOptions,
+    plan: &Desired,
+    changes: Vec<Change>,
+) -> (u64, Result<(), ovsdb::Error>) {
+    let mut sent = 0u64;
+    let mut result = Ok(());
+    let side_client =
+        if session.first && changes.iter().map(|c| c.ops).sum::<usize>() >= SIDE_MIN_OPS {
+            match Client::connect(side.clone()).await {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no side connection; writing on the monitored one");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+    let writer = side_client.as_ref().unwrap_or(client);
+    for c in changes {
+        let Some(txn) = c.txn else { continue };
+        match writer.transact(&txn).await {
+            Ok(results) => {
+                sent += 1;
+                if side_client.is_some() {
+                    session.awaiting.extend(
+                        results
+                            .iter()
+                            .filter_map(OpResult::uuid)
+                            .filter(|u| !session.observed.lbs.contains_key(u)),
+                    );
+                }
+            }
+            Err(e) => {
+                if e.outcome_unknown() {
+                    // Never resend blindly: the monitor will tell what happened.
+                    tracing::warn!(error = %e, services = c.owners.len(), "transaction outcome unknown; re-reading before any retry");
+                } else {
+                    tracing::warn!(error = %e, services = c.owners.len(), "transaction failed; will retry");
+                }
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    session.done(plan, &result);
+    (sent, result)
+}
+
+/// A first sync of at least this many operations goes over the side connection.
+pub const SIDE_MIN_OPS: usize = 256;
+
+/// How long to wait for the echo of a side-connection write before diffing everything.
+const ECHO_WAIT: Duration = Duration::from_secs(10);
+
 /// Run the NB reconciler until `desired`'s sender is dropped.
 pub async fn run(
     settings: NbSettings,
@@ -971,6 +1060,7 @@ pub async fn run(
                 return;
             }
         };
+        let side = opts.clone();
         let client = match Client::connect(opts).await {
             Ok(c) => c,
             Err(e) => {
@@ -1015,27 +1105,23 @@ pub async fn run(
                 }
                 continue;
             }
-            let started = std::time::Instant::now();
-            let changes = s.changes(&plan);
-            let mut result = Ok(());
-            let mut sent = 0u64;
-            for c in changes {
-                let Some(txn) = c.txn else { continue };
-                match client.transact(&txn).await {
-                    Ok(_) => sent += 1,
-                    Err(e) => {
-                        if e.outcome_unknown() {
-                            // Never resend blindly: the monitor will tell what happened.
-                            tracing::warn!(error = %e, services = c.owners.len(), "transaction outcome unknown; re-reading before any retry");
-                        } else {
-                            tracing::warn!(error = %e, services = c.owners.len(), "transaction failed; will retry");
-                        }
-                        result = Err(e);
-                        break;
+            if !s.caught_up() {
+                // Our side-connection write is committed; its echo is on the way.
+                match tokio::time::timeout(ECHO_WAIT, monitor.next_event()).await {
+                    Ok(None) => break,
+                    Ok(Some(ev)) => event = Some(ev),
+                    Err(_) => {
+                        tracing::warn!(
+                            "the monitor did not show our rows in time; diffing everything"
+                        );
+                        s.give_up_waiting();
                     }
                 }
+                continue;
             }
-            s.done(&plan, &result);
+            let started = std::time::Instant::now();
+            let changes = s.changes(&plan);
+            let (sent, result) = send(&mut s, &client, &side, &plan, changes).await;
             let ok = result.is_ok();
             if ok {
                 backoff = settings.backoff_min;

@@ -31,10 +31,10 @@ use crate::plan::northbound::{Attach, LbKey, LbRow, MANAGED_KEY, OWNER_KEY, SCOP
 use crate::plan::northbound_incremental::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
-    Row, Transaction, Uuid, Value,
+    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, Row,
+    Transaction, Uuid, Value,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -830,10 +830,6 @@ pub struct Session {
     /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
     exclude_due: bool,
     guard: Guard,
-    /// Rows we inserted that the monitor has not shown yet: written over the side connection,
-    /// their echo comes later. Diffing before it would insert them again (the guard would
-    /// refuse, but only after a wasted round).
-    awaiting: HashSet<Uuid>,
     attach_problems: Vec<String>,
     exclude_problems: Vec<String>,
 }
@@ -849,7 +845,6 @@ impl Session {
             full: true,
             exclude_due: true,
             guard: Guard::Auto,
-            awaiting: HashSet::new(),
             attach_problems: Vec::new(),
             exclude_problems: Vec::new(),
         }
@@ -860,15 +855,13 @@ impl Session {
         self.guard = guard;
     }
 
-    /// Whether the monitor has shown every row this session inserted: diff only then.
-    pub fn caught_up(&self) -> bool {
-        self.awaiting.is_empty()
-    }
-
-    /// Stop waiting for echoes (they did not come in time): the next diff is a full one.
-    pub fn give_up_waiting(&mut self) {
-        self.awaiting.clear();
+    /// Start over from a new monitor's snapshot (after [`send`] resubscribed): the next diff
+    /// covers everything, and finds nothing to do unless someone else wrote meanwhile.
+    pub fn resubscribed(&mut self, observed: Observed) {
+        self.observed = observed;
+        self.touched = Touched::default();
         self.full = true;
+        self.exclude_due = true;
     }
 
     /// What the database holds, as far as the events applied so far tell.
@@ -879,19 +872,11 @@ impl Session {
     /// Apply `first_event` and every event queued, and re-read switches, routers and groups if
     /// one changed.
     pub fn absorb(&mut self, monitor: &mut ovsdb::Monitor, first_event: Option<Event>) {
-        let mut take = |ev: Event| {
-            if let Event::Insert { table, uuid, .. } = &ev
-                && table == LB
-            {
-                self.awaiting.remove(uuid);
-            }
-            self.observed.apply(&ev, &mut self.touched);
-        };
         if let Some(ev) = first_event {
-            take(ev);
+            self.observed.apply(&ev, &mut self.touched);
         }
         while let Some(ev) = monitor.try_event() {
-            take(ev);
+            self.observed.apply(&ev, &mut self.touched);
         }
         if self.touched.holders {
             self.touched.holders = false;
@@ -979,49 +964,49 @@ impl Session {
     }
 }
 
-/// Write `changes` and tell the session the outcome; returns the number of transactions sent.
+/// What [`send`] did.
+pub struct Sent {
+    /// The monitor to go on with; `None`: it could not be renewed (reconnect).
+    pub monitor: Option<ovsdb::Monitor>,
+    pub transactions: u64,
+    pub result: Result<(), ovsdb::Error>,
+    /// When the last reply came, before any resubscription.
+    pub written: std::time::Instant,
+}
+
+/// Write `changes` and tell the session the outcome.
 ///
-/// The first sync of a connection is one large transaction. It goes over a side connection that
-/// monitors nothing: on the main one, ovsdb-server would first build and send the whole echo of
-/// the inserted rows (3 MB for 10,000 rows, 140 ms of its CPU) and only then the reply. The
-/// echo still reaches the main monitor afterwards; the session waits for it before its next
-/// diff ([`Session::caught_up`]).
+/// The first sync of a connection is one large transaction. While any monitor covers the
+/// table, ovsdb-server builds the whole update of the inserted rows before it replies (3 MB
+/// and some 140 ms of its CPU for 10,000 rows). So for a large first sync the monitor is
+/// cancelled, the transaction written, and the monitor taken again: its snapshot, built after
+/// the commit, replaces the observed state, and the next diff checks everything against it.
 pub async fn send(
     session: &mut Session,
     client: &Client,
-    side: &ClientOptions,
+    monitor: ovsdb::Monitor,
     plan: &Desired,
     changes: Vec<Change>,
-) -> (u64, Result<(), ovsdb::Error>) {
+) -> Sent {
+    let quiet = session.first && changes.iter().map(|c| c.ops).sum::<usize>() >= QUIET_MIN_OPS;
+    let mut monitor = Some(monitor);
+    if quiet
+        && let Some(m) = monitor.take()
+        && let Err(e) = client.monitor_cancel(m).await
+    {
+        return Sent {
+            monitor: None,
+            transactions: 0,
+            result: Err(e),
+            written: std::time::Instant::now(),
+        };
+    }
     let mut sent = 0u64;
     let mut result = Ok(());
-    let side_client =
-        if session.first && changes.iter().map(|c| c.ops).sum::<usize>() >= SIDE_MIN_OPS {
-            match Client::connect(side.clone()).await {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    tracing::debug!(error = %e, "no side connection; writing on the monitored one");
-                    None
-                }
-            }
-        } else {
-            None
-        };
-    let writer = side_client.as_ref().unwrap_or(client);
     for c in changes {
         let Some(txn) = c.txn else { continue };
-        match writer.transact(&txn).await {
-            Ok(results) => {
-                sent += 1;
-                if side_client.is_some() {
-                    session.awaiting.extend(
-                        results
-                            .iter()
-                            .filter_map(OpResult::uuid)
-                            .filter(|u| !session.observed.lbs.contains_key(u)),
-                    );
-                }
-            }
+        match client.transact(&txn).await {
+            Ok(_) => sent += 1,
             Err(e) => {
                 if e.outcome_unknown() {
                     // Never resend blindly: the monitor will tell what happened.
@@ -1034,15 +1019,27 @@ pub async fn send(
             }
         }
     }
+    let written = std::time::Instant::now();
     session.done(plan, &result);
-    (sent, result)
+    if monitor.is_none() {
+        match client.monitor(monitor_spec()).await {
+            Ok(m) => {
+                session.resubscribed(Observed::from_cache(&m.cache()));
+                monitor = Some(m);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot monitor the Northbound database again"),
+        }
+    }
+    Sent {
+        monitor,
+        transactions: sent,
+        result,
+        written,
+    }
 }
 
-/// A first sync of at least this many operations goes over the side connection.
-pub const SIDE_MIN_OPS: usize = 256;
-
-/// How long to wait for the echo of a side-connection write before diffing everything.
-const ECHO_WAIT: Duration = Duration::from_secs(10);
+/// A first sync of at least this many operations is written with no monitor open.
+pub const QUIET_MIN_OPS: usize = 256;
 
 /// Run the NB reconciler until `desired`'s sender is dropped.
 pub async fn run(
@@ -1060,7 +1057,6 @@ pub async fn run(
                 return;
             }
         };
-        let side = opts.clone();
         let client = match Client::connect(opts).await {
             Ok(c) => c,
             Err(e) => {
@@ -1105,23 +1101,16 @@ pub async fn run(
                 }
                 continue;
             }
-            if !s.caught_up() {
-                // Our side-connection write is committed; its echo is on the way.
-                match tokio::time::timeout(ECHO_WAIT, monitor.next_event()).await {
-                    Ok(None) => break,
-                    Ok(Some(ev)) => event = Some(ev),
-                    Err(_) => {
-                        tracing::warn!(
-                            "the monitor did not show our rows in time; diffing everything"
-                        );
-                        s.give_up_waiting();
-                    }
-                }
-                continue;
-            }
             let started = std::time::Instant::now();
             let changes = s.changes(&plan);
-            let (sent, result) = send(&mut s, &client, &side, &plan, changes).await;
+            let Sent {
+                monitor: m,
+                transactions: sent,
+                result,
+                ..
+            } = send(&mut s, &client, monitor, &plan, changes).await;
+            let Some(m) = m else { break };
+            monitor = m;
             let ok = result.is_ok();
             if ok {
                 backoff = settings.backoff_min;

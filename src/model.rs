@@ -376,11 +376,11 @@ pub(crate) fn build_service(
         });
         return None;
     };
-    let object = format!("Service {key}");
     let spec = svc.spec.as_ref()?;
+    // Named only when there is a problem: most Services have none.
     let mut problem = |vip: Option<String>, reason: String| {
         problems.push(Problem {
-            object: object.clone(),
+            object: format!("Service {key}"),
             vip,
             reason,
         });
@@ -627,7 +627,7 @@ pub(crate) fn build_slices<'a>(
             continue;
         };
         let name = s.metadata.name.clone().unwrap_or_default();
-        let object = format!("EndpointSlice {}/{name}", key.namespace);
+        let object = || format!("EndpointSlice {}/{name}", key.namespace);
         let mut ports = Vec::new();
         for p in s.ports.iter().flatten() {
             let Some(port) = p
@@ -636,7 +636,7 @@ pub(crate) fn build_slices<'a>(
                 .filter(|&n| n != 0)
             else {
                 problems.push(Problem {
-                    object: object.clone(),
+                    object: object(),
                     vip: None,
                     reason: format!("port {:?} is not valid; skipped", p.port),
                 });
@@ -644,7 +644,7 @@ pub(crate) fn build_slices<'a>(
             };
             let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
                 problems.push(Problem {
-                    object: object.clone(),
+                    object: object(),
                     vip: None,
                     reason: format!("unknown protocol {:?}; skipped", p.protocol),
                 });
@@ -664,7 +664,7 @@ pub(crate) fn build_slices<'a>(
                     Ok(ip) => addresses.push(ip),
                     // FQDN slices and garbage alike: not usable as a backend.
                     Err(_) => problems.push(Problem {
-                        object: object.clone(),
+                        object: object(),
                         vip: None,
                         reason: format!("address {a:?} is not an IP; skipped"),
                     }),

@@ -46,7 +46,8 @@ pub struct NbPlanner {
     /// The last snapshot's slices, by position (allocation addresses).
     order: Vec<usize>,
     seen: HashMap<usize, SeenSlice>,
-    slices_of: HashMap<ServiceKey, HashMap<usize, Arc<discovery::EndpointSlice>>>,
+    /// Each Service's slices, by allocation (a Service has one or a few).
+    slices_of: HashMap<ServiceKey, Vec<(usize, Arc<discovery::EndpointSlice>)>>,
     rows: RowIndex,
     /// The number of rows in `rows`.
     count: usize,
@@ -92,7 +93,9 @@ impl NbPlanner {
                     let slices = self
                         .slices_of
                         .get(&k)
-                        .and_then(|m| build_slices(m.values(), &mut Vec::new()).remove(&k))
+                        .and_then(|v| {
+                            build_slices(v.iter().map(|(_, s)| s), &mut Vec::new()).remove(&k)
+                        })
                         .unwrap_or_default();
                     service_rows(&svc, &slices, services.node_names(), &self.cfg)
                 }
@@ -144,7 +147,7 @@ impl NbPlanner {
                         self.slices_of
                             .entry(k.clone())
                             .or_default()
-                            .insert(ptr, Arc::clone(s));
+                            .push((ptr, Arc::clone(s)));
                         dirty.insert(k.clone());
                     }
                     self.seen.insert(
@@ -169,7 +172,7 @@ impl NbPlanner {
             }
             if let Some(SeenSlice { owner: Some(k), .. }) = self.seen.remove(&ptr) {
                 if let Some(m) = self.slices_of.get_mut(&k) {
-                    m.remove(&ptr);
+                    m.retain(|(p, _)| *p != ptr);
                     if m.is_empty() {
                         self.slices_of.remove(&k);
                     }

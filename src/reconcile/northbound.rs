@@ -407,7 +407,16 @@ fn smap(m: &BTreeMap<String, String>) -> Value {
 }
 
 fn lb_columns(d: &LbRow) -> Row {
-    Row::from([
+    let mut row = insert_columns(d);
+    // An update must clear mappings that are no longer planned.
+    row.insert("ip_port_mappings".to_string(), smap(&d.ip_port_mappings));
+    row
+}
+
+/// The columns of a new row: those holding their default (empty) value are left out, which
+/// is less for the server to parse and store.
+fn insert_columns(d: &LbRow) -> Row {
+    let mut row = Row::from([
         ("name".to_string(), Value::Atom(Atom::string(&d.name))),
         (
             "protocol".to_string(),
@@ -416,8 +425,11 @@ fn lb_columns(d: &LbRow) -> Row {
         ("vips".to_string(), smap(&d.vips)),
         ("options".to_string(), smap(&d.options)),
         ("external_ids".to_string(), smap(&d.external_ids)),
-        ("ip_port_mappings".to_string(), smap(&d.ip_port_mappings)),
-    ])
+    ]);
+    if !d.ip_port_mappings.is_empty() {
+        row.insert("ip_port_mappings".to_string(), smap(&d.ip_port_mappings));
+    }
+    row
 }
 
 fn same_content(o: &ObservedLb, d: &LbRow) -> bool {
@@ -567,7 +579,7 @@ fn diff_owner(
         match (want.get(key), rows.split_first()) {
             (Some(d), None) => {
                 p.inserted.push(key.clone());
-                let named = p.body.insert(LB, lb_columns(d));
+                let named = p.body.insert(LB, insert_columns(d));
                 attach_targets(observed, &d.attach, None, named, &mut p.attach, problems);
             }
             (Some(d), Some((first, dups))) => {

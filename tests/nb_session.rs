@@ -13,7 +13,9 @@ use vipflow::model::{ModelOptions, Objects, ServiceKey};
 use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::northbound_incremental::NbPlanner;
-use vipflow::reconcile::northbound::{Change, DB, Desired, Observed, Session, monitor_spec, send};
+use vipflow::reconcile::northbound::{
+    Change, DB, Desired, Observed, QUIET_MIN_OPS, Session, monitor_spec, new_token, send, take_over,
+};
 
 fn nb() -> Sandbox {
     let sb = Sandbox::with_options(Options {
@@ -92,10 +94,13 @@ fn options(sb: &Sandbox) -> ClientOptions {
     ClientOptions::new(&format!("unix:{}", sb.nb_sock().display()), DB).unwrap()
 }
 
+/// A writer session as the run loop starts one: take over, then read.
 async fn connect(sb: &Sandbox) -> (Client, Option<Monitor>, Session) {
     let client = Client::connect(options(sb)).await.unwrap();
+    let token = new_token();
+    take_over(&client, &token).await.unwrap();
     let mut monitor = client.monitor(monitor_spec()).await.unwrap();
-    let mut session = Session::new(Observed::from_cache(&monitor.cache()));
+    let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
     session.absorb(&mut monitor, None);
     (client, Some(monitor), session)
 }
@@ -156,17 +161,21 @@ fn owners(changes: &[Change]) -> BTreeSet<ServiceKey> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_duplicate() {
+async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates_nothing() {
     let sb = nb();
-    // Enough for the first sync to go over the side connection.
+    // Enough for the first sync to be several transactions, written with the monitor off.
     let objs = objects(300);
     let mut planner = Planner::new();
     let plan = planner.update(&objs);
     let (client, mut monitor, mut session) = connect(&sb).await;
 
-    // A row of someone else's (no vipflow marker) arriving meanwhile is no conflict...
-    sb.nbctl(&["lb-add", "foreign", "192.0.2.1:80", "10.9.9.9:80"]);
-    // ...but another vipflow writer's row for svc-7 is.
+    // Another writer takes over (as a new Lease holder would) and writes svc-7's row.
+    sb.nbctl(&[
+        "set",
+        "NB_Global",
+        ".",
+        "external_ids:vipflow.io/writer=other",
+    ]);
     sb.nbctl(&[
         "create",
         "Load_Balancer",
@@ -175,27 +184,30 @@ async fn another_writers_insert_fails_the_table_guard_and_the_retry_makes_no_dup
         "vips={\"198.18.0.8:80\"=\"10.0.7.1:8080\"}",
         "external_ids={\"vipflow.io/managed\"=true,\"vipflow.io/owner\"=\"t/svc-7\",\"vipflow.io/scope\"=cluster}",
     ]);
+    // And someone else's row arrives too.
+    sb.nbctl(&["lb-add", "foreign", "192.0.2.1:80", "10.9.9.9:80"]);
 
-    // 300 inserts from a snapshot without that row: one transaction, guarded for the table.
+    // The first session's snapshot predates both; its batch is fenced off whole.
     let changes = session.changes(&plan);
-    assert_eq!(changes.len(), 1, "one batched transaction");
-    assert!(changes[0].ops >= vipflow::reconcile::northbound::QUIET_MIN_OPS);
+    assert_eq!(changes.len(), 3, "300 Services: 3 transactions");
+    assert!(changes.iter().map(|c| c.ops).sum::<usize>() >= QUIET_MIN_OPS);
     let err = write(&client, &mut monitor, &mut session, &plan, changes)
         .await
-        .expect_err("the table guard sees the other writer's row");
+        .expect_err("the fence stops a writer whose token was replaced");
     assert!(err.to_string().contains("wait"), "{err}");
     assert_eq!(our_names(&sb).len(), 1, "nothing of the batch committed");
 
-    // The retry starts from the monitor, which now shows that row, and updates it.
-    absorb_until(m(&mut monitor), &mut session, 1).await;
+    // A new session takes over and reads after: it updates svc-7's row, adds the rest.
+    drop((monitor, client));
+    let (client, mut monitor, mut session) = connect(&sb).await;
+    assert_eq!(session.observed().len(), 1);
     let changes = session.changes(&plan);
     write(&client, &mut monitor, &mut session, &plan, changes)
         .await
         .unwrap();
-    // Written with the monitor cancelled; the new monitor's snapshot already holds every row.
+    // Written with the monitor cancelled; the new monitor's snapshot holds every row.
     assert_eq!(session.observed().len(), 300);
-    let names = our_names(&sb);
-    assert_eq!(names.len(), 300);
+    assert_eq!(our_names(&sb).len(), 300);
     let foreign = sb.nbctl(&[
         "--bare",
         "--columns=vips",

@@ -8,31 +8,34 @@
 //! - **Ownership**: a row is ours when its `external_ids` carry `vipflow.io/owner` and
 //!   `vipflow.io/scope`; it is identified by (owner, protocol, scope). Rows without them are
 //!   never read into the diff, so never touched.
-//! - **Writes**: the diff of observed and planned rows, as one transaction per changed Service
-//!   (the first sync after connecting batches everything into one). After the first sync only
-//!   the Services the planner reports as changed, and those whose rows the monitor saw change,
-//!   are diffed; a skipped plan generation, a failure or a switch/router/group appearing or
-//!   going means a full diff. Rows that are ours but no longer planned (orphans) and extra
-//!   copies of a row (duplicates) are deleted.
-//! - **No duplicates, ever**: a transaction that inserts is guarded by `wait`s that fail if
-//!   another writer created a row in the meantime: one per inserted identity (a handful of
-//!   inserts), or, for a large batch, one for the table: the set of rows carrying the
-//!   `vipflow.io/managed` marker must be exactly the set observed. ovsdb-server checks a `wait`
-//!   by scanning the table, so 10,000 per-row guards cost as much as the inserts themselves.
-//!   A transaction whose outcome is unknown (connection lost after sending) is never blindly
-//!   resent: the next diff starts from the monitor, which by then shows whether it committed,
-//!   and the guard covers the race.
+//! - **Writes**: the diff of observed and planned rows, as one transaction per changed Service.
+//!   The first sync after connecting is batched: transactions of 100 Services sent back to
+//!   back (ovsdb-server's cost per row grows with a transaction's size), and when large, with
+//!   the monitor cancelled meanwhile (otherwise the server builds the whole update before it
+//!   replies) and taken again after. Later, only the Services the planner reports as changed,
+//!   and those whose rows the monitor saw change, are diffed; a skipped plan generation, a
+//!   failure or a switch/router/group appearing or going means a full diff. Rows that are ours
+//!   but no longer planned (orphans) and extra copies of a row (duplicates) are deleted.
+//! - **One writer at a time, no duplicates**: a session first writes a fresh token into
+//!   `NB_Global` `external_ids:vipflow.io/writer` ([`take_over`]), then reads. Every
+//!   transaction starts with a `wait` that fails unless the token is still there, so a writer
+//!   that was replaced (an old Lease holder, a session before a reconnect) cannot write any
+//!   more, and what it did write is in the new session's snapshot. The fence is in the
+//!   database, so it holds across a RAFT leader change, unlike OVSDB locks, which are per
+//!   server. Per-Service transactions also guard each insert with a `wait` on its identity,
+//!   in case the cache has not yet shown one of our own writes. A transaction whose outcome is
+//!   unknown (connection lost after sending) is never resent: the next session reads first.
 //! - Load balancers are attached through weak references (switch/router/group
 //!   `load_balancer` columns), so deleting a row detaches it everywhere.
 
 use crate::model::{Protocol, ServiceKey};
 use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
-use crate::plan::northbound::{Attach, LbKey, LbRow, MANAGED_KEY, OWNER_KEY, SCOPE_KEY, Scope};
+use crate::plan::northbound::{Attach, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope};
 use crate::plan::northbound_incremental::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, Row,
-    Transaction, Uuid, Value,
+    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
+    Operation, Row, Transaction, Uuid, Value,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -46,9 +49,15 @@ const GROUP: &str = "Load_Balancer_Group";
 const SWITCH: &str = "Logical_Switch";
 const ROUTER: &str = "Logical_Router";
 
-/// Above this many inserts, a transaction is guarded by one table-wide `wait` rather than one
-/// per inserted row.
-const TABLE_GUARD_MIN_INSERTS: usize = 32;
+const NB_GLOBAL: &str = "NB_Global";
+
+/// `NB_Global` `external_ids` key holding the token of the writer session allowed to write.
+pub const WRITER_KEY: &str = "vipflow.io/writer";
+
+/// Services per transaction in a batched sync. ovsdb-server's cost per row grows with the
+/// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
+/// 120 ms as 100 transactions of 100, sent back to back.
+const BATCH_OWNERS: usize = 100;
 
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
@@ -160,8 +169,6 @@ struct Holder {
 pub struct Observed {
     lbs: HashMap<Uuid, ObservedLb>,
     by_owner: HashMap<ServiceKey, BTreeSet<Uuid>>,
-    /// Rows carrying the managed marker, readable or not: what the table guard lists.
-    marked: BTreeSet<Uuid>,
     /// Logical switches' IPAM settings: uuid, raw values, full other_config and external_ids.
     pub ipam: Vec<SwitchIpam>,
     groups: BTreeMap<String, Holder>,
@@ -291,9 +298,6 @@ impl Observed {
     /// Record a Load_Balancer row; returns its Service if it is ours.
     fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
         let external_ids = map_of(row.get("external_ids"));
-        if external_ids.contains_key(MANAGED_KEY) {
-            self.marked.insert(uuid);
-        }
         let protocol = str_of(row.get("protocol"));
         // Not ours (or ours but unreadable): left alone.
         let key = parse_key(&external_ids, protocol.as_deref())?;
@@ -316,7 +320,6 @@ impl Observed {
 
     /// Forget a Load_Balancer row; returns its Service if it was ours.
     fn remove_lb(&mut self, uuid: &Uuid) -> Option<ServiceKey> {
-        self.marked.remove(uuid);
         let o = self.lbs.remove(uuid)?;
         if let Some(set) = self.by_owner.get_mut(&o.key.owner) {
             set.remove(uuid);
@@ -454,16 +457,6 @@ fn identity(key: &LbKey) -> Vec<Condition> {
     ]
 }
 
-/// How a transaction's inserts are guarded against another writer's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Guard {
-    /// One `wait` per inserted identity, or one for the table when there are many inserts.
-    Auto,
-    /// Always one per inserted identity (after a table guard failed: someone else is writing
-    /// marked rows, and per-row guards fail only on a real clash).
-    PerRow,
-}
-
 /// One Service's (or a batched sync's) changes.
 #[derive(Debug, Default)]
 pub struct Change {
@@ -516,30 +509,14 @@ impl Pending {
         self.body.ops.is_empty() && self.attach.is_empty()
     }
 
-    /// The finished transaction: guards first, then the body and the attachments. Guards go
-    /// first because ovsdb-server checks a `wait` by scanning the table: placed after the
-    /// batch's inserts, each would scan those too (quadratic: 8 s for 10,000 rows).
-    fn finish(self, observed: &Observed, guard: Guard, comment: &str) -> Change {
+    /// The finished transaction: guards first, then the body and the attachments. A guard
+    /// (`guarded`) makes each insert fail if a row of that identity exists: it covers a diff
+    /// made from a cache that has not yet shown one of our own writes. Guards go first because
+    /// ovsdb-server checks a `wait` by scanning the table: placed after inserts, each would
+    /// scan those too.
+    fn finish(self, guarded: bool, comment: &str) -> Change {
         let mut txn = Transaction::new(DB);
-        if guard == Guard::Auto && self.inserted.len() > TABLE_GUARD_MIN_INSERTS {
-            // No marked row may have come or gone since we looked.
-            let rows = observed
-                .marked
-                .iter()
-                .map(|u| Row::from([("_uuid".to_string(), Value::Atom(Atom::Uuid(*u)))]))
-                .collect();
-            txn.wait(
-                LB,
-                vec![Condition::includes(
-                    "external_ids",
-                    Value::map([(MANAGED_KEY, "true")]),
-                )],
-                &["_uuid"],
-                WaitUntil::Equal,
-                rows,
-                Some(0),
-            );
-        } else {
+        if guarded {
             for key in &self.inserted {
                 txn.wait(
                     LB,
@@ -609,14 +586,15 @@ fn diff_owner(
 }
 
 /// The transactions that turn `observed` into `desired` for the Services in `owners` (all of
-/// them, planned or observed, with `None`): one per changed Service, or a single one when
-/// `batch` is set. Also returns attachment problems (missing targets).
+/// them, planned or observed, with `None`): one per changed Service, or with `batch` one per
+/// [`BATCH_OWNERS`] changed Services, to be sent back to back. Batches are made from one
+/// snapshot and touch each identity once, so they need no per-row guard (the writer fence of
+/// [`send`] still applies). Also returns attachment problems (missing targets).
 pub fn diff(
     observed: &Observed,
     desired: &RowIndex,
     owners: Option<&BTreeSet<ServiceKey>>,
     batch: bool,
-    guard: Guard,
 ) -> (Vec<Change>, Vec<String>) {
     let all: BTreeSet<ServiceKey>;
     let owners = match owners {
@@ -641,19 +619,22 @@ pub fn diff(
             let after = batched.body.ops.len() + batched.attach.size();
             if after != before {
                 batched.owners.insert(owner.clone());
+                if batched.owners.len() >= BATCH_OWNERS {
+                    let full = std::mem::replace(&mut batched, Pending::new());
+                    changes.push(full.finish(false, "vipflow: sync"));
+                }
             }
         } else {
             let mut p = Pending::new();
             diff_owner(observed, owner, want, &mut p, &mut problems);
             if !p.is_empty() {
                 p.owners.insert(owner.clone());
-                changes.push(p.finish(observed, guard, &format!("vipflow: Service {owner}")));
+                changes.push(p.finish(true, &format!("vipflow: Service {owner}")));
             }
         }
     }
     if batch && !batched.is_empty() {
-        let comment = format!("vipflow: sync of {} Services", batched.owners.len());
-        changes.push(batched.finish(observed, guard, &comment));
+        changes.push(batched.finish(false, "vipflow: sync"));
     }
     problems.sort();
     problems.dedup();
@@ -662,13 +643,7 @@ pub fn diff(
 
 /// [`diff`] of every Service, from a list of rows (one-shot paths and tests).
 pub fn diff_rows(observed: &Observed, rows: &[LbRow], batch: bool) -> (Vec<Change>, Vec<String>) {
-    diff(
-        observed,
-        &index_rows(rows.iter().cloned()),
-        None,
-        batch,
-        Guard::Auto,
-    )
+    diff(observed, &index_rows(rows.iter().cloned()), None, batch)
 }
 
 /// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
@@ -821,9 +796,76 @@ fn emit_attach(txn: &mut Transaction, ops: AttachOps) {
     }
 }
 
-/// A `wait` of the transaction failed: someone else changed what it guards.
-fn guard_failed(e: &ovsdb::Error) -> bool {
-    matches!(e, ovsdb::Error::Txn { source, .. } if source.op == Some("wait"))
+/// The writer fence: the transaction fails unless `token` is still the writer token in
+/// `NB_Global`. Put first in every transaction of a session.
+fn fence(token: &str) -> Operation {
+    let mut t = Transaction::new(DB);
+    t.wait(
+        NB_GLOBAL,
+        vec![Condition::includes(
+            "external_ids",
+            Value::map([(WRITER_KEY, token)]),
+        )],
+        &["_uuid"],
+        WaitUntil::NotEqual,
+        vec![],
+        Some(0),
+    );
+    t.ops.remove(0)
+}
+
+/// Make `token` the writer token (creating `NB_Global` if missing, as `ovn-nbctl init` does).
+/// From the commit on, every transaction fenced with an earlier token fails; so a snapshot
+/// taken after this call holds everything an earlier writer will ever have written.
+pub async fn take_over(client: &Client, token: &str) -> Result<(), ovsdb::Error> {
+    let mut txn = Transaction::new(DB);
+    txn.mutate(
+        NB_GLOBAL,
+        vec![],
+        vec![Mutation::new(
+            "external_ids",
+            Mutator::Delete,
+            Value::set([WRITER_KEY]),
+        )],
+    );
+    txn.mutate(
+        NB_GLOBAL,
+        vec![],
+        vec![Mutation::new(
+            "external_ids",
+            Mutator::Insert,
+            Value::map([(WRITER_KEY, token)]),
+        )],
+    );
+    txn.comment("vipflow: Northbound writer");
+    let r = client.transact(&txn).await?;
+    if matches!(r.first(), Some(OpResult::Count(n)) if *n > 0) {
+        return Ok(());
+    }
+    // No NB_Global row yet: create it, unless someone else just did.
+    let mut txn = Transaction::new(DB);
+    txn.wait(
+        NB_GLOBAL,
+        vec![],
+        &["_uuid"],
+        WaitUntil::Equal,
+        vec![],
+        Some(0),
+    );
+    txn.insert(
+        NB_GLOBAL,
+        Row::from([(
+            "external_ids".to_string(),
+            Value::map([(WRITER_KEY, token)]),
+        )]),
+    );
+    txn.comment("vipflow: Northbound writer");
+    client.transact(&txn).await.map(|_| ())
+}
+
+/// A fresh writer token for a session.
+pub fn new_token() -> String {
+    Uuid::new_v4().to_string()
 }
 
 /// The reconciler's state for one connection, sans I/O: [`run`] feeds it monitor events and
@@ -841,14 +883,15 @@ pub struct Session {
     full: bool,
     /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
     exclude_due: bool,
-    guard: Guard,
+    /// This session's writer token ([`take_over`]); `None`: no fence (tests of the diff).
+    token: Option<String>,
     attach_problems: Vec<String>,
     exclude_problems: Vec<String>,
 }
 
 impl Session {
-    /// Start from the monitor's first snapshot.
-    pub fn new(observed: Observed) -> Self {
+    /// Start from the monitor's first snapshot, taken after [`take_over`] with `token`.
+    pub fn new(observed: Observed, token: Option<String>) -> Self {
         Session {
             observed,
             touched: Touched::default(),
@@ -856,15 +899,10 @@ impl Session {
             first: true,
             full: true,
             exclude_due: true,
-            guard: Guard::Auto,
+            token,
             attach_problems: Vec::new(),
             exclude_problems: Vec::new(),
         }
-    }
-
-    /// How inserts are guarded (the session starts with [`Guard::Auto`]).
-    pub fn set_guard(&mut self, guard: Guard) {
-        self.guard = guard;
     }
 
     /// Start over from a new monitor's snapshot (after [`send`] resubscribed): the next diff
@@ -921,13 +959,7 @@ impl Session {
         };
         let mut changes = Vec::new();
         if owners.as_ref().is_none_or(|o| !o.is_empty()) {
-            let (c, p) = diff(
-                &self.observed,
-                &plan.rows,
-                owners.as_ref(),
-                self.first,
-                self.guard,
-            );
+            let (c, p) = diff(&self.observed, &plan.rows, owners.as_ref(), self.first);
             changes = c;
             if whole {
                 self.attach_problems = p;
@@ -956,14 +988,11 @@ impl Session {
                 self.full = false;
                 self.exclude_due = false;
             }
-            Err(e) => {
+            Err(_) => {
                 // Start over from everything observed: the owners taken for this diff are not
                 // remembered one by one.
                 self.full = true;
                 self.exclude_due = true;
-                if guard_failed(e) && self.guard == Guard::Auto {
-                    self.guard = Guard::PerRow;
-                }
             }
         }
     }
@@ -1013,21 +1042,49 @@ pub async fn send(
             written: std::time::Instant::now(),
         };
     }
+    let mut txns: Vec<(usize, Transaction)> = changes
+        .into_iter()
+        .filter_map(|c| Some((c.owners.len(), c.txn?)))
+        .collect();
+    if let Some(token) = &session.token {
+        for (_, t) in &mut txns {
+            t.ops.insert(0, fence(token));
+        }
+    }
     let mut sent = 0u64;
     let mut result = Ok(());
-    for c in changes {
-        let Some(txn) = c.txn else { continue };
-        match client.transact(&txn).await {
-            Ok(_) => sent += 1,
-            Err(e) => {
-                if e.outcome_unknown() {
-                    // Never resend blindly: the monitor will tell what happened.
-                    tracing::warn!(error = %e, services = c.owners.len(), "transaction outcome unknown; re-reading before any retry");
-                } else {
-                    tracing::warn!(error = %e, services = c.owners.len(), "transaction failed; will retry");
+    let note = |e: &ovsdb::Error, services: usize| {
+        if e.outcome_unknown() {
+            // Never resend blindly: the monitor will tell what happened.
+            tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
+        } else {
+            tracing::warn!(error = %e, services, "transaction failed; will retry");
+        }
+    };
+    if session.first {
+        // A batched sync: every transaction at once, pipelined on the connection (the server
+        // runs them in order; each stands alone).
+        let replies = futures::future::join_all(txns.iter().map(|(_, t)| client.transact(t))).await;
+        for ((services, _), r) in txns.iter().zip(replies) {
+            match r {
+                Ok(_) => sent += 1,
+                Err(e) => {
+                    note(&e, *services);
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
                 }
-                result = Err(e);
-                break;
+            }
+        }
+    } else {
+        for (services, txn) in &txns {
+            match client.transact(txn).await {
+                Ok(_) => sent += 1,
+                Err(e) => {
+                    note(&e, *services);
+                    result = Err(e);
+                    break;
+                }
             }
         }
     }
@@ -1085,6 +1142,16 @@ pub async fn run(
                 continue;
             }
         };
+        // Become the writer first, then read: everything an earlier writer committed is in the
+        // snapshot, and anything it still sends fails its fence.
+        let token = new_token();
+        if let Err(e) = take_over(&client, &token).await {
+            tracing::warn!(error = %e, "cannot take over as Northbound writer");
+            status.send_modify(|s| s.last_error = Some(e.to_string()));
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(settings.backoff_max);
+            continue;
+        }
         let mut monitor = match client.monitor(monitor_spec()).await {
             Ok(m) => m,
             Err(e) => {
@@ -1097,7 +1164,7 @@ pub async fn run(
         backoff = settings.backoff_min;
         tracing::info!(remotes = %settings.remotes, "Northbound connected");
         // Events already queued are in the cache too; applying them again changes nothing.
-        let mut s = Session::new(Observed::from_cache(&monitor.cache()));
+        let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
         let mut event = None;
         loop {
             s.absorb(&mut monitor, event.take());
@@ -1190,21 +1257,27 @@ pub async fn sync_once(
     rows: &[LbRow],
     exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
-    let (client, _monitor, observed) = snapshot(remotes).await?;
-    let (mut changes, mut problems) = diff_rows(&observed, rows, true);
-    if let Some(vips) = exclude_vips {
-        let (c, p) = diff_exclude(&observed, vips, true);
-        changes.extend(c);
-        problems.extend(p);
-    }
-    let mut ops = 0;
-    for c in changes {
-        if let Some(txn) = c.txn {
-            client.transact(&txn).await?;
-            ops += c.ops;
-        }
-    }
-    Ok((ops, problems))
+    // A writer for this moment: take over (a running writer resumes on its next connection),
+    // read, write the difference as a batch.
+    let client = Client::connect(ClientOptions::new(remotes, DB)?).await?;
+    let token = new_token();
+    take_over(&client, &token).await?;
+    let monitor = client.monitor(monitor_spec()).await?;
+    let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
+    let plan = Desired {
+        generation: 1,
+        rows: index_rows(rows.iter().cloned()),
+        row_count: rows.len(),
+        delta: None,
+        vips: exclude_vips.into_iter().flatten().copied().collect(),
+        exclude_ips: exclude_vips.is_some(),
+    };
+    let changes = session.changes(&plan);
+    let ops = changes.iter().map(|c| c.ops).sum();
+    send(&mut session, &client, monitor, &plan, changes)
+        .await
+        .result?;
+    Ok((ops, session.problems()))
 }
 
 /// Differences between the database and the plan, one line each (`vipflow verify`).

@@ -641,11 +641,6 @@ pub fn diff(
     (changes, problems)
 }
 
-/// [`diff`] of every Service, from a list of rows (one-shot paths and tests).
-pub fn diff_rows(observed: &Observed, rows: &[LbRow], batch: bool) -> (Vec<Change>, Vec<String>) {
-    diff(observed, &index_rows(rows.iter().cloned()), None, batch)
-}
-
 /// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
 /// one per changed switch (or one in all with `batch`), each guarded by a `wait` on the
 /// switch's maps as observed, so a concurrent edit by someone else aborts it and the next diff

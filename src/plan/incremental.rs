@@ -204,6 +204,23 @@ impl FlowPlanner {
         all
     }
 
+    /// Validate the Services of `keys` (in order; `None`: gone or invalid). Each depends only on
+    /// its own object and the node and cluster addresses, so a large set (a first snapshot)
+    /// is split across cores.
+    fn validate(&self, keys: &[ServiceKey]) -> Vec<Option<Service>> {
+        let one = |k: &ServiceKey| {
+            let raw = self.raw.get(k)?;
+            build_service(
+                raw,
+                &self.opts,
+                &self.node_ips,
+                &self.cluster_ips,
+                &mut Vec::new(),
+            )
+        };
+        super::map_split(keys, one)
+    }
+
     /// What the last update changed besides flows.
     pub fn changes(&self) -> &Changes {
         &self.last
@@ -364,7 +381,10 @@ impl FlowPlanner {
         // Re-validate the changed Services and move their claims, noting each touched claim's
         // winner before the move.
         let mut winner_before: HashMap<Claim, Option<ServiceKey>> = HashMap::new();
+        let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
+        let mut validated = self.validate(&dirty).into_iter();
         for k in &dirty {
+            let svc = validated.next().flatten();
             if let Some((r, claims)) = self.claims_of.remove(k) {
                 for c in claims {
                     let set = self.claimants.get_mut(&c);
@@ -380,16 +400,7 @@ impl FlowPlanner {
                 }
             }
             self.built.remove(k);
-            let Some(raw) = self.raw.get(k) else { continue };
-            let Some(svc) = build_service(
-                raw,
-                &self.opts,
-                &self.node_ips,
-                &self.cluster_ips,
-                &mut Vec::new(),
-            ) else {
-                continue;
-            };
+            let Some(svc) = svc else { continue };
             let mut claims: Vec<Claim> = svc
                 .vip_ports
                 .iter()

@@ -1,5 +1,33 @@
+//! Planning: pure functions from the model to desired flows and rows, and the incremental
+//! planners that keep them up to date.
+
 pub mod exclude;
 pub mod flows;
 pub mod incremental;
 pub mod northbound;
 pub mod northbound_incremental;
+
+/// From this many items on, [`map_split`] uses more than one core.
+const PARALLEL_MIN: usize = 2048;
+
+/// `f` over `items`, results in order. From [`PARALLEL_MIN`] items on (a first snapshot, every
+/// Service after a node change) the items are split across up to 4 cores: planning a Service
+/// depends only on that Service and shared read-only state.
+pub(crate) fn map_split<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() < PARALLEL_MIN {
+        return items.iter().map(f).collect();
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let per = items.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = items
+            .chunks(per)
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}

@@ -85,21 +85,22 @@ impl NbPlanner {
             dirty.extend(self.rows.keys().cloned());
         }
 
-        let mut touched = Vec::new();
-        for k in dirty {
-            let rows = match services.resolved(&k) {
-                None => Vec::new(),
-                Some(svc) => {
-                    let slices = self
-                        .slices_of
-                        .get(&k)
-                        .and_then(|v| {
-                            build_slices(v.iter().map(|(_, s)| s), &mut Vec::new()).remove(&k)
-                        })
-                        .unwrap_or_default();
-                    service_rows(&svc, &slices, services.node_names(), &self.cfg)
-                }
+        let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
+        let (slices_of, cfg) = (&self.slices_of, &self.cfg);
+        let plan_one = |k: &ServiceKey| -> Vec<LbRow> {
+            let Some(svc) = services.resolved(k) else {
+                return Vec::new();
             };
+            let slices = slices_of
+                .get(k)
+                .and_then(|v| build_slices(v.iter().map(|(_, s)| s), &mut Vec::new()).remove(k))
+                .unwrap_or_default();
+            service_rows(&svc, &slices, services.node_names(), cfg)
+        };
+        let planned = super::map_split(&dirty, plan_one);
+
+        let mut touched = Vec::new();
+        for (k, rows) in dirty.into_iter().zip(planned) {
             let changed = match self.rows.get(&k) {
                 Some(old) => **old != rows,
                 None => !rows.is_empty(),
@@ -407,6 +408,38 @@ mod tests {
                 prev = now;
             }
         }
+    }
+
+    #[test]
+    fn a_large_snapshot_split_across_cores_equals_the_full_plan() {
+        // Above the split threshold, with VIP conflicts and node-scoped rows.
+        let n = 3000;
+        let mut o = Objects::default();
+        for i in 0..n {
+            let s = Spec {
+                vip: (i % 4) as u8,
+                port: 80 + (i % 7) as u16,
+                age: (i % 3) as u8,
+                local: i % 5 == 0,
+                prefer_local: i % 7 == 0,
+            };
+            o.services.push(Arc::new(service(i, &s)));
+            let sl = SliceSpec {
+                endpoints: vec![((i % 4) as u8, (i % 3) as u8, i % 2 == 0)],
+            };
+            o.endpoint_slices.push(Arc::new(slice(i, 0, &sl)));
+        }
+        o.nodes = (0..3).map(|i| Arc::new(node(i))).collect();
+        let cfg = NorthboundConfig::default();
+        let mut services = FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f);
+        let mut nb = NbPlanner::new(cfg.clone());
+        services.update(&o);
+        nb.update(&o, &services);
+        let want = plan(&Model::build(&o, &ModelOptions::default()), &cfg);
+        let have: Vec<LbRow> = nb.rows().values().flat_map(|v| v.iter().cloned()).collect();
+        assert!(!want.is_empty());
+        assert_eq!(have, want);
+        assert_eq!(nb.row_count(), want.len());
     }
 
     #[test]

@@ -14,7 +14,8 @@ use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::northbound_incremental::NbPlanner;
 use vipflow::reconcile::northbound::{
-    Change, DB, Desired, Observed, QUIET_MIN_OPS, Session, monitor_spec, new_token, send, take_over,
+    Change, DB, Desired, Observed, QUIET_MIN_OPS, Session, monitor_spec, new_token, send,
+    take_over, write_plan,
 };
 
 fn nb() -> Sandbox {
@@ -201,10 +202,11 @@ async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates
     drop((monitor, client));
     let (client, mut monitor, mut session) = connect(&sb).await;
     assert_eq!(session.observed().len(), 1);
-    let changes = session.changes(&plan);
-    write(&client, &mut monitor, &mut session, &plan, changes)
-        .await
-        .unwrap();
+    // As the run loop writes: batches streamed out while the rest is diffed.
+    let sent = write_plan(&mut session, &client, monitor.take().unwrap(), &plan).await;
+    monitor = sent.monitor;
+    sent.result.unwrap();
+    assert_eq!(sent.transactions, 3);
     // Written with the monitor cancelled; the new monitor's snapshot holds every row.
     assert_eq!(session.observed().len(), 300);
     assert_eq!(our_names(&sb).len(), 300);

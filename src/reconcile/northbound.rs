@@ -596,6 +596,20 @@ pub fn diff(
     owners: Option<&BTreeSet<ServiceKey>>,
     batch: bool,
 ) -> (Vec<Change>, Vec<String>) {
+    let mut changes = Vec::new();
+    let problems = diff_into(observed, desired, owners, batch, &mut |c| changes.push(c));
+    (changes, problems)
+}
+
+/// [`diff`], handing each transaction to `sink` as soon as it is complete (so a batch can be
+/// on the wire while the rest is diffed).
+fn diff_into(
+    observed: &Observed,
+    desired: &RowIndex,
+    owners: Option<&BTreeSet<ServiceKey>>,
+    batch: bool,
+    sink: &mut dyn FnMut(Change),
+) -> Vec<String> {
     let all: BTreeSet<ServiceKey>;
     let owners = match owners {
         Some(o) => o,
@@ -609,7 +623,6 @@ pub fn diff(
         }
     };
     let mut problems = Vec::new();
-    let mut changes = Vec::new();
     let mut batched = Pending::new();
     for owner in owners {
         let want = desired.get(owner).map(|v| v.as_slice()).unwrap_or(&[]);
@@ -621,7 +634,7 @@ pub fn diff(
                 batched.owners.insert(owner.clone());
                 if batched.owners.len() >= BATCH_OWNERS {
                     let full = std::mem::replace(&mut batched, Pending::new());
-                    changes.push(full.finish(false, "vipflow: sync"));
+                    sink(full.finish(false, "vipflow: sync"));
                 }
             }
         } else {
@@ -629,16 +642,16 @@ pub fn diff(
             diff_owner(observed, owner, want, &mut p, &mut problems);
             if !p.is_empty() {
                 p.owners.insert(owner.clone());
-                changes.push(p.finish(true, &format!("vipflow: Service {owner}")));
+                sink(p.finish(true, &format!("vipflow: Service {owner}")));
             }
         }
     }
     if batch && !batched.is_empty() {
-        changes.push(batched.finish(false, "vipflow: sync"));
+        sink(batched.finish(false, "vipflow: sync"));
     }
     problems.sort();
     problems.dedup();
-    (changes, problems)
+    problems
 }
 
 /// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
@@ -938,6 +951,13 @@ impl Session {
     /// The transactions that bring the database to `plan`, given what changed since the last
     /// sync.
     pub fn changes(&mut self, plan: &Desired) -> Vec<Change> {
+        let mut changes = Vec::new();
+        self.changes_into(plan, &mut |c| changes.push(c));
+        changes
+    }
+
+    /// [`Session::changes`], each handed to `sink` as soon as it is complete.
+    fn changes_into(&mut self, plan: &Desired, sink: &mut dyn FnMut(Change)) {
         let new_plan = self.applied != Some(plan.generation);
         let follows = self.applied.is_some_and(|g| g + 1 == plan.generation);
         let delta = plan.delta.as_ref().filter(|_| follows);
@@ -952,10 +972,14 @@ impl Session {
             }
             Some(o)
         };
-        let mut changes = Vec::new();
         if owners.as_ref().is_none_or(|o| !o.is_empty()) {
-            let (c, p) = diff(&self.observed, &plan.rows, owners.as_ref(), self.first);
-            changes = c;
+            let p = diff_into(
+                &self.observed,
+                &plan.rows,
+                owners.as_ref(),
+                self.first,
+                sink,
+            );
             if whole {
                 self.attach_problems = p;
             } else {
@@ -968,10 +992,9 @@ impl Session {
         if plan.exclude_ips && (whole || self.exclude_due || vips_changed) {
             let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
             let (c, p) = diff_exclude(&self.observed, &vips, self.first);
-            changes.extend(c);
+            c.into_iter().for_each(&mut *sink);
             self.exclude_problems = p;
         }
-        changes
     }
 
     /// Record the outcome of writing `plan`'s changes.
@@ -1102,6 +1125,138 @@ pub async fn send(
     }
 }
 
+/// Diff `plan` and write the changes ([`Session::changes`] + [`send`]). A first sync is
+/// streamed: each batch goes on the wire as soon as it is diffed, so the server commits one
+/// while the next is built; when there is at least one full batch, the monitor is cancelled
+/// before the first and taken again after the last.
+pub async fn write_plan(
+    session: &mut Session,
+    client: &Client,
+    monitor: ovsdb::Monitor,
+    plan: &Desired,
+) -> Sent {
+    if !session.first {
+        let changes = session.changes(plan);
+        return send(session, client, monitor, plan, changes).await;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let writer = tokio::spawn(stream_batches(
+        client.clone(),
+        monitor,
+        session.token.clone(),
+        rx,
+    ));
+    session.changes_into(plan, &mut |c| {
+        let _ = tx.send(c);
+    });
+    drop(tx);
+    let (monitor, transactions, result, written) = match writer.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "Northbound batch writer failed");
+            (
+                None,
+                0,
+                Err(ovsdb::Error::Shutdown),
+                std::time::Instant::now(),
+            )
+        }
+    };
+    session.done(plan, &result);
+    let monitor = match monitor {
+        Some(Monitored::Open(m)) => Some(m),
+        Some(Monitored::Cancelled) => match client.monitor(monitor_spec()).await {
+            Ok(m) => {
+                session.resubscribed(Observed::from_cache(&m.cache()));
+                Some(m)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot monitor the Northbound database again");
+                None
+            }
+        },
+        None => None,
+    };
+    Sent {
+        monitor,
+        transactions,
+        result,
+        written,
+    }
+}
+
+/// The monitor as the batch writer leaves it.
+enum Monitored {
+    Open(ovsdb::Monitor),
+    Cancelled,
+}
+
+/// Write the batches of a first sync as they come, pipelined, each fenced with `token`.
+/// Returns the monitor (`None`: cancelling it failed), the number of transactions that
+/// committed, the first error, and when the last reply came.
+async fn stream_batches(
+    client: Client,
+    monitor: ovsdb::Monitor,
+    token: Option<String>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Change>,
+) -> (
+    Option<Monitored>,
+    u64,
+    Result<(), ovsdb::Error>,
+    std::time::Instant,
+) {
+    use futures::StreamExt;
+    let mut monitor = Some(Monitored::Open(monitor));
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    let mut first = true;
+    let mut open = true;
+    let mut sent = 0u64;
+    let mut result = Ok(());
+    loop {
+        tokio::select! {
+            c = changes.recv(), if open => {
+                let Some(c) = c else {
+                    open = false;
+                    continue;
+                };
+                if std::mem::take(&mut first) && c.owners.len() >= BATCH_OWNERS {
+                    // A large sync: no monitor while it is written (see `send`).
+                    if let Some(Monitored::Open(m)) = monitor.take() {
+                        match client.monitor_cancel(m).await {
+                            Ok(()) => monitor = Some(Monitored::Cancelled),
+                            Err(e) => {
+                                return (None, 0, Err(e), std::time::Instant::now());
+                            }
+                        }
+                    }
+                }
+                let Some(mut txn) = c.txn else { continue };
+                if let Some(t) = &token {
+                    txn.ops.insert(0, fence(t));
+                }
+                let client = client.clone();
+                let services = c.owners.len();
+                inflight.push(async move { (services, client.transact(&txn).await) });
+            }
+            Some((services, r)) = inflight.next(), if !inflight.is_empty() => match r {
+                Ok(_) => sent += 1,
+                Err(e) => {
+                    if e.outcome_unknown() {
+                        tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
+                    } else {
+                        tracing::warn!(error = %e, services, "transaction failed; will retry");
+                    }
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            },
+            else => break,
+        }
+    }
+    (monitor, sent, result, std::time::Instant::now())
+}
+
 /// A first sync of at least this many operations is written with no monitor open.
 pub const QUIET_MIN_OPS: usize = 256;
 
@@ -1176,13 +1331,12 @@ pub async fn run(
                 continue;
             }
             let started = std::time::Instant::now();
-            let changes = s.changes(&plan);
             let Sent {
                 monitor: m,
                 transactions: sent,
                 result,
                 ..
-            } = send(&mut s, &client, monitor, &plan, changes).await;
+            } = write_plan(&mut s, &client, monitor, &plan).await;
             let Some(m) = m else { break };
             monitor = m;
             let ok = result.is_ok();

@@ -562,7 +562,7 @@ fn main() {
         ms(pick(|s| s.echo))
     );
     println!(
-        "    the batch was {} transactions, sent back to back",
+        "    the sync was {} transactions, each sent as soon as it was diffed",
         ours.first().map_or(0, |s| s.transactions)
     );
     println!(

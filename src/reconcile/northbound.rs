@@ -232,6 +232,23 @@ fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<L
     })
 }
 
+/// One of our rows from its columns; `None` if it is not ours (or ours but unreadable: left
+/// alone).
+fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
+    let external_ids = map_of(row.get("external_ids"));
+    let protocol = str_of(row.get("protocol"));
+    let key = parse_key(&external_ids, protocol.as_deref())?;
+    Some(ObservedLb {
+        uuid,
+        key,
+        name: str_of(row.get("name")).unwrap_or_default(),
+        vips: map_of(row.get("vips")),
+        options: map_of(row.get("options")),
+        external_ids,
+        ip_port_mappings: map_of(row.get("ip_port_mappings")),
+    })
+}
+
 fn holders_of(cache: &Cache, table: &str) -> BTreeMap<String, Holder> {
     let mut m = BTreeMap::new();
     for (uuid, row) in cache.table(table).into_iter().flatten() {
@@ -297,24 +314,10 @@ impl Observed {
 
     /// Record a Load_Balancer row; returns its Service if it is ours.
     fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
-        let external_ids = map_of(row.get("external_ids"));
-        let protocol = str_of(row.get("protocol"));
-        // Not ours (or ours but unreadable): left alone.
-        let key = parse_key(&external_ids, protocol.as_deref())?;
-        let owner = key.owner.clone();
+        let o = read_lb(uuid, row)?;
+        let owner = o.key.owner.clone();
         self.by_owner.entry(owner.clone()).or_default().insert(uuid);
-        self.lbs.insert(
-            uuid,
-            ObservedLb {
-                uuid,
-                key,
-                name: str_of(row.get("name")).unwrap_or_default(),
-                vips: map_of(row.get("vips")),
-                options: map_of(row.get("options")),
-                external_ids,
-                ip_port_mappings: map_of(row.get("ip_port_mappings")),
-            },
-        );
+        self.lbs.insert(uuid, o);
         Some(owner)
     }
 
@@ -338,6 +341,12 @@ impl Observed {
             | Event::Modify {
                 table, uuid, new, ..
             } if table == LB => {
+                // The same row again (a new monitor's snapshot replayed): nothing to diff.
+                if let (Some(have), Some(now)) = (self.lbs.get(uuid), read_lb(*uuid, new))
+                    && *have == now
+                {
+                    return;
+                }
                 touched.owners.extend(self.remove_lb(uuid));
                 touched.owners.extend(self.put_lb(*uuid, new));
             }

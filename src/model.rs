@@ -528,12 +528,24 @@ pub(crate) fn build_service(
         Some("Local") => TrafficPolicy::Local,
         _ => TrafficPolicy::Cluster,
     };
-    let prefer_local = svc
+    let annotation = svc
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(PREFER_LOCAL_ANNOTATION))
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        .and_then(|a| a.get(PREFER_LOCAL_ANNOTATION));
+    let prefer_local = annotation.is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    // A typo ("yes", "ture") would otherwise leave prefer-local off without a word.
+    if let Some(v) = annotation
+        .filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
+    {
+        problem(
+            None,
+            format!(
+                "annotation {PREFER_LOCAL_ANNOTATION}={v:?} is neither \"true\" nor \"false\"; \
+                 prefer-local stays off"
+            ),
+        );
+    }
     let created = svc
         .metadata
         .creation_timestamp

@@ -952,6 +952,20 @@ fn prefer_local_annotation() {
     assert!(!pl("off"));
     assert!(!pl("junk"));
     assert!(!pl("other"));
+    // Only the value that is neither true nor false is reported.
+    let reported: Vec<String> = m
+        .problems
+        .iter()
+        .filter(|p| p.reason.contains("prefer-local"))
+        .map(|p| p.to_string())
+        .collect();
+    assert_eq!(
+        reported,
+        vec![
+            "Service ns/junk: annotation vipflow.io/prefer-local=\"yes\" is neither \"true\" nor \"false\"; prefer-local stays off"
+                .to_string()
+        ]
+    );
 }
 
 // ---- nodes ----------------------------------------------------------------------------------

@@ -535,8 +535,8 @@ pub(crate) fn build_service(
         .and_then(|a| a.get(PREFER_LOCAL_ANNOTATION));
     let prefer_local = annotation.is_some_and(|v| v.eq_ignore_ascii_case("true"));
     // A typo ("yes", "ture") would otherwise leave prefer-local off without a word.
-    if let Some(v) = annotation
-        .filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
+    if let Some(v) =
+        annotation.filter(|v| !v.eq_ignore_ascii_case("true") && !v.eq_ignore_ascii_case("false"))
     {
         problem(
             None,

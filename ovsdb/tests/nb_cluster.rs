@@ -5,21 +5,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ovsdb::{
-    Atom, Client, ClientOptions, Condition, Error, MonitorSpec, Mutation, Mutator, Row,
-    Transaction, Uuid, Value,
+    Client, ClientOptions, Condition, Error, MonitorSpec, Mutation, Mutator, Row, Transaction,
+    Uuid, Value,
 };
-use serde_json::Value as Json;
 use testkit::cluster::NbCluster;
 
 mod common;
+use common::scenarios::row;
 
 const NB: &str = "OVN_Northbound";
-
-fn row(cols: &[(&str, Value)]) -> Row {
-    cols.iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect()
-}
 
 fn opts(remotes: &str) -> ClientOptions {
     let mut o = ClientOptions::new(remotes, NB).unwrap();
@@ -29,37 +23,7 @@ fn opts(remotes: &str) -> ClientOptions {
 }
 
 fn dump_rows(schema: &ovsdb::DatabaseSchema, remote: &str, table: &str) -> BTreeMap<Uuid, Row> {
-    let out = std::process::Command::new("ovsdb-client")
-        .args(["--timeout=30", "dump", "-f", "json", remote, NB, table])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump: Json = serde_json::from_slice(&out.stdout).unwrap();
-    let heads: Vec<&str> = dump["headings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h.as_str().unwrap())
-        .collect();
-    let mut rows = BTreeMap::new();
-    for r in dump["data"].as_array().unwrap() {
-        let obj: serde_json::Map<String, Json> = heads
-            .iter()
-            .zip(r.as_array().unwrap())
-            .map(|(h, v)| ((*h).to_owned(), v.clone()))
-            .collect();
-        let mut row = schema.decode_row(table, &Json::Object(obj)).unwrap();
-        let uuid = row
-            .remove("_uuid")
-            .and_then(|v| v.as_atom().and_then(Atom::as_uuid))
-            .unwrap();
-        rows.insert(uuid, row);
-    }
-    rows
+    common::dump_rows(schema, table, &common::dump(remote, table))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,10 +2,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{NbServer, scenarios};
+use common::scenarios::{self, lb_row, row};
+use common::{NbServer, dump_rows};
 use ovsdb::txn::{ErrorKind, WaitUntil};
 use ovsdb::{
     Atom, Client, ClientOptions, Condition, Error, Event, LockEvent, MonitorSpec, Mutation,
@@ -15,25 +15,10 @@ use serde_json::{Value as Json, json};
 
 const NB: &str = "OVN_Northbound";
 
-fn row(cols: &[(&str, Value)]) -> Row {
-    cols.iter()
-        .map(|(k, v)| ((*k).to_owned(), v.clone()))
-        .collect()
-}
-
 async fn client(remote: &str) -> Client {
     Client::connect(ClientOptions::new(remote, NB).unwrap())
         .await
         .unwrap()
-}
-
-fn lb_row(name: &str, vip: &str) -> Row {
-    row(&[
-        ("name", name.into()),
-        ("protocol", Value::set(["tcp"])),
-        ("vips", Value::map([(vip, "10.1.0.1:8080")])),
-        ("external_ids", Value::map([("vipflow.io/owner", name)])),
-    ])
 }
 
 #[tokio::test]
@@ -180,31 +165,6 @@ async fn list_dbs_schema_echo_change_aware() {
         json!({})
     );
     assert_eq!(c.echo(json!([1, "x"])).await.unwrap(), json!([1, "x"]));
-}
-
-/// Cache rows keyed by uuid from `ovsdb-client dump -f json`.
-fn dump_rows(schema: &ovsdb::DatabaseSchema, table: &str, dump: &Json) -> BTreeMap<Uuid, Row> {
-    let heads: Vec<&str> = dump["headings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h.as_str().unwrap())
-        .collect();
-    let mut out = BTreeMap::new();
-    for r in dump["data"].as_array().unwrap() {
-        let obj: serde_json::Map<String, Json> = heads
-            .iter()
-            .zip(r.as_array().unwrap())
-            .map(|(h, v)| ((*h).to_owned(), v.clone()))
-            .collect();
-        let mut row = schema.decode_row(table, &Json::Object(obj)).unwrap();
-        let uuid = row
-            .remove("_uuid")
-            .and_then(|v| v.as_atom().and_then(Atom::as_uuid))
-            .unwrap();
-        out.insert(uuid, row);
-    }
-    out
 }
 
 async fn cache_converges(

@@ -155,6 +155,37 @@ impl NbServer {
     }
 }
 
+/// Rows keyed by uuid from an `ovsdb-client dump -f json` of `table`.
+pub fn dump_rows(
+    schema: &ovsdb::DatabaseSchema,
+    table: &str,
+    dump: &Json,
+) -> std::collections::BTreeMap<ovsdb::Uuid, ovsdb::Row> {
+    let heads: Vec<&str> = dump["headings"]
+        .as_array()
+        .expect("headings")
+        .iter()
+        .map(|h| h.as_str().expect("heading"))
+        .collect();
+    let mut out = std::collections::BTreeMap::new();
+    for r in dump["data"].as_array().expect("data") {
+        let obj: serde_json::Map<String, Json> = heads
+            .iter()
+            .zip(r.as_array().expect("row"))
+            .map(|(h, v)| ((*h).to_owned(), v.clone()))
+            .collect();
+        let mut row = schema
+            .decode_row(table, &Json::Object(obj))
+            .expect("row decodes");
+        let uuid = row
+            .remove("_uuid")
+            .and_then(|v| v.as_atom().and_then(ovsdb::Atom::as_uuid))
+            .expect("_uuid");
+        out.insert(uuid, row);
+    }
+    out
+}
+
 pub fn dump(remote: &str, table: &str) -> Json {
     let out = run(
         "ovsdb-client",

@@ -241,14 +241,13 @@ pub fn start_with(
             // Then the Northbound rows, also incrementally.
             if let (Some(tx), Some(rows)) = (&nb_tx, &mut rows) {
                 let delta = rows.update(&loaded.objects, &flows);
-                let _ = tx.send(Arc::new(nb::Desired {
+                let _ = tx.send(Arc::new(nb::Desired::planned(
                     generation,
-                    rows: rows.rows(),
-                    row_count: rows.row_count(),
-                    delta: Some(delta),
-                    vips: flows.vips(),
-                    exclude_ips: cfg.northbound.exclude_ips,
-                }));
+                    &flows,
+                    rows,
+                    delta,
+                    cfg.northbound.exclude_ips,
+                )));
             }
             // The full model for problems, Events and status: built at its own pace.
             let _ = rtx.send(Some((generation, loaded)));

@@ -80,14 +80,7 @@ impl Planner {
         self.generation += 1;
         self.services.update(objs);
         let delta = self.rows.update(objs, &self.services);
-        Desired {
-            generation: self.generation,
-            rows: self.rows.rows(),
-            row_count: self.rows.row_count(),
-            delta: Some(delta),
-            vips: self.services.vips(),
-            exclude_ips: true,
-        }
+        Desired::planned(self.generation, &self.services, &self.rows, delta, true)
     }
 }
 

@@ -76,6 +76,26 @@ pub struct Desired {
     pub exclude_ips: bool,
 }
 
+impl Desired {
+    /// What the planners hold after `delta`: the planner task's hand-over.
+    pub fn planned(
+        generation: u64,
+        services: &crate::plan::incremental::FlowPlanner,
+        rows: &crate::plan::northbound_incremental::NbPlanner,
+        delta: NbDelta,
+        exclude_ips: bool,
+    ) -> Desired {
+        Desired {
+            generation,
+            rows: rows.rows(),
+            row_count: rows.row_count(),
+            delta: Some(delta),
+            vips: services.vips(),
+            exclude_ips,
+        }
+    }
+}
+
 /// Rows grouped by Service, as the planner hands them over.
 pub fn index_rows(rows: impl IntoIterator<Item = LbRow>) -> RowIndex {
     let mut by: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();

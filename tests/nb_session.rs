@@ -14,8 +14,8 @@ use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::northbound_incremental::NbPlanner;
 use vipflow::reconcile::northbound::{
-    Change, DB, Desired, Observed, QUIET_MIN_OPS, Session, monitor_spec, new_token, send,
-    take_over, write_plan,
+    BATCH_OWNERS, Change, DB, Desired, Observed, Session, monitor_spec, new_token, send, take_over,
+    write_plan,
 };
 
 fn nb() -> Sandbox {
@@ -184,7 +184,8 @@ async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates
     // The first session's snapshot predates both; its batch is fenced off whole.
     let changes = session.changes(&plan);
     assert_eq!(changes.len(), 3, "300 Services: 3 transactions");
-    assert!(changes.iter().map(|c| c.ops).sum::<usize>() >= QUIET_MIN_OPS);
+    // A full first batch: written with the monitor cancelled.
+    assert!(changes[0].owners.len() >= BATCH_OWNERS);
     let err = write(&client, &mut monitor, &mut session, &plan, changes)
         .await
         .expect_err("the fence stops a writer whose token was replaced");

@@ -24,7 +24,8 @@ use std::net::IpAddr;
 pub const OWNER_KEY: &str = "vipflow.io/owner";
 pub const SCOPE_KEY: &str = "vipflow.io/scope";
 /// `external_ids` marker on every row vipflow writes (value `true`): one condition selects
-/// them all, which the table-wide insert guard needs (owner and scope vary per row).
+/// them all (owner and scope vary per row), e.g. `ovn-nbctl find Load_Balancer
+/// external_ids:vipflow.io/managed=true`.
 pub const MANAGED_KEY: &str = "vipflow.io/managed";
 
 /// How rows are attached and which options they carry.

@@ -57,7 +57,7 @@ pub const WRITER_KEY: &str = "vipflow.io/writer";
 /// Services per transaction in a batched sync. ovsdb-server's cost per row grows with the
 /// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
 /// 120 ms as 100 transactions of 100, sent back to back.
-const BATCH_OWNERS: usize = 100;
+pub const BATCH_OWNERS: usize = 100;
 
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
@@ -618,21 +618,10 @@ fn diff_owner(
 /// them, planned or observed, with `None`): one per changed Service, or with `batch` one per
 /// [`BATCH_OWNERS`] changed Services, to be sent back to back. Batches are made from one
 /// snapshot and touch each identity once, so they need no per-row guard (the writer fence of
-/// [`send`] still applies). Also returns attachment problems (missing targets).
-pub fn diff(
-    observed: &Observed,
-    desired: &RowIndex,
-    owners: Option<&BTreeSet<ServiceKey>>,
-    batch: bool,
-) -> (Vec<Change>, Vec<String>) {
-    let mut changes = Vec::new();
-    let problems = diff_into(observed, desired, owners, batch, &mut |c| changes.push(c));
-    (changes, problems)
-}
-
-/// [`diff`], handing each transaction to `sink` as soon as it is complete (so a batch can be
-/// on the wire while the rest is diffed).
-fn diff_into(
+/// [`send`] still applies). Each transaction goes to `sink` as soon as it is complete, so a
+/// batch can be on the wire while the rest is diffed. Returns attachment problems (missing
+/// targets).
+fn diff(
     observed: &Observed,
     desired: &RowIndex,
     owners: Option<&BTreeSet<ServiceKey>>,
@@ -1002,7 +991,7 @@ impl Session {
             Some(o)
         };
         if owners.as_ref().is_none_or(|o| !o.is_empty()) {
-            let p = diff_into(
+            let p = diff(
                 &self.observed,
                 &plan.rows,
                 owners.as_ref(),
@@ -1052,7 +1041,7 @@ impl Session {
     }
 }
 
-/// What [`send`] did.
+/// What [`send`] or [`write_plan`] did.
 pub struct Sent {
     /// The monitor to go on with; `None`: it could not be renewed (reconnect).
     pub monitor: Option<ovsdb::Monitor>,
@@ -1062,13 +1051,26 @@ pub struct Sent {
     pub written: std::time::Instant,
 }
 
-/// Write `changes` and tell the session the outcome.
-///
-/// The first sync of a connection is one large transaction. While any monitor covers the
-/// table, ovsdb-server builds the whole update of the inserted rows before it replies (3 MB
-/// and some 140 ms of its CPU for 10,000 rows). So for a large first sync the monitor is
-/// cancelled, the transaction written, and the monitor taken again: its snapshot, built after
-/// the commit, replaces the observed state, and the next diff checks everything against it.
+/// `txn` with the writer fence of `token` first.
+fn fenced(mut txn: Transaction, token: Option<&str>) -> Transaction {
+    if let Some(t) = token {
+        txn.ops.insert(0, fence(t));
+    }
+    txn
+}
+
+fn warn_failed(e: &ovsdb::Error, services: usize) {
+    if e.outcome_unknown() {
+        // Never resend blindly: the next diff starts from what the monitor shows.
+        tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
+    } else {
+        tracing::warn!(error = %e, services, "transaction failed; will retry");
+    }
+}
+
+/// Write `changes` and tell the session the outcome. A first sync's batches go out pipelined,
+/// as [`write_plan`] sends them; later changes one after the other, stopping at the first
+/// failure.
 pub async fn send(
     session: &mut Session,
     client: &Client,
@@ -1076,78 +1078,33 @@ pub async fn send(
     plan: &Desired,
     changes: Vec<Change>,
 ) -> Sent {
-    let quiet = session.first && changes.iter().map(|c| c.ops).sum::<usize>() >= QUIET_MIN_OPS;
-    let mut monitor = Some(monitor);
-    if quiet
-        && let Some(m) = monitor.take()
-        && let Err(e) = client.monitor_cancel(m).await
-    {
-        return Sent {
-            monitor: None,
-            transactions: 0,
-            result: Err(e),
-            written: std::time::Instant::now(),
-        };
-    }
-    let mut txns: Vec<(usize, Transaction)> = changes
-        .into_iter()
-        .filter_map(|c| Some((c.owners.len(), c.txn?)))
-        .collect();
-    if let Some(token) = &session.token {
-        for (_, t) in &mut txns {
-            t.ops.insert(0, fence(token));
+    if session.first {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        for c in changes {
+            let _ = tx.send(c);
         }
+        drop(tx);
+        let out = stream_batches(client.clone(), monitor, session.token.clone(), rx).await;
+        return finish_batches(session, client, plan, out).await;
     }
+    let token = session.token.clone();
     let mut sent = 0u64;
     let mut result = Ok(());
-    let note = |e: &ovsdb::Error, services: usize| {
-        if e.outcome_unknown() {
-            // Never resend blindly: the monitor will tell what happened.
-            tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
-        } else {
-            tracing::warn!(error = %e, services, "transaction failed; will retry");
-        }
-    };
-    if session.first {
-        // A batched sync: every transaction at once, pipelined on the connection (the server
-        // runs them in order; each stands alone).
-        let replies = futures::future::join_all(txns.iter().map(|(_, t)| client.transact(t))).await;
-        for ((services, _), r) in txns.iter().zip(replies) {
-            match r {
-                Ok(_) => sent += 1,
-                Err(e) => {
-                    note(&e, *services);
-                    if result.is_ok() {
-                        result = Err(e);
-                    }
-                }
-            }
-        }
-    } else {
-        for (services, txn) in &txns {
-            match client.transact(txn).await {
-                Ok(_) => sent += 1,
-                Err(e) => {
-                    note(&e, *services);
-                    result = Err(e);
-                    break;
-                }
+    for c in changes {
+        let Some(txn) = c.txn else { continue };
+        match client.transact(&fenced(txn, token.as_deref())).await {
+            Ok(_) => sent += 1,
+            Err(e) => {
+                warn_failed(&e, c.owners.len());
+                result = Err(e);
+                break;
             }
         }
     }
     let written = std::time::Instant::now();
     session.done(plan, &result);
-    if monitor.is_none() {
-        match client.monitor(monitor_spec()).await {
-            Ok(m) => {
-                session.resubscribed(Observed::from_cache(&m.cache()));
-                monitor = Some(m);
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot monitor the Northbound database again"),
-        }
-    }
     Sent {
-        monitor,
+        monitor: Some(monitor),
         transactions: sent,
         result,
         written,
@@ -1156,8 +1113,7 @@ pub async fn send(
 
 /// Diff `plan` and write the changes ([`Session::changes`] + [`send`]). A first sync is
 /// streamed: each batch goes on the wire as soon as it is diffed, so the server commits one
-/// while the next is built; when there is at least one full batch, the monitor is cancelled
-/// before the first and taken again after the last.
+/// while the next is built.
 pub async fn write_plan(
     session: &mut Session,
     client: &Client,
@@ -1179,20 +1135,109 @@ pub async fn write_plan(
         let _ = tx.send(c);
     });
     drop(tx);
-    let (monitor, transactions, result, written) = match writer.await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "Northbound batch writer failed");
-            (
-                None,
-                0,
-                Err(ovsdb::Error::Shutdown),
-                std::time::Instant::now(),
-            )
+    let out = writer.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "Northbound batch writer failed");
+        Batches {
+            monitor: None,
+            transactions: 0,
+            result: Err(ovsdb::Error::Shutdown),
+            written: std::time::Instant::now(),
         }
-    };
-    session.done(plan, &result);
-    let monitor = match monitor {
+    });
+    finish_batches(session, client, plan, out).await
+}
+
+/// The monitor as the batch writer leaves it.
+enum Monitored {
+    Open(ovsdb::Monitor),
+    Cancelled,
+}
+
+/// What the batch writer did; `monitor` is `None` when cancelling it failed.
+struct Batches {
+    monitor: Option<Monitored>,
+    transactions: u64,
+    result: Result<(), ovsdb::Error>,
+    written: std::time::Instant,
+}
+
+/// Write the batches of a first sync as they come, pipelined, each fenced with `token`.
+///
+/// When the first batch is a full one (a large sync), the monitor is cancelled before it is
+/// sent: while any monitor covers the table, ovsdb-server builds the whole update of the
+/// inserted rows before it replies (3 MB and some 140 ms of its CPU for 10,000 rows). The
+/// caller takes the monitor again after ([`finish_batches`]).
+async fn stream_batches(
+    client: Client,
+    monitor: ovsdb::Monitor,
+    token: Option<String>,
+    mut changes: tokio::sync::mpsc::UnboundedReceiver<Change>,
+) -> Batches {
+    use futures::StreamExt;
+    let mut monitor = Some(Monitored::Open(monitor));
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    let mut first = true;
+    let mut open = true;
+    let mut sent = 0u64;
+    let mut result = Ok(());
+    loop {
+        tokio::select! {
+            c = changes.recv(), if open => {
+                let Some(c) = c else {
+                    open = false;
+                    continue;
+                };
+                if std::mem::take(&mut first)
+                    && c.owners.len() >= BATCH_OWNERS
+                    && let Some(Monitored::Open(m)) = monitor.take()
+                {
+                    if let Err(e) = client.monitor_cancel(m).await {
+                        return Batches {
+                            monitor: None,
+                            transactions: 0,
+                            result: Err(e),
+                            written: std::time::Instant::now(),
+                        };
+                    }
+                    monitor = Some(Monitored::Cancelled);
+                }
+                let Some(txn) = c.txn else { continue };
+                let txn = fenced(txn, token.as_deref());
+                let client = client.clone();
+                let services = c.owners.len();
+                inflight.push(async move { (services, client.transact(&txn).await) });
+            }
+            Some((services, r)) = inflight.next(), if !inflight.is_empty() => match r {
+                Ok(_) => sent += 1,
+                Err(e) => {
+                    warn_failed(&e, services);
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            },
+            else => break,
+        }
+    }
+    Batches {
+        monitor,
+        transactions: sent,
+        result,
+        written: std::time::Instant::now(),
+    }
+}
+
+/// Tell the session how a first sync went and take the monitor again if it was cancelled: its
+/// snapshot, built after the commit, replaces the observed state, and the next diff checks
+/// everything against it.
+async fn finish_batches(
+    session: &mut Session,
+    client: &Client,
+    plan: &Desired,
+    out: Batches,
+) -> Sent {
+    session.done(plan, &out.result);
+    let monitor = match out.monitor {
         Some(Monitored::Open(m)) => Some(m),
         Some(Monitored::Cancelled) => match client.monitor(monitor_spec()).await {
             Ok(m) => {
@@ -1208,86 +1253,11 @@ pub async fn write_plan(
     };
     Sent {
         monitor,
-        transactions,
-        result,
-        written,
+        transactions: out.transactions,
+        result: out.result,
+        written: out.written,
     }
 }
-
-/// The monitor as the batch writer leaves it.
-enum Monitored {
-    Open(ovsdb::Monitor),
-    Cancelled,
-}
-
-/// Write the batches of a first sync as they come, pipelined, each fenced with `token`.
-/// Returns the monitor (`None`: cancelling it failed), the number of transactions that
-/// committed, the first error, and when the last reply came.
-async fn stream_batches(
-    client: Client,
-    monitor: ovsdb::Monitor,
-    token: Option<String>,
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<Change>,
-) -> (
-    Option<Monitored>,
-    u64,
-    Result<(), ovsdb::Error>,
-    std::time::Instant,
-) {
-    use futures::StreamExt;
-    let mut monitor = Some(Monitored::Open(monitor));
-    let mut inflight = futures::stream::FuturesUnordered::new();
-    let mut first = true;
-    let mut open = true;
-    let mut sent = 0u64;
-    let mut result = Ok(());
-    loop {
-        tokio::select! {
-            c = changes.recv(), if open => {
-                let Some(c) = c else {
-                    open = false;
-                    continue;
-                };
-                if std::mem::take(&mut first) && c.owners.len() >= BATCH_OWNERS {
-                    // A large sync: no monitor while it is written (see `send`).
-                    if let Some(Monitored::Open(m)) = monitor.take() {
-                        match client.monitor_cancel(m).await {
-                            Ok(()) => monitor = Some(Monitored::Cancelled),
-                            Err(e) => {
-                                return (None, 0, Err(e), std::time::Instant::now());
-                            }
-                        }
-                    }
-                }
-                let Some(mut txn) = c.txn else { continue };
-                if let Some(t) = &token {
-                    txn.ops.insert(0, fence(t));
-                }
-                let client = client.clone();
-                let services = c.owners.len();
-                inflight.push(async move { (services, client.transact(&txn).await) });
-            }
-            Some((services, r)) = inflight.next(), if !inflight.is_empty() => match r {
-                Ok(_) => sent += 1,
-                Err(e) => {
-                    if e.outcome_unknown() {
-                        tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
-                    } else {
-                        tracing::warn!(error = %e, services, "transaction failed; will retry");
-                    }
-                    if result.is_ok() {
-                        result = Err(e);
-                    }
-                }
-            },
-            else => break,
-        }
-    }
-    (monitor, sent, result, std::time::Instant::now())
-}
-
-/// A first sync of at least this many operations is written with no monitor open.
-pub const QUIET_MIN_OPS: usize = 256;
 
 /// Run the NB reconciler until `desired`'s sender is dropped.
 pub async fn run(

@@ -72,9 +72,8 @@ pub struct FlowPlanner {
     /// The last snapshot's Services in order, with their keys; whether a key was listed twice.
     order: Vec<(Arc<core::Service>, Option<ServiceKey>)>,
     duplicates: bool,
-    /// Each valid Service as validated (before conflicts), its rank and its claims.
-    built: HashMap<ServiceKey, Arc<Service>>,
-    claims_of: HashMap<ServiceKey, (Rank, Vec<Claim>)>,
+    /// Each valid Service as validated (before conflicts), with its rank and claims.
+    built: HashMap<ServiceKey, Built>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes.
     by_raw_vip: HashMap<IpAddr, HashSet<ServiceKey>>,
@@ -86,6 +85,13 @@ pub struct FlowPlanner {
     /// Every VIP with at least one claim (a persistent set: handing it on is O(1)).
     vips: imbl::OrdSet<IpAddr>,
     last: Changes,
+}
+
+/// A valid Service as validated (before conflicts), its rank and its claims, sorted.
+struct Built {
+    service: Service,
+    rank: Rank,
+    claims: Vec<Claim>,
 }
 
 /// The Services of a snapshot, as far as they need looking at.
@@ -141,7 +147,6 @@ impl FlowPlanner {
             order: Vec::new(),
             duplicates: false,
             built: HashMap::new(),
-            claims_of: HashMap::new(),
             by_raw_vip: HashMap::new(),
             claimants: HashMap::new(),
             present: HashSet::new(),
@@ -226,11 +231,6 @@ impl FlowPlanner {
         &self.last
     }
 
-    /// A valid Service as validated, before conflicts: every VIP:port it claims.
-    pub fn service(&self, key: &ServiceKey) -> Option<&Arc<Service>> {
-        self.built.get(key)
-    }
-
     /// Every valid Service's key.
     pub fn service_keys(&self) -> impl Iterator<Item = &ServiceKey> {
         self.built.keys()
@@ -243,7 +243,7 @@ impl FlowPlanner {
 
     /// A Service with only the VIP:ports it wins (as [`crate::model::Model`] has it).
     pub fn resolved(&self, key: &ServiceKey) -> Option<Service> {
-        let mut s = Service::clone(self.built.get(key)?);
+        let mut s = self.built.get(key)?.service.clone();
         s.vip_ports
             .retain(|vp| self.winner(&(vp.vip, vp.port, vp.protocol)) == Some(key));
         Some(s)
@@ -385,21 +385,19 @@ impl FlowPlanner {
         let mut validated = self.validate(&dirty).into_iter();
         for k in &dirty {
             let svc = validated.next().flatten();
-            if let Some((r, claims)) = self.claims_of.remove(k) {
-                for c in claims {
-                    let set = self.claimants.get_mut(&c);
-                    winner_before.entry(c).or_insert_with(|| {
-                        set.as_ref().and_then(|s| s.first()).map(|r| r.2.clone())
-                    });
-                    if let Some(set) = set {
-                        set.remove(&r);
+            if let Some(old) = self.built.remove(k) {
+                for c in old.claims {
+                    winner_before
+                        .entry(c)
+                        .or_insert_with(|| self.winner(&c).cloned());
+                    if let Some(set) = self.claimants.get_mut(&c) {
+                        set.remove(&old.rank);
                         if set.is_empty() {
                             self.claimants.remove(&c);
                         }
                     }
                 }
             }
-            self.built.remove(k);
             let Some(svc) = svc else { continue };
             let mut claims: Vec<Claim> = svc
                 .vip_ports
@@ -410,14 +408,19 @@ impl FlowPlanner {
             claims.dedup();
             let r = rank(&svc);
             for &c in &claims {
-                let set = self.claimants.entry(c).or_default();
                 winner_before
                     .entry(c)
-                    .or_insert_with(|| set.first().map(|r| r.2.clone()));
-                set.insert(r.clone());
+                    .or_insert_with(|| self.winner(&c).cloned());
+                self.claimants.entry(c).or_default().insert(r.clone());
             }
-            self.claims_of.insert(k.clone(), (r, claims));
-            self.built.insert(k.clone(), Arc::new(svc));
+            self.built.insert(
+                k.clone(),
+                Built {
+                    service: svc,
+                    rank: r,
+                    claims,
+                },
+            );
         }
 
         // Claims that appeared or went; Services that won or lost a claim.

@@ -13,6 +13,8 @@ use std::process::{Command, Output};
 
 pub mod cluster;
 pub mod kube_server;
+pub mod netns;
+pub mod testbed;
 
 /// Which daemons a sandbox starts.
 #[derive(Debug, Clone, Copy)]

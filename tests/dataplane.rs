@@ -1,0 +1,299 @@
+//! Real packets through vipflow's flows and OVN: a client namespace sends TCP, UDP, ARP and ND
+//! to VIPs over a shared L2 segment into OVN-Kubernetes-shaped nodes (userspace datapath,
+//! ovn-controller, gateway routers), and every assertion is on what the client or the pod
+//! actually received, plus the flows' packet counters. The topology is `scripts/testbed.sh`.
+//! Without root (no network namespaces) each test says so and skips; CI runs them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use testkit::netns::{self, NsUdp, POD_TCP_PORT, POD_UDP_PORT, PodServer};
+use testkit::testbed::{self, AgentProcess, Testbed};
+
+const WEB_V4: &str = "172.18.0.100";
+const WEB_V6: &str = "fd00:18::100";
+const LOCAL_V4: &str = "172.18.0.101";
+
+fn vipflow() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
+}
+
+/// Poll `f` every 20 ms for up to `secs` seconds.
+fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {secs} s waiting for: {what}");
+}
+
+fn endpoint(ip: &str, node: usize) -> String {
+    format!("  - {{addresses: [\"{ip}\"], nodeName: node{node}, conditions: {{ready: true}}}}\n")
+}
+
+/// The objects: two nodes; `web` (ETP=Cluster, dual-stack VIPs, endpoints pod1a and pod2a) and
+/// `local` (ETP=Local, its only endpoint pod1b on node1).
+fn objects(nodes: usize) -> String {
+    let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 1..=nodes {
+        y += &format!(
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status: {{addresses: [{{type: InternalIP, address: {}}}]}}\n",
+            testbed::node_ip(i)
+        );
+    }
+    let svc = |name: &str, etp: &str, ingress: &[&str], families: &str| {
+        let ing: Vec<String> = ingress
+            .iter()
+            .map(|ip| format!("{{ip: \"{ip}\", ipMode: VIP}}"))
+            .collect();
+        format!(
+            "- apiVersion: v1\n  kind: Service\n  metadata: {{name: {name}, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    externalTrafficPolicy: {etp}\n    ipFamilies: [{families}]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{}]}}}}\n",
+            ing.join(", ")
+        )
+    };
+    let slice = |svc: &str, name: &str, family: &str, eps: &[String]| {
+        format!(
+            "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {name}, namespace: demo, labels: {{kubernetes.io/service-name: {svc}}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{}",
+            eps.concat()
+        )
+    };
+    y += &svc("web", "Cluster", &[WEB_V4, WEB_V6], "IPv4, IPv6");
+    y += &slice(
+        "web",
+        "web-v4",
+        "IPv4",
+        &[
+            endpoint(&testbed::pod_ip(1, 'a'), 1),
+            endpoint(&testbed::pod_ip(2, 'a'), 2),
+        ],
+    );
+    y += &slice(
+        "web",
+        "web-v6",
+        "IPv6",
+        &[
+            endpoint(&testbed::pod_ip6(1, 'a'), 1),
+            endpoint(&testbed::pod_ip6(2, 'a'), 2),
+        ],
+    );
+    y += &svc("local", "Local", &[LOCAL_V4], "IPv4");
+    y += &slice(
+        "local",
+        "local-v4",
+        "IPv4",
+        &[endpoint(&testbed::pod_ip(1, 'b'), 1)],
+    );
+    y
+}
+
+/// A running testbed with a pod server in every pod and `vipflow agent` on every node (node1's
+/// also writes the Northbound rows), synced.
+struct Bed {
+    tb: Testbed,
+    objects: PathBuf,
+    agents: Vec<AgentProcess>,
+    _pods: Vec<PodServer>,
+}
+
+fn agent_args(tb: &Testbed, node: usize) -> Vec<String> {
+    let mut a: Vec<String> = ["--uplink", "eth0", "--patch", "patch-br-ex_nod"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if node == 1 {
+        a.extend(
+            [
+                "--nb-remote",
+                &tb.nb_remote(),
+                "--node-router",
+                "GR_{node}",
+                "--node-switch",
+                "{node}",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        for i in 1..=tb.nodes {
+            a.extend([
+                "--nb-router".to_string(),
+                format!("GR_node{i}"),
+                "--nb-switch".to_string(),
+                format!("node{i}"),
+            ]);
+        }
+    }
+    a
+}
+
+impl Bed {
+    fn start() -> Option<Bed> {
+        let tb = Testbed::start(2)?;
+        let mut pods = Vec::new();
+        for i in 1..=tb.nodes {
+            for p in ['a', 'b'] {
+                let name = format!("pod{i}{p}");
+                pods.push(PodServer::start(&tb.ns(&name), &name).expect("pod server"));
+            }
+        }
+        let objects = tb.path().join("objects.yaml");
+        std::fs::write(&objects, objects_yaml(tb.nodes)).unwrap();
+        let mut bed = Bed {
+            agents: Vec::new(),
+            objects,
+            _pods: pods,
+            tb,
+        };
+        for i in 1..=bed.tb.nodes {
+            bed.start_agent(i);
+        }
+        bed.wait_synced();
+        Some(bed)
+    }
+
+    fn start_agent(&mut self, node: usize) {
+        let a = self
+            .tb
+            .agent(&vipflow(), node, &self.objects, &agent_args(&self.tb, node));
+        if self.agents.len() < node {
+            self.agents.push(a);
+        } else {
+            self.agents[node - 1] = a;
+        }
+    }
+
+    /// Every node's flows for the VIPs and the rows are in, and OVN has programmed every chassis.
+    fn wait_synced(&self) {
+        for i in 1..=self.tb.nodes {
+            eventually(&format!("node{i}'s steer flows"), 30, || {
+                let f = self.tb.ofctl(i, &["dump-flows", "br-ex"]);
+                f.contains(&format!("nw_dst={WEB_V4},tp_dst=80"))
+                    && f.contains(&format!("nw_dst={LOCAL_V4},tp_dst=53"))
+            });
+        }
+        eventually("the Northbound rows", 30, || {
+            let l = self.tb.nbctl(&["lb-list"]);
+            l.contains(&format!("{WEB_V4}:80")) && l.contains(&format!("{LOCAL_V4}:53"))
+        });
+        self.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+    }
+
+    /// The client reaches `vip` through node<i> (its MAC in the client's neighbor table, as
+    /// an announcement would put it there).
+    fn via(&self, node: usize, vip: &str) {
+        let v6 = vip.contains(':');
+        let fam = if v6 { "-6" } else { "-4" };
+        self.tb.ip(
+            "client",
+            &[
+                fam,
+                "neigh",
+                "replace",
+                vip,
+                "lladdr",
+                &testbed::node_mac(node),
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ],
+        );
+    }
+
+    fn client(&self) -> String {
+        self.tb.ns("client")
+    }
+}
+
+fn objects_yaml(nodes: usize) -> String {
+    objects(nodes)
+}
+
+fn sock(ip: &str, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.parse::<IpAddr>().unwrap(), port)
+}
+
+/// Retry a TCP request for up to `secs`: OVN drops the first packets towards a neighbor it has
+/// not resolved yet (it sends an ARP/NS instead), which costs a fresh testbed a SYN or two.
+fn tcp_warm(bed: &Bed, to: SocketAddr, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match netns::tcp_request(&bed.client(), to, Duration::from_millis(500)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() > deadline => panic!("TCP to {to} never answered: {e}"),
+            Err(_) => {}
+        }
+    }
+}
+
+fn udp_warm(udp: &NsUdp, to: SocketAddr, size: usize, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match udp.request(to, size, Duration::from_millis(500)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() > deadline => panic!("UDP to {to} never answered: {e}"),
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn tcp_and_udp_to_a_vip_reach_a_pod_and_come_back_over_ipv4_and_ipv6() {
+    let Some(bed) = Bed::start() else { return };
+    let tb = &bed.tb;
+    for vip in [WEB_V4, WEB_V6] {
+        bed.via(1, vip);
+        let steer_before = tb.flow_packets(1, &[&format!("{vip},tp_dst=80")]);
+        tcp_warm(&bed, sock(vip, 80), 10);
+        let udp = NsUdp::new(&bed.client(), vip.contains(':')).unwrap();
+        udp_warm(&udp, sock(vip, 53), 100, 10);
+
+        let client_ip = if vip.contains(':') {
+            testbed::CLIENT_V6
+        } else {
+            testbed::CLIENT_V4
+        };
+        let mut tcp_pods = std::collections::BTreeSet::new();
+        for _ in 0..20 {
+            let got = netns::tcp_request(&bed.client(), sock(vip, 80), Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("TCP {vip}:80 from the client: {e}"));
+            let (pod, _) = got.split_once(' ').expect("pod answer");
+            assert!(
+                pod == "pod1a" || pod == "pod2a",
+                "{vip}:80 answered by {got}"
+            );
+            tcp_pods.insert(pod.to_string());
+        }
+        let mut udp_pods = std::collections::BTreeSet::new();
+        for size in 1..=20 {
+            let got = udp
+                .request(sock(vip, 53), size, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("UDP {vip}:53 from the client: {e}"));
+            let mut parts = got.split(' ');
+            let pod = parts.next().unwrap();
+            assert!(
+                pod == "pod1a" || pod == "pod2a",
+                "{vip}:53 answered by {got}"
+            );
+            assert_eq!(
+                parts.nth(1),
+                Some(size.to_string().as_str()),
+                "the pod got all the bytes: {got}"
+            );
+            udp_pods.insert(pod.to_string());
+        }
+        let steered = tb.flow_packets(1, &[&format!("{vip},tp_dst=80")]) - steer_before;
+        let returned = tb.flow_packets(1, &["actions=output:1", &format!("{vip},tp_src=80")]);
+        eprintln!(
+            "{vip}: TCP answered by {tcp_pods:?}, UDP by {udp_pods:?}; node1 steer flow +{steered} packets, return flow {returned}; client {client_ip}"
+        );
+        // Each of the 20 connections sends at least SYN, ACK and FIN through the steer flow.
+        assert!(
+            steered >= 60,
+            "steer flow counted {steered} packets for 20 connections"
+        );
+        assert!(returned >= 60, "return flow counted {returned} packets");
+    }
+}

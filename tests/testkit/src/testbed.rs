@@ -1,0 +1,364 @@
+//! The real-traffic testbed (`scripts/testbed.sh`): OVN-Kubernetes-shaped nodes, pods and a
+//! client as network namespaces, with real ovs-vswitchd (userspace datapath), ovn-controller,
+//! ovn-northd. Started per test in its own temp dir and namespaces, torn down on drop (also while
+//! a failing test unwinds): every daemon by its pid, every namespace by its recorded name.
+
+use crate::netns;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Addresses the testbed gives (see the script's header).
+pub const CLIENT_V4: &str = "172.18.0.2";
+pub const CLIENT_V6: &str = "fd00:18::2";
+
+/// node<i>'s IPv4 and IPv6 address (on br-ex, shared with its gateway router).
+pub fn node_ip(i: usize) -> String {
+    format!("172.18.0.1{i}")
+}
+pub fn node_ip6(i: usize) -> String {
+    format!("fd00:18::1{i}")
+}
+/// node<i>'s br-ex MAC (= its gateway router's external MAC).
+pub fn node_mac(i: usize) -> String {
+    format!("0a:58:ac:12:00:{:02x}", 0x10 + i)
+}
+/// The pod addresses: pod<i>a is .10, pod<i>b is .11.
+pub fn pod_ip(i: usize, pod: char) -> String {
+    format!("10.244.{i}.1{}", pod_index(pod))
+}
+pub fn pod_ip6(i: usize, pod: char) -> String {
+    format!("fd00:244:{i}::1{}", pod_index(pod))
+}
+fn pod_index(pod: char) -> u8 {
+    if pod == 'a' { 0 } else { 1 }
+}
+
+pub struct Testbed {
+    dir: tempfile::TempDir,
+    tag: String,
+    pub nodes: usize,
+    keep: bool,
+}
+
+impl Testbed {
+    /// Start a testbed of `nodes` nodes, or `None` (with a loud message) where this process
+    /// cannot make network namespaces: the caller skips.
+    pub fn start(nodes: usize) -> Option<Testbed> {
+        if !netns::can_make_namespaces() {
+            eprintln!(
+                "SKIPPED: the real-packet testbed needs root and network namespaces (run as root, as CI does)"
+            );
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must be able to run the real-packet testbed"
+            );
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("vftb-")
+            .tempdir_in("/tmp")
+            .expect("create testbed dir");
+        let out = Command::new(crate::scripts_dir().join("testbed.sh"))
+            .arg("start")
+            .arg(dir.path())
+            .arg(nodes.to_string())
+            .output()
+            .expect("run scripts/testbed.sh");
+        if !out.status.success() {
+            panic!(
+                "testbed start failed in {}:\n{}{}",
+                dir.path().display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let tag = std::fs::read_to_string(dir.path().join("tag"))
+            .expect("testbed tag")
+            .trim()
+            .to_string();
+        Some(Testbed {
+            dir,
+            tag,
+            nodes,
+            keep: std::env::var_os("VIPFLOW_KEEP_SANDBOX").is_some(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Namespace of `client`, `wire`, `node<i>` or `pod<i><a|b>`.
+    pub fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.tag)
+    }
+
+    /// node<i>'s directory: its OVS_RUNDIR (br-ex.mgmt, db.sock, logs).
+    pub fn node_dir(&self, i: usize) -> PathBuf {
+        self.path().join(format!("node{i}"))
+    }
+
+    pub fn nb_remote(&self) -> String {
+        format!("unix:{}", self.path().join("ovnnb.sock").display())
+    }
+
+    pub fn sb_remote(&self) -> String {
+        format!("unix:{}", self.path().join("ovnsb.sock").display())
+    }
+
+    fn run(&self, program: &str, args: &[&str], envs: &[(&str, String)]) -> String {
+        let out = Command::new(program)
+            .args(args)
+            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+            .output()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        check(program, args, out)
+    }
+
+    pub fn nbctl(&self, args: &[&str]) -> String {
+        let db = format!("--db={}", self.nb_remote());
+        let mut all = vec![db.as_str()];
+        all.extend_from_slice(args);
+        self.run("ovn-nbctl", &all, &[])
+    }
+
+    pub fn sbctl(&self, args: &[&str]) -> String {
+        let db = format!("--db={}", self.sb_remote());
+        let mut all = vec![db.as_str()];
+        all.extend_from_slice(args);
+        self.run("ovn-sbctl", &all, &[])
+    }
+
+    /// `ovs-ofctl -O OpenFlow13 ARGS` against node<i>'s bridges.
+    pub fn ofctl(&self, node: usize, args: &[&str]) -> String {
+        let mut all = vec!["-O", "OpenFlow13"];
+        all.extend_from_slice(args);
+        self.run(
+            "ovs-ofctl",
+            &all,
+            &[("OVS_RUNDIR", self.node_dir(node).display().to_string())],
+        )
+    }
+
+    /// `ovs-vsctl ARGS` against node<i>'s database.
+    pub fn vsctl(&self, node: usize, args: &[&str]) -> String {
+        let db = format!(
+            "--db=unix:{}",
+            self.node_dir(node).join("db.sock").display()
+        );
+        let mut all = vec![db.as_str(), "--timeout=10"];
+        all.extend_from_slice(args);
+        self.run("ovs-vsctl", &all, &[])
+    }
+
+    /// `ovs-appctl -t <node>/ovs-vswitchd.ctl ARGS`.
+    pub fn appctl(&self, node: usize, args: &[&str]) -> String {
+        let t = self
+            .node_dir(node)
+            .join("ovs-vswitchd.ctl")
+            .display()
+            .to_string();
+        let mut all = vec!["-t", t.as_str()];
+        all.extend_from_slice(args);
+        self.run("ovs-appctl", &all, &[])
+    }
+
+    /// `ip ARGS` inside namespace `ns` (client, node1, pod1a, ...).
+    pub fn ip(&self, ns: &str, args: &[&str]) -> String {
+        let n = self.ns(ns);
+        let mut all = vec!["netns", "exec", n.as_str(), "ip"];
+        all.extend_from_slice(args);
+        self.run("ip", &all, &[])
+    }
+
+    /// Packet count of node<i>'s br-ex flows whose text holds every one of `needles`, after
+    /// the datapath's counters were pushed to the flows.
+    pub fn flow_packets(&self, node: usize, needles: &[&str]) -> u64 {
+        self.appctl(node, &["revalidator/wait"]);
+        self.ofctl(node, &["dump-flows", "br-ex"])
+            .lines()
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .filter_map(|l| {
+                l.split(", ")
+                    .find_map(|f| f.trim().strip_prefix("n_packets="))
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
+            .sum()
+    }
+
+    pub fn vswitchd_pid(&self, node: usize) -> Option<i32> {
+        std::fs::read_to_string(self.node_dir(node).join("ovs-vswitchd.pid"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    }
+
+    /// SIGKILL node<i>'s ovs-vswitchd and wait until it is gone.
+    pub fn kill_vswitchd(&self, node: usize) {
+        let pid = self.vswitchd_pid(node).expect("ovs-vswitchd pid");
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while crate::alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(self.node_dir(node).join("ovs-vswitchd.pid"));
+        let _ = std::fs::remove_file(self.node_dir(node).join("br-ex.mgmt"));
+    }
+
+    /// Start node<i>'s ovs-vswitchd again (bridges come back from its database, with no flows
+    /// but the ones ovn-controller puts back).
+    pub fn start_vswitchd(&self, node: usize) {
+        let d = self.node_dir(node);
+        let ns = self.ns(&format!("node{node}"));
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "ovs-vswitchd"])
+            .arg(format!("unix:{}", d.join("db.sock").display()))
+            .args([
+                "--disable-system",
+                "-vconsole:off",
+                "--detach",
+                "--no-chdir",
+            ])
+            .arg(format!(
+                "--pidfile={}",
+                d.join("ovs-vswitchd.pid").display()
+            ))
+            .arg(format!(
+                "--unixctl={}",
+                d.join("ovs-vswitchd.ctl").display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                d.join("ovs-vswitchd.log").display()
+            ))
+            .env("OVS_RUNDIR", &d)
+            .output()
+            .expect("spawn ovs-vswitchd");
+        check("ovs-vswitchd", &[], out);
+    }
+
+    /// Start `vipflow agent` for node<i> on `objects` with `args`, as a user runs it; logs go to
+    /// `<node dir>/vipflow.log` (appended, so restarts keep the history).
+    pub fn agent(&self, bin: &Path, node: usize, objects: &Path, args: &[String]) -> AgentProcess {
+        let d = self.node_dir(node);
+        let log_path = d.join("vipflow.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .expect("agent log");
+        let child = Command::new(bin)
+            .arg("agent")
+            .arg("--objects")
+            .arg(objects)
+            .arg("--node-name")
+            .arg(format!("node{node}"))
+            .arg("--ovs-rundir")
+            .arg(&d)
+            .args(["--poll-interval-ms", "50"])
+            .args(args)
+            .env("VIPFLOW_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn vipflow agent");
+        AgentProcess {
+            child: Some(child),
+            log: log_path,
+        }
+    }
+}
+
+/// A `vipflow agent` process; SIGKILLed on drop if still running.
+pub struct AgentProcess {
+    child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl AgentProcess {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL, as a crash or an OOM kill would.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = c.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = c.kill();
+        c.wait().ok()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("VIPFLOW_TESTBED_HOLD").is_some() {
+            // Left running for a look; `scripts/testbed.sh stop DIR` removes it.
+            let path = self.path().to_path_buf();
+            eprintln!(
+                "testbed held at {} (stop it with scripts/testbed.sh stop)",
+                path.display()
+            );
+            std::mem::forget(std::mem::replace(
+                &mut self.dir,
+                tempfile::TempDir::new().expect("tmp"),
+            ));
+            return;
+        }
+        let _ = Command::new(crate::scripts_dir().join("testbed.sh"))
+            .arg("stop")
+            .arg(self.path())
+            .output();
+        if self.keep {
+            let path = self.path().to_path_buf();
+            eprintln!(
+                "testbed logs kept at {}",
+                path.with_extension("kept").display()
+            );
+            let _ = std::fs::rename(&path, path.with_extension("kept"));
+            let _ = std::fs::create_dir_all(&path);
+        }
+    }
+}
+
+fn check(program: &str, args: &[&str], out: Output) -> String {
+    if !out.status.success() {
+        panic!(
+            "{program} {} failed ({}):\n{}{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -297,3 +297,175 @@ fn tcp_and_udp_to_a_vip_reach_a_pod_and_come_back_over_ipv4_and_ipv6() {
         assert!(returned >= 60, "return flow counted {returned} packets");
     }
 }
+
+#[test]
+fn arp_and_nd_for_a_vip_reach_the_hosts_and_only_the_host_holding_it_answers() {
+    let Some(bed) = Bed::start() else { return };
+    let tb = &bed.tb;
+    // node1's host holds the VIPs, as an address on br-ex (an IPv6 VIP on `lo` would get no NA:
+    // Linux answers a solicitation only for addresses of the interface it came in on).
+    tb.ip(
+        "node1",
+        &["addr", "add", &format!("{WEB_V4}/32"), "dev", "br-ex"],
+    );
+    tb.ip(
+        "node1",
+        &[
+            "-6",
+            "addr",
+            "add",
+            &format!("{WEB_V6}/128"),
+            "dev",
+            "br-ex",
+            "nodad",
+        ],
+    );
+    let arp_flow = [format!("arp_tpa={WEB_V4}")];
+    let nd_flow = [format!("nd_target={WEB_V6}")];
+    let arp_before: Vec<u64> = (1..=2)
+        .map(|i| tb.flow_packets(i, &[&arp_flow[0]]))
+        .collect();
+    let nd_before: Vec<u64> = (1..=2)
+        .map(|i| tb.flow_packets(i, &[&nd_flow[0]]))
+        .collect();
+
+    let arp = netns::arp_request(
+        &bed.client(),
+        "eth0",
+        testbed::CLIENT_V4.parse().unwrap(),
+        WEB_V4.parse().unwrap(),
+        Duration::from_millis(500),
+    )
+    .unwrap();
+    let nd = netns::neighbor_solicit(
+        &bed.client(),
+        "eth0",
+        WEB_V6.parse().unwrap(),
+        Duration::from_millis(500),
+    )
+    .unwrap();
+    let macs = |r: &[netns::NeighborReply]| {
+        r.iter()
+            .map(|r| netns::format_mac(&r.mac))
+            .collect::<Vec<_>>()
+    };
+    eprintln!(
+        "ARP replies for {WEB_V4}: {:?}; NA for {WEB_V6}: {:?}",
+        macs(&arp),
+        macs(&nd)
+    );
+    assert_eq!(
+        macs(&arp),
+        vec![testbed::node_mac(1)],
+        "exactly one ARP reply, from node1's host"
+    );
+    assert_eq!(
+        macs(&nd),
+        vec![testbed::node_mac(1)],
+        "exactly one NA, from node1's host"
+    );
+    // The request reached both nodes' hosts through the bypass flows (node2's host does not
+    // hold the VIP and stays silent; neither gateway router saw it).
+    for i in 1..=2 {
+        let a = tb.flow_packets(i, &[&arp_flow[0]]) - arp_before[i - 1];
+        let n = tb.flow_packets(i, &[&nd_flow[0]]) - nd_before[i - 1];
+        assert_eq!(
+            (a, n),
+            (1, 1),
+            "node{i}'s ARP and ND bypass flows each took the one request"
+        );
+    }
+}
+
+#[test]
+fn etp_local_keeps_the_client_ip_on_the_node_with_an_endpoint_and_resets_on_the_other() {
+    let Some(bed) = Bed::start() else { return };
+    let to = sock(LOCAL_V4, 80);
+    bed.via(1, LOCAL_V4);
+    let got = tcp_warm(&bed, to, 10);
+    assert_eq!(
+        got,
+        format!("pod1b {}", testbed::CLIENT_V4),
+        "the pod sees the client's own IP"
+    );
+    let udp = NsUdp::new(&bed.client(), false).unwrap();
+    let got = udp_warm(&udp, sock(LOCAL_V4, 53), 64, 10);
+    assert_eq!(got, format!("pod1b {} 64", testbed::CLIENT_V4));
+
+    // node2 has no endpoint: OVN rejects, so the client gets a reset at once, not a timeout.
+    bed.via(2, LOCAL_V4);
+    // The first SYN may go to OVN's neighbor resolution; the answer after that is a reset.
+    let mut last = None;
+    for _ in 0..10 {
+        let started = Instant::now();
+        match netns::tcp_request(&bed.client(), to, Duration::from_secs(3)) {
+            Ok(s) => panic!("node2 has no endpoint of {LOCAL_V4}, yet got an answer: {s}"),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                last = Some(started.elapsed());
+                break;
+            }
+            Err(_) => {}
+        }
+    }
+    let took = last.expect("a reset from node2");
+    eprintln!("reset through node2 after {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the reset came at once ({took:?})"
+    );
+}
+
+#[test]
+fn restarting_the_agent_never_interrupts_a_running_probe() {
+    let Some(mut bed) = Bed::start() else { return };
+    bed.via(1, WEB_V4);
+    let to = sock(WEB_V4, 80);
+    tcp_warm(&bed, to, 10);
+    let client = bed.client();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    // One connection every 10 ms, each must be answered.
+    let prober = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0u32, Vec::new());
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            match netns::tcp_request(&client, to, Duration::from_secs(2)) {
+                Ok(_) => ok += 1,
+                Err(e) => failed.push(e.to_string()),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (ok, failed)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    for round in 0..3 {
+        bed.agents[0].kill();
+        std::thread::sleep(Duration::from_millis(200));
+        bed.start_agent(1);
+        let log = bed.agents[0].log.clone();
+        eventually(
+            &format!("node1's agent synced again (round {round})"),
+            30,
+            || {
+                std::fs::read_to_string(&log)
+                    .map(|l| {
+                        // One bridge sync and one Northbound session per start.
+                        l.matches("synced bridge=br-ex").count() > round + 1
+                            && l.matches("Northbound connected").count() > round + 1
+                    })
+                    .unwrap_or(false)
+            },
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (ok, failed) = prober.join().unwrap();
+    eprintln!(
+        "probes during 3 agent restarts: {ok} answered, {} failed: {failed:?}",
+        failed.len()
+    );
+    assert!(ok > 50, "the prober ran ({ok} answered)");
+    assert!(
+        failed.is_empty(),
+        "no probe may fail while the agent restarts: {failed:?}"
+    );
+}

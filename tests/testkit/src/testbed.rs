@@ -77,12 +77,56 @@ impl Testbed {
             .expect("testbed tag")
             .trim()
             .to_string();
-        Some(Testbed {
+        let tb = Testbed {
             dir,
             tag,
             nodes,
             keep: std::env::var_os("VIPFLOW_KEEP_SANDBOX").is_some(),
-        })
+        };
+        tb.wait_pods_reach_each_other();
+        Some(tb)
+    }
+
+    /// Ready means a pod on node1 exchanges a datagram with a pod on every other node, both
+    /// families: the first packets over a new tunnel are lost while the userspace datapath sets
+    /// it up, which no test should mistake for a fault of what it tests.
+    fn wait_pods_reach_each_other(&self) {
+        for i in 2..=self.nodes {
+            for (a, b) in [
+                (pod_ip(1, 'a'), pod_ip(i, 'a')),
+                (pod_ip6(1, 'a'), pod_ip6(i, 'a')),
+            ] {
+                let bind = |ip: &str| -> std::net::SocketAddr {
+                    std::net::SocketAddr::new(ip.parse().expect("pod ip"), 7)
+                };
+                let (here, there) = (bind(&a), bind(&b));
+                let s1 =
+                    netns::in_netns(&self.ns("pod1a"), move || std::net::UdpSocket::bind(here))
+                        .expect("udp in pod1a");
+                let s2 = netns::in_netns(&self.ns(&format!("pod{i}a")), move || {
+                    std::net::UdpSocket::bind(there)
+                })
+                .expect("udp in the other pod");
+                let wait = Some(Duration::from_millis(200));
+                s1.set_read_timeout(wait).expect("timeout");
+                s2.set_read_timeout(wait).expect("timeout");
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let mut buf = [0u8; 16];
+                loop {
+                    assert!(
+                        Instant::now() < deadline,
+                        "testbed: pod1a never reached pod{i}a ({a} -> {b})"
+                    );
+                    let _ = s1.send_to(b"ready?", there);
+                    if let Ok((_, from)) = s2.recv_from(&mut buf) {
+                        let _ = s2.send_to(b"ready", from);
+                        if s1.recv_from(&mut buf).is_ok() {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {

@@ -85,6 +85,7 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         openflow: openflow::Config::default(),
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
+        connect_retry: Duration::from_millis(50),
     }
 }
 

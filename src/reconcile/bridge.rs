@@ -79,6 +79,10 @@ pub struct BridgeSettings {
     pub openflow: OfConfig,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// How often to try again while the switch accepts no connection at all (its socket is
+    /// missing or refuses). Such a try costs one failed connect, so it is short: flows return
+    /// this soon after ovs-vswitchd is back, however long it was gone.
+    pub connect_retry: Duration,
 }
 
 /// Ports of the bridge by (OpenFlow-truncated) name, and the LOCAL port's MAC.
@@ -487,6 +491,9 @@ pub async fn run(
 ) {
     let b = &settings.bridge;
     let mut backoff = settings.backoff_min;
+    // While the switch is away, say so once (and again every minute), not once per try.
+    let mut away_since: Option<std::time::Instant> = None;
+    let mut last_warn: Option<std::time::Instant> = None;
     loop {
         let session = Session::connect(&settings).await;
         let mut session = match session {
@@ -495,20 +502,39 @@ pub async fn run(
                 s
             }
             Err(e) => {
-                tracing::warn!(bridge = %b.name, target = %settings.target, error = %e, retry_in = ?backoff, "cannot connect");
+                // Nothing accepts: retry soon and cheaply. Anything else (a handshake that
+                // fails) backs off, so a broken peer is not hammered.
+                let refused = matches!(e, ConnError::Connect { .. });
+                let wait = if refused {
+                    settings.connect_retry
+                } else {
+                    backoff
+                };
+                let since = *away_since.get_or_insert_with(std::time::Instant::now);
+                if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(bridge = %b.name, target = %settings.target, error = %e, retry_every = ?wait, away_for = ?since.elapsed(), "cannot connect");
+                    last_warn = Some(std::time::Instant::now());
+                }
                 status.send_modify(|s| {
                     s.connected = false;
                     s.last_error = Some(e.to_string());
                 });
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(wait) => {}
                     r = desired.changed() => if r.is_err() { return },
                 }
-                backoff = (backoff * 2).min(settings.backoff_max);
+                if !refused {
+                    backoff = (backoff * 2).min(settings.backoff_max);
+                }
                 continue;
             }
         };
-        tracing::info!(bridge = %b.name, target = %settings.target, "connected");
+        match away_since.take() {
+            Some(t) => {
+                tracing::info!(bridge = %b.name, target = %settings.target, away_for = ?t.elapsed(), "connected")
+            }
+            None => tracing::info!(bridge = %b.name, target = %settings.target, "connected"),
+        }
         let end = session.serve(&settings, &mut desired, &status).await;
         match end {
             SessionEnd::Shutdown => {
@@ -521,8 +547,10 @@ pub async fn run(
                     s.connected = false;
                     s.last_error = Some(e.to_string());
                 });
+                away_since = Some(std::time::Instant::now());
+                last_warn = Some(std::time::Instant::now());
                 // A short pause so a switch that is restarting has time to come back.
-                tokio::time::sleep(settings.backoff_min).await;
+                tokio::time::sleep(settings.connect_retry).await;
             }
         }
     }

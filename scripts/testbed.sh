@@ -15,7 +15,8 @@
 #   node<i>   its own ovsdb-server, ovs-vswitchd (userspace datapath, datapath_type=netdev) and
 #             ovn-controller (chassis node<i>); br-ex holds the node IP 172.18.0.1<i>/24 and
 #             fd00:18::1<i>/64 with MAC 0a:58:ac:12:00:1<i>, and the uplink eth0 (a veth to the
-#             wire); br-int is created netdev with fail-mode=secure; ovn-bridge-mappings
+#             wire, MTU 9000 between nodes); br-int is created netdev with fail-mode=secure;
+#             ovn-bridge-mappings
 #             physnet:br-ex, so ovn-controller makes the localnet patch port
 #             patch-br-ex_node<i>-to-br-int on br-ex
 #   pod<i>a, pod<i>b  pods of node<i>: 10.244.<i>.1[01]/24, fd00:244:<i>::1[01]/64, a veth into
@@ -117,7 +118,10 @@ start_node() {
     add_ns "$node"
     veth "$node" eth0 wire "n$i"
     no_offload wire "n$i"
-    in_ns wire ip link set "n$i" master br0 up
+    # A jumbo underlay: geneve's 58 bytes must fit around a client's full 1500-byte packet on
+    # its way to a pod on another node (OVN-Kubernetes needs this, or pods at MTU 1400).
+    in_ns wire ip link set "n$i" mtu 9000 master br0 up
+    in_ns "$node" ip link set eth0 mtu 9000
     ovs_end "$node" eth0
 
     start_db "$d" db "$OVS_SCHEMA"

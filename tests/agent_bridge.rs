@@ -152,7 +152,7 @@ async fn service_churn_gives_exactly_the_desired_flows_and_spares_foreign_ones()
     let y0 = base_yaml();
     let mut h = Harness::start(sb, |_| {}, &y0).await;
     h.assert_exact(&y0, &default_resolved());
-    assert_eq!(h.ofctl_count(), 18);
+    assert_eq!(h.ofctl_count(), 24);
 
     // Add a Service.
     let a = svc(
@@ -254,7 +254,7 @@ async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ofproto_trace_arp_reaches_local_and_vip_tcp_reaches_the_patch_port() {
+async fn ofproto_trace_arp_reaches_local_and_vip_tcp_and_fragments_reach_the_patch_port() {
     let y = base_yaml();
     let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
     let arp = h.sb.appctl(&[
@@ -286,6 +286,18 @@ async fn ofproto_trace_arp_reaches_local_and_vip_tcp_reaches_the_patch_port() {
         tcp.contains("bridge(\"br-int\")"),
         "VIP traffic enters OVN through the patch port: {tcp}"
     );
+
+    // A fragment that is not the first carries no ports: the VIP's frag flow takes it into OVN.
+    let frag = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,udp,nw_src=198.51.100.7,nw_dst=172.18.0.100,nw_frag=later,dl_dst=02:00:00:00:00:01",
+    ]);
+    assert!(
+        frag.contains("ip,in_port=1,nw_dst=172.18.0.100,nw_frag=yes, priority 500"),
+        "{frag}"
+    );
+    assert!(frag.contains("bridge(\"br-int\")"), "{frag}");
 
     // A port the Service does not expose is not steered.
     let other = h.sb.appctl(&[
@@ -469,7 +481,7 @@ fn cli_once_then_verify_reports_sync_and_drift() {
     assert_eq!(out.status.code(), Some(1), "empty bridge: drift");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).matches("\n+ ").count(),
-        18
+        24
     );
 
     let out = run(&["agent", "--once"]);
@@ -525,7 +537,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         .await
         .unwrap();
     let before = ofctl_ours(&sb, "br-ex", "cookie=0x7f1f");
-    assert_eq!(before.len(), 18);
+    assert_eq!(before.len(), 24);
 
     // A restarted agent whose source has not listed anything yet: placeholder plan only.
     let (dtx, drx) = tokio::sync::watch::channel(std::sync::Arc::new(Desired::default()));

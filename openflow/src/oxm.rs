@@ -147,8 +147,20 @@ pub fn field_info(class: u16, field: u8) -> Option<FieldInfo> {
             _ => None,
         },
         OXM_CLASS_NXM1 if field < 16 => fi(REG_NAMES[field as usize], 4, true),
+        OXM_CLASS_NXM1 if field == NX_IP_FRAG => fi("nw_frag", 1, true),
         _ => None,
     }
+}
+
+/// NXM_NX_IP_FRAG (class 0x0001, field 26): bit 0 "is a fragment", bit 1 "not the first one".
+/// OpenFlow 1.3 has no fragment field of its own; OVS accepts this one in OXM matches.
+pub const NX_IP_FRAG: u8 = 26;
+/// [`NX_IP_FRAG`] bits.
+pub mod frag {
+    /// Any fragment, first or later.
+    pub const ANY: u8 = 0x01;
+    /// A fragment with a non-zero offset.
+    pub const LATER: u8 = 0x02;
 }
 
 const REG_NAMES: [&str; 16] = [
@@ -330,6 +342,16 @@ impl OxmField {
     pub fn tunnel_id(id: u64) -> Self {
         Self::basic(field::TUNNEL_ID, id.to_be_bytes().to_vec())
     }
+    /// The IP fragment bits ([`frag`]) under `mask`: `ip_frag(frag::ANY, frag::ANY)` is OVS's
+    /// `nw_frag=yes`. Needs an IPv4 or IPv6 `eth_type`.
+    pub fn ip_frag(value: u8, mask: u8) -> Self {
+        OxmField {
+            class: OXM_CLASS_NXM1,
+            field: NX_IP_FRAG,
+            value: vec![value & mask],
+            mask: (mask != 0x03).then(|| vec![mask]),
+        }
+    }
     /// Nicira register `n` (0..15), NXM_NX_REGn.
     pub fn reg(n: u8, value: u32) -> Self {
         Self::exact(OXM_CLASS_NXM1, n & 0x0f, value.to_be_bytes().to_vec())
@@ -499,16 +521,19 @@ impl Match {
     }
 
     /// Canonical form for comparison with what a switch reports: masks applied and redundant
-    /// ones dropped, fields sorted by (class, field). Sorting by field number also puts
-    /// prerequisites (eth_type, ip_proto, icmp type) before the fields that need them, which
-    /// Open vSwitch requires when it parses a match.
+    /// ones dropped, the OpenFlow basic fields first, sorted by field number, then the other
+    /// classes by (class, field). That order puts prerequisites (eth_type, ip_proto, icmp type)
+    /// before the fields that need them, the Nicira fragment bits after eth_type included,
+    /// which Open vSwitch requires when it parses a match.
     pub fn normalized(&self) -> Match {
         let mut fields: Vec<OxmField> = self
             .fields
             .iter()
             .filter_map(OxmField::normalized)
             .collect();
-        fields.sort();
+        fields.sort_by(|a, b| {
+            (a.class != OXM_CLASS_OPENFLOW_BASIC, a).cmp(&(b.class != OXM_CLASS_OPENFLOW_BASIC, b))
+        });
         fields.dedup();
         Match { fields }
     }

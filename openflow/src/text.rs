@@ -429,6 +429,9 @@ impl MatchText {
             let s = format!("nw_ecn={}", be_uint(&f.value) & 0x3);
             self.push(s);
         }
+        if let Some(f) = self.take_width(OXM_CLASS_NXM1, crate::oxm::NX_IP_FRAG, 1) {
+            self.push(nw_frag_text(&f));
+        }
         for (fld, name) in [
             (F::MPLS_LABEL, "mpls_label"),
             (F::MPLS_TC, "mpls_tc"),
@@ -567,6 +570,26 @@ impl Display for OxmField {
 
 // ---------------------------------------------------------------------------------------------
 // Actions and instructions.
+
+/// OVS's words for the fragment bits (`nw_frag=yes|no|first|later|not_later`).
+fn nw_frag_text(f: &OxmField) -> String {
+    use crate::oxm::frag::{ANY, LATER};
+    let value = f.value.first().copied().unwrap_or(0);
+    let mask = f
+        .mask
+        .as_ref()
+        .and_then(|m| m.first().copied())
+        .unwrap_or(ANY | LATER);
+    let word = match (value & mask, mask & (ANY | LATER)) {
+        (0, ANY) | (0, 0x03) => "no",
+        (ANY, ANY) => "yes",
+        (ANY, 0x03) => "first",
+        (0x03, 0x03) | (LATER, LATER) => "later",
+        (0, LATER) => "not_later",
+        _ => return format!("nw_frag={value:#x}/{mask:#x}"),
+    };
+    format!("nw_frag={word}")
+}
 
 /// How OVS writes a field's value in `set_field` (`mf_format`) and the field's name there.
 fn set_field_text(f: &OxmField) -> String {

@@ -8,7 +8,8 @@ use openflow::flow_mod::FlowModCommand;
 use openflow::instruction::Instruction;
 use openflow::multipart::{AggregateStats, Desc, FlowStatsRequest, MultipartRequestBody};
 use openflow::oxm::{
-    OXM_CLASS_EXPERIMENTER, OXM_CLASS_NXM1, OXM_CLASS_OPENFLOW_BASIC, OxmField, field_info,
+    NX_IP_FRAG, OXM_CLASS_EXPERIMENTER, OXM_CLASS_NXM1, OXM_CLASS_OPENFLOW_BASIC, OxmField,
+    field_info,
 };
 use openflow::port::Port;
 use openflow::{
@@ -24,12 +25,13 @@ fn bytes(n: usize) -> impl Strategy<Value = Vec<u8>> {
     vec(any::<u8>(), n)
 }
 
-/// A field the decoder knows (OpenFlow basic class, Nicira registers): right width, a mask
+/// A field the decoder knows (OpenFlow basic class, Nicira registers and fragment bits): right width, a mask
 /// only where the field is maskable.
 fn known_field() -> impl Strategy<Value = OxmField> {
     let known: Vec<(u16, u8)> = (0u8..=39)
         .map(|f| (OXM_CLASS_OPENFLOW_BASIC, f))
         .chain((0u8..16).map(|f| (OXM_CLASS_NXM1, f)))
+        .chain([(OXM_CLASS_NXM1, NX_IP_FRAG)])
         .filter(|&(c, f)| field_info(c, f).is_some())
         .collect();
     proptest::sample::select(known).prop_flat_map(|(class, field)| {
@@ -53,7 +55,10 @@ fn known_field() -> impl Strategy<Value = OxmField> {
 fn raw_field() -> impl Strategy<Value = OxmField> {
     let class_field = prop_oneof![
         (Just(0x0000u16), 0u8..128),
-        (Just(OXM_CLASS_NXM1), 16u8..128),
+        (
+            Just(OXM_CLASS_NXM1),
+            (16u8..128).prop_filter("nw_frag is a known field", |f| *f != NX_IP_FRAG)
+        ),
         (Just(OXM_CLASS_OPENFLOW_BASIC), 40u8..128),
         (0x0002u16..0x8000, 0u8..128),
         (0x8001u16..0xffff, 0u8..128),

@@ -130,6 +130,11 @@ const FLOWS: &[&str] = &[
     // PMTU v4 and v6
     "cookie=0xabcd00000000000d,priority=100,in_port=1,icmp,nw_dst=192.0.2.10,icmp_type=3,icmp_code=4,actions=output:2",
     "cookie=0xabcd00000000000e,priority=100,in_port=1,icmp6,ipv6_dst=2001:db8::10,icmp_type=2,icmp_code=0,actions=output:2",
+    // fragments of VIP traffic (no L4 ports to match), both ways, v4 and v6
+    "cookie=0xabcd000000000010,priority=100,in_port=1,ip,nw_dst=192.0.2.10,nw_frag=yes,actions=output:2",
+    "cookie=0xabcd000000000011,priority=100,in_port=2,dl_src=02:00:00:00:00:01,ipv6,ipv6_src=2001:db8::10,nw_frag=yes,actions=output:1",
+    "cookie=0xabcd000000000012,priority=100,in_port=1,udp,nw_dst=192.0.2.10,nw_frag=first,tp_dst=53,actions=output:2",
+    "cookie=0xabcd000000000013,priority=100,in_port=1,ip,nw_dst=192.0.2.11,nw_proto=17,nw_frag=later,actions=output:2",
     // underlay profile
     "cookie=0xabcd00000000000f,priority=100,in_port=1,tcp,nw_dst=192.0.2.10,tp_dst=8080,actions=mod_dl_dst:02:00:00:00:00:99,output:2",
     // masks, registers, metadata, goto_table, write/clear actions
@@ -180,13 +185,16 @@ fn dump_flows_matches_our_decoding_and_text() {
         &sb.mgmt_sock("br-ex"),
         FlowStatsRequest::by_cookie(0xabcd_0000_0000_0000, 0xffff_0000_0000_0000),
     );
-    assert_eq!(ours_only.len(), 15);
+    assert_eq!(ours_only.len(), 19);
     assert!(ours_only.iter().all(|f| f.cookie >> 48 == 0xabcd));
     // Spot checks, so a test that compared two empty lists could not pass.
     assert!(mine.contains(
         &" cookie=0xabcd000000000001, duration=X, table=0, n_packets=0, n_bytes=0, priority=200,arp,in_port=1,arp_tpa=192.0.2.10,arp_op=1 actions=LOCAL".to_owned()
     ));
     let no_stats = render(&ours, false);
+    assert!(no_stats.contains(
+        &" cookie=0xabcd000000000010, priority=100,ip,in_port=1,nw_dst=192.0.2.10,nw_frag=yes actions=output:2".to_owned()
+    ));
     assert!(no_stats.contains(
         &" cookie=0xabcd00000000000f, priority=100,tcp,in_port=1,nw_dst=192.0.2.10,tp_dst=8080 actions=set_field:02:00:00:00:00:99->eth_dst,output:2".to_owned()
     ));

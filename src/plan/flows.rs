@@ -12,7 +12,7 @@
 use crate::config::{BridgeConfig, GatewayMode, Profile, format_mac};
 use crate::model::{Model, Protocol};
 use openflow::action::port as ofport;
-use openflow::oxm::{MacAddr, eth_type, ip_proto};
+use openflow::oxm::{MacAddr, eth_type, frag, ip_proto};
 use openflow::{Action, FlowMod, Instruction, Match, OxmField};
 use std::collections::BTreeSet;
 use std::fmt;
@@ -243,6 +243,44 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
             c.with_vlan(m),
             c.to_ovn(),
         ));
+        // Fragments carry no L4 ports as OpenFlow sees them (OVS zeroes the ports of every
+        // fragment, the first included), so no steer flow matches them: every fragment for
+        // the VIP goes into OVN, whose gateway router reassembles before balancing. Large
+        // replies come back fragmented the same way.
+        let (l3, dst, src) = match vip {
+            IpAddr::V4(ip) => (
+                eth_type::IPV4,
+                OxmField::ipv4_dst(ip),
+                OxmField::ipv4_src(ip),
+            ),
+            IpAddr::V6(ip) => (
+                eth_type::IPV6,
+                OxmField::ipv6_dst(ip),
+                OxmField::ipv6_src(ip),
+            ),
+        };
+        let fragment = |addr: OxmField| {
+            Match::new()
+                .with(OxmField::eth_type(l3))
+                .with(addr)
+                .with(OxmField::ip_frag(frag::ANY, frag::ANY))
+        };
+        flows.push(c.mk(
+            format!("frag {vip}"),
+            PortRef::Uplink,
+            false,
+            c.with_vlan(fragment(dst)),
+            c.to_ovn(),
+        ));
+        if input.bridge.profile == Profile::Gateway {
+            flows.push(c.mk(
+                format!("frag return {vip}"),
+                PortRef::Patch,
+                true,
+                c.with_vlan(fragment(src)),
+                vec![PlannedAction::Output(PortRef::Uplink)],
+            ));
+        }
     }
     flows
 }

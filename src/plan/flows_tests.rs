@@ -169,6 +169,10 @@ fn shared_gateway_steers_returns_and_passes_pmtu_for_every_protocol() {
         keys(&flows),
         [
             "arp 192.0.2.10",
+            "frag 192.0.2.10",
+            "frag 2001:db8::10",
+            "frag return 192.0.2.10",
+            "frag return 2001:db8::10",
             "nd 2001:db8::10",
             "pmtu 192.0.2.10",
             "pmtu 2001:db8::10",
@@ -211,14 +215,20 @@ fn shared_gateway_steers_returns_and_passes_pmtu_for_every_protocol() {
         text("return [2001:db8::10]:3868/sctp"),
         "sctp6,ipv6_src=2001:db8::10,tp_src=3868"
     );
+    assert_eq!(text("frag 192.0.2.10"), "ip,nw_dst=192.0.2.10,nw_frag=yes");
+    assert_eq!(
+        text("frag return 2001:db8::10"),
+        "ipv6,ipv6_src=2001:db8::10,nw_frag=yes"
+    );
     for f in &flows {
-        let (in_port, dl_src, actions) = match f.key.split(' ').next().unwrap() {
-            "steer" | "pmtu" => (
+        let kind = f.key.rsplit_once(' ').map_or("", |(k, _)| k);
+        let (in_port, dl_src, actions) = match kind {
+            "steer" | "pmtu" | "frag" => (
                 PortRef::Uplink,
                 false,
                 vec![PlannedAction::Output(PortRef::Patch)],
             ),
-            "return" => (
+            "return" | "frag return" => (
                 PortRef::Patch,
                 true,
                 vec![PlannedAction::Output(PortRef::Uplink)],
@@ -306,6 +316,8 @@ fn underlay_profile_rewrites_to_the_router_mac_and_has_no_return_path() {
         "steer [2001:db8::10]:3868/sctp",
         "pmtu 192.0.2.10",
         "pmtu 2001:db8::10",
+        "frag 192.0.2.10",
+        "frag 2001:db8::10",
     ] {
         let f = flow(&flows, k);
         assert_eq!(f.in_port, PortRef::Uplink, "{k}");
@@ -315,7 +327,7 @@ fn underlay_profile_rewrites_to_the_router_mac_and_has_no_return_path() {
         flow(&flows, "arp 192.0.2.10").actions,
         [PlannedAction::Output(PortRef::Local)]
     );
-    assert_eq!(flows.len(), 2 + 2 + 6);
+    assert_eq!(flows.len(), 2 + 2 + 2 + 6);
 }
 
 // ---- table, priority, cookies ---------------------------------------------------------------
@@ -438,6 +450,8 @@ items:
         keys(&flows),
         [
             "arp 192.0.2.10",
+            "frag 192.0.2.10",
+            "frag return 192.0.2.10",
             "pmtu 192.0.2.10",
             "return 192.0.2.10:25/tcp",
             "return 192.0.2.10:80/tcp",

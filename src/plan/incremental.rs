@@ -683,10 +683,10 @@ mod tests {
         let first = p.update(&objects);
         assert_eq!(
             first[0].touched.len(),
-            5 * 4,
-            "arp, pmtu, steer, return per Service"
+            5 * 6,
+            "arp, pmtu, frag, frag return, steer, return per Service"
         );
-        // One more Service on a new VIP: its four flows, nothing else.
+        // One more Service on a new VIP: its six flows, nothing else.
         objects.services.push(Arc::new(service(
             5,
             &Spec {
@@ -697,7 +697,7 @@ mod tests {
             },
         )));
         let d = p.update(&objects);
-        assert_eq!(d[0].touched.len(), 4, "{:?}", d[0].touched);
+        assert_eq!(d[0].touched.len(), 6, "{:?}", d[0].touched);
         // Same objects again: nothing.
         assert!(p.update(&objects)[0].touched.is_empty());
     }

@@ -539,26 +539,6 @@ fn after_ovs_vswitchd_restarts_the_flows_return_at_once_and_traffic_flows_again(
         );
     }
 }
-#[test]
-fn a_pod_on_a_node_without_endpoints_reaches_an_etp_local_vip() {
-    let Some(bed) = Bed::start() else { return };
-    // pod2b sits on node2, which has no endpoint of `local`: it goes through its node switch's
-    // load balancer, which (unlike the gateway router's) holds every endpoint.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let got = loop {
-        match netns::tcp_request(
-            &bed.tb.ns("pod2b"),
-            sock(LOCAL_V4, 80),
-            Duration::from_millis(500),
-        ) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() > deadline => panic!("pod2b -> {LOCAL_V4}:80: {e}"),
-            Err(_) => {}
-        }
-    };
-    assert_eq!(got, format!("pod1b {}", testbed::pod_ip(2, 'b')));
-}
-
 /// `ovs-appctl dpctl/ipf-get-status`'s count of fragments the userspace conntrack reassembled.
 fn ipf_completed(tb: &Testbed, node: usize, v6: bool) -> u64 {
     let key = if v6 {

@@ -1,18 +1,141 @@
 #!/usr/bin/env bash
-# vipflow demo: a private OVS sandbox (real ovs-vswitchd, dummy datapath, nothing system-wide),
-# vipflow programming br-ex from examples/services.yaml, and the operator's view of the result.
+# vipflow demo.
+#
+# With root (network namespaces), the whole product with real packets: scripts/testbed.sh builds
+# two OVN-Kubernetes-shaped nodes (ovs-vswitchd on the userspace datapath, ovn-controller, gateway
+# routers), two pods serving HTTP and a client on one L2 segment; `vipflow agent` runs on each
+# node from examples/testbed.yaml; the demo shows the flows, the Northbound rows, an ARP request
+# for the VIP answered, and `curl` from the client to the VIP reaching a pod, with the flows'
+# packet counters. Everything lives in its own namespaces and temp dir and is removed at the end.
+#
+# Without root it falls back to a private OVS sandbox (real ovs-vswitchd, dummy datapath) with
+# vipflow programming br-ex from examples/services.yaml and ofproto/trace in place of packets.
 #
 #   scripts/demo.sh          run the demo and clean up
-#   scripts/demo.sh --keep   leave the sandbox running and print how to inspect it
+#   scripts/demo.sh --keep   leave everything running and print how to inspect it
+#   scripts/demo.sh --dummy  the dummy-datapath demo even where namespaces are available
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=0
-[ "${1:-}" = "--keep" ] && keep=1
+dummy=0
+for a in "$@"; do
+    case "$a" in
+        --keep) keep=1 ;;
+        --dummy) dummy=1 ;;
+        *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+    esac
+done
+if [ "$dummy" = 0 ] && { [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; }; then
+    echo "== no network namespaces here (needs root): the dummy-datapath demo instead"
+    dummy=1
+fi
 
 scripts/install-deps.sh
 echo "== building vipflow"
 cargo build --release --locked -q
 vipflow=$PWD/target/release/vipflow
+
+real_demo() {
+    local t
+    dir=$(mktemp -d /tmp/vipflow-demo.XXXXXX)
+    pids=()
+    # The agents by pid; the pods' servers go with their namespaces (testbed.sh stop).
+    cleanup_real() {
+        for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+        if [ "$keep" = 0 ]; then
+            scripts/testbed.sh stop "$dir"
+            rm -rf "$dir"
+        fi
+    }
+    trap cleanup_real EXIT
+    echo "== building the testbed in $dir: 2 nodes, 4 pods, a client (namespaces, real OVS + OVN)"
+    scripts/testbed.sh start "$dir" 2
+    t=$(cat "$dir/tag")
+    ns() { ip netns exec "$t-$1" "${@:2}"; }
+    ofctl() { OVS_RUNDIR="$dir/$1" ovs-ofctl -O OpenFlow13 "${@:2}"; }
+    nbctl() { ovn-nbctl --db="unix:$dir/ovnnb.sock" "$@"; }
+
+    # Each pod serves HTTP on 8080 and says who it is and whom it sees.
+    for pod in pod1a pod2a; do
+        ip netns exec "$t-$pod" python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(s):
+        b = f"hello from {sys.argv[1]}, you are {s.client_address[0]}\n".encode()
+        s.send_response(200); s.send_header("Content-Length", str(len(b))); s.end_headers()
+        s.wfile.write(b)
+    def log_message(s, *a): pass
+http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
+        disown
+    done
+
+    cp examples/testbed.yaml "$dir/objects.yaml"
+    echo
+    echo "== vipflow agent on node1 (also the Northbound writer) and node2"
+    for i in 1 2; do
+        local nb=()
+        [ "$i" = 1 ] && nb=(--nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}'
+            --node-switch '{node}' --nb-router GR_node1 --nb-router GR_node2
+            --nb-switch node1 --nb-switch node2)
+        "$vipflow" agent --objects "$dir/objects.yaml" --node-name "node$i" \
+            --ovs-rundir "$dir/node$i" --uplink eth0 --patch patch-br-ex_nod \
+            --poll-interval-ms 100 "${nb[@]}" 2>"$dir/node$i/vipflow.log" &
+        pids+=($!)
+    done
+    for _ in $(seq 1 100); do
+        grep -q synced "$dir/node1/vipflow.log" 2>/dev/null \
+            && grep -q synced "$dir/node2/vipflow.log" 2>/dev/null \
+            && nbctl lb-list | grep -q 172.18.0.100 && break
+        sleep 0.1
+    done
+    nbctl --timeout=30 --wait=hv sync
+
+    echo
+    echo "== node1's br-ex: vipflow's flows (cookie 0x7f1f...) beside the node's own"
+    ofctl node1 dump-flows br-ex --no-stats
+    echo
+    echo "== the Northbound rows vipflow wrote"
+    nbctl lb-list
+    nbctl find Load_Balancer external_ids:vipflow.io/managed=true | grep -E '^(name|options|external_ids)'
+
+    echo
+    echo "== ARP for the VIP from the wire reaches the hosts only (vipflow's bypass flow);"
+    echo "   node1's host holds 172.18.0.100 on br-ex (what an announcer would do), so it answers"
+    ns node1 ip addr add 172.18.0.100/32 dev br-ex
+    ns client arping -c 1 -w 2 -I eth0 172.18.0.100 || true
+
+    echo
+    echo "== curl from the client to the VIP: into OVN on node1, load-balanced to a pod"
+    for _ in 1 2 3 4; do
+        ns client curl -s --max-time 2 --retry 5 --retry-all-errors http://172.18.0.100/ || true
+    done
+
+    echo
+    echo "== the flows' packet counters on node1 after that"
+    OVS_RUNDIR="$dir/node1" ovs-appctl -t "$dir/node1/ovs-vswitchd.ctl" revalidator/wait
+    ofctl node1 dump-flows br-ex cookie=0x7f1f000000000000/0xffff000000000000 \
+        | sed -E 's/ duration=[^,]*,//; s/ idle_age=[^,]*,//'
+
+    echo
+    echo "== vipflow verify on node1: the bridge and the Northbound database hold exactly the plan"
+    "$vipflow" verify --objects "$dir/objects.yaml" --node-name node1 --ovs-rundir "$dir/node1" \
+        --uplink eth0 --patch patch-br-ex_nod --nb-remote "unix:$dir/ovnnb.sock" \
+        --node-router 'GR_{node}' --node-switch '{node}' --nb-router GR_node1 \
+        --nb-router GR_node2 --nb-switch node1 --nb-switch node2 || true
+
+    if [ "$keep" = 1 ]; then
+        echo
+        echo "Kept in $dir. Namespaces: $(tr '\n' ' ' <"$dir/namespaces")"
+        echo "  ip netns exec $t-client curl http://172.18.0.100/"
+        echo "  OVS_RUNDIR=$dir/node1 ovs-ofctl -O OpenFlow13 dump-flows br-ex"
+        echo "  ovn-nbctl --db=unix:$dir/ovnnb.sock lb-list"
+        echo "Stop it with: scripts/testbed.sh stop $dir (vipflow agents: kill ${pids[*]})"
+        pids=()
+    fi
+}
+
+dummy_demo() {
+
 
 dir=$(mktemp -d /tmp/vipflow-demo.XXXXXX)
 agent_pid=
@@ -92,3 +215,6 @@ if [ "$keep" = 1 ]; then
     echo "  export OVS_RUNDIR=$dir; ovs-ofctl -O OpenFlow13 dump-flows br-ex"
     echo "Stop it with: scripts/sandbox.sh stop $dir"
 fi
+}
+
+if [ "$dummy" = 1 ]; then dummy_demo; else real_demo; fi

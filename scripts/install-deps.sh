@@ -2,13 +2,17 @@
 # Install what vipflow's build, tests and demo need, when missing. Idempotent: a second run on a
 # ready machine does nothing but check.
 #
-#   OVS/OVN: openvswitch-switch, ovn-central, ovn-host (Debian's packages: OVS 3.1, OVN 23.03).
+#   OVS/OVN: openvswitch-switch, ovn-central, ovn-host (Debian's packages: OVS 3.1, OVN 23.03);
+#   for the real-packet testbed and demo: iproute2, ethtool, curl, iputils-arping, python3.
 #   The Rust toolchain is expected on the machine (cargo, rustc).
 set -euo pipefail
 
 need=()
+# The real-packet testbed and demo also use iproute2 (namespaces, veths), ethtool (checksum
+# offload off), curl and arping (the demo's client), python3 (the demo's pods).
 for pair in ovs-vswitchd:openvswitch-switch ovn-northd:ovn-central ovn-controller:ovn-host \
-            ovs-ofctl:openvswitch-common; do
+            ovs-ofctl:openvswitch-common ip:iproute2 ethtool:ethtool curl:curl \
+            arping:iputils-arping python3:python3; do
     bin=${pair%%:*}
     pkg=${pair#*:}
     command -v "$bin" >/dev/null 2>&1 || need+=("$pkg")

@@ -66,6 +66,7 @@ fn default_resolved() -> Resolved {
         uplink: 1,
         patch: 2,
         bridge_mac: BR_MAC,
+        steer_dst: None,
     }
 }
 
@@ -399,8 +400,8 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
             c.bridges.push(BridgeConfig {
                 name: "br-provider".into(),
                 profile: Profile::Underlay,
-                uplink: "ens4".into(),
-                patch: "patch-prov".into(),
+                uplink: Some("ens4".into()),
+                patch: Some("patch-prov".into()),
                 router_mac: Some(router),
                 ..BridgeConfig::default()
             });
@@ -437,6 +438,7 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
             uplink: 1,
             patch: 2,
             bridge_mac: [0; 6],
+            steer_dst: None,
         },
     );
     assert_eq!(ofctl_ours(&h.sb, "br-provider", "cookie=0x7f1f"), want);
@@ -504,13 +506,35 @@ fn cli_once_then_verify_reports_sync_and_drift() {
     );
     assert!(text.contains("- cookie=0x7f1f000000000bad"), "{text}");
 
+    // A full OVS port name longer than OpenFlow's 15 bytes is accepted (resolved through the
+    // OVS database) and named as given in the offline plan.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args([
+            "plan",
+            "--patch",
+            "patch-br-ex_node-a-to-br-int",
+            "--objects",
+        ])
+        .arg(&objects)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("actions=output:patch-br-ex_node-a-to-br-int")
+    );
+
     // Bad invocations: clear errors, exit 2.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
-        .args(["plan", "--patch", "patch-br-ex_node-a-to-br-int"])
+        .args(["plan", "--patch", ""])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("15 bytes"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("port name is empty"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -556,6 +580,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         generation: 1,
         flows: planner.flows(0),
         delta: Some(delta),
+        router_mac: None,
     }))
     .unwrap();
     tokio::time::timeout(

@@ -37,7 +37,7 @@ ofctl show br-ex | grep -E '^ [0-9A-Z]+\('
 ofctl dump-flows br-ex
 
 echo
-echo "== vipflow plan (what it will write; port names as ovs-ofctl accepts them)"
+echo "== vipflow plan (what it will write; ports it finds in the OVS database when running shown by role)"
 "$vipflow" plan --objects "$dir/objects.yaml"
 
 echo

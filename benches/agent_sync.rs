@@ -38,7 +38,7 @@ use vipflow::model::{Model, ModelOptions, Objects};
 use vipflow::plan::flows::{PlanInput, PlannedFlow, plan};
 use vipflow::plan::incremental::FlowPlanner;
 use vipflow::reconcile::bridge::{
-    Applied, FlowSet, Ports, apply_bundle, diff, read_flows, resolve_plan,
+    Applied, FlowSet, Ports, Roles, apply_bundle, diff, read_flows, resolve_plan,
 };
 
 /// Runs per side for the medians of (a) and of the replace-flows side of (b).
@@ -160,7 +160,12 @@ impl Bench {
             .block_on(Connection::connect(&target, openflow::Config::default()))
             .expect("connect to br-ex");
         let cfg = Config::default();
-        let bridge = cfg.bridges[0].clone();
+        // The sandbox's ports by name: resolved from PORT_DESC, as the timed path has it.
+        let bridge = BridgeConfig {
+            uplink: Some("eth0".into()),
+            patch: Some("patch-ex-to-int".into()),
+            ..cfg.bridges[0].clone()
+        };
         Bench {
             rt,
             sb,
@@ -185,7 +190,7 @@ impl Bench {
     fn resolved(&self, objs: &Objects) -> FlowSet {
         let model = Model::build(objs, &ModelOptions::default());
         let flows = plan(&model, &self.plan_input());
-        let (set, skipped) = resolve_plan(&flows, &self.bridge, &self.ports());
+        let (set, skipped) = resolve_plan(&flows, &Roles::of(&self.bridge, &self.ports(), None));
         assert!(skipped.is_empty(), "flows skipped: {skipped:?}");
         set
     }
@@ -231,7 +236,11 @@ impl Bench {
         let index = planner.flows(0);
         s.plan = t.elapsed();
         let t = Instant::now();
-        let mut d = applied.delta(&index, &delta.touched, &self.bridge, ports);
+        let mut d = applied.delta(
+            &index,
+            &delta.touched,
+            &Roles::of(&self.bridge, ports, None),
+        );
         let msgs = std::mem::take(&mut d.msgs);
         s.resolve = t.elapsed();
         let n = msgs.len();
@@ -258,7 +267,7 @@ impl Bench {
         s: &mut Split,
     ) -> (FlowSet, Vec<Message>) {
         let t = Instant::now();
-        let (want, skipped) = resolve_plan(flows, bridge, ports);
+        let (want, skipped) = resolve_plan(flows, &Roles::of(bridge, ports, None));
         s.resolve = t.elapsed();
         assert!(skipped.is_empty(), "flows skipped: {skipped:?}");
         let t = Instant::now();
@@ -443,7 +452,11 @@ fn main() {
         b.cfg.cookie_prefix,
     );
     planner.update(&objs);
-    let mut applied = Applied::from_plan(planner.flows(0).values(), &b.bridge, &ports, 1);
+    let mut applied = Applied::from_plan(
+        planner.flows(0).values(),
+        &Roles::of(&b.bridge, &ports, None),
+        1,
+    );
     assert!(
         applied.set == installed,
         "the incremental planner's base equals the full plan"

@@ -78,8 +78,7 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
             --node-switch '{node}' --nb-router GR_node1 --nb-router GR_node2
             --nb-switch node1 --nb-switch node2)
         "$vipflow" agent --objects "$dir/objects.yaml" --node-name "node$i" \
-            --ovs-rundir "$dir/node$i" --uplink eth0 --patch patch-br-ex_nod \
-            --poll-interval-ms 100 "${nb[@]}" 2>"$dir/node$i/vipflow.log" &
+            --ovs-rundir "$dir/node$i" --poll-interval-ms 100 "${nb[@]}" 2>"$dir/node$i/vipflow.log" &
         pids+=($!)
     done
     for _ in $(seq 1 100); do
@@ -119,7 +118,7 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     echo
     echo "== vipflow verify on node1: the bridge and the Northbound database hold exactly the plan"
     "$vipflow" verify --objects "$dir/objects.yaml" --node-name node1 --ovs-rundir "$dir/node1" \
-        --uplink eth0 --patch patch-br-ex_nod --nb-remote "unix:$dir/ovnnb.sock" \
+        --nb-remote "unix:$dir/ovnnb.sock" \
         --node-router 'GR_{node}' --node-switch '{node}' --nb-router GR_node1 \
         --nb-router GR_node2 --nb-switch node1 --nb-switch node2 || true
 
@@ -160,7 +159,7 @@ ofctl show br-ex | grep -E '^ [0-9A-Z]+\('
 ofctl dump-flows br-ex
 
 echo
-echo "== vipflow plan (what it will write; port names as ovs-ofctl accepts them)"
+echo "== vipflow plan (what it will write; ports it finds in the OVS database when running shown by role)"
 "$vipflow" plan --objects "$dir/objects.yaml"
 
 echo

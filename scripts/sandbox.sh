@@ -86,6 +86,13 @@ start() {
                   type=patch options:peer=patch-int-to-ex ofport_request=2 \
             -- add-port br-int patch-int-to-ex -- set interface patch-int-to-ex \
                   type=patch options:peer=patch-ex-to-int
+        # Laid out as ovn-controller does on a node (its localnet patch ports carry
+        # external_ids:ovn-localnet-port on the Port row), so vipflow finds eth0 and the patch
+        # port without being told.
+        ovs-vsctl --db="unix:$dir/db.sock" --timeout=10 \
+            -- set Open_vSwitch . external_ids:ovn-bridge-mappings=physnet:br-ex \
+            -- set port patch-ex-to-int external_ids:ovn-localnet-port=br-ex_sandbox \
+            -- set port patch-int-to-ex external_ids:ovn-localnet-port=br-ex_sandbox
         wait_for "$dir/br-ex.mgmt" "$dir/ovs-vswitchd.log"
     fi
     if [ "${SANDBOX_OVN:-1}" != 0 ]; then

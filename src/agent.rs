@@ -27,6 +27,8 @@ pub enum AgentError {
         bridge: String,
         source: openflow::ConnError,
     },
+    #[error("bridge {bridge}: {reason}")]
+    Ports { bridge: String, reason: String },
     #[error("no objects file: give --objects or set objects in the config file")]
     NoObjects,
     #[error(transparent)]
@@ -73,7 +75,17 @@ pub fn build_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
     let model = Model::build(&loaded.objects, &model_options(cfg));
     let mut problems = loaded.problems.clone();
     problems.extend(model.problems.iter().cloned());
+    if let Err(p) = crate::model::node_gateway_router_mac(&loaded.objects.nodes, &cfg.node_name) {
+        problems.push(p);
+    }
     (model, problems)
+}
+
+/// This node's OVN gateway router MAC from its Node object, when it has a readable one.
+pub fn router_mac(cfg: &Config, objects: &Objects) -> Option<openflow::oxm::MacAddr> {
+    crate::model::node_gateway_router_mac(&objects.nodes, &cfg.node_name)
+        .ok()
+        .flatten()
 }
 
 pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
@@ -82,6 +94,7 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         target: b.target(&cfg.ovs_rundir),
         cookie_base: cfg.cookie_base(),
         cookie_mask: cfg.cookie_mask(),
+        ovs_db: Some(cfg.ovs_db()),
         openflow: openflow::Config::default(),
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
@@ -232,11 +245,13 @@ pub fn start_with(
                 }
             }
             let deltas = flows.update(&loaded.objects);
+            let router_mac = router_mac(&cfg, &loaded.objects);
             for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
                 let _ = tx.send(Arc::new(Desired {
                     generation,
                     flows: flows.flows(i),
                     delta: Some(delta),
+                    router_mac,
                 }));
             }
             // Then the Northbound rows, also incrementally.
@@ -458,6 +473,7 @@ async fn observe_agent(
                 "name": name, "connected": s.connected, "flows": s.flows,
                 "applied_generation": s.applied_generation, "skipped": s.skipped,
                 "last_error": s.last_error, "full_syncs": s.full_syncs,
+                "problems": s.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
             }));
         }
         let mut nb_json = serde_json::Value::Null;
@@ -776,10 +792,12 @@ pub struct SyncReport {
     pub skipped: Vec<String>,
 }
 
-/// Connect to a bridge, learn its ports and read our flows.
+/// Connect to a bridge, learn its ports (PORT_DESC and the OVS database, `db`) and read our
+/// flows.
 async fn observe(
     cfg: &Config,
     b: &BridgeConfig,
+    db: &crate::plan::ports::OvsDb,
 ) -> Result<(openflow::Connection, Ports, FlowSet), AgentError> {
     let s = settings(cfg, b);
     let err = |source| AgentError::OpenFlow {
@@ -789,20 +807,48 @@ async fn observe(
     let (conn, _events) = openflow::Connection::connect(&s.target, s.openflow.clone())
         .await
         .map_err(err)?;
-    let ports = Ports::from_desc(&conn.port_desc().await.map_err(err)?);
+    let mut ports = Ports::from_desc(&conn.port_desc().await.map_err(err)?);
+    ports.db = db.clone();
     let flows = bridge::read_flows(&conn, s.cookie_base, s.cookie_mask)
         .await
         .map_err(err)?;
     Ok((conn, ports, flows))
 }
 
+/// The roles of a bridge for a one-shot command. A port that cannot be found is an error
+/// (the other problems are logged): one sync must not pass for a success with no flows.
+fn one_shot_roles(
+    b: &BridgeConfig,
+    ports: &Ports,
+    router_mac: Option<openflow::oxm::MacAddr>,
+) -> Result<bridge::Roles, AgentError> {
+    let roles = bridge::Roles::of(b, ports, router_mac);
+    if let Some(e) = [&roles.uplink, &roles.patch]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .find(|e| e.is_discovery())
+    {
+        return Err(AgentError::Ports {
+            bridge: b.name.clone(),
+            reason: e.to_string(),
+        });
+    }
+    for p in roles.problems(b, ports) {
+        tracing::warn!(bridge = %b.name, problem = %p, "bridge problem");
+    }
+    Ok(roles)
+}
+
 /// One full sync of every bridge to `objects` (`vipflow agent --once`).
 pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport>, AgentError> {
     let model = Model::build(objects, &model_options(cfg));
+    let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
+    let router_mac = router_mac(cfg, objects);
     let mut reports = Vec::new();
     for (b, flows) in plan_bridges(cfg, &model) {
-        let (conn, ports, observed) = observe(cfg, &b).await?;
-        let (want, mut skipped) = bridge::resolve_plan(&flows, &b, &ports);
+        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
+        let roles = one_shot_roles(&b, &ports, router_mac)?;
+        let (want, mut skipped) = bridge::resolve_plan(&flows, &roles);
         let msgs = bridge::diff(&observed, &want);
         let changes = msgs.len();
         let rejected =
@@ -883,11 +929,14 @@ impl Drift {
 /// Compare every bridge with the plan (`vipflow verify`).
 pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, AgentError> {
     let model = Model::build(objects, &model_options(cfg));
+    let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
+    let router_mac = router_mac(cfg, objects);
     let mut out = Vec::new();
     for (b, flows) in plan_bridges(cfg, &model) {
-        let (conn, ports, observed) = observe(cfg, &b).await?;
+        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
         conn.close();
-        let (want, skipped) = bridge::resolve_plan(&flows, &b, &ports);
+        let roles = one_shot_roles(&b, &ports, router_mac)?;
+        let (want, skipped) = bridge::resolve_plan(&flows, &roles);
         let text = |((t, p, m), body): (&bridge::FlowId, &bridge::FlowBody)| {
             openflow::FlowMod::add(*t, *p, body.cookie, m.clone(), body.instructions.clone())
                 .to_string()

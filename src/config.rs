@@ -55,10 +55,13 @@ pub struct BridgeConfig {
     /// OpenFlow target: `unix:PATH` or `tcp:HOST:PORT`. Default: the bridge's mgmt socket.
     pub target: Option<String>,
     pub profile: Profile,
-    /// The physical uplink port (ARP/ND requests and VIP traffic arrive here).
-    pub uplink: String,
-    /// The patch port towards OVN (br-int).
-    pub patch: String,
+    /// The physical uplink port (ARP/ND requests and VIP traffic arrive here), by its full OVS
+    /// name. `None`: the bridge's one port that is neither internal nor a patch port, found in
+    /// the OVS database.
+    pub uplink: Option<String>,
+    /// The patch port towards OVN (br-int), by its full OVS name. `None`: the localnet patch
+    /// port ovn-controller created on the bridge, found in the OVS database.
+    pub patch: Option<String>,
     pub gateway_mode: GatewayMode,
     /// 802.1Q VLAN of the uplink, when tagged: bypass flows match it and pop the tag.
     pub vlan: Option<u16>,
@@ -81,8 +84,8 @@ impl Default for BridgeConfig {
             name: "br-ex".into(),
             target: None,
             profile: Profile::Gateway,
-            uplink: "eth0".into(),
-            patch: "patch-ex-to-int".into(),
+            uplink: None,
+            patch: None,
             gateway_mode: GatewayMode::Shared,
             vlan: None,
             table: 0,
@@ -108,21 +111,14 @@ impl BridgeConfig {
         if self.name.is_empty() {
             return Err(ConfigError::Invalid("bridge name is empty".into()));
         }
-        if self.uplink.is_empty() || self.patch.is_empty() {
+        if [&self.uplink, &self.patch]
+            .into_iter()
+            .any(|p| p.as_ref().is_some_and(|p| p.is_empty()))
+        {
             return Err(ConfigError::Invalid(format!(
-                "bridge {}: uplink and patch port names are required",
+                "bridge {}: an uplink or patch port name is empty (leave it out to find the port in the OVS database)",
                 self.name
             )));
-        }
-        // OpenFlow carries port names in 16 bytes (15 and a NUL): longer names cannot be found
-        // in PORT_DESC, so refuse them here rather than never finding the port.
-        for p in [&self.uplink, &self.patch] {
-            if p.len() > 15 {
-                return Err(ConfigError::Invalid(format!(
-                    "bridge {}: port name {p:?} is longer than OpenFlow's 15 bytes; use the name as truncated in `ovs-ofctl show`",
-                    self.name
-                )));
-            }
         }
         if let Some(v) = self.vlan
             && !(1..=4094).contains(&v)
@@ -165,6 +161,9 @@ pub struct Config {
     pub node_name: String,
     /// Directory of the OVS management sockets.
     pub ovs_rundir: PathBuf,
+    /// The node's OVS database (`unix:PATH` or `tcp:HOST:PORT`), where port names are resolved
+    /// and default ports found. Default: `unix:<ovs-rundir>/db.sock`.
+    pub ovs_db: Option<String>,
     pub bridges: Vec<BridgeConfig>,
     /// Top 16 bits of every cookie vipflow writes; flows are owned and found by it.
     #[serde(with = "hex_u16")]
@@ -215,6 +214,7 @@ impl Default for Config {
         Config {
             node_name: String::new(),
             ovs_rundir: PathBuf::from("/var/run/openvswitch"),
+            ovs_db: None,
             bridges: vec![BridgeConfig::default()],
             cookie_prefix: DEFAULT_COOKIE_PREFIX,
             load_balancer_class: None,
@@ -256,6 +256,13 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The OVS database remote: explicit, or `unix:<ovs_rundir>/db.sock`.
+    pub fn ovs_db(&self) -> String {
+        self.ovs_db
+            .clone()
+            .unwrap_or_else(|| format!("unix:{}", self.ovs_rundir.join("db.sock").display()))
     }
 
     /// Cookie mask selecting vipflow's flows.
@@ -348,6 +355,7 @@ mod tests {
         let y = r#"
 node-name: node-a
 ovs-rundir: /run/ovs
+ovs-db: unix:/run/ovs/db.sock
 cookie-prefix: "0x7f20"
 load-balancer-class: example.com/vip
 bridges:
@@ -369,6 +377,7 @@ bridges:
         c.validate().unwrap();
         assert_eq!(c.cookie_prefix, 0x7f20);
         assert_eq!(c.bridges[0].vlan, Some(100));
+        assert_eq!(c.bridges[1].patch.as_deref(), Some("patch-prov"));
         assert_eq!(c.bridges[0].bridge_mac, Some([2, 0, 0, 0, 0, 1]));
         assert_eq!(c.bridges[1].profile, Profile::Underlay);
         assert_eq!(
@@ -383,9 +392,10 @@ bridges:
         assert!(
             serde_yaml_ng::from_str::<Config>("bridges: [{name: br-ex, bridge-mac: zz}]").is_err()
         );
+        // Full OVS names are resolved through the OVS database: no OpenFlow 15-byte limit.
         let mut c = Config::default();
-        c.bridges[0].patch = "patch-br-ex_node-a-to-br-int".into();
-        assert!(c.validate().unwrap_err().to_string().contains("15 bytes"));
+        c.bridges[0].patch = Some("patch-br-ex_node-a-to-br-int".into());
+        c.validate().unwrap();
         let mut c = Config::default();
         c.bridges[0].profile = Profile::Underlay;
         assert!(c.validate().is_err());
@@ -467,11 +477,12 @@ bridges:
         assert!(check(&|b| b.table = 254).is_err());
         assert!(check(&|b| b.table = 255).is_err());
         assert!(check(&|b| b.name.clear()).is_err());
-        assert!(check(&|b| b.uplink.clear()).is_err());
-        assert!(check(&|b| b.patch.clear()).is_err());
-        // 15 bytes fit OpenFlow's port name field, 16 do not.
-        assert!(check(&|b| b.patch = "a".repeat(15)).is_ok());
-        assert!(check(&|b| b.uplink = "a".repeat(16)).is_err());
+        assert!(check(&|b| b.uplink = Some(String::new())).is_err());
+        assert!(check(&|b| b.patch = Some(String::new())).is_err());
+        // Left out: found in the OVS database. Any length: resolved there too.
+        assert!(check(&|b| b.patch = None).is_ok());
+        assert!(check(&|b| b.patch = Some("a".repeat(15))).is_ok());
+        assert!(check(&|b| b.uplink = Some("a".repeat(16))).is_ok());
     }
 
     #[test]
@@ -514,6 +525,21 @@ bridges:
             b.target(Path::new("/run/openvswitch")),
             "tcp:127.0.0.1:6653"
         );
+    }
+
+    #[test]
+    fn ovs_db_defaults_to_the_rundir_socket() {
+        let mut c = Config {
+            ovs_rundir: PathBuf::from("/run/openvswitch"),
+            ..Config::default()
+        };
+        assert_eq!(c.ovs_db(), "unix:/run/openvswitch/db.sock");
+        c.ovs_db = Some("tcp:127.0.0.1:6640".into());
+        assert_eq!(c.ovs_db(), "tcp:127.0.0.1:6640");
+        let y: Config = serde_yaml_ng::from_str("ovs-db: unix:/x/db.sock").unwrap();
+        assert_eq!(y.ovs_db.as_deref(), Some("unix:/x/db.sock"));
+        assert_eq!(BridgeConfig::default().uplink, None);
+        assert_eq!(BridgeConfig::default().patch, None);
     }
 
     #[test]

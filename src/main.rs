@@ -80,6 +80,10 @@ struct Global {
     /// Directory holding the bridges' OpenFlow management sockets (<bridge>.mgmt).
     #[arg(long, env = "OVS_RUNDIR", global = true, value_name = "DIR")]
     ovs_rundir: Option<PathBuf>,
+    /// The node's OVS database, where port names are resolved and default ports found
+    /// (unix:PATH or tcp:HOST:PORT) [default: unix:<ovs-rundir>/db.sock].
+    #[arg(long, global = true, value_name = "REMOTE")]
+    ovs_db: Option<String>,
     /// Top 16 bits of every cookie vipflow writes (e.g. 0x7f1f); flows are owned by it.
     #[arg(long, global = true, value_parser = parse_u16, value_name = "PREFIX")]
     cookie_prefix: Option<u16>,
@@ -225,10 +229,14 @@ struct BridgeFlags {
     /// gateway (br-ex in front of OVN's gateway router) or underlay (br-provider).
     #[arg(long, global = true, value_enum)]
     profile: Option<Profile>,
-    /// Uplink (physical NIC) port name [default: eth0].
+    /// Uplink (physical NIC) port, by its full OVS name [default: the bridge's one port that
+    /// is neither internal nor a patch port, from the OVS database; the bridge must be in
+    /// ovn-bridge-mappings].
     #[arg(long, global = true, value_name = "PORT")]
     uplink: Option<String>,
-    /// Patch port towards br-int [default: patch-ex-to-int].
+    /// Patch port towards br-int, by its full OVS name (e.g. patch-br-ex_node-a-to-br-int)
+    /// [default: the localnet patch port ovn-controller made on the bridge, from the OVS
+    /// database].
     #[arg(long, global = true, value_name = "PORT")]
     patch: Option<String>,
     /// shared: steer VIP traffic into OVN and back; local: only the ARP/ND bypass.
@@ -273,10 +281,10 @@ impl BridgeFlags {
             b.profile = v;
         }
         if let Some(v) = &self.uplink {
-            b.uplink = v.clone();
+            b.uplink = Some(v.clone());
         }
         if let Some(v) = &self.patch {
-            b.patch = v.clone();
+            b.patch = Some(v.clone());
         }
         if let Some(v) = self.gateway_mode {
             b.gateway_mode = v;
@@ -312,6 +320,9 @@ fn build_config(g: &Global) -> Result<Config, String> {
     }
     if let Some(v) = &g.ovs_rundir {
         cfg.ovs_rundir = v.clone();
+    }
+    if let Some(v) = &g.ovs_db {
+        cfg.ovs_db = Some(v.clone());
     }
     if let Some(v) = g.cookie_prefix {
         cfg.cookie_prefix = v;
@@ -638,6 +649,9 @@ fn print_status(d: &serde_json::Value) {
                 .map(|e| format!("  error: {e}"))
                 .unwrap_or_default()
         );
+        for p in b["problems"].as_array().cloned().unwrap_or_default() {
+            println!("    problem: {}", s(&p));
+        }
         for sk in b["skipped"].as_array().cloned().unwrap_or_default() {
             println!("    not programmed: {}", s(&sk));
         }

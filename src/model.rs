@@ -327,6 +327,56 @@ pub(crate) fn meta_key(
     ))
 }
 
+/// OVN-Kubernetes' per-node gateway settings: `{"default": {"mode": ..., "mac-address": ...}}`
+/// (ovn-kubernetes `go-controller/pkg/util/node_annotations.go`).
+pub const L3_GATEWAY_CONFIG_ANNOTATION: &str = "k8s.ovn.org/l3-gateway-config";
+
+/// The MAC of a node's OVN gateway router as OVN-Kubernetes publishes it. `Ok(None)`: no
+/// annotation, or the gateway is disabled (mode ""). An annotation that does not read is an
+/// error, with why.
+pub fn gateway_router_mac(node: &core::Node) -> Result<Option<openflow::oxm::MacAddr>, String> {
+    let Some(text) = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(L3_GATEWAY_CONFIG_ANNOTATION))
+    else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let d = v
+        .get("default")
+        .and_then(serde_json::Value::as_object)
+        .ok_or("no \"default\" object")?;
+    if d.get("mode").and_then(serde_json::Value::as_str) == Some("") {
+        return Ok(None);
+    }
+    let mac = d
+        .get("mac-address")
+        .and_then(serde_json::Value::as_str)
+        .ok_or("no \"mac-address\" in \"default\"")?;
+    crate::config::parse_mac(mac).map(Some)
+}
+
+/// This node's gateway router MAC (see [`gateway_router_mac`]); a bad annotation is a
+/// [`Problem`] of the Node.
+pub fn node_gateway_router_mac(
+    nodes: &[Arc<core::Node>],
+    node_name: &str,
+) -> Result<Option<openflow::oxm::MacAddr>, Problem> {
+    let Some(n) = nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node_name))
+    else {
+        return Ok(None);
+    };
+    gateway_router_mac(n).map_err(|why| Problem {
+        object: format!("Node {node_name}"),
+        vip: None,
+        reason: format!("annotation {L3_GATEWAY_CONFIG_ANNOTATION}: {why}; the bridge MAC is used"),
+    })
+}
+
 pub(crate) fn build_nodes(
     nodes: &[Arc<core::Node>],
     problems: &mut Vec<Problem>,

@@ -1252,3 +1252,48 @@ spec:
         3
     );
 }
+
+// ---- OVN-Kubernetes' gateway router MAC --------------------------------------------------------
+
+fn node_with(annotation: Option<&str>) -> Arc<core::Node> {
+    let mut v = serde_json::json!({"metadata": {"name": "node-a"}});
+    if let Some(a) = annotation {
+        v["metadata"]["annotations"] = serde_json::json!({ L3_GATEWAY_CONFIG_ANNOTATION: a });
+    }
+    Arc::new(serde_json::from_value(v).unwrap())
+}
+
+#[test]
+fn gateway_router_mac_from_the_l3_gateway_config_annotation() {
+    // As ovnkube-node writes it.
+    let shared = r#"{"default":{"mode":"shared","interface-id":"br-ex_node-a","mac-address":"02:f8:4a:00:00:20","ip-addresses":["192.168.4.191/24"],"ip-address":"192.168.4.191/24","next-hops":["192.168.4.1"],"next-hop":"192.168.4.1","node-port-enable":"true","vlan-id":"0"}}"#;
+    assert_eq!(
+        gateway_router_mac(&node_with(Some(shared))),
+        Ok(Some([0x02, 0xf8, 0x4a, 0, 0, 0x20]))
+    );
+    assert_eq!(gateway_router_mac(&node_with(None)), Ok(None));
+    assert_eq!(
+        gateway_router_mac(&node_with(Some(r#"{"default":{"mode":""}}"#))),
+        Ok(None),
+        "gateway disabled"
+    );
+    for bad in [
+        "not json",
+        r#"{"other":{"mode":"shared"}}"#,
+        r#"{"default":{"mode":"shared"}}"#,
+        r#"{"default":{"mode":"shared","mac-address":"zz"}}"#,
+        r#"{"default":"shared"}"#,
+    ] {
+        assert!(gateway_router_mac(&node_with(Some(bad))).is_err(), "{bad}");
+    }
+    // Only this node's annotation counts; a bad one is a problem of that Node.
+    let nodes = vec![node_with(Some("{"))];
+    assert_eq!(node_gateway_router_mac(&nodes, "node-b"), Ok(None));
+    let p = node_gateway_router_mac(&nodes, "node-a").unwrap_err();
+    assert_eq!(p.object, "Node node-a");
+    assert!(
+        p.reason
+            .starts_with("annotation k8s.ovn.org/l3-gateway-config: not JSON"),
+        "{p}"
+    );
+}

@@ -66,6 +66,7 @@ fn default_resolved() -> Resolved {
         uplink: 1,
         patch: 2,
         bridge_mac: BR_MAC,
+        steer_dst: None,
     }
 }
 
@@ -411,8 +412,8 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
             c.bridges.push(BridgeConfig {
                 name: "br-provider".into(),
                 profile: Profile::Underlay,
-                uplink: "ens4".into(),
-                patch: "patch-prov".into(),
+                uplink: Some("ens4".into()),
+                patch: Some("patch-prov".into()),
                 router_mac: Some(router),
                 ..BridgeConfig::default()
             });
@@ -449,6 +450,7 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
             uplink: 1,
             patch: 2,
             bridge_mac: [0; 6],
+            steer_dst: None,
         },
     );
     assert_eq!(ofctl_ours(&h.sb, "br-provider", "cookie=0x7f1f"), want);
@@ -516,13 +518,35 @@ fn cli_once_then_verify_reports_sync_and_drift() {
     );
     assert!(text.contains("- cookie=0x7f1f000000000bad"), "{text}");
 
+    // A full OVS port name longer than OpenFlow's 15 bytes is accepted (resolved through the
+    // OVS database) and named as given in the offline plan.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args([
+            "plan",
+            "--patch",
+            "patch-br-ex_node-a-to-br-int",
+            "--objects",
+        ])
+        .arg(&objects)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("actions=output:patch-br-ex_node-a-to-br-int")
+    );
+
     // Bad invocations: clear errors, exit 2.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
-        .args(["plan", "--patch", "patch-br-ex_node-a-to-br-int"])
+        .args(["plan", "--patch", ""])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("15 bytes"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("port name is empty"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -568,6 +592,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         generation: 1,
         flows: planner.flows(0),
         delta: Some(delta),
+        router_mac: None,
     }))
     .unwrap();
     tokio::time::timeout(
@@ -579,4 +604,365 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     .unwrap();
     assert_eq!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f"), before);
     task.abort();
+}
+
+// ---- Ports found in the OVS database (OVN-Kubernetes' layout) ---------------------------------
+
+/// The localnet patch port ovn-controller makes for OVN-Kubernetes' node `node-a`: its name
+/// does not fit OpenFlow's 15 bytes (PORT_DESC shows `patch-br-ex_nod`).
+const LONG_PATCH: &str = "patch-br-ex_node-a-to-br-int";
+const LONG_PEER: &str = "patch-br-int-to-br-ex_node-a";
+
+/// Replace the sandbox's patch port by `name` at OpenFlow port `ofport`, laid out as
+/// ovn-controller does it (Port external_ids:ovn-localnet-port, peer on br-int) when
+/// `localnet` is given.
+fn add_patch(sb: &Sandbox, name: &str, peer: &str, ofport: u32, localnet: Option<&str>) {
+    let req = format!("ofport_request={ofport}");
+    let opt = format!("options:peer={peer}");
+    let back = format!("options:peer={name}");
+    let mut args = vec![
+        "--",
+        "add-port",
+        "br-ex",
+        name,
+        "--",
+        "set",
+        "interface",
+        name,
+        "type=patch",
+        &opt,
+        &req,
+        "--",
+        "add-port",
+        "br-int",
+        peer,
+        "--",
+        "set",
+        "interface",
+        peer,
+        "type=patch",
+        &back,
+    ];
+    let ids = localnet.map(|l| format!("external_ids:ovn-localnet-port={l}"));
+    if let Some(ids) = &ids {
+        args.extend(["--", "set", "port", name, ids.as_str()]);
+        args.extend(["--", "set", "port", peer, ids.as_str()]);
+    }
+    sb.vsctl(&args);
+}
+
+/// A sandbox laid out like an OVN-Kubernetes node: eth0 (port 1), the long localnet patch
+/// port (port `ofport`), `ovn-bridge-mappings=physnet:br-ex`.
+fn ovnk_node(ofport: u32) -> Sandbox {
+    let sb = Sandbox::openflow_only();
+    sb.vsctl(&[
+        "del-port",
+        "br-ex",
+        "patch-ex-to-int",
+        "--",
+        "del-port",
+        "br-int",
+        "patch-int-to-ex",
+        "--",
+        "set",
+        "Open_vSwitch",
+        ".",
+        "external_ids:ovn-bridge-mappings=physnet:br-ex",
+    ]);
+    add_patch(&sb, LONG_PATCH, LONG_PEER, ofport, Some("br-ex_node-a"));
+    sb
+}
+
+fn resolved_with_patch(patch: u32) -> Resolved {
+    Resolved {
+        patch,
+        ..default_resolved()
+    }
+}
+
+fn problems(h: &Harness) -> Vec<String> {
+    h.running.status[0]
+        .1
+        .borrow()
+        .problems
+        .iter()
+        .map(|p| p.to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_port_flags_the_long_localnet_patch_port_is_found_in_the_ovs_database() {
+    let sb = ovnk_node(5);
+    assert!(
+        sb.ofctl(&["show", "br-ex"]).contains("5(patch-br-ex_nod)"),
+        "OpenFlow shows the name cut to 15 bytes"
+    );
+    let y = base_yaml();
+    // The default config: no uplink, no patch, the OVS database at <rundir>/db.sock.
+    let h = Harness::start(sb, |_| {}, &y).await;
+    assert_eq!(h.cfg.bridges[0].patch, None);
+    assert_eq!(h.cfg.bridges[0].uplink, None);
+    // Exactly the planned flows, in from eth0 (1) and out to the patch port (5), and back.
+    h.assert_exact(&y, &resolved_with_patch(5));
+    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    assert!(
+        ours.iter()
+            .any(|l| l.contains("in_port=1") && l.ends_with("actions=output:5"))
+    );
+    assert!(
+        ours.iter()
+            .any(|l| l.contains("in_port=5") && l.ends_with("actions=output:1"))
+    );
+    assert!(problems(&h).is_empty(), "{:?}", problems(&h));
+    let tcp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,tcp,nw_src=198.51.100.7,nw_dst=172.18.0.100,tp_src=40000,tp_dst=80",
+    ]);
+    assert!(tcp.contains("bridge(\"br-int\")"), "into OVN: {tcp}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_long_patch_name_needs_no_ovn_layout() {
+    // A patch port ovn-controller did not make (no localnet mark) and no mappings: only the
+    // flags name the ports, and they are authoritative.
+    let sb = Sandbox::openflow_only();
+    sb.vsctl(&["del-port", "br-ex", "patch-ex-to-int"]);
+    sb.vsctl(&[
+        "remove",
+        "Open_vSwitch",
+        ".",
+        "external_ids",
+        "ovn-bridge-mappings",
+    ]);
+    add_patch(&sb, LONG_PATCH, LONG_PEER, 6, None);
+    let y = base_yaml();
+    let h = Harness::start(
+        sb,
+        |c| {
+            c.bridges[0].uplink = Some("eth0".into());
+            c.bridges[0].patch = Some(LONG_PATCH.into());
+        },
+        &y,
+    )
+    .await;
+    h.assert_exact(&y, &resolved_with_patch(6));
+    assert!(problems(&h).is_empty(), "{:?}", problems(&h));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ambiguous_default_is_reported_with_the_candidates_and_the_flag() {
+    let sb = ovnk_node(5);
+    add_patch(
+        &sb,
+        "patch-br-ex_node-b-to-br-int",
+        "patch-br-int-to-br-ex_node-b",
+        6,
+        Some("br-ex_node-b"),
+    );
+    let y = base_yaml();
+    let h = Harness::start(sb, |_| {}, &y).await;
+    let want = "br-ex: no patch port configured and 2 candidates: \
+                patch-br-ex_node-a-to-br-int (patch), patch-br-ex_node-b-to-br-int (patch); \
+                set --patch to one of them";
+    assert_eq!(problems(&h), [want]);
+    let st = h.running.status[0].1.borrow().clone();
+    assert!(
+        st.skipped
+            .iter()
+            .any(|s| s == &format!("steer 172.18.0.100:80/tcp: {want}")),
+        "{:?}",
+        st.skipped
+    );
+    // The uplink is not in doubt: the ARP/ND bypass is still programmed, nothing else.
+    let bypass: BTreeSet<String> = expected(&h.cfg, &h.cfg.bridges[0], &y, &default_resolved())
+        .into_iter()
+        .filter(|l| l.ends_with("actions=LOCAL"))
+        .collect();
+    assert!(!bypass.is_empty());
+    assert_eq!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f"), bypass);
+}
+
+#[test]
+fn once_without_mappings_fails_with_the_flag_to_set_and_succeeds_with_flags() {
+    let sb = Sandbox::openflow_only();
+    sb.vsctl(&[
+        "remove",
+        "Open_vSwitch",
+        ".",
+        "external_ids",
+        "ovn-bridge-mappings",
+    ]);
+    let objects = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
+    let run = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .args(["agent", "--once", "--objects"])
+            .arg(&objects)
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "bridge br-ex: br-ex: no uplink port configured and Open_vSwitch \
+             external_ids:ovn-bridge-mappings is not set (not an OVN node?); set --uplink"
+        ),
+        "{err}"
+    );
+    assert!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f").is_empty());
+    let out = run(&["--uplink", "eth0", "--patch", "patch-ex-to-int"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f").len(), 24);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_patch_port_made_later_and_recreated_with_a_new_number_is_followed() {
+    let sb = ovnk_node(5);
+    // ovn-controller has not made the localnet patch port yet.
+    sb.vsctl(&["del-port", "br-ex", LONG_PATCH]);
+    let y = base_yaml();
+    let h = Harness::start(sb, |_| {}, &y).await;
+    assert!(
+        problems(&h)
+            .iter()
+            .any(|p| p.contains("no localnet patch port on it")),
+        "{:?}",
+        problems(&h)
+    );
+    // It appears: every flow is programmed.
+    add_patch_br_ex_only(&h.sb, 5);
+    let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &resolved_with_patch(5));
+    eventually("flows through the new patch port", 10, || {
+        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    })
+    .await;
+    eventually("problem cleared", 10, || problems(&h).is_empty()).await;
+    // Recreated with another OpenFlow number: the flows follow it.
+    h.sb.vsctl(&["del-port", "br-ex", LONG_PATCH]);
+    add_patch_br_ex_only(&h.sb, 9);
+    let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &resolved_with_patch(9));
+    eventually("flows follow the patch port to 9", 10, || {
+        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    })
+    .await;
+    assert!(want.iter().any(|l| l.ends_with("actions=output:9")));
+}
+
+/// The br-ex side of the localnet patch port (its peer on br-int stays).
+fn add_patch_br_ex_only(sb: &Sandbox, ofport: u32) {
+    sb.vsctl(&[
+        "add-port",
+        "br-ex",
+        LONG_PATCH,
+        "--",
+        "set",
+        "interface",
+        LONG_PATCH,
+        "type=patch",
+        &format!("options:peer={LONG_PEER}"),
+        &format!("ofport_request={ofport}"),
+        "--",
+        "set",
+        "port",
+        LONG_PATCH,
+        "external_ids:ovn-localnet-port=br-ex_node-a",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_ovs_database_falls_back_to_openflow_names() {
+    let y = base_yaml();
+    let h = Harness::start(
+        Sandbox::openflow_only(),
+        |c| {
+            c.ovs_db = Some("unix:/nonexistent/vipflow-test/db.sock".into());
+            c.bridges[0].uplink = Some("eth0".into());
+            c.bridges[0].patch = Some("patch-ex-to-int".into());
+        },
+        &y,
+    )
+    .await;
+    h.assert_exact(&y, &default_resolved());
+    let p = problems(&h);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(
+        p[0].starts_with(
+            "br-ex: the OVS database unix:/nonexistent/vipflow-test/db.sock is unreachable"
+        ),
+        "{p:?}"
+    );
+}
+
+// ---- The OVN gateway router's MAC -------------------------------------------------------------
+
+/// examples/services.yaml with node-a's OVN-Kubernetes gateway annotation carrying `mac`.
+fn with_router_mac(mac: &str) -> String {
+    let ann = format!(
+        "    annotations:\n      k8s.ovn.org/l3-gateway-config: '{{\"default\":{{\"mode\":\"shared\",\"interface-id\":\"br-ex_node-a\",\"mac-address\":\"{mac}\",\"ip-addresses\":[\"192.168.10.11/24\"],\"next-hops\":[\"192.168.10.1\"]}}}}'\n"
+    );
+    let y = base_yaml();
+    assert!(y.contains("    name: node-a\n  status:"));
+    y.replacen(
+        "    name: node-a\n  status:",
+        &format!("    name: node-a\n{ann}  status:"),
+        1,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_router_mac_other_than_the_bridges_is_reported_and_rewritten_to() {
+    let router = "0a:58:64:40:00:05";
+    let y = with_router_mac(router);
+    let mut h = Harness::start(
+        Sandbox::openflow_only(),
+        |c| c.node_name = "node-a".into(),
+        &y,
+    )
+    .await;
+    let r = Resolved {
+        steer_dst: Some([0x0a, 0x58, 0x64, 0x40, 0, 5]),
+        ..default_resolved()
+    };
+    h.assert_exact(&y, &r);
+    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    let rewritten: Vec<&String> = ours
+        .iter()
+        .filter(|l| l.contains("set_field:0a:58:64:40:00:05->eth_dst,output:2"))
+        .collect();
+    // Steer (6 VIP:ports), PMTU and fragment (3 VIPs each) flows; bypass and return flows
+    // untouched.
+    assert_eq!(rewritten.len(), 12, "{ours:?}");
+    assert_eq!(
+        problems(&h),
+        [
+            "br-ex: its MAC 02:00:00:00:00:01 (LOCAL port) differs from the OVN gateway router's \
+          0a:58:64:40:00:05 (Node annotation k8s.ovn.org/l3-gateway-config): VIP traffic \
+          steered into OVN is rewritten to the router's MAC"
+        ]
+    );
+    let tcp = h.sb.appctl(&[
+        "ofproto/trace",
+        "br-ex",
+        "in_port=eth0,tcp,nw_src=198.51.100.7,nw_dst=172.18.0.100,tp_src=40000,tp_dst=80,dl_dst=02:00:00:00:00:01",
+    ]);
+    assert!(
+        tcp.contains("set_field:0a:58:64:40:00:05->eth_dst"),
+        "{tcp}"
+    );
+
+    // The annotation now equals the bridge MAC: the flows are exactly the plain ones again.
+    let same = with_router_mac("02:00:00:00:00:01");
+    h.update(&same).await;
+    h.assert_exact(&same, &default_resolved());
+    h.assert_exact(&base_yaml(), &default_resolved());
+    assert!(problems(&h).is_empty(), "{:?}", problems(&h));
 }

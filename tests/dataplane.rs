@@ -98,11 +98,10 @@ struct Bed {
     _pods: Vec<PodServer>,
 }
 
+/// As a user runs it on an OVN-Kubernetes node: no port flags (the uplink and the localnet patch
+/// port come from the node's OVS database).
 fn agent_args(tb: &Testbed, node: usize) -> Vec<String> {
-    let mut a: Vec<String> = ["--uplink", "eth0", "--patch", "patch-br-ex_nod"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut a: Vec<String> = Vec::new();
     if node == 1 {
         a.extend(
             [
@@ -295,6 +294,49 @@ fn tcp_and_udp_to_a_vip_reach_a_pod_and_come_back_over_ipv4_and_ipv6() {
             "steer flow counted {steered} packets for 20 connections"
         );
         assert!(returned >= 60, "return flow counted {returned} packets");
+    }
+}
+
+#[test]
+fn agents_with_no_port_flags_program_the_uplink_and_the_localnet_patch_port() {
+    let Some(bed) = Bed::start() else { return };
+    let tb = &bed.tb;
+    for i in 1..=tb.nodes {
+        let ofport = |name: &str| {
+            tb.vsctl(i, &["get", "interface", name, "ofport"])
+                .trim()
+                .to_string()
+        };
+        let (uplink, patch) = (
+            ofport("eth0"),
+            ofport(&format!("patch-br-ex_node{i}-to-br-int")),
+        );
+        let flows = tb.ofctl(
+            i,
+            &[
+                "dump-flows",
+                "br-ex",
+                "cookie=0x7f1f000000000000/0xffff000000000000",
+            ],
+        );
+        let steer = flows
+            .lines()
+            .find(|l| l.contains(&format!("nw_dst={WEB_V4},tp_dst=80")))
+            .unwrap_or_else(|| panic!("node{i} has no steer flow:\n{flows}"));
+        assert!(
+            steer.contains(&format!("in_port={uplink},"))
+                && steer.ends_with(&format!("actions=output:{patch}")),
+            "node{i}: steer flow from eth0 ({uplink}) to the patch port ({patch}): {steer}"
+        );
+        let ret = flows
+            .lines()
+            .find(|l| l.contains(&format!("nw_src={WEB_V4},tp_src=80")))
+            .unwrap_or_else(|| panic!("node{i} has no return flow:\n{flows}"));
+        assert!(
+            ret.contains(&format!("in_port={patch},"))
+                && ret.ends_with(&format!("actions=output:{uplink}")),
+            "node{i}: return flow from the patch port to eth0: {ret}"
+        );
     }
 }
 

@@ -55,6 +55,27 @@ pub struct Resolved {
     pub uplink: u32,
     pub patch: u32,
     pub bridge_mac: MacAddr,
+    /// The destination MAC of traffic sent into OVN through the patch port, when it must be
+    /// rewritten ([`steer_rewrite`]); `None` leaves frames as they came.
+    pub steer_dst: Option<MacAddr>,
+}
+
+/// The MAC that traffic steered into OVN must be rewritten to on a gateway bridge: the OVN
+/// gateway router's (from the Node annotation), when it is known and differs from the bridge's
+/// own. Frames from the wire are addressed to the bridge's MAC, and the gateway router only
+/// takes frames for its own, which OVN-Kubernetes normally makes equal. `None`: flows stay as
+/// they are (equal, either MAC unknown, or not a steering gateway bridge; the underlay
+/// profile rewrites to its configured router MAC in the plan itself).
+pub fn steer_rewrite(
+    b: &BridgeConfig,
+    router_mac: Option<MacAddr>,
+    bridge_mac: Option<MacAddr>,
+) -> Option<MacAddr> {
+    let steering = b.profile == Profile::Gateway && b.gateway_mode == GatewayMode::Shared;
+    match (router_mac, bridge_mac) {
+        (Some(r), Some(m)) if steering && r != m => Some(r),
+        _ => None,
+    }
 }
 
 impl PortRef {
@@ -75,15 +96,21 @@ impl PlannedFlow {
             m.push(OxmField::eth_src(r.bridge_mac));
         }
         m.fields.extend(self.match_.fields.iter().cloned());
-        let actions = self
-            .actions
-            .iter()
-            .map(|a| match a {
-                PlannedAction::Output(p) => Action::output(p.number(r)),
-                PlannedAction::PopVlan => Action::PopVlan,
-                PlannedAction::SetEthDst(mac) => Action::SetField(OxmField::eth_dst(*mac)),
-            })
-            .collect();
+        let mut actions = Vec::with_capacity(self.actions.len() + 1);
+        for a in &self.actions {
+            match a {
+                PlannedAction::Output(p) => {
+                    if let (PortRef::Patch, Some(mac)) = (p, r.steer_dst) {
+                        actions.push(Action::SetField(OxmField::eth_dst(mac)));
+                    }
+                    actions.push(Action::output(p.number(r)));
+                }
+                PlannedAction::PopVlan => actions.push(Action::PopVlan),
+                PlannedAction::SetEthDst(mac) => {
+                    actions.push(Action::SetField(OxmField::eth_dst(*mac)))
+                }
+            }
+        }
         FlowMod::add(
             self.table,
             self.priority,
@@ -93,7 +120,8 @@ impl PlannedFlow {
         )
     }
 
-    /// Text in `ovs-ofctl add-flow` syntax with port names, for `vipflow plan`.
+    /// Text in `ovs-ofctl add-flow` syntax with port names, for `vipflow plan`. A port left to
+    /// be found in the OVS database shows as `<bridge uplink>` / `<bridge patch>`.
     pub fn display<'a>(&'a self, bridge: &'a BridgeConfig) -> PlannedFlowText<'a> {
         PlannedFlowText { flow: self, bridge }
     }
@@ -108,8 +136,14 @@ impl fmt::Display for PlannedFlowText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (fl, b) = (self.flow, self.bridge);
         let name = |p: PortRef| match p {
-            PortRef::Uplink => b.uplink.clone(),
-            PortRef::Patch => b.patch.clone(),
+            PortRef::Uplink => b
+                .uplink
+                .clone()
+                .unwrap_or_else(|| format!("<{} uplink>", b.name)),
+            PortRef::Patch => b
+                .patch
+                .clone()
+                .unwrap_or_else(|| format!("<{} patch>", b.name)),
             PortRef::Local => "LOCAL".into(),
         };
         write!(

@@ -45,8 +45,13 @@ spec:
   ports: [{port: 80}]
 "#;
 
+/// br-ex with its ports named (the default leaves them to the OVS database).
 fn bridge() -> BridgeConfig {
-    BridgeConfig::default()
+    BridgeConfig {
+        uplink: Some("eth0".into()),
+        patch: Some("patch-ex-to-int".into()),
+        ..BridgeConfig::default()
+    }
 }
 
 fn plan_for(m: &Model, b: &BridgeConfig) -> Vec<PlannedFlow> {
@@ -75,6 +80,7 @@ fn resolved(uplink: u32) -> Resolved {
         uplink,
         patch: 2,
         bridge_mac: BR_MAC,
+        steer_dst: None,
     }
 }
 
@@ -291,8 +297,8 @@ fn underlay() -> BridgeConfig {
     BridgeConfig {
         name: "br-provider".into(),
         profile: Profile::Underlay,
-        uplink: "ens4".into(),
-        patch: "patch-prov".into(),
+        uplink: Some("ens4".into()),
+        patch: Some("patch-prov".into()),
         router_mac: Some(ROUTER_MAC),
         ..bridge()
     }
@@ -671,4 +677,79 @@ fn resolve_builds_an_add_with_a_normalized_match() {
             ofport::LOCAL
         )])]
     );
+}
+
+// ---- the gateway router's MAC ----------------------------------------------------------------
+
+#[test]
+fn steered_traffic_is_rewritten_only_when_the_router_mac_differs() {
+    let gw = bridge();
+    let other: MacAddr = [0x0a, 0x58, 0x64, 0x40, 0, 0x05];
+    assert_eq!(steer_rewrite(&gw, Some(other), Some(BR_MAC)), Some(other));
+    assert_eq!(
+        steer_rewrite(&gw, Some(BR_MAC), Some(BR_MAC)),
+        None,
+        "equal"
+    );
+    assert_eq!(
+        steer_rewrite(&gw, None, Some(BR_MAC)),
+        None,
+        "no annotation"
+    );
+    assert_eq!(
+        steer_rewrite(&gw, Some(other), None),
+        None,
+        "bridge MAC unknown"
+    );
+    let local = BridgeConfig {
+        gateway_mode: GatewayMode::Local,
+        ..bridge()
+    };
+    assert_eq!(steer_rewrite(&local, Some(other), Some(BR_MAC)), None);
+    assert_eq!(steer_rewrite(&underlay(), Some(other), Some(BR_MAC)), None);
+}
+
+#[test]
+fn a_rewrite_adds_set_field_before_the_patch_port_and_keeps_the_cookie() {
+    let other: MacAddr = [0x0a, 0x58, 0x64, 0x40, 0, 0x05];
+    let flows = plan_for(&model(SMALL), &bridge());
+    let r = Resolved {
+        steer_dst: Some(other),
+        ..resolved(1)
+    };
+    let steer = flow(&flows, "steer 192.0.2.10:80/tcp");
+    assert_eq!(
+        steer.resolve(&r).to_string(),
+        "cookie=0x7f1ff1ef727a35a3,table=0,priority=500,tcp,in_port=1,nw_dst=192.0.2.10,tp_dst=80,\
+         actions=set_field:0a:58:64:40:00:05->eth_dst,output:2"
+    );
+    let pmtu = flow(&flows, "pmtu 192.0.2.10").resolve(&r);
+    assert_eq!(
+        pmtu.instructions,
+        [Instruction::ApplyActions(vec![
+            Action::SetField(OxmField::eth_dst(other)),
+            Action::output(2)
+        ])]
+    );
+    // Bypass and return flows do not go into OVN: untouched.
+    for key in ["arp 192.0.2.10", "return 192.0.2.10:80/tcp"] {
+        let f = flow(&flows, key);
+        assert_eq!(f.resolve(&r), f.resolve(&resolved(1)), "{key}");
+    }
+}
+
+#[test]
+fn plan_names_ports_left_to_the_ovs_database_by_role() {
+    let b = BridgeConfig::default();
+    let flows = plan_for(&model(SMALL), &b);
+    let steer = flow(&flows, "steer 192.0.2.10:80/tcp")
+        .display(&b)
+        .to_string();
+    assert!(
+        steer.contains(",in_port=<br-ex uplink>,")
+            && steer.ends_with("actions=output:<br-ex patch>"),
+        "{steer}"
+    );
+    // Same flows and cookies as with the ports named.
+    assert_eq!(flows, plan_for(&model(SMALL), &bridge()));
 }

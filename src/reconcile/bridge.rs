@@ -4,6 +4,10 @@
 //!   itself does; its cookie and instructions are its content. Only flows under vipflow's
 //!   cookie prefix are ever read, replaced or deleted (deletes are strict and carry the exact
 //!   cookie), so foreign flows are never touched.
+//! - **Ports**: the uplink and patch port are named in the config or found in the node's OVS
+//!   database, and their numbers taken from it and checked against PORT_DESC
+//!   ([`crate::plan::ports`]); PORT_STATUS and a monitor of the database both trigger a new
+//!   resolution.
 //! - **Full sync** (after connecting, and whenever a port number or the bridge MAC changes):
 //!   read our flows with one flow-stats request filtered by cookie/mask, diff, apply the
 //!   difference in one ONF bundle.
@@ -13,12 +17,15 @@
 //!   bad flow never holds back the rest; on any connection loss the reconciler reconnects with
 //!   exponential backoff and does a full sync.
 
-use crate::config::BridgeConfig;
-use crate::plan::flows::{PlannedFlow, PortRef, Resolved};
+use crate::config::{BridgeConfig, format_mac};
+use crate::plan::flows::{PlannedFlow, PortRef, Resolved, steer_rewrite};
 use crate::plan::incremental::{FlowDelta, FlowIndex};
+use crate::plan::ports::{self, OvsDb, PortError, Role};
+use crate::reconcile::ovs;
 use openflow::action::port as ofport;
 use openflow::message::PortStatus;
 use openflow::multipart::FlowStatsRequest;
+use openflow::oxm::MacAddr;
 use openflow::port::PortReason;
 use openflow::{
     Config as OfConfig, ConnError, Connection, Event, FlowMod, Instruction, Match, Message,
@@ -38,6 +45,35 @@ pub struct Desired {
     /// What changed since plan `generation - 1`. A reconciler that applied that plan writes
     /// just these keys; any other falls back to a full diff.
     pub delta: Option<FlowDelta>,
+    /// This node's OVN gateway router MAC, from its Node annotation
+    /// ([`crate::model::gateway_router_mac`]).
+    pub router_mac: Option<MacAddr>,
+}
+
+/// Something about the bridge that keeps flows from working as planned, reported in the
+/// status and the log while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
+pub enum BridgeProblem {
+    /// A role's port could not be found.
+    #[error("{0}")]
+    Ports(String),
+    #[error(
+        "{bridge}: the OVS database {remote} is unreachable ({reason}): ports are looked up by name in OpenFlow PORT_DESC only (names of at most 15 bytes; no default uplink/patch)"
+    )]
+    OvsDbUnreachable {
+        bridge: String,
+        remote: String,
+        reason: String,
+    },
+    #[error(
+        "{bridge}: its MAC {bridge_mac} ({mac_from}) differs from the OVN gateway router's {router_mac} (Node annotation k8s.ovn.org/l3-gateway-config): VIP traffic steered into OVN is rewritten to the router's MAC"
+    )]
+    RouterMacDiffers {
+        bridge: String,
+        bridge_mac: String,
+        mac_from: &'static str,
+        router_mac: String,
+    },
 }
 
 /// What the reconciler reports.
@@ -55,6 +91,9 @@ pub struct Status {
     /// Syncs done (full and incremental) and how long the last one took.
     pub syncs: u64,
     pub last_sync: Duration,
+    /// What keeps the bridge's flows from working as planned (ports not found, the OVS
+    /// database unreachable, a gateway router MAC that differs from the bridge's).
+    pub problems: Vec<BridgeProblem>,
 }
 
 /// (table, priority, normalized match): how OpenFlow identifies a flow.
@@ -76,6 +115,9 @@ pub struct BridgeSettings {
     pub target: String,
     pub cookie_base: u64,
     pub cookie_mask: u64,
+    /// The node's OVS database (`unix:PATH`, `tcp:HOST:PORT`); `None`: ports by OpenFlow name
+    /// only.
+    pub ovs_db: Option<String>,
     pub openflow: OfConfig,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
@@ -85,20 +127,30 @@ pub struct BridgeSettings {
     pub connect_retry: Duration,
 }
 
-/// Ports of the bridge by (OpenFlow-truncated) name, and the LOCAL port's MAC.
+/// What is known of the bridge's ports: PORT_DESC (OpenFlow names, cut to 15 bytes, by
+/// number), the LOCAL port's MAC, and the OVS database.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ports {
-    pub by_name: BTreeMap<String, u32>,
-    pub local_mac: Option<[u8; 6]>,
+    pub desc: BTreeMap<u32, String>,
+    pub local_mac: Option<MacAddr>,
+    pub db: OvsDb,
 }
 
 impl Ports {
+    /// From PORT_DESC alone (the database not consulted).
     pub fn from_desc(ports: &[openflow::Port]) -> Ports {
         let mut p = Ports::default();
-        for port in ports {
-            p.apply(PortReason::Add, port);
-        }
+        p.set_desc(ports);
         p
+    }
+
+    /// Replace what PORT_DESC said, keeping the database's view.
+    pub fn set_desc(&mut self, ports: &[openflow::Port]) {
+        self.desc.clear();
+        self.local_mac = None;
+        for port in ports {
+            self.apply(PortReason::Add, port);
+        }
     }
 
     pub fn apply(&mut self, reason: PortReason, port: &openflow::Port) {
@@ -107,61 +159,101 @@ impl Ports {
         }
         match reason {
             PortReason::Delete => {
-                if self.by_name.get(&port.name) == Some(&port.port_no) {
-                    self.by_name.remove(&port.name);
+                if self.desc.get(&port.port_no) == Some(&port.name) {
+                    self.desc.remove(&port.port_no);
                 }
             }
             _ => {
-                self.by_name.insert(port.name.clone(), port.port_no);
+                self.desc.insert(port.port_no, port.name.clone());
             }
         }
     }
-
-    /// Numbers for the bridge's roles; `None` for a role whose port is missing.
-    pub fn resolve(&self, b: &BridgeConfig) -> (Option<u32>, Option<u32>, Option<[u8; 6]>) {
-        (
-            self.by_name.get(&b.uplink).copied(),
-            self.by_name.get(&b.patch).copied(),
-            b.bridge_mac.or(self.local_mac),
-        )
-    }
 }
 
-/// Turn a plan into concrete flows. Flows whose ports are missing are left out and named in
-/// Port numbers and MAC of a bridge's roles, looked up once for many flows.
-struct Roles {
-    uplink: Option<u32>,
-    patch: Option<u32>,
-    mac: Option<[u8; 6]>,
+/// Port numbers and MACs of a bridge's roles, looked up once for many flows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roles {
+    pub uplink: Result<u32, PortError>,
+    pub patch: Result<u32, PortError>,
+    /// The bridge MAC: configured, else the LOCAL port's.
+    pub mac: Option<MacAddr>,
+    /// Where traffic into OVN is rewritten to ([`steer_rewrite`]).
+    pub steer_dst: Option<MacAddr>,
 }
 
 impl Roles {
-    fn of(b: &BridgeConfig, ports: &Ports) -> Roles {
-        let (uplink, patch, mac) = ports.resolve(b);
-        Roles { uplink, patch, mac }
+    /// The roles of bridge `b`, given what is known of its ports and this node's gateway
+    /// router MAC.
+    pub fn of(b: &BridgeConfig, ports: &Ports, router_mac: Option<MacAddr>) -> Roles {
+        let mac = b.bridge_mac.or(ports.local_mac);
+        Roles {
+            uplink: ports::resolve_role(b, Role::Uplink, &ports.desc, &ports.db),
+            patch: ports::resolve_role(b, Role::Patch, &ports.desc, &ports.db),
+            mac,
+            steer_dst: steer_rewrite(b, router_mac, mac),
+        }
+    }
+
+    /// What is wrong, for the status and the log.
+    pub fn problems(&self, b: &BridgeConfig, ports: &Ports) -> Vec<BridgeProblem> {
+        let mut out = Vec::new();
+        if let OvsDb::Unreachable { remote, reason } = &ports.db {
+            out.push(BridgeProblem::OvsDbUnreachable {
+                bridge: b.name.clone(),
+                remote: remote.clone(),
+                reason: reason.clone(),
+            });
+        }
+        for e in [&self.uplink, &self.patch]
+            .into_iter()
+            .filter_map(|r| r.as_ref().err())
+        {
+            if e.is_discovery() {
+                out.push(BridgeProblem::Ports(e.to_string()));
+            }
+        }
+        if let (Some(router), Some(mac)) = (self.steer_dst, self.mac) {
+            out.push(BridgeProblem::RouterMacDiffers {
+                bridge: b.name.clone(),
+                bridge_mac: format_mac(&mac),
+                mac_from: if b.bridge_mac.is_some() {
+                    "bridge-mac"
+                } else {
+                    "LOCAL port"
+                },
+                router_mac: format_mac(&router),
+            });
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// One planned flow with real port numbers, or why it cannot be written now.
-    fn resolve(&self, f: &PlannedFlow, b: &BridgeConfig) -> Result<(FlowId, FlowBody), String> {
+    fn resolve(&self, f: &PlannedFlow) -> Result<(FlowId, FlowBody), String> {
         let needs = |p: PortRef| {
             f.in_port == p
                 || f.actions
                     .iter()
                     .any(|a| matches!(a, crate::plan::flows::PlannedAction::Output(q) if *q == p))
         };
-        if self.uplink.is_none() && needs(PortRef::Uplink) {
-            return Err(format!("port {} not on {}", b.uplink, b.name));
-        }
-        if self.patch.is_none() && needs(PortRef::Patch) {
-            return Err(format!("port {} not on {}", b.patch, b.name));
-        }
-        if f.dl_src_bridge && self.mac.is_none() {
-            return Err(format!("MAC of {} unknown", b.name));
-        }
+        let uplink = match &self.uplink {
+            Err(e) if needs(PortRef::Uplink) => return Err(e.to_string()),
+            r => r.as_ref().copied().unwrap_or(0),
+        };
+        let patch = match &self.patch {
+            Err(e) if needs(PortRef::Patch) => return Err(e.to_string()),
+            r => r.as_ref().copied().unwrap_or(0),
+        };
+        let bridge_mac = match self.mac {
+            None if f.dl_src_bridge => return Err("MAC of the bridge unknown".into()),
+            m => m.unwrap_or_default(),
+        };
         let r = Resolved {
-            uplink: self.uplink.unwrap_or(0),
-            patch: self.patch.unwrap_or(0),
-            bridge_mac: self.mac.unwrap_or_default(),
+            uplink,
+            patch,
+            bridge_mac,
+            steer_dst: self.steer_dst,
         };
         let fm = f.resolve(&r);
         Ok((
@@ -178,14 +270,12 @@ impl Roles {
 /// the returned list of skipped keys.
 pub fn resolve_plan<'a>(
     flows: impl IntoIterator<Item = &'a PlannedFlow>,
-    b: &BridgeConfig,
-    ports: &Ports,
+    roles: &Roles,
 ) -> (FlowSet, Vec<String>) {
-    let roles = Roles::of(b, ports);
     let mut set = FlowSet::new();
     let mut skipped = Vec::new();
     for f in flows {
-        match roles.resolve(f, b) {
+        match roles.resolve(f) {
             Ok((id, body)) => {
                 set.insert(id, body);
             }
@@ -220,17 +310,15 @@ impl Applied {
     /// The state after fully applying `flows` (keys rebuilt).
     pub fn from_plan<'a>(
         flows: impl IntoIterator<Item = &'a PlannedFlow>,
-        b: &BridgeConfig,
-        ports: &Ports,
+        roles: &Roles,
         generation: u64,
     ) -> Applied {
-        let roles = Roles::of(b, ports);
         let mut a = Applied {
             generation: Some(generation),
             ..Default::default()
         };
         for f in flows {
-            match roles.resolve(f, b) {
+            match roles.resolve(f) {
                 Ok((id, body)) => {
                     a.by_key.insert(f.key.clone(), id.clone());
                     a.set.insert(id, body);
@@ -244,14 +332,7 @@ impl Applied {
     }
 
     /// The writes for the planned flows named in `touched`, looked up in `flows`.
-    pub fn delta(
-        &self,
-        flows: &FlowIndex,
-        touched: &[String],
-        b: &BridgeConfig,
-        ports: &Ports,
-    ) -> DeltaPlan {
-        let roles = Roles::of(b, ports);
+    pub fn delta(&self, flows: &FlowIndex, touched: &[String], roles: &Roles) -> DeltaPlan {
         let mut d = DeltaPlan::default();
         let mut adds = Vec::new();
         for key in touched {
@@ -266,7 +347,7 @@ impl Applied {
                     u64::MAX,
                 )));
             };
-            match flows.get(key).map(|f| roles.resolve(f, b)) {
+            match flows.get(key).map(|f| roles.resolve(f)) {
                 Some(Ok((id, body))) => {
                     let same = old == Some(&id) && self.set.get(&id) == Some(&body);
                     if !same {
@@ -494,8 +575,9 @@ pub async fn run(
     // While the switch is away, say so once (and again every minute), not once per try.
     let mut away_since: Option<std::time::Instant> = None;
     let mut last_warn: Option<std::time::Instant> = None;
+    let mut db = DbFeed::new(settings.ovs_db.clone());
     loop {
-        let session = Session::connect(&settings).await;
+        let session = Session::connect(&settings, &mut db).await;
         let mut session = match session {
             Ok(s) => {
                 backoff = settings.backoff_min;
@@ -535,7 +617,9 @@ pub async fn run(
             }
             None => tracing::info!(bridge = %b.name, target = %settings.target, "connected"),
         }
-        let end = session.serve(&settings, &mut desired, &status).await;
+        let end = session
+            .serve(&settings, &mut desired, &status, &mut db)
+            .await;
         match end {
             SessionEnd::Shutdown => {
                 session.conn.close();
@@ -561,26 +645,85 @@ enum SessionEnd {
     Lost(ConnError),
 }
 
+/// How long a starting reconciler waits for the OVS database's first answer before it goes
+/// on without it.
+const DB_FIRST_ANSWER: Duration = Duration::from_secs(5);
+
+/// The OVS database as the reconciler follows it.
+struct DbFeed {
+    rx: watch::Receiver<Option<OvsDb>>,
+    _watcher: Option<ovs::Watcher>,
+}
+
+impl DbFeed {
+    fn new(remote: Option<String>) -> DbFeed {
+        match remote {
+            Some(r) => {
+                let (rx, w) = ovs::watch(r);
+                DbFeed {
+                    rx,
+                    _watcher: Some(w),
+                }
+            }
+            // A fixed value whose sender is gone: `changed` never fires.
+            None => DbFeed {
+                rx: watch::channel(Some(OvsDb::NotUsed)).1,
+                _watcher: None,
+            },
+        }
+    }
+
+    /// The database's first answer (view or unreachable), waited for a bounded time.
+    async fn first(&mut self) {
+        let _ = tokio::time::timeout(DB_FIRST_ANSWER, self.rx.wait_for(Option::is_some)).await;
+    }
+
+    fn current(&mut self) -> OvsDb {
+        self.rx
+            .borrow_and_update()
+            .clone()
+            .unwrap_or(OvsDb::Unreachable {
+                remote: "the OVS database".into(),
+                reason: format!("no answer within {} s", DB_FIRST_ANSWER.as_secs()),
+            })
+    }
+
+    async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 struct Session {
     conn: Connection,
     events: openflow::Events,
     ports: Ports,
     /// What we believe is on the switch (after our last successful write).
     applied: Applied,
+    /// The gateway router MAC `applied` was resolved with.
+    router_mac: Option<MacAddr>,
 }
 
 impl Session {
-    async fn connect(s: &BridgeSettings) -> Result<Session, ConnError> {
+    async fn connect(s: &BridgeSettings, db: &mut DbFeed) -> Result<Session, ConnError> {
         let (conn, events) = Connection::connect(&s.target, s.openflow.clone()).await?;
         // Subscribe before reading the ports, so no change falls between the two.
         conn.subscribe_port_status().await?;
-        let ports = Ports::from_desc(&conn.port_desc().await?);
+        let mut ports = Ports::from_desc(&conn.port_desc().await?);
+        db.first().await;
+        ports.db = db.current();
         Ok(Session {
             conn,
             events,
             ports,
             applied: Applied::default(),
+            router_mac: None,
         })
+    }
+
+    fn roles(&self, s: &BridgeSettings, plan: &Desired) -> Roles {
+        Roles::of(&s.bridge, &self.ports, plan.router_mac)
     }
 
     async fn serve(
@@ -588,6 +731,7 @@ impl Session {
         s: &BridgeSettings,
         desired: &mut watch::Receiver<Arc<Desired>>,
         status: &watch::Sender<Status>,
+        db: &mut DbFeed,
     ) -> SessionEnd {
         let mut need_full = true;
         loop {
@@ -599,10 +743,12 @@ impl Session {
                 }
                 continue;
             }
+            // A new gateway router MAC changes every flow into OVN: a full diff.
             let follows = plan
                 .generation
                 .checked_sub(1)
-                .is_some_and(|g| self.applied.generation == Some(g));
+                .is_some_and(|g| self.applied.generation == Some(g))
+                && plan.router_mac == self.router_mac;
             let r = match &plan.delta {
                 _ if need_full => self.full_sync(s, &plan, status).await,
                 // The plan right after the one on the switch: write just what changed.
@@ -613,18 +759,29 @@ impl Session {
                 return SessionEnd::Lost(e);
             }
             need_full = false;
-            // Wait for a new plan or a port change.
+            // Wait for a new plan or a port change (on the switch or in the database).
             loop {
                 tokio::select! {
                     r = desired.changed() => {
                         if r.is_err() { return SessionEnd::Shutdown; }
                         break;
                     }
+                    _ = db.changed() => {
+                        let before = self.roles(s, &plan);
+                        self.ports.db = db.current();
+                        let after = self.roles(s, &plan);
+                        if after != before {
+                            tracing::info!(bridge = %s.bridge.name, "OVS database change moved a port; full resync");
+                            need_full = true;
+                            break;
+                        }
+                        publish_problems(s, status, after.problems(&s.bridge, &self.ports));
+                    }
                     ev = self.events.recv() => match ev {
                         Some(Event::Message(_, Message::PortStatus(PortStatus { reason, port }))) => {
-                            let before = self.ports.resolve(&s.bridge);
+                            let before = self.roles(s, &plan);
                             self.ports.apply(reason, &port);
-                            if self.ports.resolve(&s.bridge) != before {
+                            if self.roles(s, &plan) != before {
                                 tracing::info!(bridge = %s.bridge.name, port = %port.name, port_no = port.port_no, ?reason, "port change; full resync");
                                 need_full = true;
                                 break;
@@ -650,7 +807,7 @@ impl Session {
     ) -> Result<(), ConnError> {
         let started = std::time::Instant::now();
         // Port numbers may have changed while we were not looking.
-        self.ports = Ports::from_desc(&self.conn.port_desc().await?);
+        self.ports.set_desc(&self.conn.port_desc().await?);
         let observed = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
         self.applied = Applied {
             set: observed,
@@ -677,7 +834,8 @@ impl Session {
         full: bool,
         started: std::time::Instant,
     ) -> Result<(), ConnError> {
-        let next = Applied::from_plan(plan.flows.values(), &s.bridge, &self.ports, plan.generation);
+        let roles = self.roles(s, plan);
+        let next = Applied::from_plan(plan.flows.values(), &roles, plan.generation);
         let msgs = diff(&self.applied.set, &next.set);
         let changes = msgs.len();
         let rejected = apply_bundle(&self.conn, msgs).await?;
@@ -686,6 +844,7 @@ impl Session {
         }
         let mut skipped = next.skipped_list();
         skipped.extend(rejected.iter().cloned());
+        self.router_mac = plan.router_mac;
         if rejected.is_empty() {
             self.applied = next;
         } else {
@@ -711,7 +870,7 @@ impl Session {
         let started = std::time::Instant::now();
         let mut d = self
             .applied
-            .delta(&plan.flows, &delta.touched, &s.bridge, &self.ports);
+            .delta(&plan.flows, &delta.touched, &self.roles(s, plan));
         let msgs = std::mem::take(&mut d.msgs);
         let changes = msgs.len();
         let rejected = apply_bundle(&self.conn, msgs).await?;
@@ -745,6 +904,11 @@ impl Session {
         skipped: Vec<String>,
     ) {
         let flows = self.applied.set.len();
+        publish_problems(
+            s,
+            status,
+            self.roles(s, plan).problems(&s.bridge, &self.ports),
+        );
         if full || changes > 0 {
             tracing::info!(bridge = %s.bridge.name, generation = plan.generation, full, changes, flows, skipped = skipped.len(), "synced");
         }
@@ -761,4 +925,25 @@ impl Session {
             st.last_sync = started.elapsed();
         });
     }
+}
+
+/// Put the bridge's problems in its status, logging those that are new.
+fn publish_problems(
+    s: &BridgeSettings,
+    status: &watch::Sender<Status>,
+    problems: Vec<BridgeProblem>,
+) {
+    status.send_if_modified(|st| {
+        if st.problems == problems {
+            return false;
+        }
+        for p in problems.iter().filter(|p| !st.problems.contains(p)) {
+            tracing::warn!(bridge = %s.bridge.name, problem = %p, "bridge problem");
+        }
+        for p in st.problems.iter().filter(|p| !problems.contains(p)) {
+            tracing::info!(bridge = %s.bridge.name, problem = %p, "bridge problem resolved");
+        }
+        st.problems = problems;
+        true
+    });
 }

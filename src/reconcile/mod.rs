@@ -1,2 +1,3 @@
 pub mod bridge;
 pub mod northbound;
+pub mod ovs;

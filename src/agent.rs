@@ -9,6 +9,7 @@ use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::incremental::FlowPlanner;
 use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::plan::northbound_incremental::NbPlanner;
+use crate::plan::order;
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
@@ -217,6 +218,10 @@ pub fn start_with(
     tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx)));
     let planner_cfg = cfg.clone();
     let stamps = Arc::clone(&received);
+    let nb_status_rx = nb_status.clone();
+    let bridge_status_rx: Vec<watch::Receiver<Status>> =
+        status.iter().map(|(_, rx)| rx.clone()).collect();
+    let leader = opts.leader.clone();
     tasks.push(tokio::spawn(async move {
         let cfg = planner_cfg;
         let mut generation = 0u64;
@@ -224,6 +229,8 @@ pub fn start_with(
         let mut rows = nb_tx
             .as_ref()
             .map(|_| NbPlanner::new(cfg.northbound.clone()));
+        // Handovers to the Northbound writer: up to two per plan (see plan::order).
+        let mut nb_step = 0u64;
         loop {
             let received = std::time::Instant::now();
             let loaded = objects.borrow_and_update().clone();
@@ -244,30 +251,75 @@ pub fn start_with(
                     s.pop_first();
                 }
             }
+            let prev_vips = flows.vips();
             let deltas = flows.update(&loaded.objects);
             let router_mac = router_mac(&cfg, &loaded.objects);
-            for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
-                let _ = tx.send(Arc::new(Desired {
-                    generation,
-                    flows: flows.flows(i),
-                    delta: Some(delta),
-                    router_mac,
-                }));
-            }
-            // Then the Northbound rows, also incrementally.
-            if let (Some(tx), Some(rows)) = (&nb_tx, &mut rows) {
-                let delta = rows.update(&loaded.objects, &flows);
-                let _ = tx.send(Arc::new(nb::Desired::planned(
-                    generation,
-                    &flows,
-                    rows,
-                    delta,
-                    cfg.northbound.exclude_ips,
-                )));
-            }
+            let send_flows = |deltas: Vec<_>| {
+                for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
+                    let _ = tx.send(Arc::new(Desired {
+                        generation,
+                        flows: flows.flows(i),
+                        delta: Some(delta),
+                        router_mac,
+                    }));
+                }
+            };
+            // The rows, also incrementally.
+            let nb_plan = match (&nb_tx, &mut rows) {
+                (Some(tx), Some(rows)) => {
+                    let prev_rows = rows.rows();
+                    let delta = rows.update(&loaded.objects, &flows);
+                    let next = nb::Desired::planned(
+                        generation,
+                        &flows,
+                        rows,
+                        delta,
+                        cfg.northbound.exclude_ips,
+                    );
+                    let make = next
+                        .delta
+                        .as_ref()
+                        .and_then(|d| order::make_rows(&prev_rows, &next.rows, &d.touched));
+                    Some((tx, next, make))
+                }
+                _ => None,
+            };
             // The full model for problems, Events and status: built at its own pace.
             let _ = rtx.send(Some((generation, loaded)));
             let _ = gtx.send(generation);
+            // Flows and rows, make before break (plan::order): rows that serve the old plan and
+            // the new one, then the flows, then the new rows.
+            match nb_plan {
+                None => send_flows(deltas),
+                Some((tx, next, None)) => {
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        step: nb_step,
+                        ..next
+                    }));
+                    wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    send_flows(deltas);
+                }
+                Some((tx, next, Some(make))) => {
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        row_count: order::row_count(&make),
+                        rows: make,
+                        vips: prev_vips.union(next.vips.clone()),
+                        step: nb_step,
+                        complete: false,
+                        ..next.clone()
+                    }));
+                    wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    send_flows(deltas);
+                    wait_flows(&bridge_status_rx, generation).await;
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        step: nb_step,
+                        ..next
+                    }));
+                }
+            }
             if objects.changed().await.is_err() {
                 return;
             }
@@ -293,6 +345,41 @@ pub fn start_with(
         status_json,
         leader: opts.leader,
         tasks,
+    }
+}
+
+/// How long the planner waits for the other side of a make-before-break step (plan::order)
+/// before it goes on anyway: a database or switch that does not answer must not hold every
+/// later change back.
+pub const ORDER_WAIT: Duration = Duration::from_secs(5);
+
+/// Wait until the Northbound writer committed handover `step`, when this agent writes and the
+/// writer is connected (a writer that is not, or another agent's, confirms nothing).
+async fn wait_rows(
+    nb_status: &Option<watch::Receiver<nb::Status>>,
+    leader: &Option<watch::Receiver<bool>>,
+    step: u64,
+) {
+    let Some(rx) = nb_status else { return };
+    if leader.as_ref().is_some_and(|l| !*l.borrow()) {
+        return;
+    }
+    let mut rx = rx.clone();
+    let done = rx.wait_for(|s| !s.connected || s.applied_step.is_some_and(|a| a >= step));
+    if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
+        tracing::warn!(step, wait = ?ORDER_WAIT, "Northbound rows not confirmed in time; writing the flows anyway");
+    }
+}
+
+/// Wait until every connected bridge applied `generation`.
+async fn wait_flows(bridges: &[watch::Receiver<Status>], generation: u64) {
+    for rx in bridges {
+        let mut rx = rx.clone();
+        let done =
+            rx.wait_for(|s| !s.connected || s.applied_generation.is_some_and(|g| g >= generation));
+        if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
+            tracing::warn!(generation, wait = ?ORDER_WAIT, "flows not confirmed in time; removing the rows anyway");
+        }
     }
 }
 

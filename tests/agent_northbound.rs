@@ -584,3 +584,95 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
     assert_eq!(have, want, "rows equal the plan after the leader change");
     running.stop();
 }
+
+fn signal(pid: i32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// SIGCONTs a stopped daemon when dropped, so a failing test never leaves one frozen.
+struct Frozen(i32);
+
+impl Frozen {
+    fn new(pid: i32) -> Frozen {
+        signal(pid, "-STOP");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+/// Make before break: a new Service's steer flows wait for its rows, and a removed Service's
+/// rows wait for its steer flows to go. Each side is frozen (SIGSTOP) in turn, so a wrong order
+/// shows as the other side moving alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_go_in_before_a_new_services_flows_and_go_after_a_removed_ones() {
+    let base = base_yaml();
+    let mut a = Agent::start(Sandbox::start(), true, |_| {}, &base).await;
+    let steer = "nw_dst=172.18.0.200,tp_dst=8443";
+    let flows = |a: &Agent| a.sb.ofctl(&["dump-flows", "br-ex"]);
+    let rows = |a: &Agent| a.sb.nbctl(&["lb-list"]);
+    let with_b = format!(
+        "{base}{}",
+        svc("team", "api", "172.18.0.200", 8443, "TCP", "Cluster")
+    );
+
+    // NB frozen: the new Service is planned, but its steer flow waits for its rows.
+    let nb = Frozen::new(a.sb.pid("ovnnb_db").expect("NB pid"));
+    let before = *a.running.generation.borrow();
+    write_objects(&a.objects, &with_b);
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        a.running.generation.wait_for(|g| *g > before),
+    )
+    .await
+    .expect("the new objects were planned")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        !flows(&a).contains(steer),
+        "steered before its rows were in:\n{}",
+        flows(&a)
+    );
+    drop(nb);
+    common::eventually("the rows, then the flows", 10, || {
+        rows(&a).contains("172.18.0.200:8443") && flows(&a).contains(steer)
+    })
+    .await;
+
+    // The switch frozen: the removed Service's rows stay until its steer flow is gone.
+    let ovs = Frozen::new(a.sb.pid("ovs-vswitchd").expect("ovs-vswitchd pid"));
+    let before = *a.running.generation.borrow();
+    write_objects(&a.objects, &base);
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        a.running.generation.wait_for(|g| *g > before),
+    )
+    .await
+    .expect("the removal was planned")
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        rows(&a).contains("172.18.0.200:8443"),
+        "rows removed while the flows still steer:\n{}",
+        rows(&a)
+    );
+    drop(ovs);
+    common::eventually("the flows, then the rows, gone", 10, || {
+        !flows(&a).contains(steer) && !rows(&a).contains("172.18.0.200:8443")
+    })
+    .await;
+    // And the end state is exactly the plan of the base objects.
+    let g = *a.running.generation.borrow();
+    tokio::time::timeout(Duration::from_secs(10), a.running.wait_applied(g))
+        .await
+        .expect("applied");
+    assert_eq!(ours(&a.sb), expected(&a.cfg, &base));
+}

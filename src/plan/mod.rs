@@ -6,6 +6,7 @@ pub mod flows;
 pub mod incremental;
 pub mod northbound;
 pub mod northbound_incremental;
+pub mod order;
 pub mod ports;
 
 /// From this many items on, [`map_split`] uses more than one core.

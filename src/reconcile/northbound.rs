@@ -62,13 +62,20 @@ pub const BATCH_OWNERS: usize = 100;
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
 pub struct Desired {
+    /// The plan generation these rows belong to.
     pub generation: u64,
+    /// This handover's number: a plan may be handed over twice (make before break, see
+    /// `plan::order`), so the writer follows handovers, not generations.
+    pub step: u64,
+    /// Whether these are the plan's own rows; `false` for the first of two handovers, which
+    /// also keeps what the previous plan had.
+    pub complete: bool,
     /// Every Service's rows.
     pub rows: RowIndex,
     /// The number of rows in `rows`.
     pub row_count: usize,
-    /// What changed since plan `generation - 1`. A reconciler that applied that plan diffs only
-    /// these Services; otherwise (or with `None`) it diffs everything.
+    /// What changed since handover `step - 1`. A reconciler that applied that handover diffs
+    /// only these Services; otherwise (or with `None`) it diffs everything.
     pub delta: Option<NbDelta>,
     /// Every VIP: kept out of the IPAM of the logical switches whose subnet holds it.
     pub vips: imbl::OrdSet<IpAddr>,
@@ -87,6 +94,8 @@ impl Desired {
     ) -> Desired {
         Desired {
             generation,
+            step: generation,
+            complete: true,
             rows: rows.rows(),
             row_count: rows.row_count(),
             delta: Some(delta),
@@ -113,7 +122,10 @@ pub fn index_rows(rows: impl IntoIterator<Item = LbRow>) -> RowIndex {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
     pub connected: bool,
+    /// The plan generation whose own rows the database holds.
     pub applied_generation: Option<u64>,
+    /// The last handover written (see [`Desired::step`]).
+    pub applied_step: Option<u64>,
     /// Our rows in the database after the last sync.
     pub rows: usize,
     /// Attachments that could not be made (switch, router or group missing).
@@ -900,7 +912,7 @@ pub struct Session {
     observed: Observed,
     /// Changes seen by the monitor and not yet diffed.
     touched: Touched,
-    /// The plan generation whose rows the database is known to hold.
+    /// The handover whose rows the database is known to hold.
     applied: Option<u64>,
     /// The first sync of the connection: everything, batched.
     first: bool,
@@ -976,8 +988,8 @@ impl Session {
 
     /// [`Session::changes`], each handed to `sink` as soon as it is complete.
     fn changes_into(&mut self, plan: &Desired, sink: &mut dyn FnMut(Change)) {
-        let new_plan = self.applied != Some(plan.generation);
-        let follows = self.applied.is_some_and(|g| g + 1 == plan.generation);
+        let new_plan = self.applied != Some(plan.step);
+        let follows = self.applied.is_some_and(|g| g + 1 == plan.step);
         let delta = plan.delta.as_ref().filter(|_| follows);
         let whole = self.full || self.first || (new_plan && delta.is_none());
         let owners = if whole {
@@ -1019,7 +1031,7 @@ impl Session {
     pub fn done(&mut self, plan: &Desired, result: &Result<(), ovsdb::Error>) {
         match result {
             Ok(()) => {
-                self.applied = Some(plan.generation);
+                self.applied = Some(plan.step);
                 self.first = false;
                 self.full = false;
                 self.exclude_due = false;
@@ -1362,7 +1374,10 @@ pub async fn run(
                 }
                 st.problems = problems;
                 if ok {
-                    st.applied_generation = Some(plan.generation);
+                    st.applied_step = Some(plan.step);
+                    if plan.complete {
+                        st.applied_generation = Some(plan.generation);
+                    }
                     st.rows = plan.row_count;
                     st.last_error = None;
                 } else {
@@ -1414,6 +1429,8 @@ pub async fn sync_once(
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
     let plan = Desired {
         generation: 1,
+        step: 1,
+        complete: true,
         rows: index_rows(rows.iter().cloned()),
         row_count: rows.len(),
         delta: None,

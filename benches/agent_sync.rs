@@ -45,9 +45,10 @@ use vipflow::reconcile::bridge::{
 const RUNS: usize = 5;
 /// Incremental changes timed in (b): half adds, half removes.
 const CHANGES: usize = 200;
-/// Service ports per VIP; with the ARP and PMTU flows: 2 + 2 * PORTS flows per Service.
+/// Service ports per VIP; with the ARP, PMTU and two fragment flows: 4 + 2 * PORTS flows per
+/// Service.
 const PORTS: [i32; 3] = [80, 443, 8080];
-const FLOWS_PER_SERVICE: usize = 2 + 2 * PORTS.len();
+const FLOWS_PER_SERVICE: usize = 4 + 2 * PORTS.len();
 /// Index of the first Service used for (b)'s changes, beyond any base set.
 const EXTRA_BASE: u32 = 100_000;
 

@@ -281,18 +281,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
         // fragment, the first included), so no steer flow matches them: every fragment for
         // the VIP goes into OVN, whose gateway router reassembles before balancing. Large
         // replies come back fragmented the same way.
-        let (l3, dst, src) = match vip {
-            IpAddr::V4(ip) => (
-                eth_type::IPV4,
-                OxmField::ipv4_dst(ip),
-                OxmField::ipv4_src(ip),
-            ),
-            IpAddr::V6(ip) => (
-                eth_type::IPV6,
-                OxmField::ipv6_dst(ip),
-                OxmField::ipv6_src(ip),
-            ),
-        };
+        let (l3, dst, src) = ip_fields(vip);
         let fragment = |addr: OxmField| {
             Match::new()
                 .with(OxmField::eth_type(l3))
@@ -331,18 +320,7 @@ pub fn claim_flows(
     if !c.steering() {
         return Vec::new();
     }
-    let (l3, dst, src) = match vip {
-        IpAddr::V4(ip) => (
-            eth_type::IPV4,
-            OxmField::ipv4_dst(ip),
-            OxmField::ipv4_src(ip),
-        ),
-        IpAddr::V6(ip) => (
-            eth_type::IPV6,
-            OxmField::ipv6_dst(ip),
-            OxmField::ipv6_src(ip),
-        ),
-    };
+    let (l3, dst, src) = ip_fields(vip);
     let (tp_dst, tp_src) = match protocol {
         Protocol::Tcp => (OxmField::tcp_dst(port), OxmField::tcp_src(port)),
         Protocol::Udp => (OxmField::udp_dst(port), OxmField::udp_src(port)),
@@ -378,6 +356,22 @@ pub fn claim_flows(
         ));
     }
     flows
+}
+
+/// A VIP's eth_type and its match fields as destination and as source.
+fn ip_fields(vip: IpAddr) -> (u16, OxmField, OxmField) {
+    match vip {
+        IpAddr::V4(ip) => (
+            eth_type::IPV4,
+            OxmField::ipv4_dst(ip),
+            OxmField::ipv4_src(ip),
+        ),
+        IpAddr::V6(ip) => (
+            eth_type::IPV6,
+            OxmField::ipv6_dst(ip),
+            OxmField::ipv6_src(ip),
+        ),
+    }
 }
 
 /// The bridge settings the flow builders share.

@@ -237,7 +237,7 @@ impl Sandbox {
     }
 }
 
-fn check(program: &str, args: &[&str], out: Output) -> String {
+pub(crate) fn check(program: &str, args: &[&str], out: Output) -> String {
     if !out.status.success() {
         panic!(
             "{program} {} failed ({}):\n{}{}",

@@ -303,40 +303,20 @@ pub fn arp_request(
             ) as i32
         })?;
 
-        let deadline = Instant::now() + wait;
-        let mut replies = Vec::new();
-        let mut buf = [0u8; 1514];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            set_rcv_timeout(fd.as_raw_fd(), left)?;
-            // SAFETY: buf is valid for its length.
-            let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) {
-                    break;
-                }
-                return Err(e);
-            }
-            let f = &buf[..n as usize];
-            // An ARP reply (op 2) from `target`.
+        // An ARP reply (op 2) from `target`.
+        collect(&fd, wait, |f| {
             if f.len() >= 42
                 && f[12..14] == [0x08, 0x06]
                 && f[20..22] == [0, 2]
                 && f[28..32] == target.octets()
             {
-                let mut m = [0u8; 6];
-                m.copy_from_slice(&f[6..12]);
-                replies.push(NeighborReply { mac: m });
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(&f[6..12]);
+                vec![NeighborReply { mac }]
+            } else {
+                Vec::new()
             }
-        }
-        Ok(replies)
+        })
     })
 }
 
@@ -409,34 +389,14 @@ pub fn neighbor_solicit(
                 std::mem::size_of::<libc::sockaddr_in6>() as u32,
             ) as i32
         })?;
-        let deadline = Instant::now() + wait;
-        let mut replies = Vec::new();
-        let mut buf = [0u8; 1500];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            set_rcv_timeout(fd.as_raw_fd(), left)?;
-            // SAFETY: buf is valid for its length.
-            let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) {
-                    break;
-                }
-                return Err(e);
-            }
-            let m = &buf[..n as usize];
-            // A neighbor advertisement (136) for `target`, with its target link-layer option.
+        // A neighbor advertisement (136) for `target`, with its target link-layer option.
+        collect(&fd, wait, |m| {
+            let mut replies = Vec::new();
             if m.len() >= 24 && m[0] == 136 && m[8..24] == t {
                 let mut opts = &m[24..];
                 while opts.len() >= 8 && opts[1] > 0 {
                     let l = usize::from(opts[1]) * 8;
-                    if opts[0] == 2 && l >= 8 {
+                    if opts[0] == 2 {
                         let mut mac = [0u8; 6];
                         mac.copy_from_slice(&opts[2..8]);
                         replies.push(NeighborReply { mac });
@@ -447,9 +407,40 @@ pub fn neighbor_solicit(
                     opts = &opts[l..];
                 }
             }
-        }
-        Ok(replies)
+            replies
+        })
     })
+}
+
+/// Receive on `fd` until `wait` has passed, keeping what `parse` finds in each packet.
+fn collect(
+    fd: &OwnedFd,
+    wait: Duration,
+    parse: impl Fn(&[u8]) -> Vec<NeighborReply>,
+) -> io::Result<Vec<NeighborReply>> {
+    let deadline = Instant::now() + wait;
+    let mut replies = Vec::new();
+    let mut buf = [0u8; 1514];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(replies);
+        }
+        set_rcv_timeout(fd.as_raw_fd(), left)?;
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                return Ok(replies);
+            }
+            return Err(e);
+        }
+        replies.extend(parse(&buf[..n as usize]));
+    }
 }
 
 fn sockaddr_in6(a: &SocketAddrV6) -> libc::sockaddr_in6 {

@@ -3,9 +3,10 @@
 //! ovn-northd. Started per test in its own temp dir and namespaces, torn down on drop (also while
 //! a failing test unwinds): every daemon by its pid, every namespace by its recorded name.
 
+use crate::check;
 use crate::netns;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Addresses the testbed gives (see the script's header).
@@ -392,17 +393,4 @@ impl Drop for Testbed {
             let _ = std::fs::create_dir_all(&path);
         }
     }
-}
-
-fn check(program: &str, args: &[&str], out: Output) -> String {
-    if !out.status.success() {
-        panic!(
-            "{program} {} failed ({}):\n{}{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }

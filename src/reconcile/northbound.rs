@@ -241,10 +241,7 @@ fn parse_protocol(s: Option<&str>) -> Option<Protocol> {
 
 fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<LbKey> {
     let (ns, name) = ext.get(OWNER_KEY)?.split_once('/')?;
-    let scope = match ext.get(SCOPE_KEY)?.as_str() {
-        "cluster" => Scope::Cluster,
-        s => Scope::Node(s.strip_prefix("node/")?.to_owned()),
-    };
+    let scope = Scope::parse(ext.get(SCOPE_KEY)?)?;
     Some(LbKey {
         owner: ServiceKey::new(ns, name),
         protocol: parse_protocol(protocol)?,

@@ -393,6 +393,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(cli.command, Command::Agent { .. })
+        && let Err(e) = cfg.validate_nb_writer()
+    {
+        eprintln!("vipflow: {e}");
+        return ExitCode::from(2);
+    }
     init_logging(cfg.log_format, &cli.global.log);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -42,8 +42,9 @@ pub const SCOPE_KEY: &str = "vipflow.io/scope";
 /// them all (owner and scope vary per row), e.g. `ovn-nbctl find Load_Balancer
 /// external_ids:vipflow.io/managed=true`.
 pub const MANAGED_KEY: &str = "vipflow.io/managed";
-/// The Load_Balancer_Group vipflow owns (created with `external_ids` [`MANAGED_KEY`]`=true`)
-/// when cluster rows must reach every node's router and switch and no group is configured.
+/// The Load_Balancer_Group vipflow owns when cluster rows must reach every node's router and
+/// switch and no group is configured. Known by this name: the schema gives groups no
+/// `external_ids`, and keeps names unique.
 pub const OWN_GROUP: &str = "vipflow-cluster";
 
 /// How rows are attached and which options they carry.
@@ -243,6 +244,28 @@ impl fmt::Display for LbRow {
         }
         Ok(())
     }
+}
+
+/// The problem when some of a Service's rows are attached to nothing: their VIPs are served
+/// nowhere, while their traffic may well be steered into OVN.
+pub fn unattached(owner: &ServiceKey, rows: &[LbRow]) -> Option<String> {
+    let nowhere: Vec<&LbRow> = rows.iter().filter(|r| r.attach.is_nowhere()).collect();
+    let first = nowhere.first()?;
+    // Node rows attached nowhere are ETP=Local's without a node router (prefer-local ones
+    // exist only with a node template, and go to the node's switch too).
+    let fix = match first.key.scope {
+        Scope::Node(_) => {
+            "externalTrafficPolicy: Local rows go to each node's gateway router: set node-router (e.g. 'GR_{node}')"
+        }
+        _ => {
+            "set node-router and node-switch (e.g. 'GR_{node}', '{node}'), lb-group, nb-router or nb-switch"
+        }
+    };
+    Some(format!(
+        "Service {owner}: {} Load_Balancer row(s) attached to no switch, router or group, so VIP traffic finds no load balancer (first: {}); {fix}",
+        nowhere.len(),
+        first.name
+    ))
 }
 
 /// `VIP:port`, brackets around IPv6 (the `vips` key syntax).

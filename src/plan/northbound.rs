@@ -51,15 +51,18 @@ pub const OWN_GROUP: &str = "vipflow-cluster";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct NorthboundConfig {
-    /// Load_Balancer_Group that cluster-scope rows join.
+    /// Load_Balancer_Group that cluster-scope rows join; none: vipflow's own when a node
+    /// template is set ([`NorthboundConfig::cluster_group`]).
     pub lb_group: Option<String>,
-    /// Logical switches cluster-scope rows attach to.
+    /// Logical switches cluster-scope rows and ETP=Local's switch rows attach to.
     pub switches: Vec<String>,
     /// Logical routers cluster-scope rows attach to.
     pub routers: Vec<String>,
-    /// Router of a node for node-scoped rows, `{node}` replaced (e.g. `GR_{node}`).
+    /// Gateway router of a node, `{node}` replaced (e.g. `GR_{node}`): ETP=Local and
+    /// prefer-local node rows, and vipflow's own group.
     pub node_router: Option<String>,
-    /// Switch of a node for node-scoped rows, `{node}` replaced (e.g. `{node}`).
+    /// Switch of a node, `{node}` replaced (e.g. `{node}`): prefer-local node rows, ETP=Local's
+    /// switch rows, and vipflow's own group.
     pub node_switch: Option<String>,
     /// prefer-local for every Service (otherwise per Service by annotation).
     pub prefer_local: bool,

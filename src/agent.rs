@@ -108,6 +108,11 @@ pub fn plan_northbound(cfg: &Config, model: &Model) -> Vec<LbRow> {
     nbplan::plan(model, &cfg.northbound)
 }
 
+/// vipflow's own Load_Balancer_Group for `model`'s nodes, when cluster rows join it.
+pub fn plan_northbound_group(cfg: &Config, model: &Model) -> Option<nbplan::GroupPlan> {
+    nbplan::own_group(&cfg.northbound, &model.nodes.keys().cloned().collect())
+}
+
 pub fn nb_settings(remotes: &str) -> nb::NbSettings {
     nb::NbSettings {
         remotes: remotes.to_string(),
@@ -959,7 +964,7 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
         let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
         let exclude = cfg.northbound.exclude_ips.then_some(&vips);
         let (changes, skipped) =
-            nb::sync_once(remotes, &rows, exclude)
+            nb::sync_once(remotes, &rows, plan_northbound_group(cfg, &model), exclude)
                 .await
                 .map_err(|source| AgentError::Northbound {
                     remotes: remotes.clone(),
@@ -987,7 +992,8 @@ pub async fn verify_northbound(
     let rows = plan_northbound(cfg, &model);
     let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
     let exclude = cfg.northbound.exclude_ips.then_some(&vips);
-    nb::drift(remotes, &rows, exclude)
+    let group = plan_northbound_group(cfg, &model);
+    nb::drift(remotes, &rows, group.as_ref(), exclude)
         .await
         .map(Some)
         .map_err(|source| AgentError::Northbound {

@@ -265,6 +265,21 @@ impl Config {
             .unwrap_or_else(|| format!("unix:{}", self.ovs_rundir.join("db.sock").display()))
     }
 
+    /// For a command that writes Northbound rows: with `nb-remote`, cluster rows must be
+    /// attached somewhere, or the VIP traffic steered into OVN meets no load balancer.
+    pub fn validate_nb_writer(&self) -> Result<(), ConfigError> {
+        if self.nb_remote.is_some() && !self.northbound.attaches_cluster_rows() {
+            return Err(ConfigError::Invalid(
+                "nb-remote is set but Load_Balancer rows would be attached to no router or switch, \
+                 so VIP traffic would find no load balancer: set node-router (e.g. 'GR_{node}', \
+                 the gateway router VIP traffic is steered into) and node-switch (e.g. '{node}'), \
+                 or lb-group (a group attached to them), nb-router or nb-switch"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Cookie mask selecting vipflow's flows.
     pub fn cookie_mask(&self) -> u64 {
         0xffff << 48
@@ -458,6 +473,31 @@ bridges:
         .unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("bridge br-ex is configured twice"), "{e}");
+    }
+
+    #[test]
+    fn a_northbound_writer_must_attach_cluster_rows_somewhere() {
+        let mut c = Config::default();
+        c.validate_nb_writer().unwrap();
+        c.nb_remote = Some("unix:/run/ovn/ovnnb_db.sock".into());
+        let e = c.validate_nb_writer().unwrap_err().to_string();
+        assert!(
+            e.contains("attached to no router or switch") && e.contains("node-router"),
+            "{e}"
+        );
+        // Reading commands (verify, check) still accept it.
+        c.validate().unwrap();
+        for set in [
+            |c: &mut Config| c.northbound.node_router = Some("GR_{node}".into()),
+            |c: &mut Config| c.northbound.node_switch = Some("{node}".into()),
+            |c: &mut Config| c.northbound.lb_group = Some("clusterLBGroup".into()),
+            |c: &mut Config| c.northbound.routers = vec!["lr0".into()],
+            |c: &mut Config| c.northbound.switches = vec!["sw0".into()],
+        ] {
+            let mut c = c.clone();
+            set(&mut c);
+            c.validate_nb_writer().unwrap();
+        }
     }
 
     #[test]

@@ -151,19 +151,22 @@ struct NorthboundFlags {
     /// set, vipflow also keeps each Service's Load_Balancer rows there.
     #[arg(long, env = "OVN_NB_DB", global = true, value_name = "REMOTES")]
     nb_remote: Option<String>,
-    /// Load_Balancer_Group that cluster-scope rows join.
+    /// Load_Balancer_Group that cluster-scope rows join (otherwise, with a node template,
+    /// vipflow's own group vipflow-cluster, attached to every node's router and switch).
     #[arg(long, global = true, value_name = "NAME")]
     lb_group: Option<String>,
-    /// Logical switch cluster-scope rows attach to (repeatable).
+    /// Logical switch cluster-scope rows and ETP=Local's switch rows attach to (repeatable).
     #[arg(long = "nb-switch", global = true, value_name = "NAME")]
     nb_switches: Vec<String>,
     /// Logical router cluster-scope rows attach to (repeatable).
     #[arg(long = "nb-router", global = true, value_name = "NAME")]
     nb_routers: Vec<String>,
-    /// Router of each node for node-scoped rows; {node} is replaced (e.g. GR_{node}).
+    /// Gateway router of each node, where VIP traffic lands: node-scoped rows and (through
+    /// vipflow's group) cluster rows go there; {node} is replaced (e.g. GR_{node}).
     #[arg(long, global = true, value_name = "TEMPLATE")]
     node_router: Option<String>,
-    /// Switch of each node for node-scoped rows; {node} is replaced (e.g. {node}).
+    /// Switch of each node (pod traffic): prefer-local rows, ETP=Local's switch rows and
+    /// (through vipflow's group) cluster rows go there; {node} is replaced (e.g. {node}).
     #[arg(long, global = true, value_name = "TEMPLATE")]
     node_switch: Option<String>,
     /// prefer-local for every Service: a node's own endpoints when it has any, else all (per
@@ -404,6 +407,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(cli.command, Command::Agent { .. })
+        && let Err(e) = cfg.validate_nb_writer()
+    {
+        eprintln!("vipflow: {e}");
+        return ExitCode::from(2);
+    }
     init_logging(cfg.log_format, &cli.global.log);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

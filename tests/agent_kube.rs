@@ -292,6 +292,8 @@ fn spawn_agent(
         .args(["--node-name", node, "--identity", identity])
         .args(["--ovs-rundir", &sb.path().to_string_lossy()])
         .args(["--nb-remote", &format!("unix:{}", nb.nb_sock().display())])
+        // Where VIP traffic lands: cluster rows go into vipflow's group, attached there.
+        .args(["--node-router", "GR_{node}"])
         .args([
             "--http-addr",
             &http,

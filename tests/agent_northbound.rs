@@ -676,3 +676,202 @@ async fn rows_go_in_before_a_new_services_flows_and_go_after_a_removed_ones() {
         .expect("applied");
     assert_eq!(ours(&a.sb), expected(&a.cfg, &base));
 }
+
+/// The groups held by a logical router, by name.
+fn router_groups(sb: &Sandbox, router: &str) -> Vec<String> {
+    sb.nbctl(&[
+        "--bare",
+        "--columns=load_balancer_group",
+        "list",
+        "Logical_Router",
+        router,
+    ])
+    .split_whitespace()
+    .map(|u| {
+        sb.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer_Group", u])
+            .trim()
+            .to_string()
+    })
+    .collect()
+}
+
+/// The names of the rows in vipflow's group.
+fn group_lbs(sb: &Sandbox) -> Vec<String> {
+    sb.nbctl(&[
+        "--bare",
+        "--columns=load_balancer",
+        "find",
+        "Load_Balancer_Group",
+        "name=vipflow-cluster",
+    ])
+    .split_whitespace()
+    .map(|u| {
+        sb.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer", u])
+            .trim()
+            .to_string()
+    })
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vipflows_group_follows_the_nodes_routers_and_problems_name_what_is_missing() {
+    let node_b = "\n- apiVersion: v1\n  kind: Node\n  metadata: {name: node-b}\n  status: {addresses: [{type: InternalIP, address: 192.168.10.12}]}";
+    let y = format!(
+        "{}{}{}{}",
+        base_yaml().trim_end(),
+        node_b,
+        svc("team", "web", "172.18.0.211", 80, "TCP", "Cluster"),
+        slice("team", "web", &[("10.244.1.9", "node-a", true)])
+    );
+    let sb = Sandbox::start();
+    // node-b's gateway router does not exist yet.
+    sb.nbctl(&["lr-add", "GR_node-a"]);
+    let mut h = Harness::start(
+        sb,
+        |c| c.northbound.node_router = Some("GR_{node}".into()),
+        &y,
+    )
+    .await;
+    h.assert_exact(&y);
+    assert!(
+        group_lbs(&h.sb).contains(&"vipflow/team/web/tcp".to_string()),
+        "the cluster row is in vipflow's group: {:?}",
+        group_lbs(&h.sb)
+    );
+    assert_eq!(router_groups(&h.sb, "GR_node-a"), ["vipflow-cluster"]);
+    let problems = h
+        .running
+        .nb_status
+        .as_ref()
+        .unwrap()
+        .borrow()
+        .problems
+        .clone();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("Logical_Router GR_node-b does not exist")
+                && p.contains("Load_Balancer_Group vipflow-cluster")),
+        "{problems:?}"
+    );
+    let loaded = file::parse(&y).unwrap();
+    let lines = agent::verify_northbound(&h.cfg, &loaded.objects)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("! Logical_Router GR_node-b does not exist")),
+        "{lines:?}"
+    );
+
+    // node-b's router appears: the writer attaches the group there, and verify is clean.
+    h.sb.nbctl(&["lr-add", "GR_node-b"]);
+    let sb = &h.sb;
+    common::eventually("the group on GR_node-b", 10, || {
+        router_groups(sb, "GR_node-b") == ["vipflow-cluster"]
+    })
+    .await;
+    let lines = agent::verify_northbound(&h.cfg, &loaded.objects)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lines.is_empty(), "{lines:?}");
+
+    // node-b leaves the cluster: the group is taken off its router, kept on node-a's.
+    let y2 = format!(
+        "{}{}{}",
+        base_yaml().trim_end(),
+        svc("team", "web", "172.18.0.211", 80, "TCP", "Cluster"),
+        slice("team", "web", &[("10.244.1.9", "node-a", true)])
+    );
+    h.update(&y2).await;
+    let sb = &h.sb;
+    common::eventually("the group off GR_node-b", 10, || {
+        router_groups(sb, "GR_node-b").is_empty()
+    })
+    .await;
+    assert_eq!(router_groups(&h.sb, "GR_node-a"), ["vipflow-cluster"]);
+
+    // A configuration whose Local rows have no router to go to: verify says so.
+    let mut cfg = h.cfg.clone();
+    cfg.northbound.node_router = None;
+    cfg.northbound.switches = vec!["sw-missing".into()];
+    let y3 = format!(
+        "{}{}{}",
+        base_yaml().trim_end(),
+        svc("team", "local", "172.18.0.212", 80, "TCP", "Local"),
+        slice("team", "local", &[("10.244.1.9", "node-a", true)])
+    );
+    let lines = agent::verify_northbound(&cfg, &file::parse(&y3).unwrap().objects)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lines.iter().any(|l| l.starts_with("! Service team/local:")
+            && l.contains("attached to no switch, router or group")
+            && l.contains("node-router")),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("! Logical_Switch sw-missing does not exist")),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_creates_vipflows_group_and_puts_cluster_rows_where_traffic_lands() {
+    let sb = Sandbox::start();
+    sb.nbctl(&["lr-add", "GR_node-a"]);
+    sb.nbctl(&["ls-add", "node-a"]);
+    let y = format!(
+        "{}{}{}",
+        base_yaml().trim_end(),
+        svc("team", "web", "172.18.0.211", 80, "TCP", "Cluster"),
+        slice("team", "web", &[("10.244.1.9", "node-a", true)])
+    );
+    let cfg = Config {
+        nb_remote: Some(format!("unix:{}", sb.nb_sock().display())),
+        ovs_rundir: sb.path().to_path_buf(),
+        bridges: Vec::new(),
+        northbound: vipflow::plan::northbound::NorthboundConfig {
+            node_router: Some("GR_{node}".into()),
+            node_switch: Some("{node}".into()),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    cfg.validate_nb_writer().unwrap();
+    let objects = file::parse(&y).unwrap().objects;
+    let reports = agent::sync_once(&cfg, &objects).await.unwrap();
+    let nb = reports.iter().find(|r| r.bridge == "northbound").unwrap();
+    assert!(nb.skipped.is_empty(), "{:?}", nb.skipped);
+    assert!(group_lbs(&sb).contains(&"vipflow/team/web/tcp".to_string()));
+    assert_eq!(router_groups(&sb, "GR_node-a"), ["vipflow-cluster"]);
+    let on_switch = sb.nbctl(&[
+        "--bare",
+        "--columns=load_balancer_group",
+        "list",
+        "Logical_Switch",
+        "node-a",
+    ]);
+    assert!(
+        !on_switch.trim().is_empty(),
+        "the group is on node-a's switch"
+    );
+    let lines = agent::verify_northbound(&cfg, &objects)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lines.is_empty(), "{lines:?}");
+    // Again: nothing to do, no second group.
+    agent::sync_once(&cfg, &objects).await.unwrap();
+    let groups = sb.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer_Group"]);
+    assert_eq!(
+        groups.split_whitespace().collect::<Vec<_>>(),
+        ["vipflow-cluster"]
+    );
+}

@@ -63,15 +63,29 @@ impl Harness {
         self.sb.nbctl(&["--timeout=10", "--wait=sb", "sync"]);
     }
 
-    /// The load balancer rows on a router, as `name vips options` lines (for messages).
-    fn router_rows(&self, router: &str) -> String {
-        let uuids = self.sb.nbctl(&[
+    /// The load balancer rows on a router or switch, its own and its groups', as
+    /// `name vips options` lines (for messages).
+    fn datapath_rows(&self, table: &str, name: &str) -> String {
+        let mut uuids = self
+            .sb
+            .nbctl(&["--bare", "--columns=load_balancer", "list", table, name]);
+        let groups = self.sb.nbctl(&[
             "--bare",
-            "--columns=load_balancer",
+            "--columns=load_balancer_group",
             "list",
-            "Logical_Router",
-            router,
+            table,
+            name,
         ]);
+        for g in groups.split_whitespace() {
+            uuids.push(' ');
+            uuids.push_str(&self.sb.nbctl(&[
+                "--bare",
+                "--columns=load_balancer",
+                "list",
+                "Load_Balancer_Group",
+                g,
+            ]));
+        }
         uuids
             .split_whitespace()
             .map(|u| {
@@ -85,6 +99,10 @@ impl Harness {
             })
             .collect::<Vec<_>>()
             .join("\n")
+    }
+
+    fn router_rows(&self, router: &str) -> String {
+        self.datapath_rows("Logical_Router", router)
     }
 }
 
@@ -252,9 +270,12 @@ items:{nodes}
     )
 }
 
-/// One ovn-trace of a TCP SYN from an external client to VIP:80, entering `node` from br-ex.
+/// One ovn-trace of a TCP SYN to VIP:80: from an external client entering `node` from br-ex,
+/// or from a pod on `node`.
 struct Trace {
     node: String,
+    /// Where the load balancer is looked for: the gateway router, or the pod's node switch.
+    lb_dp: String,
     detailed: String,
     minimal: String,
 }
@@ -266,35 +287,75 @@ fn trace(sb: &Sandbox, node: &str, lb_dst: Option<&str>) -> Trace {
          tcp && tcp.src == 40000 && tcp.dst == 80 && tcp.flags == 0x002",
         gr_ext_mac(node)
     );
+    run_trace(
+        sb,
+        node,
+        &format!("ext_{node}"),
+        &format!("GR_{node}"),
+        &flow,
+        lb_dst,
+    )
+}
+
+/// A SYN from the pod `ip` on `node` to VIP:80, sent to its default gateway (the cluster
+/// router's port on the node switch).
+fn trace_from_pod(sb: &Sandbox, node: &str, ip: &str, lb_dst: Option<&str>) -> Trace {
+    let k = node_index(node);
+    let o: Vec<u8> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+    let flow = format!(
+        "inport == \"{}\" && eth.src == 0a:58:{:02x}:{:02x}:{:02x}:{:02x} && \
+         eth.dst == 0a:58:0a:f4:{k:02x}:01 && ip4.src == {ip} && ip4.dst == {VIP} && \
+         ip.ttl == 64 && tcp && tcp.src == 40000 && tcp.dst == 80 && tcp.flags == 0x002",
+        pod_port(ip),
+        o[0],
+        o[1],
+        o[2],
+        o[3]
+    );
+    run_trace(sb, node, node, node, &flow, lb_dst)
+}
+
+fn run_trace(
+    sb: &Sandbox,
+    node: &str,
+    dp: &str,
+    lb_dp: &str,
+    flow: &str,
+    lb_dst: Option<&str>,
+) -> Trace {
     let db = format!("--db=unix:{}", sb.sb_sock().display());
-    let dp = format!("ext_{node}");
     let lb = lb_dst.map(|d| format!("--lb-dst={d}"));
     let run = |mode: &str| {
         // The first ct action (the gateway router's ct_dnat in lr_in_defrag) reports a new
         // connection, so the load balancer's `ct.new` flow in lr_in_dnat applies.
         let mut args = vec![db.as_str(), "--ct=new", mode];
         args.extend(lb.as_deref());
-        args.extend([dp.as_str(), flow.as_str()]);
+        args.extend([dp, flow]);
         sb.run("ovn-trace", &args)
     };
     Trace {
         node: node.to_string(),
+        lb_dp: lb_dp.to_string(),
         detailed: run("--detailed"),
         minimal: run("--minimal"),
     }
 }
 
 impl Trace {
-    /// The gateway router's `lr_in_dnat` stage for the VIP: the flow line and its actions.
+    /// The load balancing stage for the VIP (`lr_in_dnat` of the gateway router, or
+    /// `ls_in_lb` of the pod's switch): the flow line and its actions.
     fn gr_dnat_stage(&self) -> Option<String> {
-        let gr = format!("ingress(dp=\"GR_{}\"", self.node);
-        let mut in_gr = false;
+        let dp = format!("ingress(dp=\"{}\"", self.lb_dp);
+        let mut in_dp = false;
         let mut lines = self.detailed.lines().peekable();
         while let Some(l) = lines.next() {
             if l.starts_with("ingress(") || l.starts_with("egress(") {
-                in_gr = l.starts_with(&gr);
+                in_dp = l.starts_with(&dp);
             }
-            if in_gr && l.contains("lr_in_dnat") && l.contains(&format!("ip4.dst == {VIP}")) {
+            if in_dp
+                && (l.contains("lr_in_dnat") || l.contains("ls_in_lb"))
+                && l.contains(&format!("ip4.dst == {VIP}"))
+            {
                 let mut stage = vec![l.to_string()];
                 while let Some(a) = lines.next_if(|a| a.starts_with("    ")) {
                     stage.push(a.to_string());
@@ -376,6 +437,30 @@ fn assert_dnat_to(h: &Harness, node: &str, expected: &[&str], skip_snat: bool) {
             t.outputs(),
             vec![pod_port(ip)],
             "{node}: the SYN DNATed to {backend} is delivered to its pod and nowhere else\n{}",
+            t.show()
+        );
+    }
+}
+
+/// A SYN from the pod `pod_ip` on `node` to the VIP is DNATed by the node switch to exactly
+/// `expected`, and, traced once per backend, reaches that backend's pod.
+fn assert_pod_dnat_to(h: &Harness, node: &str, pod_ip: &str, expected: &[&str]) {
+    let t = trace_from_pod(&h.sb, node, pod_ip, None);
+    let rows = h.datapath_rows("Logical_Switch", node);
+    assert_eq!(
+        t.backends(),
+        Some(set(expected)),
+        "{node}: the node switch DNATs the pod's SYN to exactly these backends\nrows on switch {node}:\n{rows}\n{}",
+        t.show()
+    );
+    assert!(!t.minimal.contains("tcp_reset"), "{}", t.show());
+    for backend in expected {
+        let t = trace_from_pod(&h.sb, node, pod_ip, Some(backend));
+        let ip = backend.split(':').next().unwrap();
+        assert_eq!(
+            t.outputs(),
+            vec![pod_port(ip)],
+            "{node}: the pod's SYN DNATed to {backend} is delivered to that pod and nowhere else\n{}",
             t.show()
         );
     }
@@ -530,4 +615,130 @@ async fn cluster_row_on_every_gateway_router_dnats_to_all_ready_endpoints() {
         .map(str::to_string)
         .collect();
     assert_eq!(names, set(&["vipflow/shop/web/tcp"]), "one cluster row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etp_local_pods_on_a_node_without_endpoints_reach_remote_ones_through_the_node_switch() {
+    // node-b has no endpoint; 10.244.2.20 is a client pod there.
+    let pods = [
+        ("10.244.1.9", "node-a"),
+        ("10.244.2.20", "node-b"),
+        ("10.244.3.4", "node-c"),
+    ];
+    let sb = Sandbox::start();
+    build_topology(&sb, &pods);
+    let y = objects_yaml(
+        "Local",
+        "",
+        &[
+            ("10.244.1.9", "node-a", true),
+            ("10.244.3.4", "node-c", true),
+        ],
+    );
+    let h = Harness::start(
+        sb,
+        |c| {
+            c.northbound.node_router = Some("GR_{node}".into());
+            c.northbound.node_switch = Some("{node}".into());
+        },
+        &y,
+    )
+    .await;
+
+    // From outside, the gateway routers stay node-local: node-b resets, node-a keeps its own.
+    assert_rejected(&h, "node-b");
+    assert_dnat_to(&h, "node-a", &["10.244.1.9:8080"], true);
+    // From the pod on node-b, the node switch balances over every endpoint, all remote, and
+    // each is reached across the cluster router.
+    assert_pod_dnat_to(
+        &h,
+        "node-b",
+        "10.244.2.20",
+        &["10.244.1.9:8080", "10.244.3.4:8080"],
+    );
+    // The switch row is vipflow's `switches` row, on every node switch and no router.
+    let sw = h.sb.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Load_Balancer",
+        "external_ids:\"vipflow.io/scope\"=switches",
+    ]);
+    let sw = sw.trim();
+    for node in NODES {
+        let on_switch = h.sb.nbctl(&[
+            "--bare",
+            "--columns=load_balancer",
+            "list",
+            "Logical_Switch",
+            node,
+        ]);
+        assert!(
+            on_switch.contains(sw),
+            "switch {node} holds the switches row"
+        );
+        let on_router = h.sb.nbctl(&[
+            "--bare",
+            "--columns=load_balancer",
+            "list",
+            "Logical_Router",
+            &format!("GR_{node}"),
+        ]);
+        assert!(!on_router.contains(sw), "GR_{node} does not");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_only_a_node_router_template_cluster_rows_reach_every_gateway_router_through_vipflows_group()
+ {
+    let pods = [
+        ("10.244.1.9", "node-a"),
+        ("10.244.2.5", "node-b"),
+        ("10.244.3.4", "node-c"),
+    ];
+    let sb = Sandbox::start();
+    build_topology(&sb, &pods);
+    let y = objects_yaml(
+        "Cluster",
+        "",
+        &[
+            ("10.244.1.9", "node-a", true),
+            ("10.244.2.5", "node-b", false),
+            ("10.244.3.4", "node-c", true),
+        ],
+    );
+    // Nothing but the template of the router VIP traffic is steered into.
+    let h = Harness::start(
+        sb,
+        |c| c.northbound.node_router = Some("GR_{node}".into()),
+        &y,
+    )
+    .await;
+
+    for node in NODES {
+        assert_dnat_to(&h, node, &["10.244.1.9:8080", "10.244.3.4:8080"], false);
+    }
+    // Through one group of vipflow's, attached to every gateway router.
+    let group = h.sb.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Load_Balancer_Group",
+        "name=vipflow-cluster",
+    ]);
+    let group = group.trim();
+    assert!(
+        !group.is_empty(),
+        "vipflow's group exists, marked as vipflow's"
+    );
+    for node in NODES {
+        let groups = h.sb.nbctl(&[
+            "--bare",
+            "--columns=load_balancer_group",
+            "list",
+            "Logical_Router",
+            &format!("GR_{node}"),
+        ]);
+        assert_eq!(groups.trim(), group, "GR_{node} holds vipflow's group");
+    }
 }

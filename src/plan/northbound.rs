@@ -1,19 +1,34 @@
 //! The desired OVN Northbound `Load_Balancer` rows: a pure function of the model and config.
 //!
 //! - Cluster scope: one row per (Service, protocol) with every VIP:port of the Service as a
-//!   `vips` key and the ready endpoints as its value.
-//! - `externalTrafficPolicy: Local`: one row per (Service, protocol, node) with only that
+//!   `vips` key and the ready endpoints as its value, attached to the cluster targets: the
+//!   Load_Balancer_Group ([`NorthboundConfig::cluster_group`]), `switches` and `routers`.
+//! - `externalTrafficPolicy: Local`, as OVN-Kubernetes does it: only the gateway routers are
+//!   node-local. One row per (Service, protocol, node) on that node's router with only that
 //!   node's endpoints; none -> an empty backend list, which with `reject=true` resets
-//!   connections instead of black-holing them. These rows are local-only, so `skip_snat=true`.
+//!   connections instead of black-holing them; `skip_snat=true` keeps the client's address.
+//!   Pods reach the VIP through their node's switch, where node-locality means nothing: one
+//!   row per (Service, protocol) of scope `switches` with all endpoints, attached to the
+//!   configured switches and every node's switch, never to a router or the group (a group is
+//!   usually on the routers too, and two rows with one VIP on a router are ambiguous).
 //! - prefer-local (config flag, or the `vipflow.io/prefer-local: "true"` annotation): one row
-//!   per (Service, protocol, node) with the node's endpoints when it has any, else all of them.
+//!   per (Service, protocol, node) with the node's endpoints when it has any, else all of them,
+//!   on the node's router and switch (both see traffic of that node only, from outside or from
+//!   its pods). Without node templates there is nowhere to put such rows: a cluster row then.
 //!   In the Kube-OVN dialect the patched OVN does this itself: one cluster row with
 //!   `options:prefer_local_backend=true` and `ip_port_mappings` (backend IP -> node).
+//! - Where cluster rows land: VIP traffic is steered into each node's gateway router, so with
+//!   node templates and no `lb_group` of the user's, cluster rows join vipflow's own group
+//!   ([`OWN_GROUP`], see [`own_group`]), which the writer creates and attaches to every node's
+//!   router and switch through their `load_balancer_group` column. One group, not every row on
+//!   every router: the attachments stay one per node instead of one per (Service, node), and
+//!   northd handles a group's rows once for all its routers (why OVN-Kubernetes uses groups).
 //! - Endpoints: ready ones; when none is ready, the serving ones (terminating included), as
 //!   kube-proxy does. Only addresses of the VIP's family are used.
-//! - Rows carry `external_ids` `vipflow.io/owner=<ns>/<name>` and `vipflow.io/scope=cluster` or
-//!   `node/<node>`: that is how the reconciler finds its rows (names are not unique in the
-//!   schema) and never touches anyone else's. `vipflow.io/managed=true` marks them all at once.
+//! - Rows carry `external_ids` `vipflow.io/owner=<ns>/<name>` and `vipflow.io/scope=cluster`,
+//!   `switches` or `node/<node>`: that is how the reconciler finds its rows (names are not
+//!   unique in the schema) and never touches anyone else's. `vipflow.io/managed=true` marks
+//!   them all at once.
 
 use crate::model::{EndpointSlice, Model, Protocol, Service, ServiceKey, TrafficPolicy, VipPort};
 use serde::{Deserialize, Serialize};
@@ -27,20 +42,27 @@ pub const SCOPE_KEY: &str = "vipflow.io/scope";
 /// them all (owner and scope vary per row), e.g. `ovn-nbctl find Load_Balancer
 /// external_ids:vipflow.io/managed=true`.
 pub const MANAGED_KEY: &str = "vipflow.io/managed";
+/// The Load_Balancer_Group vipflow owns when cluster rows must reach every node's router and
+/// switch and no group is configured. Known by this name: the schema gives groups no
+/// `external_ids`, and keeps names unique.
+pub const OWN_GROUP: &str = "vipflow-cluster";
 
 /// How rows are attached and which options they carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
 pub struct NorthboundConfig {
-    /// Load_Balancer_Group that cluster-scope rows join.
+    /// Load_Balancer_Group that cluster-scope rows join; none: vipflow's own when a node
+    /// template is set ([`NorthboundConfig::cluster_group`]).
     pub lb_group: Option<String>,
-    /// Logical switches cluster-scope rows attach to.
+    /// Logical switches cluster-scope rows and ETP=Local's switch rows attach to.
     pub switches: Vec<String>,
     /// Logical routers cluster-scope rows attach to.
     pub routers: Vec<String>,
-    /// Router of a node for node-scoped rows, `{node}` replaced (e.g. `GR_{node}`).
+    /// Gateway router of a node, `{node}` replaced (e.g. `GR_{node}`): ETP=Local and
+    /// prefer-local node rows, and vipflow's own group.
     pub node_router: Option<String>,
-    /// Switch of a node for node-scoped rows, `{node}` replaced (e.g. `{node}`).
+    /// Switch of a node, `{node}` replaced (e.g. `{node}`): prefer-local node rows, ETP=Local's
+    /// switch rows, and vipflow's own group.
     pub node_switch: Option<String>,
     /// prefer-local for every Service (otherwise per Service by annotation).
     pub prefer_local: bool,
@@ -70,9 +92,32 @@ impl Default for NorthboundConfig {
     }
 }
 
+impl NorthboundConfig {
+    /// A node template is set: each node's router or switch gets rows.
+    pub fn has_node_templates(&self) -> bool {
+        self.node_router.is_some() || self.node_switch.is_some()
+    }
+
+    /// The group cluster rows join: the configured one, else vipflow's own when node
+    /// templates say where VIP traffic lands.
+    pub fn cluster_group(&self) -> Option<&str> {
+        match &self.lb_group {
+            Some(g) => Some(g),
+            None => self.has_node_templates().then_some(OWN_GROUP),
+        }
+    }
+
+    /// Cluster rows are attached somewhere (a group, a switch or a router).
+    pub fn attaches_cluster_rows(&self) -> bool {
+        self.cluster_group().is_some() || !self.switches.is_empty() || !self.routers.is_empty()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Scope {
     Cluster,
+    /// `externalTrafficPolicy: Local`'s row for pod traffic: all endpoints, on switches only.
+    Switches,
     Node(String),
 }
 
@@ -80,9 +125,48 @@ impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Scope::Cluster => f.write_str("cluster"),
+            Scope::Switches => f.write_str("switches"),
             Scope::Node(n) => write!(f, "node/{n}"),
         }
     }
+}
+
+impl Scope {
+    /// The `vipflow.io/scope` value back to a scope; `None`: not one vipflow writes.
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "cluster" => Some(Scope::Cluster),
+            "switches" => Some(Scope::Switches),
+            s => Some(Scope::Node(s.strip_prefix("node/")?.to_owned())),
+        }
+    }
+}
+
+/// vipflow's own Load_Balancer_Group and where it must be attached: every node's router and
+/// switch (from the templates).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupPlan {
+    pub name: String,
+    pub routers: BTreeSet<String>,
+    pub switches: BTreeSet<String>,
+}
+
+/// vipflow's own group, when cluster rows use it ([`NorthboundConfig::cluster_group`]).
+pub fn own_group(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Option<GroupPlan> {
+    if cfg.lb_group.is_some() || !cfg.has_node_templates() {
+        return None;
+    }
+    Some(GroupPlan {
+        name: OWN_GROUP.to_string(),
+        routers: nodes
+            .iter()
+            .filter_map(|n| template(&cfg.node_router, n))
+            .collect(),
+        switches: nodes
+            .iter()
+            .filter_map(|n| template(&cfg.node_switch, n))
+            .collect(),
+    })
 }
 
 /// What identifies one of our rows.
@@ -99,6 +183,13 @@ pub struct Attach {
     pub group: Option<String>,
     pub switches: BTreeSet<String>,
     pub routers: BTreeSet<String>,
+}
+
+impl Attach {
+    /// Attached to nothing: its VIPs are served nowhere.
+    pub fn is_nowhere(&self) -> bool {
+        self.group.is_none() && self.switches.is_empty() && self.routers.is_empty()
+    }
 }
 
 /// One desired `Load_Balancer` row.
@@ -156,6 +247,28 @@ impl fmt::Display for LbRow {
         }
         Ok(())
     }
+}
+
+/// The problem when some of a Service's rows are attached to nothing: their VIPs are served
+/// nowhere, while their traffic may well be steered into OVN.
+pub fn unattached(owner: &ServiceKey, rows: &[LbRow]) -> Option<String> {
+    let nowhere: Vec<&LbRow> = rows.iter().filter(|r| r.attach.is_nowhere()).collect();
+    let first = nowhere.first()?;
+    // Node rows attached nowhere are ETP=Local's without a node router (prefer-local ones
+    // exist only with a node template, and go to the node's switch too).
+    let fix = match first.key.scope {
+        Scope::Node(_) => {
+            "externalTrafficPolicy: Local rows go to each node's gateway router: set node-router (e.g. 'GR_{node}')"
+        }
+        _ => {
+            "set node-router and node-switch (e.g. 'GR_{node}', '{node}'), lb-group, nb-router or nb-switch"
+        }
+    };
+    Some(format!(
+        "Service {owner}: {} Load_Balancer row(s) attached to no switch, router or group, so VIP traffic finds no load balancer (first: {}); {fix}",
+        nowhere.len(),
+        first.name
+    ))
 }
 
 /// `VIP:port`, brackets around IPv6 (the `vips` key syntax).
@@ -236,6 +349,12 @@ fn row_name(key: &LbKey) -> String {
             "vipflow/{}/{}/{}/{n}",
             key.owner.namespace, key.owner.name, key.protocol
         ),
+        // Names are informational (identity is in external_ids); a node named "switches"
+        // would share this one's name, never its identity.
+        Scope::Switches => format!(
+            "vipflow/{}/{}/{}/switches",
+            key.owner.namespace, key.owner.name, key.protocol
+        ),
     }
 }
 
@@ -291,6 +410,9 @@ fn rows_for(
     let local = svc.traffic_policy == TrafficPolicy::Local;
     let prefer_local = !local && (cfg.prefer_local || svc.prefer_local);
     let mk = |scope: Scope, attach: Attach, pick: &dyn Fn(&[Backend]) -> Vec<Backend>| {
+        // Only rows holding nothing but the node's own endpoints may keep the client's
+        // address: the reply comes back through the same node.
+        let node_local = local && matches!(scope, Scope::Node(_));
         let key = LbKey {
             owner: svc.key.clone(),
             protocol,
@@ -314,7 +436,7 @@ fn rows_for(
         if attach.group.is_some() || !attach.routers.is_empty() {
             options.insert("neighbor_responder".into(), "none".into());
         }
-        if local {
+        if node_local {
             options.insert("skip_snat".into(), "true".into());
         }
         if let Some(ip) = &cfg.hairpin_snat_ip {
@@ -338,40 +460,65 @@ fn rows_for(
             attach,
         }
     };
-    let cluster_attach = || Attach {
-        group: cfg.lb_group.clone(),
+    let all = |bs: &[Backend]| bs.to_vec();
+
+    if local {
+        // Gateway routers: the node's endpoints only. Switches (pod traffic): all of them.
+        let mut rows: Vec<LbRow> = nodes
+            .iter()
+            .map(|node| {
+                let attach = Attach {
+                    routers: template(&cfg.node_router, node).into_iter().collect(),
+                    ..Attach::default()
+                };
+                mk(Scope::Node(node.clone()), attach, &|bs| on_node(bs, node))
+            })
+            .collect();
+        let switches: BTreeSet<String> = cfg
+            .switches
+            .iter()
+            .cloned()
+            .chain(nodes.iter().filter_map(|n| template(&cfg.node_switch, n)))
+            .collect();
+        if !switches.is_empty() {
+            let attach = Attach {
+                switches,
+                ..Attach::default()
+            };
+            rows.push(mk(Scope::Switches, attach, &all));
+        }
+        return rows;
+    }
+    // prefer-local per node, unless Kube-OVN's OVN does it or there are no node targets.
+    if prefer_local && !cfg.kube_ovn && cfg.has_node_templates() {
+        return nodes
+            .iter()
+            .map(|node| {
+                let attach = Attach {
+                    group: None,
+                    switches: template(&cfg.node_switch, node).into_iter().collect(),
+                    routers: template(&cfg.node_router, node).into_iter().collect(),
+                };
+                mk(Scope::Node(node.clone()), attach, &|bs| {
+                    let mine = on_node(bs, node);
+                    if mine.is_empty() { bs.to_vec() } else { mine }
+                })
+            })
+            .collect();
+    }
+    let attach = Attach {
+        group: cfg.cluster_group().map(str::to_owned),
         switches: cfg.switches.iter().cloned().collect(),
         routers: cfg.routers.iter().cloned().collect(),
     };
-    let node_attach = |node: &str| Attach {
-        group: None,
-        switches: template(&cfg.node_switch, node).into_iter().collect(),
-        routers: template(&cfg.node_router, node).into_iter().collect(),
-    };
+    vec![mk(Scope::Cluster, attach, &all)]
+}
 
-    // Node-scoped rows for ETP=Local, and for prefer-local unless Kube-OVN's OVN does it.
-    let per_node = local || (prefer_local && !cfg.kube_ovn);
-    if !per_node {
-        return vec![mk(Scope::Cluster, cluster_attach(), &|bs| bs.to_vec())];
-    }
-    nodes
-        .iter()
-        .map(|node| {
-            let on_node = |bs: &[Backend]| -> Vec<Backend> {
-                bs.iter()
-                    .filter(|b| b.node.as_deref() == Some(node.as_str()))
-                    .cloned()
-                    .collect()
-            };
-            if local {
-                mk(Scope::Node(node.clone()), node_attach(node), &on_node)
-            } else {
-                mk(Scope::Node(node.clone()), node_attach(node), &|bs| {
-                    let mine = on_node(bs);
-                    if mine.is_empty() { bs.to_vec() } else { mine }
-                })
-            }
-        })
+/// The backends on `node`.
+fn on_node(bs: &[Backend], node: &str) -> Vec<Backend> {
+    bs.iter()
+        .filter(|b| b.node.as_deref() == Some(node))
+        .cloned()
         .collect()
 }
 

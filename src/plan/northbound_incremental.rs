@@ -10,12 +10,13 @@
 //! - each Service's rows, in a persistent map (handing it to the reconciler is O(1)).
 //!
 //! A Service's rows are re-planned when its object changed, it won or lost a VIP:port, one of
-//! its slices changed, or the set of node names changed (node-scoped rows). A property test
-//! checks that after any sequence of snapshots the rows equal the full plan, and that exactly
-//! the Services whose rows changed are reported.
+//! its slices changed, or the set of node names changed (node-scoped rows, and the targets of
+//! vipflow's own group). A property test checks that after any sequence of snapshots the rows
+//! and the group equal the full plan, and that exactly the Services whose rows changed are
+//! reported.
 
 use super::incremental::FlowPlanner;
-use super::northbound::{LbRow, NorthboundConfig, service_rows};
+use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
 use crate::model::{Objects, ServiceKey, build_slices, slice_service_key};
 use k8s_openapi::api::discovery::v1 as discovery;
 use std::collections::{HashMap, HashSet};
@@ -51,11 +52,14 @@ pub struct NbPlanner {
     rows: RowIndex,
     /// The number of rows in `rows`.
     count: usize,
+    /// vipflow's own group and its targets ([`own_group`]).
+    group: Option<Arc<GroupPlan>>,
 }
 
 impl NbPlanner {
     pub fn new(cfg: NorthboundConfig) -> Self {
         NbPlanner {
+            group: own_group(&cfg, &Default::default()).map(Arc::new),
             cfg,
             order: Vec::new(),
             seen: HashMap::new(),
@@ -75,6 +79,11 @@ impl NbPlanner {
         self.rows.clone()
     }
 
+    /// vipflow's own Load_Balancer_Group and its targets, when cluster rows use it.
+    pub fn group(&self) -> Option<Arc<GroupPlan>> {
+        self.group.clone()
+    }
+
     /// Take the same snapshot `services` was just updated with.
     pub fn update(&mut self, objects: &Objects, services: &FlowPlanner) -> NbDelta {
         let changes = services.changes();
@@ -83,6 +92,7 @@ impl NbPlanner {
         if changes.node_names {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
+            self.group = own_group(&self.cfg, services.node_names()).map(Arc::new);
         }
 
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
@@ -362,15 +372,40 @@ mod tests {
         o
     }
 
+    /// The attachment shapes that change rows: node templates (own group, node-scoped rows,
+    /// the ETP=Local switch row), configured switches and group, Kube-OVN's dialect.
+    fn config() -> impl Strategy<Value = NorthboundConfig> {
+        (
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(kube_ovn, node_router, node_switch, switch, group, prefer_local)| {
+                    NorthboundConfig {
+                        kube_ovn,
+                        node_router: node_router.then(|| "GR_{node}".into()),
+                        node_switch: node_switch.then(|| "{node}".into()),
+                        switches: if switch { vec!["join".into()] } else { vec![] },
+                        lb_group: group.then(|| "clusterLBGroup".into()),
+                        prefer_local,
+                        ..Default::default()
+                    }
+                },
+            )
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
         #[test]
         fn incremental_rows_equal_the_full_plan(
             start in step(),
             edits in prop::collection::vec((prop::collection::vec(edit(), 1..3), any::<bool>()), 1..12),
-            kube_ovn in any::<bool>(),
+            cfg in config(),
         ) {
-            let cfg = NorthboundConfig { kube_ovn, ..Default::default() };
             let mut services = FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f);
             let mut nb = NbPlanner::new(cfg.clone());
             let mut reuse = Reuse::default();
@@ -384,9 +419,12 @@ mod tests {
                 let objects = snapshot(&mut reuse, &world, shuffle);
                 services.update(&objects);
                 let delta = nb.update(&objects, &services);
-                let want = plan(&Model::build(&objects, &ModelOptions::default()), &cfg);
+                let model = Model::build(&objects, &ModelOptions::default());
+                let want = plan(&model, &cfg);
                 let have: Vec<LbRow> = nb.rows().values().flat_map(|v| v.iter().cloned()).collect();
                 prop_assert_eq!(&have, &want);
+                let nodes = model.nodes.keys().cloned().collect();
+                prop_assert_eq!(nb.group().map(|g| (*g).clone()), own_group(&cfg, &nodes));
                 prop_assert_eq!(nb.row_count(), want.len());
                 let now: BTreeMap<ServiceKey, Vec<LbRow>> = nb
                     .rows()

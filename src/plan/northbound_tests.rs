@@ -151,18 +151,39 @@ fn serving_terminating_endpoints_stand_in_when_none_is_ready_and_none_means_reje
 }
 
 #[test]
-fn etp_local_gives_node_rows_with_only_local_endpoints_and_skip_snat() {
+fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_row_with_all() {
     let y = list(&[
         NODES.into(),
         svc("", "Local", PORTS),
-        slice("IPv4", &[("10.244.1.5", "node-a", true, true, false)]),
+        slice(
+            "IPv4",
+            &[
+                ("10.244.1.5", "node-a", true, true, false),
+                ("10.244.3.9", "node-c", true, true, false),
+            ],
+        ),
     ]);
     let cfg = NorthboundConfig {
         node_router: Some("GR_{node}".into()),
         node_switch: Some("{node}".into()),
+        switches: vec!["join".into()],
+        lb_group: Some("clusterLBGroup".into()),
+        routers: vec!["lr0".into()],
         ..Default::default()
     };
     let r = rows(&y, &cfg);
+    assert_eq!(
+        r.keys().collect::<Vec<_>>(),
+        [
+            "vipflow/shop/web/tcp/node-a",
+            "vipflow/shop/web/tcp/node-b",
+            "vipflow/shop/web/tcp/switches",
+            "vipflow/shop/web/udp/node-a",
+            "vipflow/shop/web/udp/node-b",
+            "vipflow/shop/web/udp/switches",
+        ],
+        "no cluster row for a Local Service"
+    );
     let a = &r["vipflow/shop/web/tcp/node-a"];
     let b = &r["vipflow/shop/web/tcp/node-b"];
     assert_eq!(a.vips["172.18.0.100:80"], "10.244.1.5:8080");
@@ -177,12 +198,158 @@ fn etp_local_gives_node_rows_with_only_local_endpoints_and_skip_snat() {
     );
     assert_eq!(a.key.scope, Scope::Node("node-a".into()));
     assert_eq!(a.external_ids[SCOPE_KEY], "node/node-a");
-    assert_eq!(a.attach.routers, BTreeSet::from(["GR_node-a".to_string()]));
-    assert_eq!(a.attach.switches, BTreeSet::from(["node-a".to_string()]));
-    assert!(
-        !r.contains_key("vipflow/shop/web/tcp"),
-        "no cluster row for a Local Service"
+    // The node's gateway router only: its pods' traffic must not be limited to local endpoints.
+    assert_eq!(
+        a.attach,
+        Attach {
+            routers: BTreeSet::from(["GR_node-a".to_string()]),
+            ..Attach::default()
+        }
     );
+    // Pod traffic: every endpoint (a remote one too), on every switch and on no router or group.
+    let sw = &r["vipflow/shop/web/tcp/switches"];
+    assert_eq!(sw.key.scope, Scope::Switches);
+    assert_eq!(
+        sw.external_ids,
+        m(&[
+            (MANAGED_KEY, "true"),
+            (OWNER_KEY, "shop/web"),
+            (SCOPE_KEY, "switches")
+        ])
+    );
+    assert_eq!(
+        sw.vips["172.18.0.100:80"],
+        "10.244.1.5:8080,10.244.3.9:8080"
+    );
+    assert_eq!(
+        sw.attach,
+        Attach {
+            switches: BTreeSet::from(["join".into(), "node-a".into(), "node-b".into()]),
+            ..Attach::default()
+        }
+    );
+    assert_eq!(
+        sw.options,
+        m(&[("reject", "true")]),
+        "no skip_snat (not node-local), no neighbor_responder (no router)"
+    );
+}
+
+#[test]
+fn etp_local_without_switches_has_no_switch_row_and_without_a_node_router_rows_attach_nowhere() {
+    let y = list(&[
+        NODES.into(),
+        svc("", "Local", PORTS),
+        slice("IPv4", &[("10.244.1.5", "node-a", true, true, false)]),
+    ]);
+    let r = rows(
+        &y,
+        &NorthboundConfig {
+            node_router: Some("GR_{node}".into()),
+            ..Default::default()
+        },
+    );
+    assert!(!r.contains_key("vipflow/shop/web/tcp/switches"));
+    assert!(r.contains_key("vipflow/shop/web/tcp/node-a"));
+    // Switches only: the switch row serves pods; node rows have no router to go to, which the
+    // writer reports (a row attached nowhere) rather than putting local-only rows on switches.
+    let r = rows(
+        &y,
+        &NorthboundConfig {
+            node_switch: Some("{node}".into()),
+            ..Default::default()
+        },
+    );
+    assert!(r["vipflow/shop/web/tcp/node-a"].attach.is_nowhere());
+    assert_eq!(
+        r["vipflow/shop/web/tcp/switches"].attach.switches,
+        BTreeSet::from(["node-a".into(), "node-b".into()])
+    );
+}
+
+#[test]
+fn cluster_rows_join_vipflows_own_group_when_only_node_templates_say_where_traffic_lands() {
+    let y = list(&[
+        NODES.into(),
+        svc("", "Cluster", PORTS),
+        slice("IPv4", &[("10.244.1.5", "node-a", true, true, false)]),
+    ]);
+    let cfg = NorthboundConfig {
+        node_router: Some("GR_{node}".into()),
+        ..Default::default()
+    };
+    assert!(cfg.attaches_cluster_rows());
+    let r = rows(&y, &cfg);
+    let tcp = &r["vipflow/shop/web/tcp"];
+    assert_eq!(tcp.attach.group.as_deref(), Some(OWN_GROUP));
+    assert_eq!(tcp.options["neighbor_responder"], "none");
+    let nodes = model(&y).nodes.keys().cloned().collect();
+    assert_eq!(
+        own_group(&cfg, &nodes),
+        Some(GroupPlan {
+            name: OWN_GROUP.into(),
+            routers: BTreeSet::from(["GR_node-a".into(), "GR_node-b".into()]),
+            switches: BTreeSet::new(),
+        })
+    );
+    let both = NorthboundConfig {
+        node_switch: Some("{node}".into()),
+        switches: vec!["join".into()],
+        ..cfg.clone()
+    };
+    let g = own_group(&both, &nodes).unwrap();
+    assert_eq!(
+        g.switches,
+        BTreeSet::from(["node-a".into(), "node-b".into()])
+    );
+    let r = rows(&y, &both);
+    assert_eq!(
+        r["vipflow/shop/web/tcp"].attach,
+        Attach {
+            group: Some(OWN_GROUP.into()),
+            switches: BTreeSet::from(["join".into()]),
+            routers: BTreeSet::new(),
+        }
+    );
+    // A configured group is used as it is (OVN-Kubernetes attaches its own everywhere).
+    let theirs = NorthboundConfig {
+        lb_group: Some("clusterLBGroup".into()),
+        ..cfg
+    };
+    assert_eq!(own_group(&theirs, &nodes), None);
+    assert_eq!(
+        rows(&y, &theirs)["vipflow/shop/web/tcp"]
+            .attach
+            .group
+            .as_deref(),
+        Some("clusterLBGroup")
+    );
+    // No node template: no own group; nothing configured at all attaches nowhere (refused by
+    // the config's validation when Northbound writing is on).
+    let none = NorthboundConfig::default();
+    assert_eq!(own_group(&none, &nodes), None);
+    assert!(!none.attaches_cluster_rows());
+    assert!(rows(&y, &none)["vipflow/shop/web/tcp"].attach.is_nowhere());
+    assert!(
+        NorthboundConfig {
+            routers: vec!["lr0".into()],
+            ..none
+        }
+        .attaches_cluster_rows()
+    );
+}
+
+#[test]
+fn scopes_read_back_from_their_external_ids_value() {
+    for s in [
+        Scope::Cluster,
+        Scope::Switches,
+        Scope::Node("node-a".into()),
+        Scope::Node("switches".into()),
+    ] {
+        assert_eq!(Scope::parse(&s.to_string()), Some(s));
+    }
+    assert_eq!(Scope::parse("zone/a"), None);
 }
 
 #[test]
@@ -199,10 +366,24 @@ fn prefer_local_uses_local_endpoints_else_all_and_no_skip_snat() {
             ],
         ),
     ]);
-    let r = rows(&y, &NorthboundConfig::default());
+    let templates = NorthboundConfig {
+        node_router: Some("GR_{node}".into()),
+        node_switch: Some("{node}".into()),
+        ..Default::default()
+    };
+    let r = rows(&y, &templates);
     assert_eq!(
         r["vipflow/shop/web/tcp/node-a"].vips["172.18.0.100:80"],
         "10.244.1.5:8080"
+    );
+    // Router and switch of the node: both carry only that node's traffic.
+    assert_eq!(
+        r["vipflow/shop/web/tcp/node-a"].attach,
+        Attach {
+            group: None,
+            switches: BTreeSet::from(["node-a".into()]),
+            routers: BTreeSet::from(["GR_node-a".into()]),
+        }
     );
     assert_eq!(
         r["vipflow/shop/web/tcp/node-b"].vips["172.18.0.100:80"],
@@ -223,12 +404,25 @@ fn prefer_local_uses_local_endpoints_else_all_and_no_skip_snat() {
         &y,
         &NorthboundConfig {
             prefer_local: true,
-            ..Default::default()
+            ..templates
         },
     );
     assert!(
         r.contains_key("vipflow/shop/web/tcp/node-a")
             && r.contains_key("vipflow/shop/web/tcp/node-b")
+    );
+    // No node template: per-node rows would be attached nowhere; one cluster row instead.
+    let r = rows(
+        &y,
+        &NorthboundConfig {
+            prefer_local: true,
+            lb_group: Some("clusterLBGroup".into()),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        r.keys().collect::<Vec<_>>(),
+        ["vipflow/shop/web/tcp", "vipflow/shop/web/udp"]
     );
 }
 

@@ -27,10 +27,14 @@
 //!   unknown (connection lost after sending) is never resent: the next session reads first.
 //! - Load balancers are attached through weak references (switch/router/group
 //!   `load_balancer` columns), so deleting a row detaches it everywhere.
+//! - vipflow's own Load_Balancer_Group, when the plan has one, is created before the first
+//!   diff that needs it and attached to every node's router and switch ([`group`]).
 
 use crate::model::{Protocol, ServiceKey};
 use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
-use crate::plan::northbound::{Attach, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope};
+use crate::plan::northbound::{
+    Attach, GroupPlan, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope, unattached,
+};
 use crate::plan::northbound_incremental::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
@@ -42,6 +46,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+mod group;
 
 pub const DB: &str = "OVN_Northbound";
 const LB: &str = "Load_Balancer";
@@ -81,6 +87,8 @@ pub struct Desired {
     pub vips: imbl::OrdSet<IpAddr>,
     /// Whether to manage `other_config:exclude_ips` at all.
     pub exclude_ips: bool,
+    /// vipflow's own Load_Balancer_Group and where it goes, when cluster rows join it.
+    pub group: Option<Arc<GroupPlan>>,
 }
 
 impl Desired {
@@ -101,6 +109,7 @@ impl Desired {
             delta: Some(delta),
             vips: services.vips(),
             exclude_ips,
+            group: rows.group(),
         }
     }
 }
@@ -162,9 +171,15 @@ pub fn monitor_spec() -> MonitorSpec {
         .columns(GROUP, &["name", "load_balancer"])
         .columns(
             SWITCH,
-            &["name", "load_balancer", "other_config", "external_ids"],
+            &[
+                "name",
+                "load_balancer",
+                "load_balancer_group",
+                "other_config",
+                "external_ids",
+            ],
         )
-        .columns(ROUTER, &["name", "load_balancer"])
+        .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
 }
 
 /// One of our rows as the database has it.
@@ -188,11 +203,13 @@ pub struct SwitchIpam {
     pub external_ids: BTreeMap<String, String>,
 }
 
-/// A switch, router or group: its uuid and the load balancers it holds.
+/// A switch, router or group: its uuid, the load balancers and (switch, router) the groups it
+/// holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Holder {
     uuid: Uuid,
     lbs: BTreeSet<Uuid>,
+    groups: BTreeSet<Uuid>,
 }
 
 /// What the diff needs of the database: our rows, indexed by Service, and the switches,
@@ -253,10 +270,7 @@ fn parse_protocol(s: Option<&str>) -> Option<Protocol> {
 
 fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<LbKey> {
     let (ns, name) = ext.get(OWNER_KEY)?.split_once('/')?;
-    let scope = match ext.get(SCOPE_KEY)?.as_str() {
-        "cluster" => Scope::Cluster,
-        s => Scope::Node(s.strip_prefix("node/")?.to_owned()),
-    };
+    let scope = Scope::parse(ext.get(SCOPE_KEY)?)?;
     Some(LbKey {
         owner: ServiceKey::new(ns, name),
         protocol: parse_protocol(protocol)?,
@@ -290,6 +304,7 @@ fn holders_of(cache: &Cache, table: &str) -> BTreeMap<String, Holder> {
                 Holder {
                     uuid: *uuid,
                     lbs: uuids_of(row.get("load_balancer")),
+                    groups: uuids_of(row.get("load_balancer_group")),
                 },
             );
         }
@@ -589,6 +604,7 @@ fn diff_owner(
     p: &mut Pending,
     problems: &mut Vec<String>,
 ) {
+    problems.extend(unattached(owner, want));
     let obs = observed.rows_of(owner);
     let want: BTreeMap<&LbKey, &LbRow> = want.iter().map(|d| (&d.key, d)).collect();
     let keys: BTreeSet<&LbKey> = want.keys().chain(obs.keys()).copied().collect();
@@ -925,6 +941,7 @@ pub struct Session {
     token: Option<String>,
     attach_problems: Vec<String>,
     exclude_problems: Vec<String>,
+    group_problems: Vec<String>,
 }
 
 impl Session {
@@ -940,6 +957,7 @@ impl Session {
             token,
             attach_problems: Vec::new(),
             exclude_problems: Vec::new(),
+            group_problems: Vec::new(),
         }
     }
 
@@ -1018,6 +1036,12 @@ impl Session {
                 self.attach_problems.dedup();
             }
         }
+        // A few targets (one per node): checked on every pass, like a holder event would.
+        if let Some(g) = &plan.group {
+            let (c, p) = group::diff(&self.observed, g);
+            c.into_iter().for_each(&mut *sink);
+            self.group_problems = p;
+        }
         let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
         if plan.exclude_ips && (whole || self.exclude_due || vips_changed) {
             let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
@@ -1048,6 +1072,7 @@ impl Session {
     /// Attachment and `exclude_ips` problems found by the last diffs.
     pub fn problems(&self) -> Vec<String> {
         let mut p = self.attach_problems.clone();
+        p.extend(self.group_problems.iter().cloned());
         p.extend(self.exclude_problems.iter().cloned());
         p
     }
@@ -1132,6 +1157,17 @@ pub async fn write_plan(
     monitor: ovsdb::Monitor,
     plan: &Desired,
 ) -> Sent {
+    if let Err(e) = group::ensure(session, client, plan).await {
+        tracing::warn!(error = %e, "cannot create vipflow's Load_Balancer_Group; will retry");
+        let result = Err(e);
+        session.done(plan, &result);
+        return Sent {
+            monitor: Some(monitor),
+            transactions: 0,
+            result,
+            written: std::time::Instant::now(),
+        };
+    }
     if !session.first {
         let changes = session.changes(plan);
         return send(session, client, monitor, plan, changes).await;
@@ -1418,6 +1454,7 @@ async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), o
 pub async fn sync_once(
     remotes: &str,
     rows: &[LbRow],
+    group: Option<GroupPlan>,
     exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
@@ -1436,7 +1473,9 @@ pub async fn sync_once(
         delta: None,
         vips: exclude_vips.into_iter().flatten().copied().collect(),
         exclude_ips: exclude_vips.is_some(),
+        group: group.map(Arc::new),
     };
+    group::ensure(&mut session, &client, &plan).await?;
     let changes = session.changes(&plan);
     let ops = changes.iter().map(|c| c.ops).sum();
     send(&mut session, &client, monitor, &plan, changes)
@@ -1449,10 +1488,14 @@ pub async fn sync_once(
 pub async fn drift(
     remotes: &str,
     rows: &[LbRow],
+    group: Option<&GroupPlan>,
     exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<Vec<String>, ovsdb::Error> {
     let (_client, _monitor, observed) = snapshot(remotes).await?;
     let mut lines = describe_drift(&observed, rows);
+    if let Some(g) = group {
+        lines.extend(group::describe(&observed, g));
+    }
     if let Some(vips) = exclude_vips {
         let switches: Vec<LogicalSwitchIpam> =
             observed.ipam.iter().map(|s| s.ipam.clone()).collect();
@@ -1496,13 +1539,29 @@ pub async fn unexcluded(
     Ok(out)
 }
 
-/// Human-readable drift: rows missing, different, duplicated or orphaned, and attachments.
+/// Human-readable drift: rows missing, different, duplicated or orphaned, and attachments;
+/// `!` lines: attachment targets that do not exist and Services whose rows are attached
+/// nowhere.
 pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
     let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for (owner, rows) in index_rows(rows.iter().cloned()) {
+        problems.extend(unattached(&owner, &rows));
+    }
     let by_key = observed.by_key();
     for d in rows {
         match by_key.get(&d.key).map(Vec::as_slice) {
-            None | Some([]) => out.push(format!("+ {}: missing", d.name)),
+            None | Some([]) => {
+                out.push(format!("+ {}: missing", d.name));
+                attach_targets(
+                    observed,
+                    &d.attach,
+                    None,
+                    Atom::Uuid(Uuid::nil()),
+                    &mut AttachOps::default(),
+                    &mut problems,
+                );
+            }
             Some([o, rest @ ..]) => {
                 if !same_content(o, d) {
                     out.push(format!(
@@ -1514,7 +1573,6 @@ pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
                     out.push(format!("- {}: {} duplicate rows", d.name, rest.len()));
                 }
                 let mut ops = AttachOps::default();
-                let mut problems = Vec::new();
                 attach_targets(
                     observed,
                     &d.attach,
@@ -1540,5 +1598,8 @@ pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
             }
         }
     }
+    problems.sort();
+    problems.dedup();
+    out.extend(problems.into_iter().map(|p| format!("! {p}")));
     out
 }

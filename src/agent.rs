@@ -148,6 +148,9 @@ pub struct Running {
     pub nb_status: Option<watch::Receiver<nb::Status>>,
     /// The generation of the latest plan handed to the reconcilers.
     pub generation: watch::Receiver<u64>,
+    /// The latest plan's generation and the objects it was made from: which generation holds a
+    /// given snapshot of the source.
+    pub planned: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
     /// True once every bridge (and the Northbound writer, when this agent is it) has applied
     /// a plan: the readiness probe.
     pub ready: watch::Receiver<bool>,
@@ -219,6 +222,7 @@ pub fn start_with(
     let (gtx, grx) = watch::channel(0u64);
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
     let (rtx, rrx) = watch::channel::<Option<(u64, Arc<Loaded>)>>(None);
+    let planned_rx = rrx.clone();
     let received: Received = Arc::default();
     tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx)));
     let planner_cfg = cfg.clone();
@@ -346,6 +350,7 @@ pub fn start_with(
         status,
         nb_status,
         generation: grx,
+        planned: planned_rx,
         ready,
         status_json,
         leader: opts.leader,

@@ -966,3 +966,60 @@ async fn a_gateway_router_mac_other_than_the_bridges_is_reported_and_rewritten_t
     h.assert_exact(&base_yaml(), &default_resolved());
     assert!(problems(&h).is_empty(), "{:?}", problems(&h));
 }
+
+/// `kubectl get ... -o yaml > objects.yaml` truncates the file and writes it in pieces: a reader
+/// racing it sees it empty or cut short. Rewritten in place 20 times (unchanged content, in
+/// kubectl's key order, a pause in the middle of each write, some longer than the settle time),
+/// the agent's flows must never drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_rewritten_in_place_never_drops_a_flow() {
+    use std::io::Write;
+    // kubectl prints keys sorted (apiVersion, items, kind, metadata), as serde_json's map does.
+    let v: serde_json::Value = serde_yaml_ng::from_str(&base_yaml()).unwrap();
+    let y = serde_yaml_ng::to_string(&v).unwrap();
+    assert!(y.find("items:").unwrap() < y.find("kind: List").unwrap());
+    let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
+    let want = h.ofctl_count();
+    assert!(want > 0);
+    let sock = h.sb.mgmt_sock("br-ex");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s = stop.clone();
+    // Count our flows as often as ovs-ofctl can, the whole time.
+    let watcher = std::thread::spawn(move || {
+        let (mut min, mut reads) = (usize::MAX, 0u32);
+        while !s.load(std::sync::atomic::Ordering::Relaxed) {
+            let out = std::process::Command::new("ovs-ofctl")
+                .args(["-O", "OpenFlow13", "dump-flows"])
+                .arg(format!("unix:{}", sock.display()))
+                .arg("cookie=0x7f1f000000000000/0xffff000000000000")
+                .output()
+                .unwrap();
+            let n = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("cookie=0x7f1f"))
+                .count();
+            min = min.min(n);
+            reads += 1;
+        }
+        (min, reads)
+    });
+    let half = y.len() / 2;
+    for i in 0..20 {
+        let mut f = std::fs::File::create(&h.objects).unwrap();
+        std::thread::sleep(Duration::from_millis(15));
+        f.write_all(&y.as_bytes()[..half]).unwrap();
+        f.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(if i % 2 == 0 { 40 } else { 250 }));
+        f.write_all(&y.as_bytes()[half..]).unwrap();
+        drop(f);
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (min, reads) = watcher.join().unwrap();
+    assert!(reads > 20, "the flows were watched ({reads} reads)");
+    assert_eq!(
+        min, want,
+        "flows dropped while the file was rewritten ({reads} reads)"
+    );
+    assert_eq!(h.ofctl_count(), want);
+}

@@ -3,6 +3,7 @@
 
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use testkit::Sandbox;
 
@@ -537,6 +538,7 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
         ..Config::default()
     };
     let (rx, _watcher) = file::watch(objects.clone(), Duration::from_millis(20)).unwrap();
+    let mut source = rx.clone();
     let mut running = agent::start(cfg.clone(), rx);
     tokio::time::timeout(Duration::from_secs(30), running.wait_applied(1))
         .await
@@ -553,7 +555,27 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
         write_objects(&objects, &last);
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
-    let g = *running.generation.borrow();
+    // The generation planned from the last round's objects, once the source has them.
+    let services = 40 - 6;
+    let fin = tokio::time::timeout(
+        Duration::from_secs(10),
+        source.wait_for(|l| l.objects.services.len() == services),
+    )
+    .await
+    .expect("the last round was read")
+    .unwrap()
+    .clone();
+    let g = tokio::time::timeout(
+        Duration::from_secs(30),
+        running
+            .planned
+            .wait_for(|p| p.as_ref().is_some_and(|(_, l)| Arc::ptr_eq(l, &fin))),
+    )
+    .await
+    .expect("the last round was planned")
+    .unwrap()
+    .as_ref()
+    .map_or(0, |(g, _)| *g);
     tokio::time::timeout(Duration::from_secs(60), running.wait_applied(g))
         .await
         .expect("converged after the leader change");
@@ -580,7 +602,11 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
             "duplicate row {name}"
         );
     }
-    assert_eq!(have.len(), 40 - 6, "one row per Service of the last round");
+    assert_eq!(
+        have.len(),
+        services,
+        "one row per Service of the last round"
+    );
     assert_eq!(have, want, "rows equal the plan after the leader change");
     running.stop();
 }

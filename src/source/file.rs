@@ -5,6 +5,19 @@
 //! own, so one bad item is reported and skipped while the rest still apply; unknown fields are
 //! reported (as kubectl warns) but do not reject the object. A file that does not parse at all
 //! leaves the last good objects in place: nothing already programmed is lost.
+//!
+//! A file is acted on only when it can be a complete snapshot, because a reader racing a writer
+//! (`kubectl get ... -o yaml > file` truncates, then writes) sees it empty or cut short, and
+//! planning that would delete what is programmed:
+//! - it holds at least one document: an empty or comment-only file is no snapshot (zero objects
+//!   is said with an empty List, `kind: List` and `items: []`, as kubectl prints it);
+//! - every top-level document has a `kind`, and a List its `items`: kubectl writes `kind: List`
+//!   after `items`, so a List cut short has none;
+//! - it reads the same twice, [`SETTLE`] apart: a writer still at work changes it in between.
+//!
+//! A file cut between two complete items of a List whose `kind` comes first (hand-written) and
+//! left so longer than [`SETTLE`] reads as a smaller snapshot: write such files to a temporary
+//! name and rename them into place.
 
 use crate::model::{Objects, Problem};
 use k8s_openapi::api::core::v1 as core;
@@ -68,6 +81,31 @@ pub fn parse(text: &str) -> Result<Loaded, String> {
             }
         }
     }
+    if docs.is_empty() {
+        return Err(
+            "no objects at all (empty, or only comments): not taken as a snapshot; \
+                    write an empty List (kind: List, items: []) to mean no objects"
+                .into(),
+        );
+    }
+    for (i, doc) in docs.iter().enumerate() {
+        let kind = doc.get("kind").and_then(|k| k.as_str());
+        let has_items = doc.get("items").is_some();
+        let cut = match kind {
+            None if has_items => Some("has items but no kind: a List cut short?"),
+            None => Some("has no kind: cut short?"),
+            Some(k) if (k == "List" || k.ends_with("List")) && !has_items => {
+                Some("is a List without items: cut short?")
+            }
+            _ => None,
+        };
+        if let Some(why) = cut {
+            return Err(format!(
+                "document {} {why} (not taken as a snapshot; the last complete one stays)",
+                i + 1
+            ));
+        }
+    }
     let mut out = Loaded::default();
     for doc in docs {
         let is_list = doc
@@ -95,7 +133,7 @@ pub fn parse(text: &str) -> Result<Loaded, String> {
             }
             (true, _) => out
                 .problems
-                .push(problem("List", "has no items array".into())),
+                .push(problem("List", "items is not an array".into())),
             (false, _) => add_item(doc, &mut out),
         }
     }
@@ -213,15 +251,31 @@ pub fn watch(
     Ok((rx, task))
 }
 
+/// How long a changed file must stay the same before it is read as a snapshot.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
 /// Poll `path` every `interval`; send a new [`Loaded`] whenever its content differs from
-/// `last`. A read or parse failure is logged and the previous objects stay in force. Ends when
-/// every receiver is gone.
+/// `last` and stayed so for the settle time. A read or parse failure is logged and the previous
+/// objects stay in force. Ends when every receiver is gone.
 async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>, last: String) {
     let mut last = Some(last);
     let mut last_err: Option<String> = None;
     loop {
-        match tokio::fs::read_to_string(&path).await {
+        let read = match tokio::fs::read_to_string(&path).await {
             Ok(text) if last.as_deref() != Some(text.as_str()) => {
+                // A writer may still be at work: take the text only if it stays the same.
+                tokio::time::sleep(SETTLE).await;
+                match tokio::fs::read_to_string(&path).await {
+                    Ok(again) if again == text => Ok(Some(text)),
+                    Ok(_) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(_) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match read {
+            Ok(Some(text)) => {
                 match parse(&text) {
                     Ok(loaded) => {
                         tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
@@ -240,7 +294,7 @@ async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>,
                 }
                 last = Some(text);
             }
-            Ok(_) => {}
+            Ok(None) => {}
             Err(e) => {
                 let e = e.to_string();
                 if last_err.as_deref() != Some(e.as_str()) {

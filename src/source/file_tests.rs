@@ -250,10 +250,9 @@ spec:
 }
 
 #[test]
-fn a_list_without_items_is_a_problem() {
-    let l = parse("apiVersion: v1\nkind: List\n").unwrap();
-    assert_eq!(counts(&l), (0, 0, 0));
-    assert_eq!(problems(&l), ["List: has no items array"]);
+fn a_list_without_items_is_cut_short() {
+    let e = parse("apiVersion: v1\nkind: List\n").expect_err("no snapshot");
+    assert!(e.contains("List without items"), "{e}");
 }
 
 #[test]
@@ -293,7 +292,9 @@ fn a_document_that_is_not_a_mapping_is_an_error() {
 }
 
 #[test]
-fn an_empty_file_is_no_objects() {
+fn an_empty_or_comment_only_file_is_not_a_snapshot() {
+    // What a reader sees of a file being rewritten in place: planning it would delete every
+    // flow and row. Zero objects is said with an empty List (see an_empty_list_is_empty).
     for text in [
         "",
         "\n\n",
@@ -303,10 +304,71 @@ fn an_empty_file_is_no_objects() {
         "null\n",
         "~\n",
     ] {
-        let l = parse(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
-        assert!(l.problems.is_empty(), "{text:?}: {:?}", l.problems);
-        assert_eq!(counts(&l), (0, 0, 0), "{text:?}");
+        let e = parse(text).expect_err(text);
+        assert!(e.contains("no objects at all"), "{text:?}: {e}");
     }
+}
+
+/// What `kubectl get svc,endpointslices -A -o yaml` prints: keys in order, `kind: List` after
+/// the items.
+const KUBECTL_LIST: &str = "apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Service
+  metadata:
+    name: web
+    namespace: shop
+  spec:
+    externalIPs:
+    - 192.0.2.10
+    ports:
+    - port: 80
+      protocol: TCP
+- apiVersion: v1
+  kind: Service
+  metadata:
+    name: api
+    namespace: shop
+  spec:
+    externalIPs:
+    - 192.0.2.11
+    ports:
+    - port: 443
+      protocol: TCP
+kind: List
+metadata:
+  resourceVersion: \"\"
+";
+
+#[test]
+fn a_kubectl_list_cut_short_anywhere_is_not_a_snapshot() {
+    assert_eq!(counts(&parse(KUBECTL_LIST).unwrap()), (2, 0, 0));
+    let kind_at = KUBECTL_LIST.find("kind: List").unwrap();
+    // Every cut before the List's kind, at any byte (as a reader racing the writer sees it).
+    for cut in 0..kind_at {
+        if !KUBECTL_LIST.is_char_boundary(cut) {
+            continue;
+        }
+        let text = &KUBECTL_LIST[..cut];
+        assert!(
+            parse(text).is_err(),
+            "cut at byte {cut} taken as a snapshot:\n{text}"
+        );
+    }
+    // The same as JSON: a cut never parses.
+    let json: serde_json::Value = serde_yaml_ng::from_str(KUBECTL_LIST).unwrap();
+    let json = serde_json::to_string_pretty(&json).unwrap();
+    for cut in 0..json.len() {
+        assert!(parse(&json[..cut]).is_err(), "JSON cut at byte {cut} taken");
+    }
+}
+
+#[test]
+fn a_top_level_document_without_kind_is_not_a_snapshot() {
+    let e = parse("apiVersion: v1\nmetadata: {name: web}\n").expect_err("no kind");
+    assert!(e.contains("has no kind"), "{e}");
+    let e = parse(&format!("{SERVICE}\n---\napiVersion: v1\n")).expect_err("second cut");
+    assert!(e.contains("document 2 has no kind"), "{e}");
 }
 
 #[test]

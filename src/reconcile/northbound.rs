@@ -47,7 +47,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod faults;
 mod group;
+
+pub use faults::{FenceAction, TokenHolder, after_fence_failure, is_fence_failure, token_holder};
 
 pub const DB: &str = "OVN_Northbound";
 const LB: &str = "Load_Balancer";
@@ -152,6 +155,9 @@ pub struct NbSettings {
     pub remotes: String,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The Lease gate (cluster mode): a writer token that disappeared is taken back only
+    /// while this is true. `None`: always the writer.
+    pub leading: Option<watch::Receiver<bool>>,
 }
 
 /// The monitor subscription: our tables and the columns we read.
@@ -1314,7 +1320,7 @@ pub async fn run(
     status: watch::Sender<Status>,
 ) {
     let mut backoff = settings.backoff_min;
-    loop {
+    'connect: loop {
         let opts = match ClientOptions::new(&settings.remotes, DB) {
             Ok(o) => o,
             Err(e) => {
@@ -1339,106 +1345,159 @@ pub async fn run(
                 continue;
             }
         };
-        // Become the writer first, then read: everything an earlier writer committed is in the
-        // snapshot, and anything it still sends fails its fence.
-        let token = new_token();
-        if let Err(e) = take_over(&client, &token).await {
-            tracing::warn!(error = %e, "cannot take over as Northbound writer");
-            status.send_modify(|s| s.last_error = Some(e.to_string()));
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(settings.backoff_max);
-            continue;
-        }
-        let mut monitor = match client.monitor(monitor_spec()).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot monitor the Northbound database");
+        // One writer token per pass: a token that disappeared is taken back on the same
+        // connection (see `after_fence_failure`).
+        'session: loop {
+            // Become the writer first, then read: everything an earlier writer committed is in
+            // the snapshot, and anything it still sends fails its fence.
+            let token = new_token();
+            if let Err(e) = take_over(&client, &token).await {
+                tracing::warn!(error = %e, "cannot take over as Northbound writer");
+                status.send_modify(|s| s.last_error = Some(e.to_string()));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(settings.backoff_max);
-                continue;
+                continue 'connect;
             }
-        };
-        backoff = settings.backoff_min;
-        tracing::info!(remotes = %settings.remotes, "Northbound connected");
-        // Events already queued are in the cache too; applying them again changes nothing.
-        let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-        let mut event = None;
-        loop {
-            s.absorb(&mut monitor, event.take());
-            let plan = desired.borrow_and_update().clone();
-            if plan.generation == 0 {
-                // No plan yet (the placeholder): writing it would delete every row of ours.
+            let mut monitor = match client.monitor(monitor_spec()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot monitor the Northbound database");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(settings.backoff_max);
+                    continue 'connect;
+                }
+            };
+            backoff = settings.backoff_min;
+            tracing::info!(remotes = %settings.remotes, "Northbound connected");
+            // Events already queued are in the cache too; applying them again changes nothing.
+            let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token.clone()));
+            let mut event = None;
+            loop {
+                s.absorb(&mut monitor, event.take());
+                let plan = desired.borrow_and_update().clone();
+                if plan.generation == 0 {
+                    // No plan yet (the placeholder): writing it would delete every row of ours.
+                    tokio::select! {
+                        r = desired.changed() => if r.is_err() { return },
+                        ev = monitor.next_event() => match ev {
+                            None => continue 'connect,
+                            Some(ev) => event = Some(ev),
+                        },
+                    }
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                let Sent {
+                    monitor: m,
+                    transactions: sent,
+                    result,
+                    ..
+                } = write_plan(&mut s, &client, monitor, &plan).await;
+                let Some(m) = m else { continue 'connect };
+                monitor = m;
+                if let Err(e) = &result
+                    && is_fence_failure(e)
+                    && fence_lost(&client, &token, settings.leading.as_ref()).await
+                        == FenceAction::TakeOver
+                {
+                    // The old monitor's snapshot belongs to the old token: read again after.
+                    let _ = client.monitor_cancel(monitor).await;
+                    continue 'session;
+                }
+                let ok = result.is_ok();
+                if ok {
+                    backoff = settings.backoff_min;
+                    if sent > 0 {
+                        tracing::info!(
+                            generation = plan.generation,
+                            transactions = sent,
+                            rows = plan.row_count,
+                            "Northbound synced"
+                        );
+                    }
+                }
+                let problems = s.problems();
+                let failed = result.err().map(|e| e.to_string());
+                status.send_if_modified(|st| {
+                    let before = st.clone();
+                    st.connected = true;
+                    st.transactions += sent;
+                    if sent > 0 {
+                        st.syncs += 1;
+                        st.last_sync = started.elapsed();
+                    }
+                    st.problems = problems;
+                    if ok {
+                        st.applied_step = Some(plan.step);
+                        if plan.complete {
+                            st.applied_generation = Some(plan.generation);
+                        }
+                        st.rows = plan.row_count;
+                        st.last_error = None;
+                    } else {
+                        st.last_error = failed;
+                    }
+                    *st != before
+                });
+                // Wait for a new plan, a change in the database, or (after a failure) the
+                // backoff.
+                let retry = async {
+                    if ok {
+                        std::future::pending::<()>().await
+                    } else {
+                        tokio::time::sleep(backoff).await
+                    }
+                };
                 tokio::select! {
                     r = desired.changed() => if r.is_err() { return },
                     ev = monitor.next_event() => match ev {
-                        None => break,
+                        None => continue 'connect,
                         Some(ev) => event = Some(ev),
                     },
+                    _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
                 }
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let Sent {
-                monitor: m,
-                transactions: sent,
-                result,
-                ..
-            } = write_plan(&mut s, &client, monitor, &plan).await;
-            let Some(m) = m else { break };
-            monitor = m;
-            let ok = result.is_ok();
-            if ok {
-                backoff = settings.backoff_min;
-                if sent > 0 {
-                    tracing::info!(
-                        generation = plan.generation,
-                        transactions = sent,
-                        rows = plan.row_count,
-                        "Northbound synced"
-                    );
-                }
-            }
-            let problems = s.problems();
-            let failed = result.err().map(|e| e.to_string());
-            status.send_if_modified(|st| {
-                let before = st.clone();
-                st.connected = true;
-                st.transactions += sent;
-                if sent > 0 {
-                    st.syncs += 1;
-                    st.last_sync = started.elapsed();
-                }
-                st.problems = problems;
-                if ok {
-                    st.applied_step = Some(plan.step);
-                    if plan.complete {
-                        st.applied_generation = Some(plan.generation);
-                    }
-                    st.rows = plan.row_count;
-                    st.last_error = None;
-                } else {
-                    st.last_error = failed;
-                }
-                *st != before
-            });
-            // Wait for a new plan, a change in the database, or (after a failure) the backoff.
-            let retry = async {
-                if ok {
-                    std::future::pending::<()>().await
-                } else {
-                    tokio::time::sleep(backoff).await
-                }
-            };
-            tokio::select! {
-                r = desired.changed() => if r.is_err() { return },
-                ev = monitor.next_event() => match ev {
-                    None => break,
-                    Some(ev) => event = Some(ev),
-                },
-                _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
             }
         }
     }
+}
+
+/// After this session's fence failed: who holds the token now, and what to do about it.
+async fn fence_lost(
+    client: &Client,
+    token: &str,
+    leading: Option<&watch::Receiver<bool>>,
+) -> FenceAction {
+    let mut txn = Transaction::new(DB);
+    txn.select(NB_GLOBAL, vec![], Some(&["external_ids"]));
+    let holder = match client.transact(&txn).await {
+        Ok(r) => match r.into_iter().next() {
+            Some(OpResult::Rows(rows)) => token_holder(&rows, token),
+            _ => TokenHolder::Us,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the Northbound writer token");
+            return FenceAction::Retry;
+        }
+    };
+    let leading = leading.is_none_or(|l| *l.borrow());
+    let action = after_fence_failure(&holder, leading);
+    match (&holder, action) {
+        (_, FenceAction::TakeOver) => {
+            tracing::warn!(
+                "Northbound writer token gone (database replaced or key removed); taking over again"
+            );
+        }
+        (TokenHolder::Other(t), _) => {
+            tracing::warn!(holder = %t, "another writer holds the Northbound database; not writing");
+        }
+        (TokenHolder::Nobody, _) => {
+            tracing::warn!(
+                "Northbound writer token gone, but this agent no longer leads; not taking it back"
+            );
+        }
+        _ => {}
+    }
+    action
 }
 
 /// Connect, read the current rows (one monitor snapshot), and close.

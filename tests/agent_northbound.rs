@@ -982,3 +982,70 @@ async fn writes_resume_when_the_writer_token_disappears() {
     assert!(took <= Duration::from_secs(2), "rows back in {took:?}");
     h.assert_exact(&y1);
 }
+
+#[test]
+fn a_northbound_remote_that_cannot_be_reached_is_said_at_once() {
+    let sb = Sandbox::openflow_only();
+    let objects = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
+    let missing = sb.path().join("no-such-nb.sock");
+    let remote = format!("unix:{}", missing.display());
+    let cmd = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"));
+        c.args(args)
+            .arg("--objects")
+            .arg(&objects)
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .args(["--nb-remote", &remote, "--nb-switch", "sw0"]);
+        c
+    };
+
+    // --once: a clear error, non-zero, at once.
+    let start = std::time::Instant::now();
+    let out = cmd(&["agent", "--once"]).output().unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "agent --once with an unreachable NB remote: exit {:?} after {took:?}",
+        out.status.code()
+    );
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&remote), "the remote is named: {stderr}");
+    assert!(took < Duration::from_millis(2500), "failed after {took:?}");
+
+    // Long-running: a WARN soon after the start.
+    use std::io::BufRead;
+    let mut child = cmd(&["agent"])
+        .env("VIPFLOW_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let start = std::time::Instant::now();
+    let mut seen = None;
+    while start.elapsed() < Duration::from_secs(5) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
+            && line.contains("WARN")
+            && line.contains("cannot connect to the Northbound database")
+        {
+            seen = Some((start.elapsed(), line));
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (at, line) = seen.expect("a WARN about the Northbound database within 5 s");
+    println!("long-running agent: WARN {at:?} after the start: {line}");
+    assert!(line.contains(&remote), "{line}");
+}

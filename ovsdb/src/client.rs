@@ -34,6 +34,8 @@ pub struct ClientOptions {
     pub backoff_max: Duration,
     /// How long a request waits for a usable session.
     pub wait_timeout: Duration,
+    /// How long [`Client::connect`] keeps trying before it gives up; `None`: `wait_timeout`.
+    pub connect_timeout: Option<Duration>,
 }
 
 impl ClientOptions {
@@ -47,6 +49,7 @@ impl ClientOptions {
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
             wait_timeout: Duration::from_secs(30),
+            connect_timeout: None,
         })
     }
 }
@@ -131,7 +134,8 @@ impl Client {
         let all = remotes_str(&opts);
         let stats = Arc::new(Stats::default());
         // The first session also fetches the schema.
-        let deadline = tokio::time::Instant::now() + opts.wait_timeout;
+        let deadline =
+            tokio::time::Instant::now() + opts.connect_timeout.unwrap_or(opts.wait_timeout);
         let mut start = 0;
         let mut backoff = opts.backoff_min;
         let (first, notes, schema) = loop {

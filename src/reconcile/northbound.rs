@@ -50,7 +50,9 @@ use tokio::sync::watch;
 mod faults;
 mod group;
 
-pub use faults::{FenceAction, TokenHolder, after_fence_failure, is_fence_failure, token_holder};
+pub use faults::{
+    FenceAction, TokenHolder, WarnEvery, after_fence_failure, is_fence_failure, token_holder,
+};
 
 pub const DB: &str = "OVN_Northbound";
 const LB: &str = "Load_Balancer";
@@ -67,6 +69,20 @@ pub const WRITER_KEY: &str = "vipflow.io/writer";
 /// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
 /// 120 ms as 100 transactions of 100, sent back to back.
 pub const BATCH_OWNERS: usize = 100;
+
+/// How long one connection attempt keeps trying the remotes before the writer reports it
+/// (and `agent --once` gives up): a wrong remote shows at once, not after the client's
+/// request timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// While the database stays unreachable, the same WARN at most this often.
+pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// `o` with the writer's connect timeout.
+fn nb_options(mut o: ClientOptions) -> ClientOptions {
+    o.connect_timeout = Some(CONNECT_TIMEOUT);
+    o
+}
 
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
@@ -1320,8 +1336,9 @@ pub async fn run(
     status: watch::Sender<Status>,
 ) {
     let mut backoff = settings.backoff_min;
+    let mut unreachable_warn = WarnEvery::new(UNREACHABLE_WARN_EVERY);
     'connect: loop {
-        let opts = match ClientOptions::new(&settings.remotes, DB) {
+        let opts = match ClientOptions::new(&settings.remotes, DB).map(nb_options) {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(remotes = %settings.remotes, error = %e, "bad Northbound remote; not writing rows");
@@ -1330,9 +1347,16 @@ pub async fn run(
             }
         };
         let client = match Client::connect(opts).await {
-            Ok(c) => c,
+            Ok(c) => {
+                unreachable_warn.reset();
+                c
+            }
             Err(e) => {
-                tracing::warn!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                if unreachable_warn.due(std::time::Instant::now()) {
+                    tracing::warn!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                } else {
+                    tracing::debug!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                }
                 status.send_modify(|s| {
                     s.connected = false;
                     s.last_error = Some(e.to_string());
@@ -1502,7 +1526,7 @@ async fn fence_lost(
 
 /// Connect, read the current rows (one monitor snapshot), and close.
 async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), ovsdb::Error> {
-    let client = Client::connect(ClientOptions::new(remotes, DB)?).await?;
+    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
     let monitor = client.monitor(monitor_spec()).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
@@ -1518,7 +1542,7 @@ pub async fn sync_once(
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
     // read, write the difference as a batch.
-    let client = Client::connect(ClientOptions::new(remotes, DB)?).await?;
+    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
     let token = new_token();
     take_over(&client, &token).await?;
     let monitor = client.monitor(monitor_spec()).await?;

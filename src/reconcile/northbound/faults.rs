@@ -2,6 +2,7 @@
 //! database).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use ovsdb::Row;
 
@@ -67,6 +68,36 @@ pub fn after_fence_failure(holder: &TokenHolder, leading: bool) -> FenceAction {
         TokenHolder::Nobody if leading => FenceAction::TakeOver,
         TokenHolder::Nobody | TokenHolder::Other(_) => FenceAction::Yield,
         TokenHolder::Us => FenceAction::Retry,
+    }
+}
+
+/// A rate limit for a WARN that repeats while a fault lasts: the first is due, then one per
+/// `every`; [`WarnEvery::reset`] once the fault is over.
+#[derive(Debug, Clone)]
+pub struct WarnEvery {
+    every: Duration,
+    last: Option<Instant>,
+}
+
+impl WarnEvery {
+    pub fn new(every: Duration) -> Self {
+        WarnEvery { every, last: None }
+    }
+
+    /// Whether to warn now (and if so, count it).
+    pub fn due(&mut self, now: Instant) -> bool {
+        if self
+            .last
+            .is_some_and(|l| now.saturating_duration_since(l) < self.every)
+        {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
+
+    pub fn reset(&mut self) {
+        self.last = None;
     }
 }
 
@@ -156,6 +187,21 @@ mod tests {
         assert_eq!(
             after_fence_failure(&TokenHolder::Us, true),
             FenceAction::Retry
+        );
+    }
+
+    #[test]
+    fn a_lasting_fault_warns_first_then_once_per_period() {
+        let t0 = Instant::now();
+        let mut w = WarnEvery::new(Duration::from_secs(60));
+        assert!(w.due(t0));
+        assert!(!w.due(t0 + Duration::from_secs(1)));
+        assert!(!w.due(t0 + Duration::from_secs(59)));
+        assert!(w.due(t0 + Duration::from_secs(60)));
+        w.reset();
+        assert!(
+            w.due(t0 + Duration::from_secs(61)),
+            "a new fault warns at once"
         );
     }
 }

@@ -118,6 +118,7 @@ pub fn nb_settings(remotes: &str) -> nb::NbSettings {
         remotes: remotes.to_string(),
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
+        leading: None,
     }
 }
 
@@ -443,7 +444,10 @@ async fn nb_writer(
         }
         tracing::info!("leading: writing Northbound rows");
         let task = tokio::spawn(nb::run(
-            nb_settings(&remotes),
+            nb::NbSettings {
+                leading: Some(leader.clone()),
+                ..nb_settings(&remotes)
+            },
             desired.clone(),
             status.clone(),
         ));

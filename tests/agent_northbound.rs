@@ -901,3 +901,151 @@ async fn once_creates_vipflows_group_and_puts_cluster_rows_where_traffic_lands()
         ["vipflow-cluster"]
     );
 }
+
+/// Poll until `ours` equals the plan of `yaml`, for at most `limit`; the time it took.
+async fn rows_within(h: &Harness, yaml: &str, limit: Duration) -> Duration {
+    let start = std::time::Instant::now();
+    let want = expected(&h.cfg, yaml);
+    while start.elapsed() < limit {
+        if ours(&h.sb) == want {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "rows not written within {limit:?}: have {:?}",
+        ours(&h.sb).keys().collect::<Vec<_>>()
+    );
+}
+
+/// The NB ovsdb-server of `sb` SIGKILLed and started again on a new, empty database.
+fn restart_nb_fresh(sb: &Sandbox) {
+    sb.kill("ovnnb_db");
+    let d = sb.path();
+    let db = d.join("ovnnb_db.db");
+    let _ = std::fs::remove_file(&db);
+    let _ = std::fs::remove_file(sb.nb_sock());
+    let schema = std::env::var("NB_SCHEMA")
+        .unwrap_or_else(|_| "/usr/share/ovn/ovn-nb.ovsschema".to_string());
+    sb.run(
+        "ovsdb-tool",
+        &["create", db.to_str().unwrap(), schema.as_str()],
+    );
+    sb.run(
+        "ovsdb-server",
+        &[
+            db.to_str().unwrap(),
+            &format!("--remote=punix:{}", sb.nb_sock().display()),
+            &format!("--pidfile={}", d.join("ovnnb_db.pid").display()),
+            &format!("--unixctl={}", d.join("ovnnb_db.ctl").display()),
+            &format!("--log-file={}", d.join("ovnnb_db.log").display()),
+            "-vconsole:off",
+            "--detach",
+            "--no-chdir",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_resume_when_the_writer_token_disappears() {
+    let sb = Sandbox::start();
+    sb.nbctl(&["ls-add", "sw0"]);
+    let y0 = base_yaml();
+    let h = Harness::start(sb, |c| c.northbound.switches = vec!["sw0".into()], &y0).await;
+    h.assert_exact(&y0);
+
+    // Someone removes the key: the next change still gets written.
+    h.sb.nbctl(&[
+        "remove",
+        "NB_Global",
+        ".",
+        "external_ids",
+        "vipflow.io/writer",
+    ]);
+    let y1 = format!(
+        "{}{}{}",
+        y0.trim_end(),
+        svc("team", "api", "172.18.0.200", 443, "TCP", "Cluster"),
+        slice("team", "api", &[("10.244.3.3", "node-a", true)])
+    );
+    write_objects(&h.objects, &y1);
+    let took = rows_within(&h, &y1, Duration::from_secs(5)).await;
+    println!("key removed: the changed Service's rows written {took:?} after the change");
+    let token =
+        h.sb.nbctl(&["get", "NB_Global", ".", "external_ids:vipflow.io/writer"]);
+    assert!(!token.trim().is_empty(), "a new token: {token}");
+
+    // NB restarted on an empty database: every row comes back.
+    restart_nb_fresh(&h.sb);
+    let took = rows_within(&h, &y1, Duration::from_secs(10)).await;
+    println!("NB restarted on an empty database: rows back {took:?} after the server was");
+    assert!(took <= Duration::from_secs(2), "rows back in {took:?}");
+    h.assert_exact(&y1);
+}
+
+#[test]
+fn a_northbound_remote_that_cannot_be_reached_is_said_at_once() {
+    let sb = Sandbox::openflow_only();
+    let objects = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
+    let missing = sb.path().join("no-such-nb.sock");
+    let remote = format!("unix:{}", missing.display());
+    let cmd = |args: &[&str]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"));
+        c.args(args)
+            .arg("--objects")
+            .arg(&objects)
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .args(["--nb-remote", &remote, "--nb-switch", "sw0"]);
+        c
+    };
+
+    // --once: a clear error, non-zero, at once.
+    let start = std::time::Instant::now();
+    let out = cmd(&["agent", "--once"]).output().unwrap();
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "agent --once with an unreachable NB remote: exit {:?} after {took:?}",
+        out.status.code()
+    );
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&remote), "the remote is named: {stderr}");
+    assert!(took < Duration::from_millis(2500), "failed after {took:?}");
+
+    // Long-running: a WARN soon after the start.
+    use std::io::BufRead;
+    let mut child = cmd(&["agent"])
+        .env("VIPFLOW_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let start = std::time::Instant::now();
+    let mut seen = None;
+    while start.elapsed() < Duration::from_secs(5) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100))
+            && line.contains("WARN")
+            && line.contains("cannot connect to the Northbound database")
+        {
+            seen = Some((start.elapsed(), line));
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (at, line) = seen.expect("a WARN about the Northbound database within 5 s");
+    println!("long-running agent: WARN {at:?} after the start: {line}");
+    assert!(line.contains(&remote), "{line}");
+}

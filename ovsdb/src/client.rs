@@ -34,6 +34,12 @@ pub struct ClientOptions {
     pub backoff_max: Duration,
     /// How long a request waits for a usable session.
     pub wait_timeout: Duration,
+    /// How long [`Client::connect`] keeps trying before it gives up; `None`: `wait_timeout`.
+    pub connect_timeout: Option<Duration>,
+    /// A lost session resets the reconnect backoff only if it lasted this long: a peer that
+    /// fails right after each connect is not redialled (each a full monitor load) at
+    /// `backoff_min`.
+    pub healthy_after: Duration,
 }
 
 impl ClientOptions {
@@ -47,8 +53,30 @@ impl ClientOptions {
             backoff_min: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
             wait_timeout: Duration::from_secs(30),
+            connect_timeout: None,
+            healthy_after: HEALTHY_AFTER,
         })
     }
+}
+
+/// Default [`ClientOptions::healthy_after`].
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+
+/// The wait before redialling after a session that worked for `lived`, and the backoff after
+/// that: back to the minimum only after a session that stayed up for `healthy_after`, else
+/// growing as after a failed connect.
+pub fn backoff_after_session(
+    backoff: Duration,
+    healthy: bool,
+    lived: Duration,
+    opts: &ClientOptions,
+) -> (Duration, Duration) {
+    let wait = if healthy && lived >= opts.healthy_after {
+        opts.backoff_min
+    } else {
+        backoff
+    };
+    (wait, (wait * 2).min(opts.backoff_max))
 }
 
 /// Lock notifications (`locked`, `stolen`).
@@ -131,7 +159,8 @@ impl Client {
         let all = remotes_str(&opts);
         let stats = Arc::new(Stats::default());
         // The first session also fetches the schema.
-        let deadline = tokio::time::Instant::now() + opts.wait_timeout;
+        let deadline =
+            tokio::time::Instant::now() + opts.connect_timeout.unwrap_or(opts.wait_timeout);
         let mut start = 0;
         let mut backoff = opts.backoff_min;
         let (first, notes, schema) = loop {
@@ -537,15 +566,16 @@ impl Driver {
                 },
             };
             self.stats.connects.fetch_add(1, Ordering::Relaxed);
+            let began = tokio::time::Instant::now();
             match self.serve(conn, notes, &mut cmds).await {
                 Served::Shutdown => return,
                 Served::Lost { healthy } => {
-                    if healthy {
-                        backoff = self.opts.backoff_min;
-                    }
                     let _ = self.current.send(None);
                     // A dead leader's successor needs an election: don't spin on it.
-                    tokio::time::sleep(backoff).await;
+                    let (wait, next) =
+                        backoff_after_session(backoff, healthy, began.elapsed(), &self.opts);
+                    tokio::time::sleep(wait).await;
+                    backoff = next;
                     self.start += 1;
                 }
             }
@@ -862,4 +892,39 @@ enum Served {
 /// Rows of one table of a monitor's cache by uuid (a convenience for consumers and tests).
 pub fn table_rows(m: &Monitor, table: &str) -> BTreeMap<Uuid, crate::value::Row> {
     m.cache().table(table).cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_resets_only_after_a_session_that_lasted() {
+        let mut o = ClientOptions::new("unix:/x", "db").unwrap_or_else(|e| panic!("{e}"));
+        o.backoff_min = Duration::from_millis(100);
+        o.backoff_max = Duration::from_secs(2);
+        let ms = Duration::from_millis;
+        // Failing right after each connect: the waits grow to the maximum.
+        let mut b = o.backoff_min;
+        let mut waits = vec![];
+        for _ in 0..6 {
+            let (w, n) = backoff_after_session(b, true, ms(20), &o);
+            waits.push(w);
+            b = n;
+        }
+        assert_eq!(
+            waits,
+            [ms(100), ms(200), ms(400), ms(800), ms(1600), ms(2000)]
+        );
+        // A session that stayed up long enough starts over.
+        assert_eq!(
+            backoff_after_session(ms(2000), true, HEALTHY_AFTER, &o),
+            (ms(100), ms(200))
+        );
+        // Setup failed: never a reset.
+        assert_eq!(
+            backoff_after_session(ms(400), false, HEALTHY_AFTER, &o).0,
+            ms(400)
+        );
+    }
 }

@@ -305,3 +305,97 @@ async fn ssl_remote_with_mutual_tls() {
     let e = ovsdb::tls::client_config(&bad).unwrap_err();
     assert!(e.to_string().contains("nope.key"), "{e}");
 }
+
+/// Answer one request as a standalone OVN_Northbound server would, enough to look connected.
+fn scripted_answer(method: &str, params: &Json) -> Json {
+    match method {
+        "transact" if params.get(0).and_then(Json::as_str) == Some("_Server") => {
+            json!([{"rows": [{"model": "standalone", "connected": true, "leader": true}]}])
+        }
+        "get_schema" => serde_json::from_str(
+            &std::fs::read_to_string(common::NB_SCHEMA).expect("read the NB schema"),
+        )
+        .expect("schema JSON"),
+        "monitor_cond_since" => json!([false, "00000000-0000-0000-0000-000000000000", {}]),
+        "echo" => params.clone(),
+        _ => json!({}),
+    }
+}
+
+/// A peer on a unix socket that counts the connections it accepts; each answers the
+/// handshake and the `_Server` monitor, then closes after `close_after`.
+async fn flaky_peer(
+    sock: &Path,
+    close_after: Duration,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    let l = tokio::net::UnixListener::bind(sock).unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut closing: Option<tokio::time::Instant> = None;
+                loop {
+                    let read = match closing {
+                        Some(at) => match tokio::time::timeout_at(at, s.read(&mut chunk)).await {
+                            Ok(r) => r,
+                            Err(_) => return,
+                        },
+                        None => s.read(&mut chunk).await,
+                    };
+                    let n = match read {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    buf.extend_from_slice(&chunk[..n]);
+                    let mut it = serde_json::Deserializer::from_slice(&buf).into_iter::<Json>();
+                    let mut msgs = vec![];
+                    while let Some(Ok(m)) = it.next() {
+                        msgs.push(m);
+                    }
+                    let used = it.byte_offset();
+                    buf.drain(..used);
+                    for m in msgs {
+                        let method = m["method"].as_str().unwrap_or_default().to_string();
+                        if m["id"].is_null() {
+                            continue;
+                        }
+                        let result = scripted_answer(&method, &m["params"]);
+                        let reply = json!({"id": m["id"], "result": result, "error": null});
+                        if s.write_all(reply.to_string().as_bytes()).await.is_err() {
+                            return;
+                        }
+                        if method == "monitor_cond" && closing.is_none() {
+                            closing = Some(tokio::time::Instant::now() + close_after);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    accepted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_fails_right_after_connecting_is_not_redialled_in_a_storm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nb.sock");
+    let accepted = flaky_peer(&sock, Duration::from_millis(20)).await;
+    let mut o = ClientOptions::new(&format!("unix:{}", sock.display()), "OVN_Northbound").unwrap();
+    o.backoff_min = Duration::from_millis(100);
+    o.backoff_max = Duration::from_secs(2);
+    let client = Client::connect(o).await.unwrap();
+    let start = std::time::Instant::now();
+    let before = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let n = accepted.load(std::sync::atomic::Ordering::SeqCst) - before;
+    println!(
+        "connections accepted in {:?} from a peer that fails right after each connect: {n}",
+        start.elapsed()
+    );
+    assert!(n <= 5, "{n} connections in 2 s");
+    drop(client);
+}

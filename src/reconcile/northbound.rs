@@ -47,7 +47,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod faults;
 mod group;
+
+pub use faults::{
+    FenceAction, TokenHolder, WarnEvery, after_fence_failure, is_fence_failure, token_holder,
+};
 
 pub const DB: &str = "OVN_Northbound";
 const LB: &str = "Load_Balancer";
@@ -64,6 +69,20 @@ pub const WRITER_KEY: &str = "vipflow.io/writer";
 /// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
 /// 120 ms as 100 transactions of 100, sent back to back.
 pub const BATCH_OWNERS: usize = 100;
+
+/// How long one connection attempt keeps trying the remotes before the writer reports it
+/// (and `agent --once` gives up): a wrong remote shows at once, not after the client's
+/// request timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// While the database stays unreachable, the same WARN at most this often.
+pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// `o` with the writer's connect timeout.
+fn nb_options(mut o: ClientOptions) -> ClientOptions {
+    o.connect_timeout = Some(CONNECT_TIMEOUT);
+    o
+}
 
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
@@ -152,6 +171,9 @@ pub struct NbSettings {
     pub remotes: String,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The Lease gate (cluster mode): a writer token that disappeared is taken back only
+    /// while this is true. `None`: always the writer.
+    pub leading: Option<watch::Receiver<bool>>,
 }
 
 /// The monitor subscription: our tables and the columns we read.
@@ -1314,8 +1336,9 @@ pub async fn run(
     status: watch::Sender<Status>,
 ) {
     let mut backoff = settings.backoff_min;
-    loop {
-        let opts = match ClientOptions::new(&settings.remotes, DB) {
+    let mut unreachable_warn = WarnEvery::new(UNREACHABLE_WARN_EVERY);
+    'connect: loop {
+        let opts = match ClientOptions::new(&settings.remotes, DB).map(nb_options) {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(remotes = %settings.remotes, error = %e, "bad Northbound remote; not writing rows");
@@ -1324,9 +1347,16 @@ pub async fn run(
             }
         };
         let client = match Client::connect(opts).await {
-            Ok(c) => c,
+            Ok(c) => {
+                unreachable_warn.reset();
+                c
+            }
             Err(e) => {
-                tracing::warn!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                if unreachable_warn.due(std::time::Instant::now()) {
+                    tracing::warn!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                } else {
+                    tracing::debug!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                }
                 status.send_modify(|s| {
                     s.connected = false;
                     s.last_error = Some(e.to_string());
@@ -1339,111 +1369,164 @@ pub async fn run(
                 continue;
             }
         };
-        // Become the writer first, then read: everything an earlier writer committed is in the
-        // snapshot, and anything it still sends fails its fence.
-        let token = new_token();
-        if let Err(e) = take_over(&client, &token).await {
-            tracing::warn!(error = %e, "cannot take over as Northbound writer");
-            status.send_modify(|s| s.last_error = Some(e.to_string()));
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(settings.backoff_max);
-            continue;
-        }
-        let mut monitor = match client.monitor(monitor_spec()).await {
-            Ok(m) => m,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot monitor the Northbound database");
+        // One writer token per pass: a token that disappeared is taken back on the same
+        // connection (see `after_fence_failure`).
+        'session: loop {
+            // Become the writer first, then read: everything an earlier writer committed is in
+            // the snapshot, and anything it still sends fails its fence.
+            let token = new_token();
+            if let Err(e) = take_over(&client, &token).await {
+                tracing::warn!(error = %e, "cannot take over as Northbound writer");
+                status.send_modify(|s| s.last_error = Some(e.to_string()));
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(settings.backoff_max);
-                continue;
+                continue 'connect;
             }
-        };
-        backoff = settings.backoff_min;
-        tracing::info!(remotes = %settings.remotes, "Northbound connected");
-        // Events already queued are in the cache too; applying them again changes nothing.
-        let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-        let mut event = None;
-        loop {
-            s.absorb(&mut monitor, event.take());
-            let plan = desired.borrow_and_update().clone();
-            if plan.generation == 0 {
-                // No plan yet (the placeholder): writing it would delete every row of ours.
+            let mut monitor = match client.monitor(monitor_spec()).await {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot monitor the Northbound database");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(settings.backoff_max);
+                    continue 'connect;
+                }
+            };
+            backoff = settings.backoff_min;
+            tracing::info!(remotes = %settings.remotes, "Northbound connected");
+            // Events already queued are in the cache too; applying them again changes nothing.
+            let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token.clone()));
+            let mut event = None;
+            loop {
+                s.absorb(&mut monitor, event.take());
+                let plan = desired.borrow_and_update().clone();
+                if plan.generation == 0 {
+                    // No plan yet (the placeholder): writing it would delete every row of ours.
+                    tokio::select! {
+                        r = desired.changed() => if r.is_err() { return },
+                        ev = monitor.next_event() => match ev {
+                            None => continue 'connect,
+                            Some(ev) => event = Some(ev),
+                        },
+                    }
+                    continue;
+                }
+                let started = std::time::Instant::now();
+                let Sent {
+                    monitor: m,
+                    transactions: sent,
+                    result,
+                    ..
+                } = write_plan(&mut s, &client, monitor, &plan).await;
+                let Some(m) = m else { continue 'connect };
+                monitor = m;
+                if let Err(e) = &result
+                    && is_fence_failure(e)
+                    && fence_lost(&client, &token, settings.leading.as_ref()).await
+                        == FenceAction::TakeOver
+                {
+                    // The old monitor's snapshot belongs to the old token: read again after.
+                    let _ = client.monitor_cancel(monitor).await;
+                    continue 'session;
+                }
+                let ok = result.is_ok();
+                if ok {
+                    backoff = settings.backoff_min;
+                    if sent > 0 {
+                        tracing::info!(
+                            generation = plan.generation,
+                            transactions = sent,
+                            rows = plan.row_count,
+                            "Northbound synced"
+                        );
+                    }
+                }
+                let problems = s.problems();
+                let failed = result.err().map(|e| e.to_string());
+                status.send_if_modified(|st| {
+                    let before = st.clone();
+                    st.connected = true;
+                    st.transactions += sent;
+                    if sent > 0 {
+                        st.syncs += 1;
+                        st.last_sync = started.elapsed();
+                    }
+                    st.problems = problems;
+                    if ok {
+                        st.applied_step = Some(plan.step);
+                        if plan.complete {
+                            st.applied_generation = Some(plan.generation);
+                        }
+                        st.rows = plan.row_count;
+                        st.last_error = None;
+                    } else {
+                        st.last_error = failed;
+                    }
+                    *st != before
+                });
+                // Wait for a new plan, a change in the database, or (after a failure) the
+                // backoff.
+                let retry = async {
+                    if ok {
+                        std::future::pending::<()>().await
+                    } else {
+                        tokio::time::sleep(backoff).await
+                    }
+                };
                 tokio::select! {
                     r = desired.changed() => if r.is_err() { return },
                     ev = monitor.next_event() => match ev {
-                        None => break,
+                        None => continue 'connect,
                         Some(ev) => event = Some(ev),
                     },
+                    _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
                 }
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let Sent {
-                monitor: m,
-                transactions: sent,
-                result,
-                ..
-            } = write_plan(&mut s, &client, monitor, &plan).await;
-            let Some(m) = m else { break };
-            monitor = m;
-            let ok = result.is_ok();
-            if ok {
-                backoff = settings.backoff_min;
-                if sent > 0 {
-                    tracing::info!(
-                        generation = plan.generation,
-                        transactions = sent,
-                        rows = plan.row_count,
-                        "Northbound synced"
-                    );
-                }
-            }
-            let problems = s.problems();
-            let failed = result.err().map(|e| e.to_string());
-            status.send_if_modified(|st| {
-                let before = st.clone();
-                st.connected = true;
-                st.transactions += sent;
-                if sent > 0 {
-                    st.syncs += 1;
-                    st.last_sync = started.elapsed();
-                }
-                st.problems = problems;
-                if ok {
-                    st.applied_step = Some(plan.step);
-                    if plan.complete {
-                        st.applied_generation = Some(plan.generation);
-                    }
-                    st.rows = plan.row_count;
-                    st.last_error = None;
-                } else {
-                    st.last_error = failed;
-                }
-                *st != before
-            });
-            // Wait for a new plan, a change in the database, or (after a failure) the backoff.
-            let retry = async {
-                if ok {
-                    std::future::pending::<()>().await
-                } else {
-                    tokio::time::sleep(backoff).await
-                }
-            };
-            tokio::select! {
-                r = desired.changed() => if r.is_err() { return },
-                ev = monitor.next_event() => match ev {
-                    None => break,
-                    Some(ev) => event = Some(ev),
-                },
-                _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
             }
         }
     }
 }
 
+/// After this session's fence failed: who holds the token now, and what to do about it.
+async fn fence_lost(
+    client: &Client,
+    token: &str,
+    leading: Option<&watch::Receiver<bool>>,
+) -> FenceAction {
+    let mut txn = Transaction::new(DB);
+    txn.select(NB_GLOBAL, vec![], Some(&["external_ids"]));
+    let holder = match client.transact(&txn).await {
+        Ok(r) => match r.into_iter().next() {
+            Some(OpResult::Rows(rows)) => token_holder(&rows, token),
+            _ => TokenHolder::Us,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the Northbound writer token");
+            return FenceAction::Retry;
+        }
+    };
+    let leading = leading.is_none_or(|l| *l.borrow());
+    let action = after_fence_failure(&holder, leading);
+    match (&holder, action) {
+        (_, FenceAction::TakeOver) => {
+            tracing::warn!(
+                "Northbound writer token gone (database replaced or key removed); taking over again"
+            );
+        }
+        (TokenHolder::Other(t), _) => {
+            tracing::warn!(holder = %t, "another writer holds the Northbound database; not writing");
+        }
+        (TokenHolder::Nobody, _) => {
+            tracing::warn!(
+                "Northbound writer token gone, but this agent no longer leads; not taking it back"
+            );
+        }
+        _ => {}
+    }
+    action
+}
+
 /// Connect, read the current rows (one monitor snapshot), and close.
 async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), ovsdb::Error> {
-    let client = Client::connect(ClientOptions::new(remotes, DB)?).await?;
+    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
     let monitor = client.monitor(monitor_spec()).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
@@ -1459,7 +1542,7 @@ pub async fn sync_once(
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
     // read, write the difference as a batch.
-    let client = Client::connect(ClientOptions::new(remotes, DB)?).await?;
+    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
     let token = new_token();
     take_over(&client, &token).await?;
     let monitor = client.monitor(monitor_spec()).await?;

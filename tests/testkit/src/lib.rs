@@ -210,18 +210,7 @@ impl Sandbox {
                 "--disable-system",
                 "-vconsole:off",
             ])
-            .arg(format!(
-                "--pidfile={}",
-                d.join("ovs-vswitchd.pid").display()
-            ))
-            .arg(format!(
-                "--unixctl={}",
-                d.join("ovs-vswitchd.ctl").display()
-            ))
-            .arg(format!(
-                "--log-file={}",
-                d.join("ovs-vswitchd.log").display()
-            ))
+            .args(vswitchd_files(d))
             .args(["--detach", "--no-chdir"])
             .output()
             .expect("spawn ovs-vswitchd");
@@ -235,6 +224,15 @@ impl Sandbox {
         }
         panic!("br-ex.mgmt did not come back after restarting ovs-vswitchd");
     }
+}
+
+/// ovs-vswitchd's pidfile, control socket and log under `dir`, as the scripts name them.
+pub(crate) fn vswitchd_files(dir: &Path) -> [String; 3] {
+    [
+        format!("--pidfile={}", dir.join("ovs-vswitchd.pid").display()),
+        format!("--unixctl={}", dir.join("ovs-vswitchd.ctl").display()),
+        format!("--log-file={}", dir.join("ovs-vswitchd.log").display()),
+    ]
 }
 
 pub(crate) fn check(program: &str, args: &[&str], out: Output) -> String {

@@ -260,24 +260,8 @@ pub fn arp_request(
     let iface = iface.to_string();
     in_netns(ns, move || {
         let proto = (libc::ETH_P_ARP as u16).to_be();
-        // SAFETY: plain socket call; the fd is owned right away.
-        let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32) })?;
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let idx = ifindex(&iface)?;
-        // SAFETY: zeroed sockaddr_ll is a valid value.
-        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = proto;
-        sll.sll_ifindex = idx as i32;
+        let (fd, sll) = packet_socket(&iface, proto)?;
         let len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-        // SAFETY: sll is a valid sockaddr_ll of `len` bytes.
-        check(unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sll as *const libc::sockaddr_ll).cast(),
-                len,
-            )
-        })?;
         let mac = own_mac(&iface)?;
 
         let mut frame = Vec::with_capacity(42);
@@ -453,13 +437,16 @@ fn sockaddr_in6(a: &SocketAddrV6) -> libc::sockaddr_in6 {
     sa
 }
 
-/// MAC of `iface` in the calling thread's namespace.
-fn own_mac(iface: &str) -> io::Result<[u8; 6]> {
+/// An AF_PACKET socket for `proto` (network order; 0 for none) bound to `iface` in the calling
+/// thread's namespace, and its address.
+fn packet_socket(iface: &str, proto: u16) -> io::Result<(OwnedFd, libc::sockaddr_ll)> {
     // SAFETY: plain socket call; the fd is owned right away.
-    let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) })?;
+    let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) })?;
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: zeroed sockaddr_ll is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
     sll.sll_ifindex = ifindex(iface)? as i32;
     let len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
     // SAFETY: sll is a valid sockaddr_ll of `len` bytes.
@@ -470,8 +457,14 @@ fn own_mac(iface: &str) -> io::Result<[u8; 6]> {
             len,
         )
     })?;
+    Ok((fd, sll))
+}
+
+/// MAC of `iface` in the calling thread's namespace.
+fn own_mac(iface: &str) -> io::Result<[u8; 6]> {
+    let (fd, _) = packet_socket(iface, 0)?;
     let mut me: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    let mut me_len = len;
+    let mut me_len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
     // SAFETY: `me` has room for a sockaddr_ll.
     check(unsafe {
         libc::getsockname(

@@ -266,18 +266,7 @@ impl Testbed {
                 "--detach",
                 "--no-chdir",
             ])
-            .arg(format!(
-                "--pidfile={}",
-                d.join("ovs-vswitchd.pid").display()
-            ))
-            .arg(format!(
-                "--unixctl={}",
-                d.join("ovs-vswitchd.ctl").display()
-            ))
-            .arg(format!(
-                "--log-file={}",
-                d.join("ovs-vswitchd.log").display()
-            ))
+            .args(crate::vswitchd_files(&d))
             .env("OVS_RUNDIR", &d)
             .output()
             .expect("spawn ovs-vswitchd");

@@ -1,72 +1,24 @@
 //! The agent end to end on a real ovs-vswitchd: objects file -> flows on br-ex, checked with
 //! the operator's tools (`ovs-ofctl dump-flows`, `ofproto/trace`).
 
-use openflow::FlowStats;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 use testkit::Sandbox;
 
 mod common;
+use common::expect::{default_resolved, expected_flows as expected, ofctl_ours};
 use common::{Agent, base_yaml, eventually, write_objects};
 use vipflow::agent;
 use vipflow::config::{BridgeConfig, Config, GatewayMode, Profile};
-use vipflow::model::Model;
-use vipflow::plan::flows::{PlanInput, Resolved, plan};
+use vipflow::plan::flows::Resolved;
 use vipflow::source::file;
-
-const BR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
 fn config(sb: &Sandbox, objects: &Path) -> Config {
     Config {
         ovs_rundir: sb.path().to_path_buf(),
         objects: Some(objects.to_path_buf()),
         ..Config::default()
-    }
-}
-
-/// Our flows as ovs-ofctl shows them (`--no-stats`), one trimmed line each.
-fn ofctl_ours(sb: &Sandbox, bridge: &str, cookie_prefix: &str) -> BTreeSet<String> {
-    sb.ofctl(&["--no-stats", "dump-flows", bridge])
-        .lines()
-        .map(|l| l.trim().to_string())
-        .filter(|l| l.starts_with(cookie_prefix))
-        .collect()
-}
-
-/// The plan for `yaml` rendered exactly as ovs-ofctl prints flows.
-fn expected(cfg: &Config, b: &BridgeConfig, yaml: &str, r: &Resolved) -> BTreeSet<String> {
-    let loaded = file::parse(yaml).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
-    plan(
-        &model,
-        &PlanInput {
-            bridge: b,
-            cookie_prefix: cfg.cookie_prefix,
-        },
-    )
-    .iter()
-    .map(|f| {
-        let fm = f.resolve(r);
-        let fs = FlowStats {
-            table_id: fm.table_id,
-            priority: fm.priority,
-            cookie: fm.cookie,
-            match_: fm.match_,
-            instructions: fm.instructions,
-            ..FlowStats::default()
-        };
-        fs.dump_line(false).to_string().trim().to_string()
-    })
-    .collect()
-}
-
-fn default_resolved() -> Resolved {
-    Resolved {
-        uplink: 1,
-        patch: 2,
-        bridge_mac: BR_MAC,
-        steer_dst: None,
     }
 }
 

@@ -8,110 +8,12 @@ use std::time::Duration;
 use testkit::Sandbox;
 
 mod common;
+use common::expect::{expected_rows as expected, json_map, nbctl_lbs, ours_rows as ours};
 use common::{Agent, base_yaml, write_objects};
 use vipflow::agent;
 use vipflow::config::Config;
 use vipflow::model::Model;
 use vipflow::source::file;
-
-/// An OVSDB JSON map (`["map", [[k, v], ...]]`) as strings.
-fn json_map(j: &Json) -> BTreeMap<String, String> {
-    j.get(1)
-        .and_then(Json::as_array)
-        .map(|pairs| {
-            pairs
-                .iter()
-                .filter_map(|p| {
-                    Some((
-                        p.get(0)?.as_str()?.to_string(),
-                        p.get(1)?.as_str()?.to_string(),
-                    ))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Every Load_Balancer row as ovn-nbctl reports it: name -> (protocol, vips, options, external_ids).
-type LbView = BTreeMap<
-    String,
-    (
-        String,
-        BTreeMap<String, String>,
-        BTreeMap<String, String>,
-        BTreeMap<String, String>,
-    ),
->;
-
-/// (name, protocol, vips, options, external_ids) of one row.
-type NbRow = (
-    String,
-    String,
-    BTreeMap<String, String>,
-    BTreeMap<String, String>,
-    BTreeMap<String, String>,
-);
-
-fn nbctl_lbs(sb: &Sandbox) -> Vec<NbRow> {
-    let out = sb.nbctl(&[
-        "--format=json",
-        "--columns=name,protocol,vips,options,external_ids",
-        "list",
-        "Load_Balancer",
-    ]);
-    let j: Json = serde_json::from_str(&out).unwrap();
-    j["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            let proto = match &r[1] {
-                Json::String(s) => s.clone(),
-                _ => "tcp".into(), // empty set: OVN's default
-            };
-            (
-                r[0].as_str().unwrap().to_string(),
-                proto,
-                json_map(&r[2]),
-                json_map(&r[3]),
-                json_map(&r[4]),
-            )
-        })
-        .collect()
-}
-
-fn ours(sb: &Sandbox) -> LbView {
-    let rows = nbctl_lbs(sb);
-    let mut m = LbView::new();
-    for (name, proto, vips, opts, ext) in rows {
-        if ext.contains_key("vipflow.io/owner") {
-            assert!(
-                m.insert(name.clone(), (proto, vips, opts, ext)).is_none(),
-                "duplicate row {name}"
-            );
-        }
-    }
-    m
-}
-
-fn expected(cfg: &Config, yaml: &str) -> LbView {
-    let loaded = file::parse(yaml).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
-    agent::plan_northbound(cfg, &model)
-        .into_iter()
-        .map(|r| {
-            (
-                r.name.clone(),
-                (
-                    r.key.protocol.as_str().to_string(),
-                    r.vips,
-                    r.options,
-                    r.external_ids,
-                ),
-            )
-        })
-        .collect()
-}
 
 /// The shared agent harness (with the NB database) and this file's assertions.
 struct Harness(Agent);
@@ -918,34 +820,6 @@ async fn rows_within(h: &Harness, yaml: &str, limit: Duration) -> Duration {
     );
 }
 
-/// The NB ovsdb-server of `sb` SIGKILLed and started again on a new, empty database.
-fn restart_nb_fresh(sb: &Sandbox) {
-    sb.kill("ovnnb_db");
-    let d = sb.path();
-    let db = d.join("ovnnb_db.db");
-    let _ = std::fs::remove_file(&db);
-    let _ = std::fs::remove_file(sb.nb_sock());
-    let schema = std::env::var("NB_SCHEMA")
-        .unwrap_or_else(|_| "/usr/share/ovn/ovn-nb.ovsschema".to_string());
-    sb.run(
-        "ovsdb-tool",
-        &["create", db.to_str().unwrap(), schema.as_str()],
-    );
-    sb.run(
-        "ovsdb-server",
-        &[
-            db.to_str().unwrap(),
-            &format!("--remote=punix:{}", sb.nb_sock().display()),
-            &format!("--pidfile={}", d.join("ovnnb_db.pid").display()),
-            &format!("--unixctl={}", d.join("ovnnb_db.ctl").display()),
-            &format!("--log-file={}", d.join("ovnnb_db.log").display()),
-            "-vconsole:off",
-            "--detach",
-            "--no-chdir",
-        ],
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_resume_when_the_writer_token_disappears() {
     let sb = Sandbox::start();
@@ -976,7 +850,7 @@ async fn writes_resume_when_the_writer_token_disappears() {
     assert!(!token.trim().is_empty(), "a new token: {token}");
 
     // NB restarted on an empty database: every row comes back.
-    restart_nb_fresh(&h.sb);
+    h.sb.restart_nb(true);
     let took = rows_within(&h, &y1, Duration::from_secs(10)).await;
     println!("NB restarted on an empty database: rows back {took:?} after the server was");
     assert!(took <= Duration::from_secs(2), "rows back in {took:?}");

@@ -1,6 +1,8 @@
 //! Shared by the agent integration tests: the agent on a file source, in a sandbox.
 #![allow(dead_code)]
 
+pub mod expect;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;

@@ -226,6 +226,46 @@ impl Sandbox {
     }
 }
 
+impl Sandbox {
+    /// SIGKILL the NB ovsdb-server and start it again on its database file, or with `fresh` on
+    /// a new, empty one (a restore from nothing). Returns once its socket accepts.
+    pub fn restart_nb(&self, fresh: bool) {
+        self.kill("ovnnb_db");
+        let d = self.path();
+        let db = d.join("ovnnb_db.db");
+        let _ = std::fs::remove_file(self.nb_sock());
+        if fresh {
+            let _ = std::fs::remove_file(&db);
+            let schema = std::env::var("NB_SCHEMA")
+                .unwrap_or_else(|_| "/usr/share/ovn/ovn-nb.ovsschema".to_string());
+            self.run(
+                "ovsdb-tool",
+                &["create", &db.display().to_string(), &schema],
+            );
+        }
+        self.run(
+            "ovsdb-server",
+            &[
+                &db.display().to_string(),
+                &format!("--remote=punix:{}", self.nb_sock().display()),
+                &format!("--pidfile={}", d.join("ovnnb_db.pid").display()),
+                &format!("--unixctl={}", d.join("ovnnb_db.ctl").display()),
+                &format!("--log-file={}", d.join("ovnnb_db.log").display()),
+                "-vconsole:off",
+                "--detach",
+                "--no-chdir",
+            ],
+        );
+        for _ in 0..500 {
+            if std::os::unix::net::UnixStream::connect(self.nb_sock()).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the NB ovsdb-server did not come back");
+    }
+}
+
 /// ovs-vswitchd's pidfile, control socket and log under `dir`, as the scripts name them.
 pub(crate) fn vswitchd_files(dir: &Path) -> [String; 3] {
     [

@@ -1,0 +1,155 @@
+//! The churn invariant, read with the operator's tools: the flows on br-ex, vipflow's
+//! Load_Balancer rows and the pod switch's `exclude_ips` equal the plan of the current objects,
+//! and nothing foreign changed.
+
+use crate::common::expect::{
+    NbRow, default_resolved, expected_flows, expected_rows, nbctl_lbs, ofctl_ours, ours_rows,
+};
+use crate::world::POD_SUBNET;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use testkit::Sandbox;
+use vipflow::agent;
+use vipflow::config::Config;
+use vipflow::model::Model;
+use vipflow::plan::flows::Resolved;
+use vipflow::source::file;
+
+/// Flows and a row that are not vipflow's: they must survive every change.
+const FOREIGN_FLOWS: [&str; 2] = [
+    "cookie=0x1234,priority=600,in_port=1,arp,arp_op=1,arp_tpa=172.19.0.100 actions=drop",
+    "cookie=0x7f1e000000000001,table=1,priority=10,ip actions=NORMAL",
+];
+/// The user's own exclusions, odd spacing on purpose: kept byte for byte.
+const USER_EXCLUDE: &str = "172.19.0.2  172.19.0.10..172.19.0.11";
+
+/// What was there before vipflow started, to compare against at every check.
+pub struct Baseline {
+    foreign_flows: BTreeSet<String>,
+    foreign_rows: Vec<NbRow>,
+    pub resolved: Resolved,
+}
+
+fn foreign_flow_lines(sb: &Sandbox) -> BTreeSet<String> {
+    sb.ofctl(&["--no-stats", "dump-flows", "br-ex"])
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.starts_with("cookie=0x7f1f"))
+        .collect()
+}
+
+fn foreign_rows(sb: &Sandbox) -> Vec<NbRow> {
+    nbctl_lbs(sb)
+        .into_iter()
+        .filter(|r| !r.4.contains_key("vipflow.io/owner"))
+        .collect()
+}
+
+impl Baseline {
+    /// Foreign flows and a foreign row, and a pod switch with the user's exclusions, put in
+    /// place before the agent starts.
+    pub fn prepare(sb: &Sandbox, nb: bool) -> Baseline {
+        for f in FOREIGN_FLOWS {
+            sb.ofctl(&["add-flow", "br-ex", f]);
+        }
+        if nb {
+            sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
+            sb.nbctl(&["ls-add", "pods"]);
+            sb.nbctl(&[
+                "set",
+                "Logical_Switch",
+                "pods",
+                &format!("other_config:subnet={POD_SUBNET}"),
+                &format!("other_config:exclude_ips=\"{USER_EXCLUDE}\""),
+            ]);
+        }
+        Baseline {
+            foreign_flows: foreign_flow_lines(sb),
+            foreign_rows: if nb { foreign_rows(sb) } else { Vec::new() },
+            resolved: default_resolved(),
+        }
+    }
+}
+
+/// What differs from the invariant for the objects in `text`; empty when it holds.
+pub fn violations(
+    sb: &Sandbox,
+    cfg: &Config,
+    text: &str,
+    base: &Baseline,
+    nb: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = &cfg.bridges[0];
+    let want = expected_flows(cfg, b, text, &base.resolved);
+    let have = ofctl_ours(sb, &b.name, "cookie=0x7f1f");
+    if have != want {
+        let missing: Vec<_> = want.difference(&have).take(3).collect();
+        let extra: Vec<_> = have.difference(&want).take(3).collect();
+        out.push(format!(
+            "flows: {} live, {} planned; missing {} e.g. {missing:?}; extra {} e.g. {extra:?}",
+            have.len(),
+            want.len(),
+            want.difference(&have).count(),
+            have.difference(&want).count()
+        ));
+    }
+    if foreign_flow_lines(sb) != base.foreign_flows {
+        out.push(format!(
+            "foreign flows changed: {:?}",
+            foreign_flow_lines(sb)
+                .symmetric_difference(&base.foreign_flows)
+                .collect::<Vec<_>>()
+        ));
+    }
+    if !nb {
+        return out;
+    }
+    let want = expected_rows(cfg, text);
+    let have = ours_rows(sb);
+    if have != want {
+        let differ: Vec<_> = want
+            .iter()
+            .filter(|(k, v)| have.get(*k) != Some(v))
+            .map(|(k, _)| k)
+            .chain(have.keys().filter(|k| !want.contains_key(*k)))
+            .take(3)
+            .collect();
+        out.push(format!(
+            "rows: {} live, {} planned; differing e.g. {differ:?}",
+            have.len(),
+            want.len()
+        ));
+    }
+    if foreign_rows(sb) != base.foreign_rows {
+        out.push("the foreign Load_Balancer row changed".into());
+    }
+    // exclude_ips: vipflow's IPv4 VIPs inside the subnet in front, the user's text behind.
+    let loaded = file::parse(text).unwrap();
+    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    let subnet: ipnet::Ipv4Net = POD_SUBNET.parse().unwrap();
+    let user: BTreeSet<IpAddr> = ["172.19.0.2", "172.19.0.10", "172.19.0.11"]
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let want: BTreeSet<String> = model
+        .vips()
+        .keys()
+        .filter(|ip| matches!(ip, IpAddr::V4(a) if subnet.contains(a)) && !user.contains(ip))
+        .map(ToString::to_string)
+        .collect();
+    let raw = sb.nbctl(&["get", "Logical_Switch", "pods", "other_config:exclude_ips"]);
+    let text = raw.trim().trim_matches('"');
+    match text.strip_suffix(USER_EXCLUDE) {
+        None => out.push(format!("exclude_ips lost the user's text: {text:?}")),
+        Some(ours) => {
+            let have: BTreeSet<String> = ours.split_whitespace().map(String::from).collect();
+            if have != want {
+                out.push(format!(
+                    "exclude_ips: vipflow's part {have:?}, planned {want:?}"
+                ));
+            }
+        }
+    }
+    out
+}

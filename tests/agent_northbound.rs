@@ -448,13 +448,17 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
 
     // Churn: endpoint counts change on every round; kill the leader in the middle.
     let mut last = y0;
+    let mut killed = std::time::Instant::now();
+    let mut last_write = killed;
     for round in 1..=6 {
         if round == 3 {
             let leader = cluster.wait_leader();
             cluster.kill(leader);
+            killed = std::time::Instant::now();
         }
         last = churn_objects(40 - round, 1 + round % 3);
         write_objects(&objects, &last);
+        last_write = std::time::Instant::now();
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     // The generation planned from the last round's objects, once the source has them.
@@ -481,6 +485,11 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
     tokio::time::timeout(Duration::from_secs(60), running.wait_applied(g))
         .await
         .expect("converged after the leader change");
+    println!(
+        "NB leader killed during churn: the last round's rows committed {:?} after the kill, {:?} after the last change",
+        killed.elapsed(),
+        last_write.elapsed()
+    );
 
     // Read back through the cluster (any live member): exactly the planned rows, none twice.
     let loaded = file::parse(&last).unwrap();

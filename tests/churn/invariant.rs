@@ -8,6 +8,7 @@ use crate::common::expect::{
 use crate::world::POD_SUBNET;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::time::{Duration, Instant};
 use testkit::Sandbox;
 use vipflow::agent;
 use vipflow::config::Config;
@@ -152,4 +153,51 @@ pub fn violations(
         }
     }
     out
+}
+
+/// Poll the invariant until it holds, for at most `limit`: how long it took, or what was still
+/// wrong.
+pub async fn converged(
+    sb: &Sandbox,
+    cfg: &Config,
+    text: &str,
+    base: &Baseline,
+    nb: bool,
+    limit: Duration,
+) -> Result<Duration, Vec<String>> {
+    let start = Instant::now();
+    loop {
+        let bad = violations(sb, cfg, text, base, nb);
+        if bad.is_empty() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > limit {
+            return Err(bad);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+impl Baseline {
+    /// Put the foreign flows back, as their owner would after ovs-vswitchd lost them.
+    pub fn restore_foreign_flows(&self, sb: &Sandbox) {
+        for f in FOREIGN_FLOWS {
+            sb.ofctl(&["add-flow", "br-ex", f]);
+        }
+    }
+
+    /// Put the foreign row and the pod switch back, as their owners would on a new database;
+    /// the foreign row gets a new UUID, nothing else differs.
+    pub fn restore_northbound(&mut self, sb: &Sandbox) {
+        sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
+        sb.nbctl(&["ls-add", "pods"]);
+        sb.nbctl(&[
+            "set",
+            "Logical_Switch",
+            "pods",
+            &format!("other_config:subnet={POD_SUBNET}"),
+            &format!("other_config:exclude_ips=\"{USER_EXCLUDE}\""),
+        ]);
+        self.foreign_rows = foreign_rows(sb);
+    }
 }

@@ -6,11 +6,13 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod faults;
 mod invariant;
+mod proxy;
 mod world;
 
 use common::Agent;
-use invariant::{Baseline, violations};
+use invariant::{Baseline, converged, violations};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
 use testkit::kube_server::KubeServer;
@@ -85,27 +87,6 @@ fn push(
     calls
 }
 
-/// Poll the invariant until it holds, for at most `limit`.
-async fn converged(
-    sb: &Sandbox,
-    cfg: &Config,
-    text: &str,
-    base: &Baseline,
-    limit: Duration,
-) -> Result<Duration, Vec<String>> {
-    let start = Instant::now();
-    loop {
-        let bad = violations(sb, cfg, text, base, true);
-        if bad.is_empty() {
-            return Ok(start.elapsed());
-        }
-        if start.elapsed() > limit {
-            return Err(bad);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_churn_keeps_flows_rows_and_exclude_ips_equal_to_the_plan() {
     let mut rng = Rng::new(seed("API server churn"));
@@ -125,7 +106,7 @@ async fn api_server_churn_keeps_flows_rows_and_exclude_ips_equal_to_the_plan() {
     };
     let cluster = agent::start_cluster(cfg.clone(), opts).await.unwrap();
     let text = world.file_text();
-    if let Err(bad) = converged(&sb, &cfg, &text, &base, Duration::from_secs(30)).await {
+    if let Err(bad) = converged(&sb, &cfg, &text, &base, true, Duration::from_secs(30)).await {
         panic!("after the first sync: {bad:#?}");
     }
 
@@ -141,7 +122,7 @@ async fn api_server_churn_keeps_flows_rows_and_exclude_ips_equal_to_the_plan() {
         calls += push(&kube, &objects, &next);
         objects = next;
         let text = world.file_text();
-        match converged(&sb, &cfg, &text, &base, Duration::from_secs(20)).await {
+        match converged(&sb, &cfg, &text, &base, true, Duration::from_secs(20)).await {
             Ok(t) => slowest = slowest.max(t),
             Err(bad) => panic!("after round {round} ({ops} ops): {bad:#?}"),
         }

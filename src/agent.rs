@@ -96,10 +96,15 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         cookie_base: cfg.cookie_base(),
         cookie_mask: cfg.cookie_mask(),
         ovs_db: Some(cfg.ovs_db()),
-        openflow: openflow::Config::default(),
+        openflow: openflow::Config {
+            request_timeout: Duration::from_millis(cfg.openflow_timeout_ms.max(1)),
+            ..openflow::Config::default()
+        },
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
         connect_retry: Duration::from_millis(50),
+        healthy_after: Duration::from_secs(10),
+        audit_interval: (cfg.flow_audit_ms > 0).then(|| Duration::from_millis(cfg.flow_audit_ms)),
     }
 }
 

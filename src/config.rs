@@ -183,7 +183,19 @@ pub struct Config {
     pub http_addr: Option<String>,
     /// Leader election of the Northbound writer (Kubernetes source only).
     pub lease: LeaseConfig,
+    /// Give up on an OpenFlow request (a bundle commit, a BARRIER, a flow dump) after this
+    /// many milliseconds without a reply: WARN, drop the connection and resync on a new one.
+    pub openflow_timeout_ms: u64,
+    /// Read vipflow's flows back (by cookie) this often, in milliseconds, and repair any that
+    /// someone else deleted or changed; 0: never. Stretched to 20 times the last read's cost,
+    /// so a big flow table never keeps the switch busy more than 5% of the time.
+    pub flow_audit_ms: u64,
 }
+
+/// Default [`Config::openflow_timeout_ms`].
+pub const DEFAULT_OPENFLOW_TIMEOUT_MS: u64 = 10_000;
+/// Default [`Config::flow_audit_ms`].
+pub const DEFAULT_FLOW_AUDIT_MS: u64 = 500;
 
 /// Where and how the Northbound writer is elected.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,6 +236,8 @@ impl Default for Config {
             northbound: Default::default(),
             http_addr: None,
             lease: LeaseConfig::default(),
+            openflow_timeout_ms: DEFAULT_OPENFLOW_TIMEOUT_MS,
+            flow_audit_ms: DEFAULT_FLOW_AUDIT_MS,
         }
     }
 }

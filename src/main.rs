@@ -94,6 +94,14 @@ struct Global {
     /// Log format.
     #[arg(long, global = true, value_enum)]
     log_format: Option<LogFormat>,
+    /// Milliseconds to wait for an OpenFlow reply (bundle commit, BARRIER, flow dump) before
+    /// the connection is dropped with a WARN and a new one resyncs [default: 10000].
+    #[arg(long, global = true, value_name = "MS")]
+    openflow_timeout_ms: Option<u64>,
+    /// Read vipflow's flows back every MS milliseconds and repair what someone else deleted or
+    /// changed; 0 turns it off. Stretched to 20x the read's own cost on big tables [default: 500].
+    #[arg(long, global = true, value_name = "MS")]
+    flow_audit_ms: Option<u64>,
     /// Log filter (tracing EnvFilter syntax, e.g. info or vipflow=debug).
     #[arg(long, env = "VIPFLOW_LOG", global = true, default_value = "info")]
     log: String,
@@ -335,6 +343,12 @@ fn build_config(g: &Global) -> Result<Config, String> {
     }
     if let Some(v) = g.log_format {
         cfg.log_format = v;
+    }
+    if let Some(v) = g.openflow_timeout_ms {
+        cfg.openflow_timeout_ms = v;
+    }
+    if let Some(v) = g.flow_audit_ms {
+        cfg.flow_audit_ms = v;
     }
     g.northbound.apply(&mut cfg);
     let c = &g.cluster;

@@ -37,6 +37,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
+/// Default [`Config::max_multipart_bytes`].
+pub const DEFAULT_MAX_MULTIPART_BYTES: usize = 32 << 20;
+
+/// Default [`Config::max_multipart_parts`].
+pub const DEFAULT_MAX_MULTIPART_PARTS: usize = 4096;
+
 /// Connection settings.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -50,6 +56,13 @@ pub struct Config {
     pub request_timeout: Duration,
     /// Largest message accepted from the peer.
     pub max_message_len: usize,
+    /// Largest multipart reply (all its parts' bytes together) accepted: a peer that keeps
+    /// setting "more" cannot grow the reassembly without bound. The default holds a dump of
+    /// about 200,000 of vipflow's flows.
+    pub max_multipart_bytes: usize,
+    /// Most parts of one multipart reply: tiny parts cost more to keep than their bytes say.
+    /// Open vSwitch fills parts to about 64 KiB, so a real dump needs few.
+    pub max_multipart_parts: usize,
 }
 
 impl Default for Config {
@@ -60,6 +73,8 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(60),
             max_message_len: MAX_MESSAGE_LEN,
+            max_multipart_bytes: DEFAULT_MAX_MULTIPART_BYTES,
+            max_multipart_parts: DEFAULT_MAX_MULTIPART_PARTS,
         }
     }
 }
@@ -80,6 +95,16 @@ pub enum ConnError {
     Timeout(Duration),
     #[error("unexpected reply: {0}")]
     Protocol(String),
+    /// A multipart reply grew past [`Config::max_multipart_bytes`]; the connection is closed.
+    #[error(
+        "multipart reply over the limit of {limit_bytes} bytes or {limit_parts} parts (after {bytes} bytes in {parts} parts)"
+    )]
+    ReplyTooLarge {
+        limit_bytes: usize,
+        limit_parts: usize,
+        bytes: usize,
+        parts: usize,
+    },
     #[error(transparent)]
     Decode(#[from] DecodeError),
     /// Some messages of a non-atomic batch failed (the others were applied). Each entry is
@@ -120,10 +145,14 @@ pub enum Event {
 
 enum Waiter {
     Reply(oneshot::Sender<Result<Message, ConnError>>),
-    Multipart(
-        Vec<MultipartReply>,
-        oneshot::Sender<Result<MultipartReply, ConnError>>,
-    ),
+    Multipart(Parts, oneshot::Sender<Result<MultipartReply, ConnError>>),
+}
+
+/// A multipart reply being reassembled, with its size on the wire so far.
+#[derive(Default)]
+struct Parts {
+    parts: Vec<MultipartReply>,
+    bytes: usize,
 }
 
 /// Errors collected for a contiguous range of xids (a batch or a bundle's messages).
@@ -434,7 +463,7 @@ impl Connection {
     pub async fn multipart(&self, body: MultipartRequestBody) -> Result<MultipartReply, ConnError> {
         let xid = self.xids(1).start;
         let (tx, rx) = oneshot::channel();
-        self.register(xid, Waiter::Multipart(Vec::new(), tx))?;
+        self.register(xid, Waiter::Multipart(Parts::default(), tx))?;
         let msg = Message::MultipartRequest(MultipartRequest::new(body));
         if let Err(e) = self.write(msg.encode(xid)).await {
             self.unregister(xid);
@@ -756,12 +785,28 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
         Some(Waiter::Multipart(mut parts, tx)) => match msg {
             Message::MultipartReply(part) => {
                 let more = part.more();
-                parts.push(part);
-                if more {
+                parts.parts.push(part);
+                parts.bytes += usize::from(h.length);
+                let (limit_bytes, limit_parts) = (
+                    inner.config.max_multipart_bytes,
+                    inner.config.max_multipart_parts,
+                );
+                if parts.bytes > limit_bytes || parts.parts.len() > limit_parts {
+                    drop(s);
+                    let e = ConnError::ReplyTooLarge {
+                        limit_bytes,
+                        limit_parts,
+                        bytes: parts.bytes,
+                        parts: parts.parts.len(),
+                    };
+                    let _ = tx.send(Err(e.clone()));
+                    // The peer is not to be trusted with more: drop the connection.
+                    inner.close(e);
+                } else if more {
                     s.waiters.insert(h.xid, Waiter::Multipart(parts, tx));
                 } else {
                     drop(s);
-                    let _ = tx.send(MultipartReply::merge(parts).map_err(ConnError::from));
+                    let _ = tx.send(MultipartReply::merge(parts.parts).map_err(ConnError::from));
                 }
             }
             Message::Error(e) => {

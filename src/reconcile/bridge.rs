@@ -91,6 +91,8 @@ pub struct Status {
     /// Syncs done (full and incremental) and how long the last one took.
     pub syncs: u64,
     pub last_sync: Duration,
+    /// Times flows changed by someone else were found and put back.
+    pub drift_repairs: u64,
     /// What keeps the bridge's flows from working as planned (ports not found, the OVS
     /// database unreachable, a gateway router MAC that differs from the bridge's).
     pub problems: Vec<BridgeProblem>,
@@ -125,6 +127,12 @@ pub struct BridgeSettings {
     /// missing or refuses). Such a try costs one failed connect, so it is short: flows return
     /// this soon after ovs-vswitchd is back, however long it was gone.
     pub connect_retry: Duration,
+    /// A session that lasted this long was healthy: the next one starts with the shortest
+    /// wait. One that failed sooner (a peer that drops every session right after the
+    /// handshake) waits the current backoff, which doubles, so it is not hammered.
+    pub healthy_after: Duration,
+    /// How often vipflow's flows are read back and compared with what it wrote (`None`: never).
+    pub audit_interval: Option<Duration>,
 }
 
 /// What is known of the bridge's ports: PORT_DESC (OpenFlow names, cut to 15 bytes, by
@@ -579,10 +587,7 @@ pub async fn run(
     loop {
         let session = Session::connect(&settings, &mut db).await;
         let mut session = match session {
-            Ok(s) => {
-                backoff = settings.backoff_min;
-                s
-            }
+            Ok(s) => s,
             Err(e) => {
                 // Nothing accepts: retry soon and cheaply. Anything else (a handshake that
                 // fails) backs off, so a broken peer is not hammered.
@@ -617,6 +622,7 @@ pub async fn run(
             }
             None => tracing::info!(bridge = %b.name, target = %settings.target, "connected"),
         }
+        let began = std::time::Instant::now();
         let end = session
             .serve(&settings, &mut desired, &status, &mut db)
             .await;
@@ -633,10 +639,27 @@ pub async fn run(
                 });
                 away_since = Some(std::time::Instant::now());
                 last_warn = Some(std::time::Instant::now());
-                // A short pause so a switch that is restarting has time to come back.
-                tokio::time::sleep(settings.connect_retry).await;
+                let (wait, next) = backoff_after_session(&settings, began.elapsed(), backoff);
+                backoff = next;
+                tokio::time::sleep(wait).await;
             }
         }
+    }
+}
+
+/// The pause before the next connect after a session ended, and the backoff after that. A
+/// healthy session (one that lasted `healthy_after`) is followed by the short `connect_retry`
+/// pause (a switch that is restarting is back soon) and a reset backoff; a short-lived one by
+/// the current backoff, doubled for the next time.
+fn backoff_after_session(
+    s: &BridgeSettings,
+    lasted: Duration,
+    backoff: Duration,
+) -> (Duration, Duration) {
+    if lasted >= s.healthy_after {
+        (s.connect_retry, s.backoff_min)
+    } else {
+        (backoff, (backoff * 2).min(s.backoff_max))
     }
 }
 
@@ -759,9 +782,29 @@ impl Session {
                 return SessionEnd::Lost(e);
             }
             need_full = false;
+            let mut audit_every = s.audit_interval;
+            let mut audit_at = audit_every.map(|d| tokio::time::Instant::now() + d);
             // Wait for a new plan or a port change (on the switch or in the database).
             loop {
                 tokio::select! {
+                    _ = sleep_until(audit_at) => {
+                        let started = std::time::Instant::now();
+                        let live = match read_flows(&self.conn, s.cookie_base, s.cookie_mask).await {
+                            Ok(l) => l,
+                            Err(e) => return SessionEnd::Lost(e),
+                        };
+                        let cost = started.elapsed();
+                        let fixes = diff(&live, &self.applied.set).len();
+                        if fixes > 0 {
+                            tracing::warn!(bridge = %s.bridge.name, changes = fixes, "vipflow's flows were changed by someone else; putting them back");
+                            status.send_modify(|st| st.drift_repairs += 1);
+                            need_full = true;
+                            break;
+                        }
+                        // A big table is read less often: at most 5% of the time.
+                        audit_every = s.audit_interval.map(|base| base.max(cost * 20));
+                        audit_at = audit_every.map(|d| tokio::time::Instant::now() + d);
+                    }
                     r = desired.changed() => {
                         if r.is_err() { return SessionEnd::Shutdown; }
                         break;
@@ -924,6 +967,14 @@ impl Session {
             st.syncs += 1;
             st.last_sync = started.elapsed();
         });
+    }
+}
+
+/// Sleep until `at`, or forever when there is no `at`.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -118,12 +118,13 @@ pub fn plan_northbound_group(cfg: &Config, model: &Model) -> Option<nbplan::Grou
     nbplan::own_group(&cfg.northbound, &model.nodes.keys().cloned().collect())
 }
 
-pub fn nb_settings(remotes: &str) -> nb::NbSettings {
+pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {
     nb::NbSettings {
         remotes: remotes.to_string(),
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
         leading: None,
+        request_timeout: Duration::from_millis(cfg.nb_timeout_ms.max(1)),
     }
 }
 
@@ -217,7 +218,7 @@ pub fn start_with(
         let (dtx, drx) = watch::channel(Arc::new(nb::Desired::default()));
         let (stx, srx) = watch::channel(nb::Status::default());
         tasks.push(tokio::spawn(nb_writer(
-            remotes,
+            nb_settings(&cfg, &remotes),
             drx,
             stx,
             opts.leader.clone(),
@@ -434,13 +435,13 @@ async fn report(
 
 /// The Northbound writer, running only while this agent leads (or always, without election).
 async fn nb_writer(
-    remotes: String,
+    settings: nb::NbSettings,
     desired: watch::Receiver<Arc<nb::Desired>>,
     status: watch::Sender<nb::Status>,
     leader: Option<watch::Receiver<bool>>,
 ) {
     let Some(mut leader) = leader else {
-        nb::run(nb_settings(&remotes), desired, status).await;
+        nb::run(settings, desired, status).await;
         return;
     };
     loop {
@@ -451,7 +452,7 @@ async fn nb_writer(
         let task = tokio::spawn(nb::run(
             nb::NbSettings {
                 leading: Some(leader.clone()),
-                ..nb_settings(&remotes)
+                ..settings.clone()
             },
             desired.clone(),
             status.clone(),

@@ -190,7 +190,13 @@ pub struct Config {
     /// someone else deleted or changed; 0: never. Stretched to 20 times the last read's cost,
     /// so a big flow table never keeps the switch busy more than 5% of the time.
     pub flow_audit_ms: u64,
+    /// Give up on a Northbound request (transaction, monitor, writer-token read) after this
+    /// many milliseconds without a reply: WARN, drop the session and connect again.
+    pub nb_timeout_ms: u64,
 }
+
+/// Default [`Config::nb_timeout_ms`].
+pub const DEFAULT_NB_TIMEOUT_MS: u64 = 10_000;
 
 /// Default [`Config::openflow_timeout_ms`].
 pub const DEFAULT_OPENFLOW_TIMEOUT_MS: u64 = 10_000;
@@ -238,6 +244,7 @@ impl Default for Config {
             lease: LeaseConfig::default(),
             openflow_timeout_ms: DEFAULT_OPENFLOW_TIMEOUT_MS,
             flow_audit_ms: DEFAULT_FLOW_AUDIT_MS,
+            nb_timeout_ms: DEFAULT_NB_TIMEOUT_MS,
         }
     }
 }

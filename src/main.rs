@@ -102,6 +102,10 @@ struct Global {
     /// changed; 0 turns it off. Stretched to 20x the read's own cost on big tables [default: 500].
     #[arg(long, global = true, value_name = "MS")]
     flow_audit_ms: Option<u64>,
+    /// Milliseconds to wait for a Northbound reply (transaction, monitor, writer-token read)
+    /// before the session is dropped with a WARN and made again [default: 10000].
+    #[arg(long, global = true, value_name = "MS")]
+    nb_timeout_ms: Option<u64>,
     /// Log filter (tracing EnvFilter syntax, e.g. info or vipflow=debug).
     #[arg(long, env = "VIPFLOW_LOG", global = true, default_value = "info")]
     log: String,
@@ -349,6 +353,9 @@ fn build_config(g: &Global) -> Result<Config, String> {
     }
     if let Some(v) = g.flow_audit_ms {
         cfg.flow_audit_ms = v;
+    }
+    if let Some(v) = g.nb_timeout_ms {
+        cfg.nb_timeout_ms = v;
     }
     g.northbound.apply(&mut cfg);
     let c = &g.cluster;

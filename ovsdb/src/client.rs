@@ -621,7 +621,7 @@ impl Driver {
             tokio::select! {
                 n = notes.recv() => {
                     let Some(n) = n else {
-                        tracing::info!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
+                        tracing::warn!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
                         return Served::Lost { healthy: true };
                     };
                     if let Err(e) = self.notification(n, conn.remote()).await {

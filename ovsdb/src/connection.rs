@@ -30,7 +30,14 @@ pub struct ConnectOptions {
     pub probe_interval: Option<Duration>,
     pub connect_timeout: Duration,
     pub max_message: usize,
+    /// A request unanswered this long ends the session (the peer is up but not serving us:
+    /// it may answer echo and never the transaction, or answer with a wrong id), so the
+    /// client connects again. `None`: wait forever.
+    pub request_timeout: Option<Duration>,
 }
+
+/// Default [`ConnectOptions::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Default for ConnectOptions {
     fn default() -> Self {
@@ -39,6 +46,7 @@ impl Default for ConnectOptions {
             probe_interval: Some(Duration::from_secs(5)),
             connect_timeout: Duration::from_secs(5),
             max_message: DEFAULT_MAX_MESSAGE,
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
         }
     }
 }
@@ -90,6 +98,13 @@ enum Command {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
+async fn sleep_until_due(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Handle to a live session; cheap to clone. The session ends when every handle is dropped,
 /// on a socket or protocol error, or when the peer stops answering probes.
 #[derive(Clone)]
@@ -129,6 +144,8 @@ impl Connection {
             probe: opts.probe_interval,
             next_id: 0,
             pending: HashMap::new(),
+            due: Default::default(),
+            request_timeout: opts.request_timeout,
             notify: ntx,
             closed: closed.clone(),
         };
@@ -286,6 +303,9 @@ struct Session {
     probe: Option<Duration>,
     next_id: u64,
     pending: HashMap<u64, oneshot::Sender<Reply>>,
+    /// When each request sent is due, oldest first, with its method (for the message).
+    due: std::collections::VecDeque<(Instant, u64, String)>,
+    request_timeout: Option<Duration>,
     notify: mpsc::UnboundedSender<Notification>,
     closed: Arc<Mutex<Option<String>>>,
 }
@@ -338,6 +358,16 @@ impl Session {
                         Err(e) => format!("writer task: {e}"),
                     };
                 }
+                _ = sleep_until_due(self.next_due()) => {
+                    if let Some((_, id, method)) = self.due.pop_front()
+                        && self.pending.contains_key(&id)
+                    {
+                        break format!(
+                            "no reply to {method} (id {id}) within {:?}",
+                            self.request_timeout.unwrap_or_default()
+                        );
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline) => {
                     if probing {
                         break format!("peer silent for {:?} (dead-peer probe)", interval * 2);
@@ -366,6 +396,17 @@ impl Session {
         (self.remote, reason)
     }
 
+    /// The deadline of the oldest request still unanswered (answered ones are dropped here).
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some((_, id, _)) = self.due.front() {
+            if self.pending.contains_key(id) {
+                break;
+            }
+            self.due.pop_front();
+        }
+        self.due.front().map(|d| d.0)
+    }
+
     fn send(&mut self, cmd: Command, out: &mpsc::UnboundedSender<Bytes>) {
         match cmd {
             Command::Call {
@@ -378,6 +419,9 @@ impl Session {
                 let id = self.next_id;
                 // Registered before writing: a failed write then reports the call as lost.
                 self.pending.insert(id, reply);
+                if let Some(t) = self.request_timeout {
+                    self.due.push_back((Instant::now() + t, id, method.clone()));
+                }
                 if let Some(t) = id_tx {
                     let _ = t.send(id);
                 }

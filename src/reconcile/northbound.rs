@@ -79,8 +79,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// `o` with the writer's connect timeout.
-fn nb_options(mut o: ClientOptions) -> ClientOptions {
+fn nb_options(mut o: ClientOptions, request_timeout: Duration) -> ClientOptions {
     o.connect_timeout = Some(CONNECT_TIMEOUT);
+    o.connect.request_timeout = Some(request_timeout);
     o
 }
 
@@ -174,6 +175,9 @@ pub struct NbSettings {
     /// The Lease gate (cluster mode): a writer token that disappeared is taken back only
     /// while this is true. `None`: always the writer.
     pub leading: Option<watch::Receiver<bool>>,
+    /// A request (transaction, monitor, token read) unanswered this long ends the session
+    /// with a WARN; the writer connects again.
+    pub request_timeout: Duration,
 }
 
 /// The monitor subscription: our tables and the columns we read.
@@ -1338,7 +1342,9 @@ pub async fn run(
     let mut backoff = settings.backoff_min;
     let mut unreachable_warn = WarnEvery::new(UNREACHABLE_WARN_EVERY);
     'connect: loop {
-        let opts = match ClientOptions::new(&settings.remotes, DB).map(nb_options) {
+        let opts = match ClientOptions::new(&settings.remotes, DB)
+            .map(|o| nb_options(o, settings.request_timeout))
+        {
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(remotes = %settings.remotes, error = %e, "bad Northbound remote; not writing rows");
@@ -1526,7 +1532,11 @@ async fn fence_lost(
 
 /// Connect, read the current rows (one monitor snapshot), and close.
 async fn snapshot(remotes: &str) -> Result<(Client, ovsdb::Monitor, Observed), ovsdb::Error> {
-    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
+    let client = Client::connect(nb_options(
+        ClientOptions::new(remotes, DB)?,
+        Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
+    ))
+    .await?;
     let monitor = client.monitor(monitor_spec()).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
@@ -1542,7 +1552,11 @@ pub async fn sync_once(
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
     // read, write the difference as a batch.
-    let client = Client::connect(nb_options(ClientOptions::new(remotes, DB)?)).await?;
+    let client = Client::connect(nb_options(
+        ClientOptions::new(remotes, DB)?,
+        Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
+    ))
+    .await?;
     let token = new_token();
     take_over(&client, &token).await?;
     let monitor = client.monitor(monitor_spec()).await?;

@@ -922,8 +922,9 @@ async fn observe(
     Ok((conn, ports, flows))
 }
 
-/// The roles of a bridge for a one-shot command. A port that cannot be found is an error
-/// (the other problems are logged): one sync must not pass for a success with no flows.
+/// The roles of a bridge for a one-shot command. A port that cannot be found or is not on the
+/// bridge is an error (the other problems are logged): one sync must not pass for a success
+/// with no flows.
 fn one_shot_roles(
     b: &BridgeConfig,
     ports: &Ports,
@@ -933,7 +934,7 @@ fn one_shot_roles(
     if let Some(e) = [&roles.uplink, &roles.patch]
         .into_iter()
         .filter_map(|r| r.as_ref().err())
-        .find(|e| e.is_discovery())
+        .find(|e| e.is_problem())
     {
         return Err(AgentError::Ports {
             bridge: b.name.clone(),

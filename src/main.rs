@@ -435,6 +435,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     init_logging(cfg.log_format, &cli.global.log);
+    if matches!(cli.command, Command::Agent { .. }) && cfg.node_name.is_empty() {
+        tracing::warn!(
+            "no --node-name (env NODE_NAME): this node's endpoints and addresses are unknown, so externalTrafficPolicy Local and prefer-local cannot tell local endpoints, and VIPs equal to a node address are not caught; set it to the Kubernetes Node's name"
+        );
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -90,7 +90,9 @@ impl fmt::Display for Role {
 /// Why a role has no port number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PortError {
-    #[error("port {port} not on {bridge}")]
+    #[error(
+        "port {port} not on {bridge} (`ovs-vsctl list-ports {bridge}` lists its ports; name the right one with --uplink / --patch)"
+    )]
     NotOnBridge { port: String, bridge: String },
     #[error("port {port} on {bridge} has no OpenFlow number yet")]
     NoNumber { port: String, bridge: String },
@@ -167,6 +169,14 @@ impl PortError {
             self,
             PortError::NotOnBridge { .. } | PortError::NoNumber { .. }
         )
+    }
+
+    /// Whether the error is worth a problem report (a WARN): all but a port that exists and
+    /// is only waiting for its OpenFlow number. A named port missing from the bridge is
+    /// reported too: it may be on its way back (recreated), or a wrong name that would
+    /// otherwise leave the bridge without flows in silence.
+    pub fn is_problem(&self) -> bool {
+        !matches!(self, PortError::NoNumber { .. })
     }
 }
 

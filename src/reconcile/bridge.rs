@@ -216,7 +216,7 @@ impl Roles {
             .into_iter()
             .filter_map(|r| r.as_ref().err())
         {
-            if e.is_discovery() {
+            if e.is_problem() {
                 out.push(BridgeProblem::Ports(e.to_string()));
             }
         }

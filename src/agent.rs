@@ -716,7 +716,7 @@ async fn observe_agent(
 /// Run until interrupted, re-reading the objects file every `poll`.
 pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
     let path = cfg.objects.clone().ok_or(AgentError::NoObjects)?;
-    let (rx, watcher) = file::watch(path, poll)?;
+    let (rx, watcher) = file::watch_bounded(path, poll, cfg.objects_max_bytes)?;
     let opts = AgentOptions::default();
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);

@@ -193,6 +193,9 @@ pub struct Config {
     /// Give up on a Northbound request (transaction, monitor, writer-token read) after this
     /// many milliseconds without a reply: WARN, drop the session and connect again.
     pub nb_timeout_ms: u64,
+    /// Largest objects file read, in bytes: a larger one is refused (and not read again until
+    /// it changes), keeping the last good objects.
+    pub objects_max_bytes: u64,
 }
 
 /// Default [`Config::nb_timeout_ms`].
@@ -245,6 +248,7 @@ impl Default for Config {
             openflow_timeout_ms: DEFAULT_OPENFLOW_TIMEOUT_MS,
             flow_audit_ms: DEFAULT_FLOW_AUDIT_MS,
             nb_timeout_ms: DEFAULT_NB_TIMEOUT_MS,
+            objects_max_bytes: crate::source::file::DEFAULT_MAX_BYTES,
         }
     }
 }

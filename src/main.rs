@@ -106,6 +106,10 @@ struct Global {
     /// before the session is dropped with a WARN and made again [default: 10000].
     #[arg(long, global = true, value_name = "MS")]
     nb_timeout_ms: Option<u64>,
+    /// Largest objects file read, in bytes; a larger one is refused with an error and the last
+    /// good objects stay in force [default: 67108864 (64 MiB)].
+    #[arg(long, global = true, value_name = "BYTES")]
+    objects_max_bytes: Option<u64>,
     /// Log filter (tracing EnvFilter syntax, e.g. info or vipflow=debug).
     #[arg(long, env = "VIPFLOW_LOG", global = true, default_value = "info")]
     log: String,
@@ -357,6 +361,9 @@ fn build_config(g: &Global) -> Result<Config, String> {
     if let Some(v) = g.nb_timeout_ms {
         cfg.nb_timeout_ms = v;
     }
+    if let Some(v) = g.objects_max_bytes {
+        cfg.objects_max_bytes = v;
+    }
     g.northbound.apply(&mut cfg);
     let c = &g.cluster;
     if let Some(v) = &c.http_addr {
@@ -416,7 +423,7 @@ fn init_logging(format: LogFormat, filter: &str) {
 
 fn load_objects(cfg: &Config) -> Result<file::Loaded, String> {
     let path = agent::objects_path(cfg).map_err(|e| e.to_string())?;
-    file::load(&path).map_err(|e| e.to_string())
+    file::load(&path, cfg.objects_max_bytes).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -450,13 +457,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(dispatch(cli.command, cfg, cli.global.cluster)) {
+    let code = match rt.block_on(dispatch(cli.command, cfg, cli.global.cluster)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vipflow: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // A parse of a big objects file still running on a blocking thread must not hold up
+    // the exit: its result is no longer wanted.
+    rt.shutdown_timeout(std::time::Duration::from_millis(200));
+    code
 }
 
 async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<ExitCode, String> {

@@ -37,6 +37,85 @@ pub enum FileError {
     },
     #[error("parse {path}: {detail}")]
     Parse { path: PathBuf, detail: String },
+    #[error("{path} is {size} bytes, over the limit of {limit} (objects-max-bytes): not read")]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+}
+
+/// Default largest objects file read: a `kubectl get svc,endpointslices,nodes -A -o yaml` of
+/// 10,000 Services fits several times over.
+pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+/// Deepest `[`/`{` nesting accepted, checked in one linear pass before any parser runs (a
+/// Kubernetes object nests about 10 levels; the YAML parser's cost grows with the square of
+/// the depth).
+pub const MAX_DEPTH: usize = 64;
+
+/// Read `path` whole, refusing a file over `max` bytes before and while reading (it may grow).
+fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
+    use std::io::Read;
+    let rd = |source| FileError::Read {
+        path: path.into(),
+        source,
+    };
+    let f = std::fs::File::open(path).map_err(rd)?;
+    let size = f.metadata().map_err(rd)?.len();
+    let too_large = |size| FileError::TooLarge {
+        path: path.into(),
+        size,
+        limit: max,
+    };
+    if size > max {
+        return Err(too_large(size));
+    }
+    let mut text = String::with_capacity(size as usize);
+    let n = f
+        .take(max.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(rd)?;
+    if n as u64 > max {
+        return Err(too_large(n as u64));
+    }
+    Ok(text)
+}
+
+/// The deepest `[`/`{` nesting of `text` outside double-quoted strings, or an error once it
+/// passes `max`. Linear, so a hostile file is refused before a parser spends time on it.
+fn check_depth(text: &str, max: usize) -> Result<(), String> {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for (line, b) in text.bytes().scan(1usize, |line, b| {
+        let l = *line;
+        if b == b'\n' {
+            *line += 1;
+        }
+        Some((l, b))
+    }) {
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(format!(
+                        "line {line}: nested more than {max} levels deep: not a Kubernetes object"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Objects read from a file, with what was wrong in it.
@@ -49,12 +128,9 @@ pub struct Loaded {
     pub complete: bool,
 }
 
-/// Read and parse a file.
-pub fn load(path: &Path) -> Result<Loaded, FileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FileError::Read {
-        path: path.into(),
-        source,
-    })?;
+/// Read and parse a file of at most `max_bytes`.
+pub fn load(path: &Path, max_bytes: u64) -> Result<Loaded, FileError> {
+    let text = read_bounded(path, max_bytes)?;
     parse(&text).map_err(|detail| FileError::Parse {
         path: path.into(),
         detail,
@@ -64,6 +140,7 @@ pub fn load(path: &Path) -> Result<Loaded, FileError> {
 /// Parse the text of an objects file. Only a document that is not YAML/JSON at all, or not a
 /// mapping, is an error; problems with single items are returned in [`Loaded::problems`].
 pub fn parse(text: &str) -> Result<Loaded, String> {
+    check_depth(text, MAX_DEPTH)?;
     let mut docs = Vec::new();
     for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let v =
@@ -238,17 +315,55 @@ pub fn watch(
     path: PathBuf,
     interval: Duration,
 ) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
-    let text = std::fs::read_to_string(&path).map_err(|source| FileError::Read {
-        path: path.clone(),
-        source,
-    })?;
+    watch_bounded(path, interval, DEFAULT_MAX_BYTES)
+}
+
+/// [`watch`] with a file size limit other than [`DEFAULT_MAX_BYTES`].
+pub fn watch_bounded(
+    path: PathBuf,
+    interval: Duration,
+    max_bytes: u64,
+) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
+    let stamp = Stamp::of(&path);
+    let text = read_bounded(&path, max_bytes)?;
     let first = parse(&text).map_err(|detail| FileError::Parse {
         path: path.clone(),
         detail,
     })?;
     let (tx, rx) = watch::channel(Arc::new(first));
-    let task = tokio::spawn(poll(path, interval, tx, text));
+    let task = tokio::spawn(poll(path, interval, max_bytes, tx, text, stamp));
     Ok((rx, task))
+}
+
+/// What identifies a file version without reading it: a file whose stamp has not changed
+/// for [`STAMP_TRUSTED_AFTER`] is not read again (a bad 200 MB file is not re-read every
+/// poll). A younger stamp is not trusted: a rewrite of the same size within one timestamp tick
+/// would look the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+const STAMP_TRUSTED_AFTER: Duration = Duration::from_secs(2);
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+            inode: m.ino(),
+        })
+    }
+
+    fn settled(&self) -> bool {
+        self.modified
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= STAMP_TRUSTED_AFTER)
+    }
 }
 
 /// How long a changed file must stay the same before it is read as a snapshot.
@@ -257,26 +372,59 @@ pub const SETTLE: Duration = Duration::from_millis(100);
 /// Poll `path` every `interval`; send a new [`Loaded`] whenever its content differs from
 /// `last` and stayed so for the settle time. A read or parse failure is logged and the previous
 /// objects stay in force. Ends when every receiver is gone.
-async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>, last: String) {
+async fn poll(
+    path: PathBuf,
+    interval: Duration,
+    max_bytes: u64,
+    tx: watch::Sender<Arc<Loaded>>,
+    last: String,
+    stamp: Option<Stamp>,
+) {
     let mut last = Some(last);
+    let mut last_stamp = stamp;
     let mut last_err: Option<String> = None;
+    let read = |p: PathBuf| async move {
+        tokio::task::spawn_blocking(move || read_bounded(&p, max_bytes))
+            .await
+            .unwrap_or_else(|e| {
+                Err(FileError::Read {
+                    path: PathBuf::new(),
+                    source: std::io::Error::other(e.to_string()),
+                })
+            })
+    };
     loop {
-        let read = match tokio::fs::read_to_string(&path).await {
-            Ok(text) if last.as_deref() != Some(text.as_str()) => {
-                // A writer may still be at work: take the text only if it stays the same.
-                tokio::time::sleep(SETTLE).await;
-                match tokio::fs::read_to_string(&path).await {
-                    Ok(again) if again == text => Ok(Some(text)),
-                    Ok(_) => Ok(None),
-                    Err(e) => Err(e),
+        let stamp = Stamp::of(&path);
+        let unchanged =
+            stamp.is_some() && stamp == last_stamp && stamp.as_ref().is_some_and(Stamp::settled);
+        let got = if unchanged {
+            Ok(None)
+        } else {
+            last_stamp = stamp;
+            match read(path.clone()).await {
+                Ok(text) if last.as_deref() != Some(text.as_str()) => {
+                    // A writer may still be at work: take the text only if it stays the same.
+                    tokio::time::sleep(SETTLE).await;
+                    match read(path.clone()).await {
+                        Ok(again) if again == text => Ok(Some(text)),
+                        Ok(_) => Ok(None),
+                        Err(e) => Err(e),
+                    }
                 }
+                Ok(_) => Ok(None),
+                Err(e) => Err(e),
             }
-            Ok(_) => Ok(None),
-            Err(e) => Err(e),
         };
-        match read {
+        match got {
             Ok(Some(text)) => {
-                match parse(&text) {
+                // Off the async workers: a big file must not hold up shutdown.
+                let (text, parsed) = tokio::task::spawn_blocking(move || {
+                    let r = parse(&text);
+                    (text, r)
+                })
+                .await
+                .unwrap_or_else(|e| (String::new(), Err(e.to_string())));
+                match parsed {
                     Ok(loaded) => {
                         tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
                             slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), "objects loaded");
@@ -298,7 +446,7 @@ async fn poll(path: PathBuf, interval: Duration, tx: watch::Sender<Arc<Loaded>>,
             Err(e) => {
                 let e = e.to_string();
                 if last_err.as_deref() != Some(e.as_str()) {
-                    tracing::error!(file = %path.display(), error = %e, "cannot read objects file; keeping the previous objects");
+                    tracing::error!(file = %path.display(), error = %e, "cannot use objects file; keeping the previous objects");
                     last_err = Some(e);
                 }
             }

@@ -376,16 +376,16 @@ fn load_reads_a_file_and_names_it_in_errors() {
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("objects.yaml");
     std::fs::write(&good, SERVICE).unwrap();
-    assert_eq!(counts(&load(&good).unwrap()), (1, 0, 0));
+    assert_eq!(counts(&load(&good, DEFAULT_MAX_BYTES).unwrap()), (1, 0, 0));
 
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "items: [unclosed").unwrap();
-    let e = load(&bad).unwrap_err();
+    let e = load(&bad, DEFAULT_MAX_BYTES).unwrap_err();
     assert!(matches!(e, FileError::Parse { .. }), "{e}");
     assert!(e.to_string().contains("bad.yaml"), "{e}");
 
     let missing = dir.path().join("missing.yaml");
-    let e = load(&missing).unwrap_err();
+    let e = load(&missing, DEFAULT_MAX_BYTES).unwrap_err();
     assert!(matches!(e, FileError::Read { .. }), "{e}");
     assert!(e.to_string().contains("missing.yaml"), "{e}");
 }

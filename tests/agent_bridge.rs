@@ -509,9 +509,14 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     write_objects(&objects, &base_yaml());
     let cfg = config(&sb, &objects);
     // Flows from an earlier run of the agent.
-    vipflow::agent::sync_once(&cfg, &file::load(&objects, file::DEFAULT_MAX_BYTES).unwrap().objects)
-        .await
-        .unwrap();
+    vipflow::agent::sync_once(
+        &cfg,
+        &file::load(&objects, file::DEFAULT_MAX_BYTES)
+            .unwrap()
+            .objects,
+    )
+    .await
+    .unwrap();
     let before = ofctl_ours(&sb, "br-ex", "cookie=0x7f1f");
     assert_eq!(before.len(), 24);
 
@@ -538,7 +543,11 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         cfg.cookie_prefix,
     );
     let delta = planner
-        .update(&file::load(&objects, file::DEFAULT_MAX_BYTES).unwrap().objects)
+        .update(
+            &file::load(&objects, file::DEFAULT_MAX_BYTES)
+                .unwrap()
+                .objects,
+        )
         .remove(0);
     dtx.send(std::sync::Arc::new(Desired {
         generation: 1,

@@ -23,11 +23,16 @@ enum Fault {
     WrongId,
 }
 
+/// The client side of the relay's latest session, shared by its forwarding thread and the
+/// test (which writes whole messages of its own between the server's).
+type ClientWriter = Arc<Mutex<Option<UnixStream>>>;
+
 struct NbRelay {
     path: PathBuf,
     sessions: Arc<AtomicUsize>,
     fault: Arc<Mutex<Fault>>,
     stop: Arc<AtomicBool>,
+    client: ClientWriter,
 }
 
 impl NbRelay {
@@ -39,7 +44,13 @@ impl NbRelay {
         let sessions = Arc::new(AtomicUsize::new(0));
         let fault = Arc::new(Mutex::new(Fault::None));
         let stop = Arc::new(AtomicBool::new(false));
-        let (n, f, st) = (sessions.clone(), fault.clone(), stop.clone());
+        let client_w: ClientWriter = Arc::default();
+        let (n, f, st, cw) = (
+            sessions.clone(),
+            fault.clone(),
+            stop.clone(),
+            client_w.clone(),
+        );
         std::thread::spawn(move || {
             while !st.load(Ordering::SeqCst) {
                 let Ok((client, _)) = l.accept() else {
@@ -51,7 +62,8 @@ impl NbRelay {
                     continue;
                 };
                 n.fetch_add(1, Ordering::SeqCst);
-                relay(client, server, f.clone());
+                *cw.lock().unwrap() = client.try_clone().ok();
+                relay(client, server, f.clone(), cw.clone());
             }
         });
         NbRelay {
@@ -59,6 +71,18 @@ impl NbRelay {
             sessions,
             fault,
             stop,
+            client: client_w,
+        }
+    }
+
+    /// Send `msg` to the client as if the server had, between two of the server's messages.
+    fn inject(&self, msg: &[u8]) {
+        if let Some(c) = self.client.lock().unwrap().as_mut() {
+            for chunk in msg.chunks(1 << 20) {
+                if c.write_all(chunk).is_err() {
+                    break;
+                }
+            }
         }
     }
 
@@ -74,15 +98,14 @@ impl Drop for NbRelay {
     }
 }
 
-fn relay(client: UnixStream, server: UnixStream, fault: Arc<Mutex<Fault>>) {
-    let (Ok(c2), Ok(mut s2)) = (client.try_clone(), server.try_clone()) else {
+fn relay(client: UnixStream, server: UnixStream, fault: Arc<Mutex<Fault>>, cw: ClientWriter) {
+    let (Ok(mut s2),) = (server.try_clone(),) else {
         return;
     };
     // The id of a transaction whose reply is to come back under another id.
     let rewrite: Arc<Mutex<Option<Value>>> = Arc::default();
     let rw = rewrite.clone();
     std::thread::spawn(move || {
-        let mut c2 = c2;
         let msgs = serde_json::Deserializer::from_reader(&server).into_iter::<Value>();
         for m in msgs {
             let Ok(mut m) = m else { break };
@@ -96,11 +119,15 @@ fn relay(client: UnixStream, server: UnixStream, fault: Arc<Mutex<Fault>>) {
             if wrong.is_some() {
                 m["id"] = Value::from(987_654_321u64);
             }
-            if c2.write_all(m.to_string().as_bytes()).is_err() {
+            let mut w = cw.lock().unwrap();
+            let Some(c) = w.as_mut() else { break };
+            if c.write_all(m.to_string().as_bytes()).is_err() {
                 break;
             }
         }
-        let _ = c2.shutdown(std::net::Shutdown::Both);
+        if let Some(c) = cw.lock().unwrap().as_mut() {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
     });
     std::thread::spawn(move || {
         let msgs = serde_json::Deserializer::from_reader(&client).into_iter::<Value>();
@@ -181,4 +208,108 @@ async fn a_transaction_never_answered_or_answered_under_a_wrong_id_ends_the_sess
         );
         assert!(again >= 1, "{fault:?}: the session was made again");
     }
+}
+
+fn vm_hwm_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
+
+#[test]
+fn a_hostile_notification_is_refused_with_bounded_memory() {
+    let hostile: [(&str, Vec<u8>); 3] = [
+        ("100 MB of small numbers", {
+            let mut m =
+                br#"{"id":null,"method":"update3","params":["x","0",{"Load_Balancer":["#.to_vec();
+            m.extend("1,".repeat(50_000_000).as_bytes());
+            m.extend(br#"1]}]}"#);
+            m
+        }),
+        ("nested 100,000 levels", {
+            let mut m = br#"{"id":null,"method":"update3","params":"#.to_vec();
+            m.extend("[".repeat(100_000).as_bytes());
+            m.extend("]".repeat(100_000).as_bytes());
+            m.extend(b"}");
+            m
+        }),
+        ("a 100 MB string", {
+            let mut m = br#"{"id":null,"method":"update3","params":[""#.to_vec();
+            m.extend("a".repeat(100_000_000).as_bytes());
+            m.extend(br#""]}"#);
+            m
+        }),
+    ];
+    for (what, msg) in hostile {
+        let sb = Sandbox::start();
+        sb.nbctl(&["ls-add", "sw0"]);
+        let relay = NbRelay::start(&sb);
+        let objects =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
+        let log = sb.path().join("agent.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .args([
+                "agent",
+                "--node-name",
+                "node-a",
+                "--nb-switch",
+                "sw0",
+                "--objects",
+            ])
+            .arg(&objects)
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .arg("--nb-remote")
+            .arg(format!("unix:{}", relay.path.display()))
+            .env("VIPFLOW_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        let want = expected_rows(&common_cfg(), &base_yaml());
+        let start = Instant::now();
+        while ours_rows(&sb) != want {
+            assert!(start.elapsed() < Duration::from_secs(20), "first sync");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let sessions = relay.sessions.load(Ordering::SeqCst);
+        let t = Instant::now();
+        relay.inject(&msg);
+        while relay.sessions.load(Ordering::SeqCst) == sessions {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "{what}: the session was not dropped"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let took = t.elapsed();
+        let peak = vm_hwm_mib(child.id());
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let line = text
+            .lines()
+            .find(|l| l.contains("session lost") && l.contains("WARN"))
+            .unwrap_or_default()
+            .to_string();
+        let _ = child.kill();
+        let _ = child.wait();
+        println!(
+            "NB peer sends {what}: session dropped {took:?} after, agent peak {peak} MiB; {line}"
+        );
+        assert!(peak < 256, "{what}: peak {peak} MiB");
+    }
+}
+
+fn common_cfg() -> vipflow::config::Config {
+    let mut c = vipflow::config::Config {
+        node_name: "node-a".into(),
+        ..Default::default()
+    };
+    c.northbound.switches = vec!["sw0".into()];
+    c
 }

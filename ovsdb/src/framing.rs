@@ -9,8 +9,16 @@ use bytes::{Bytes, BytesMut};
 use serde_json::Value as Json;
 use tokio_util::codec::{Decoder, Encoder};
 
-/// Default cap on one message: big enough for a full OVN NB dump of a large cluster.
-pub const DEFAULT_MAX_MESSAGE: usize = 256 * 1024 * 1024;
+/// Default cap on one message: many times the Northbound monitor reply of 10,000 Services
+/// (about 3 MB), and small enough that parsing the worst message stays within a few hundred
+/// MiB.
+pub const DEFAULT_MAX_MESSAGE: usize = 64 * 1024 * 1024;
+/// Deepest nesting accepted in a message: OVSDB's own messages nest about 10 levels.
+pub const MAX_DEPTH: u32 = 64;
+/// Bytes per JSON value a message must average: each parsed value costs about 32 bytes in
+/// memory, so a message of tiny values (`[1,1,1,...]`) would cost 16 times its size. Real
+/// OVSDB messages (UUIDs, names, addresses) average far more.
+pub const MIN_BYTES_PER_VALUE: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FramingError {
@@ -22,6 +30,10 @@ pub enum FramingError {
     Unexpected { byte: u8 },
     #[error("unbalanced closing bracket")]
     Unbalanced,
+    #[error("message nested deeper than {limit} levels")]
+    TooDeep { limit: u32 },
+    #[error("message holds more than {limit} values (tiny values cost many times their bytes)")]
+    TooManyValues { limit: usize },
     #[error("message is not valid JSON: {0}")]
     Json(#[from] serde_json::Error),
 }
@@ -35,6 +47,8 @@ pub struct Splitter {
     depth: u32,
     in_string: bool,
     escape: bool,
+    /// Separators seen in the current message (about one per value).
+    values: usize,
 }
 
 impl Default for Splitter {
@@ -51,7 +65,12 @@ impl Splitter {
             depth: 0,
             in_string: false,
             escape: false,
+            values: 0,
         }
+    }
+
+    fn max_values(&self) -> usize {
+        (self.max / MIN_BYTES_PER_VALUE).max(4096)
     }
 
     /// Take the next complete message's bytes out of `buf`, if there is one.
@@ -61,6 +80,7 @@ impl Splitter {
             let ws = buf.iter().take_while(|b| b.is_ascii_whitespace()).count();
             let _ = buf.split_to(ws);
             self.scanned = 0;
+            self.values = 0;
             match buf.first() {
                 None => return Ok(None),
                 Some(b'{') => {}
@@ -82,7 +102,20 @@ impl Splitter {
             }
             match b {
                 b'"' => self.in_string = true,
-                b'{' | b'[' => self.depth += 1,
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    if self.depth > MAX_DEPTH {
+                        return Err(FramingError::TooDeep { limit: MAX_DEPTH });
+                    }
+                }
+                b',' => {
+                    self.values += 1;
+                    if self.values > self.max_values() {
+                        return Err(FramingError::TooManyValues {
+                            limit: self.max_values(),
+                        });
+                    }
+                }
                 b'}' | b']' => {
                     self.depth = self.depth.checked_sub(1).ok_or(FramingError::Unbalanced)?;
                     if self.depth == 0 {

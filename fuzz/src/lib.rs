@@ -1,0 +1,24 @@
+//! The property the `objects` fuzz target checks, shared with `tests/file_fuzz_corpus.rs`
+//! (which includes this file by path) so CI replays the corpus through the same code.
+//!
+//! An objects file (YAML or JSON text) goes through the file source's parser and, when it
+//! parses, the model and both planners. Nothing may panic; a file either is refused with an
+//! error or yields objects whose plans can be made.
+
+use vipflow::config::Config;
+
+pub fn check_objects(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(loaded) = vipflow::source::file::parse(text) else {
+        return;
+    };
+    let cfg = Config {
+        node_name: "node-a".into(),
+        ..Config::default()
+    };
+    let (model, _problems) = vipflow::agent::build_model(&cfg, &loaded);
+    let _ = vipflow::agent::plan_bridges(&cfg, &model);
+    let _ = vipflow::agent::plan_northbound(&cfg, &model);
+}

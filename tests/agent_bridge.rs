@@ -183,17 +183,7 @@ async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
     h.sb.vsctl(&["del-port", "br-ex", "eth0"]);
     // Without the uplink nothing can be programmed: the stale flows go.
     eventually("flows removed with the uplink", 10, || h.ofctl_count() == 0).await;
-    h.sb.vsctl(&[
-        "add-port",
-        "br-ex",
-        "eth0",
-        "--",
-        "set",
-        "interface",
-        "eth0",
-        "type=dummy",
-        "ofport_request=7",
-    ]);
+    h.sb.add_dummy_port("eth0", 7);
     let moved = Resolved {
         uplink: 7,
         ..default_resolved()

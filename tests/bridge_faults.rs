@@ -248,14 +248,6 @@ impl Drop for Reaped {
     }
 }
 
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 fn wait_log(log: &Path, needle: &str, limit: Duration) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -349,7 +341,7 @@ fn a_multipart_reply_that_never_ends_is_cut_off_with_bounded_memory() {
         )
     });
     std::thread::sleep(Duration::from_millis(500));
-    let peak = vm_hwm_kib(agent.0.id()).unwrap_or(0);
+    let peak = testkit::proc_status_kib(agent.0.id(), "VmHWM:");
     println!(
         "endless multipart reply: cut off {took:?} after the start; agent peak memory {} MiB",
         peak / 1024

@@ -11,13 +11,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
 
-fn status_kib(pid: u32, key: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+/// The share of one core `pid` used over the next `over`.
+fn cpu_share(pid: u32, over: Duration) -> f64 {
+    let (c0, t0) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(over);
+    (cpu_ticks(pid) - c0) as f64 / 100.0 / t0.elapsed().as_secs_f64()
 }
 
 /// utime + stime of `pid`, in clock ticks.
@@ -121,7 +119,7 @@ fn a_file_nested_100000_levels_is_refused_at_once_and_a_fix_is_taken() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let peak = status_kib(agent.pid(), "VmHWM:");
+    let peak = testkit::proc_status_kib(agent.pid(), "VmHWM:");
     println!(
         "100,000-deep JSON: refused {refused:?} after it was written; the fixed file taken {:?} later; agent peak {} MiB",
         t.elapsed(),
@@ -144,10 +142,8 @@ fn a_file_over_the_size_limit_is_not_read_and_a_bad_file_is_not_read_again() {
     write_objects(&objects, &garbage);
     let took = agent.wait_log("over the limit", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(2500));
-    let (c0, t0) = (cpu_ticks(agent.pid()), Instant::now());
-    std::thread::sleep(Duration::from_secs(2));
-    let cpu = (cpu_ticks(agent.pid()) - c0) as f64 / 100.0 / t0.elapsed().as_secs_f64();
-    let peak = status_kib(agent.pid(), "VmHWM:");
+    let cpu = cpu_share(agent.pid(), Duration::from_secs(2));
+    let peak = testkit::proc_status_kib(agent.pid(), "VmHWM:");
     println!(
         "200 MB garbage: refused {took:?} after it was written; then {:.1}% CPU; agent peak {} MiB",
         cpu * 100.0,
@@ -173,10 +169,8 @@ fn a_file_over_the_size_limit_is_not_read_and_a_bad_file_is_not_read_again() {
     write_objects(&objects, &bad);
     agent.wait_log("does not parse", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(2500));
-    let (c0, t0) = (cpu_ticks(agent.pid()), Instant::now());
-    std::thread::sleep(Duration::from_secs(2));
-    let cpu = (cpu_ticks(agent.pid()) - c0) as f64 / 100.0 / t0.elapsed().as_secs_f64();
-    let peak = status_kib(agent.pid(), "VmHWM:");
+    let cpu = cpu_share(agent.pid(), Duration::from_secs(2));
+    let peak = testkit::proc_status_kib(agent.pid(), "VmHWM:");
     println!(
         "30 MB unparsable: then {:.1}% CPU; agent peak {} MiB",
         cpu * 100.0,

@@ -210,16 +210,6 @@ async fn a_transaction_never_answered_or_answered_under_a_wrong_id_ends_the_sess
     }
 }
 
-fn vm_hwm_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
-}
-
 #[test]
 fn a_hostile_notification_is_refused_with_bounded_memory() {
     let hostile: [(&str, Vec<u8>); 3] = [
@@ -289,7 +279,7 @@ fn a_hostile_notification_is_refused_with_bounded_memory() {
             std::thread::sleep(Duration::from_millis(10));
         }
         let took = t.elapsed();
-        let peak = vm_hwm_mib(child.id());
+        let peak = testkit::proc_status_kib(child.id(), "VmHWM:") / 1024;
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let line = text
             .lines()

@@ -46,23 +46,32 @@ fn foreign_rows(sb: &Sandbox) -> Vec<NbRow> {
         .collect()
 }
 
+fn put_foreign_flows(sb: &Sandbox) {
+    for f in FOREIGN_FLOWS {
+        sb.ofctl(&["add-flow", "br-ex", f]);
+    }
+}
+
+/// A foreign Load_Balancer row and a pod switch with the user's exclusions.
+fn put_foreign_northbound(sb: &Sandbox) {
+    sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
+    sb.nbctl(&["ls-add", "pods"]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        &format!("other_config:subnet={POD_SUBNET}"),
+        &format!("other_config:exclude_ips=\"{USER_EXCLUDE}\""),
+    ]);
+}
+
 impl Baseline {
     /// Foreign flows and a foreign row, and a pod switch with the user's exclusions, put in
     /// place before the agent starts.
     pub fn prepare(sb: &Sandbox, nb: bool) -> Baseline {
-        for f in FOREIGN_FLOWS {
-            sb.ofctl(&["add-flow", "br-ex", f]);
-        }
+        put_foreign_flows(sb);
         if nb {
-            sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
-            sb.nbctl(&["ls-add", "pods"]);
-            sb.nbctl(&[
-                "set",
-                "Logical_Switch",
-                "pods",
-                &format!("other_config:subnet={POD_SUBNET}"),
-                &format!("other_config:exclude_ips=\"{USER_EXCLUDE}\""),
-            ]);
+            put_foreign_northbound(sb);
         }
         Baseline {
             foreign_flows: foreign_flow_lines(sb),
@@ -181,23 +190,13 @@ pub async fn converged(
 impl Baseline {
     /// Put the foreign flows back, as their owner would after ovs-vswitchd lost them.
     pub fn restore_foreign_flows(&self, sb: &Sandbox) {
-        for f in FOREIGN_FLOWS {
-            sb.ofctl(&["add-flow", "br-ex", f]);
-        }
+        put_foreign_flows(sb);
     }
 
     /// Put the foreign row and the pod switch back, as their owners would on a new database;
     /// the foreign row gets a new UUID, nothing else differs.
     pub fn restore_northbound(&mut self, sb: &Sandbox) {
-        sb.nbctl(&["lb-add", "foreign-lb", "192.0.2.1:80", "10.0.0.1:80", "tcp"]);
-        sb.nbctl(&["ls-add", "pods"]);
-        sb.nbctl(&[
-            "set",
-            "Logical_Switch",
-            "pods",
-            &format!("other_config:subnet={POD_SUBNET}"),
-            &format!("other_config:exclude_ips=\"{USER_EXCLUDE}\""),
-        ]);
+        put_foreign_northbound(sb);
         self.foreign_rows = foreign_rows(sb);
     }
 }

@@ -227,6 +227,22 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// Add `name` to br-ex as a dummy interface asking for OpenFlow port `ofport` (the
+    /// sandbox's uplink is such a port, eth0 on 1).
+    pub fn add_dummy_port(&self, name: &str, ofport: u32) {
+        self.vsctl(&[
+            "add-port",
+            "br-ex",
+            name,
+            "--",
+            "set",
+            "interface",
+            name,
+            "type=dummy",
+            &format!("ofport_request={ofport}"),
+        ]);
+    }
+
     /// SIGKILL the NB ovsdb-server and start it again on its database file, or with `fresh` on
     /// a new, empty one (a restore from nothing). Returns once its socket accepts.
     pub fn restart_nb(&self, fresh: bool) {
@@ -302,6 +318,16 @@ impl Drop for Sandbox {
             let _ = std::fs::rename(&path, path.with_extension("kept"));
         }
     }
+}
+
+/// A `/proc/<pid>/status` figure in KiB (`VmHWM:` for peak memory, `VmRSS:`); 0 if unknown.
+pub fn proc_status_kib(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// Whether `pid` is running. An exited but unreaped process (a zombie: the init of some

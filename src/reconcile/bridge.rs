@@ -782,8 +782,7 @@ impl Session {
                 return SessionEnd::Lost(e);
             }
             need_full = false;
-            let mut audit_every = s.audit_interval;
-            let mut audit_at = audit_every.map(|d| tokio::time::Instant::now() + d);
+            let mut audit_at = s.audit_interval.map(|d| tokio::time::Instant::now() + d);
             // Wait for a new plan or a port change (on the switch or in the database).
             loop {
                 tokio::select! {
@@ -802,8 +801,9 @@ impl Session {
                             break;
                         }
                         // A big table is read less often: at most 5% of the time.
-                        audit_every = s.audit_interval.map(|base| base.max(cost * 20));
-                        audit_at = audit_every.map(|d| tokio::time::Instant::now() + d);
+                        audit_at = s
+                            .audit_interval
+                            .map(|base| tokio::time::Instant::now() + base.max(cost * 20));
                     }
                     r = desired.changed() => {
                         if r.is_err() { return SessionEnd::Shutdown; }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{KillOnDrop, Sandbox};
 
 const OURS: &str = "cookie=0x7f1f";
 
@@ -239,15 +239,6 @@ fn agent_process(sb: &Sandbox, target: &Path, log: &Path, extra: &[&str]) -> Chi
         .unwrap()
 }
 
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn wait_log(log: &Path, needle: &str, limit: Duration) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < limit {
@@ -271,7 +262,7 @@ fn a_barrier_never_answered_is_warned_about_and_the_connection_made_again() {
         Misbehaviour::SwallowBarrier,
     );
     let log = sb.path().join("agent.log");
-    let _agent = Reaped(agent_process(
+    let _agent = KillOnDrop(agent_process(
         &sb,
         &relay.path,
         &log,
@@ -311,7 +302,7 @@ fn a_switch_that_drops_every_session_once_set_up_is_not_hammered() {
         Misbehaviour::CloseAfterSetup,
     );
     let log = sb.path().join("agent.log");
-    let _agent = Reaped(agent_process(&sb, &relay.path, &log, &[]));
+    let _agent = KillOnDrop(agent_process(&sb, &relay.path, &log, &[]));
     std::thread::sleep(Duration::from_secs(2));
     let n = relay.sessions.load(Ordering::SeqCst);
     println!("sessions dropped right after they were set up: {n} connections in 2 s");
@@ -328,7 +319,7 @@ fn a_multipart_reply_that_never_ends_is_cut_off_with_bounded_memory() {
         Misbehaviour::EndlessMultipart,
     );
     let log = sb.path().join("agent.log");
-    let agent = Reaped(agent_process(&sb, &relay.path, &log, &[]));
+    let agent = KillOnDrop(agent_process(&sb, &relay.path, &log, &[]));
     let took = wait_log(
         &log,
         "multipart reply over the limit",

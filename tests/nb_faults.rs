@@ -242,7 +242,7 @@ fn a_hostile_notification_is_refused_with_bounded_memory() {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml");
         let log = sb.path().join("agent.log");
         let f = std::fs::File::create(&log).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
             .args([
                 "agent",
                 "--node-name",
@@ -262,6 +262,8 @@ fn a_hostile_notification_is_refused_with_bounded_memory() {
             .stderr(f)
             .spawn()
             .unwrap();
+        // Killed on drop, also when an assertion below fails.
+        let child = testkit::KillOnDrop(child);
         let want = expected_rows(&common_cfg(), &base_yaml());
         let start = Instant::now();
         while ours_rows(&sb) != want {
@@ -279,15 +281,14 @@ fn a_hostile_notification_is_refused_with_bounded_memory() {
             std::thread::sleep(Duration::from_millis(10));
         }
         let took = t.elapsed();
-        let peak = testkit::proc_status_kib(child.id(), "VmHWM:") / 1024;
+        let peak = testkit::proc_status_kib(child.0.id(), "VmHWM:") / 1024;
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let line = text
             .lines()
             .find(|l| l.contains("session lost") && l.contains("WARN"))
             .unwrap_or_default()
             .to_string();
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child);
         println!(
             "NB peer sends {what}: session dropped {took:?} after, agent peak {peak} MiB; {line}"
         );

@@ -320,6 +320,16 @@ impl Drop for Sandbox {
     }
 }
 
+/// A child process that is SIGKILLed and reaped when dropped, also when a test panics.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A `/proc/<pid>/status` figure in KiB (`VmHWM:` for peak memory, `VmRSS:`); 0 if unknown.
 pub fn proc_status_kib(pid: u32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -1,9 +1,9 @@
 //! The property the `objects` fuzz target checks, shared with `tests/file_fuzz_corpus.rs`
 //! (which includes this file by path) so CI replays the corpus through the same code.
 //!
-//! An objects file (YAML or JSON text) goes through the file source's parser and, when it
-//! parses, the model and both planners. Nothing may panic; a file either is refused with an
-//! error or yields objects whose plans can be made.
+//! An objects file (YAML or JSON text) goes through the file source's parser (by item and
+//! whole, which must agree) and, when it parses, the model and both planners. Nothing may
+//! panic; a file either is refused with an error or yields objects whose plans can be made.
 
 use vipflow::config::Config;
 
@@ -11,7 +11,14 @@ pub fn check_objects(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(loaded) = vipflow::source::file::parse(text) else {
+    let by_item = vipflow::source::objects_text::parse(text);
+    // The by-item paths must take what the whole-document path takes, and nothing else.
+    match (&by_item, vipflow::source::objects_text::parse_whole(text)) {
+        (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{text:?}"),
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!("by item {a:?}, whole {b:?} for {text:?}"),
+    }
+    let Ok(loaded) = by_item else {
         return;
     };
     let cfg = Config {

@@ -19,10 +19,8 @@
 //! left so longer than [`SETTLE`] reads as a smaller snapshot: write such files to a temporary
 //! name and rename them into place.
 
+pub use super::objects_text::parse;
 use crate::model::{Objects, Problem};
-use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
-use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,43 +79,6 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
     Ok(text)
 }
 
-/// The deepest `[`/`{` nesting of `text` outside double-quoted strings, or an error once it
-/// passes `max`. Linear, so a hostile file is refused before a parser spends time on it.
-fn check_depth(text: &str, max: usize) -> Result<(), String> {
-    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
-    for (line, b) in text.bytes().scan(1usize, |line, b| {
-        let l = *line;
-        if b == b'\n' {
-            *line += 1;
-        }
-        Some((l, b))
-    }) {
-        if in_str {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return Err(format!(
-                        "line {line}: nested more than {max} levels deep: not a Kubernetes object"
-                    ));
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Objects read from a file, with what was wrong in it.
 #[derive(Debug, Clone, Default)]
 pub struct Loaded {
@@ -135,177 +96,6 @@ pub fn load(path: &Path, max_bytes: u64) -> Result<Loaded, FileError> {
         path: path.into(),
         detail,
     })
-}
-
-/// Parse the text of an objects file. Only a document that is not YAML/JSON at all, or not a
-/// mapping, is an error; problems with single items are returned in [`Loaded::problems`].
-pub fn parse(text: &str) -> Result<Loaded, String> {
-    check_depth(text, MAX_DEPTH)?;
-    let mut docs = Vec::new();
-    for (i, de) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let v =
-            serde_json::Value::deserialize(de).map_err(|e| format!("document {}: {e}", i + 1))?;
-        // A bare string, number or sequence is no object at all (plain text, an error page):
-        // reading it as "no objects" would remove every flow, so it is an error like bad YAML.
-        match v {
-            serde_json::Value::Null => {}
-            serde_json::Value::Object(_) => docs.push(v),
-            _ => {
-                return Err(format!(
-                    "document {}: not a mapping (a Kubernetes object or List)",
-                    i + 1
-                ));
-            }
-        }
-    }
-    if docs.is_empty() {
-        return Err(
-            "no objects at all (empty, or only comments): not taken as a snapshot; \
-                    write an empty List (kind: List, items: []) to mean no objects"
-                .into(),
-        );
-    }
-    for (i, doc) in docs.iter().enumerate() {
-        let kind = doc.get("kind").and_then(|k| k.as_str());
-        let has_items = doc.get("items").is_some();
-        let cut = match kind {
-            None if has_items => Some("has items but no kind: a List cut short?"),
-            None => Some("has no kind: cut short?"),
-            Some(k) if (k == "List" || k.ends_with("List")) && !has_items => {
-                Some("is a List without items: cut short?")
-            }
-            _ => None,
-        };
-        if let Some(why) = cut {
-            return Err(format!(
-                "document {} {why} (not taken as a snapshot; the last complete one stays)",
-                i + 1
-            ));
-        }
-    }
-    let mut out = Loaded::default();
-    for doc in docs {
-        let is_list = doc
-            .get("kind")
-            .and_then(|k| k.as_str())
-            .is_some_and(|k| k == "List" || k.ends_with("List"));
-        match (is_list, doc.get("items")) {
-            (true, Some(serde_json::Value::Array(items))) => {
-                // Items of a typed list (`ServiceList`, as the API server returns it) carry no
-                // kind or apiVersion of their own: they take the list's.
-                let list_kind = doc.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-                let item_kind = list_kind.strip_suffix("List").filter(|k| !k.is_empty());
-                let list_api = doc.get("apiVersion").cloned();
-                for item in items {
-                    let mut item = item.clone();
-                    if let (Some(kind), Some(obj)) = (item_kind, item.as_object_mut()) {
-                        obj.entry("kind")
-                            .or_insert_with(|| serde_json::Value::String(kind.into()));
-                        if let Some(api) = &list_api {
-                            obj.entry("apiVersion").or_insert_with(|| api.clone());
-                        }
-                    }
-                    add_item(item, &mut out);
-                }
-            }
-            (true, _) => out
-                .problems
-                .push(problem("List", "items is not an array".into())),
-            (false, _) => add_item(doc, &mut out),
-        }
-    }
-    out.complete = true;
-    Ok(out)
-}
-
-fn problem(object: &str, reason: String) -> Problem {
-    Problem {
-        object: object.into(),
-        vip: None,
-        reason,
-    }
-}
-
-fn describe(item: &serde_json::Value, kind: &str) -> String {
-    let meta = item.get("metadata");
-    let name = meta
-        .and_then(|m| m.get("name"))
-        .and_then(|n| n.as_str())
-        .unwrap_or("<unnamed>");
-    match meta
-        .and_then(|m| m.get("namespace"))
-        .and_then(|n| n.as_str())
-    {
-        Some(ns) => format!("{kind} {ns}/{name}"),
-        None => format!("{kind} {name}"),
-    }
-}
-
-fn add_item(item: serde_json::Value, out: &mut Loaded) {
-    let kind = item
-        .get("kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or("")
-        .to_string();
-    let api = item
-        .get("apiVersion")
-        .and_then(|k| k.as_str())
-        .unwrap_or("")
-        .to_string();
-    let what = describe(&item, if kind.is_empty() { "object" } else { &kind });
-    let want_api = match kind.as_str() {
-        "Service" | "Node" => "v1",
-        "EndpointSlice" => "discovery.k8s.io/v1",
-        "Subnet" => "kubeovn.io/v1",
-        "" => {
-            out.problems
-                .push(problem(&what, "has no kind; skipped".into()));
-            return;
-        }
-        // Other kinds in a `kubectl get -A` dump (Endpoints, Pods, ...) are not ours.
-        _ => return,
-    };
-    if api != want_api {
-        out.problems.push(problem(
-            &what,
-            format!("apiVersion {api:?} is not {want_api:?}; skipped"),
-        ));
-        return;
-    }
-    let mut unknown = Vec::new();
-    let res = match kind.as_str() {
-        "Service" => decode::<core::Service>(item, &mut unknown)
-            .map(|o| out.objects.services.push(Arc::new(o))),
-        "Node" => {
-            decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(Arc::new(o)))
-        }
-        // Kube-OVN's many other Subnet fields are not ours to warn about.
-        "Subnet" => serde_json::from_value::<crate::model::KubeOvnSubnet>(item)
-            .map(|o| out.objects.subnets.push(o))
-            .map_err(|e| e.to_string()),
-        _ => decode::<discovery::EndpointSlice>(item, &mut unknown)
-            .map(|o| out.objects.endpoint_slices.push(Arc::new(o))),
-    };
-    match res {
-        Ok(()) => {
-            for path in unknown {
-                out.problems
-                    .push(problem(&what, format!("unknown field {path} ignored")));
-            }
-        }
-        Err(e) => out
-            .problems
-            .push(problem(&what, format!("invalid: {e}; skipped"))),
-    }
-}
-
-fn decode<T: serde::de::DeserializeOwned>(
-    v: serde_json::Value,
-    unknown: &mut Vec<String>,
-) -> Result<T, String> {
-    // serde_ignored writes `?` for an Option level; users know the field path without it.
-    serde_ignored::deserialize(v, |path| unknown.push(path.to_string().replace("?.", "")))
-        .map_err(|e| e.to_string())
 }
 
 /// Load `path` now (an error if it cannot be read or parsed: an agent started on a broken
@@ -331,7 +121,14 @@ pub fn watch_bounded(
         detail,
     })?;
     let (tx, rx) = watch::channel(Arc::new(first));
-    let task = tokio::spawn(poll(path, interval, max_bytes, tx, text, stamp));
+    let task = tokio::spawn(poll(
+        path,
+        interval,
+        max_bytes,
+        tx,
+        Digest::of(text.as_bytes()),
+        stamp,
+    ));
     Ok((rx, task))
 }
 
@@ -366,6 +163,27 @@ impl Stamp {
     }
 }
 
+/// What identifies a file's content without keeping it: its length and a 64-bit hash. The
+/// agent keeps this, not the last text, and compares a second read by it, so a big file is
+/// held once, while it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Digest {
+    len: usize,
+    hash: u64,
+}
+
+impl Digest {
+    fn of(bytes: &[u8]) -> Digest {
+        use std::hash::Hasher;
+        let mut h = std::hash::DefaultHasher::new();
+        h.write(bytes);
+        Digest {
+            len: bytes.len(),
+            hash: h.finish(),
+        }
+    }
+}
+
 /// How long a changed file must stay the same before it is read as a snapshot.
 pub const SETTLE: Duration = Duration::from_millis(100);
 
@@ -377,10 +195,10 @@ async fn poll(
     interval: Duration,
     max_bytes: u64,
     tx: watch::Sender<Arc<Loaded>>,
-    last: String,
+    last: Digest,
     stamp: Option<Stamp>,
 ) {
-    let mut last = Some(last);
+    let mut last = last;
     let mut last_stamp = stamp;
     let mut last_err: Option<String> = None;
     let read = |p: PathBuf| async move {
@@ -402,11 +220,13 @@ async fn poll(
         } else {
             last_stamp = stamp;
             match read(path.clone()).await {
-                Ok(text) if last.as_deref() != Some(text.as_str()) => {
+                Ok(text) if Digest::of(text.as_bytes()) != last => {
                     // A writer may still be at work: take the text only if it stays the same.
+                    let digest = Digest::of(text.as_bytes());
                     tokio::time::sleep(SETTLE).await;
-                    match read(path.clone()).await {
-                        Ok(again) if again == text => Ok(Some(text)),
+                    let again = read(path.clone()).await.map(|t| Digest::of(t.as_bytes()));
+                    match again {
+                        Ok(again) if again == digest => Ok(Some((text, digest))),
                         Ok(_) => Ok(None),
                         Err(e) => Err(e),
                     }
@@ -416,14 +236,11 @@ async fn poll(
             }
         };
         match got {
-            Ok(Some(text)) => {
+            Ok(Some((text, digest))) => {
                 // Off the async workers: a big file must not hold up shutdown.
-                let (text, parsed) = tokio::task::spawn_blocking(move || {
-                    let r = parse(&text);
-                    (text, r)
-                })
-                .await
-                .unwrap_or_else(|e| (String::new(), Err(e.to_string())));
+                let parsed = tokio::task::spawn_blocking(move || parse(&text))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()));
                 match parsed {
                     Ok(loaded) => {
                         tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
@@ -440,7 +257,7 @@ async fn poll(
                         }
                     }
                 }
-                last = Some(text);
+                last = digest;
             }
             Ok(None) => {}
             Err(e) => {

@@ -1,2 +1,3 @@
 pub mod file;
 pub mod kube;
+pub mod objects_text;

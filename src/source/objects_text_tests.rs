@@ -1,0 +1,251 @@
+//! The by-item paths give exactly what the whole-document path gives, and are the paths taken
+//! for what kubectl and YAML emitters write.
+
+use super::*;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn same_as_whole(text: &str) -> String {
+    let by_item = format!("{:?}", parse(text));
+    let whole = format!("{:?}", parse_whole(text));
+    assert_eq!(by_item, whole, "by item and whole differ for:\n{text}");
+    by_item
+}
+
+fn service(name: &str, vip: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"externalIPs": [vip], "ports": [{"port": 80, "protocol": "TCP"}]}})
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
+}
+
+/// kubectl's layout: root keys sorted, `kind: List` after the items, items at column 0.
+fn kubectl_yaml(v: &Value) -> String {
+    serde_yaml_ng::to_string(v).expect("serializes")
+}
+
+#[test]
+fn kubectl_yaml_and_json_are_read_item_by_item() {
+    let v = list(vec![
+        service("web", "192.0.2.1"),
+        service("api", "192.0.2.2"),
+    ]);
+    let yaml = kubectl_yaml(&v);
+    assert!(yaml.contains("\nitems:\n- "), "{yaml}");
+    assert!(parse_yaml_by_item(&yaml).is_some(), "YAML by item");
+    for json in [
+        serde_json::to_string(&v).unwrap(),
+        serde_json::to_string_pretty(&v).unwrap(),
+    ] {
+        assert!(parse_json_by_item(&json).is_some(), "JSON by item");
+        same_as_whole(&json);
+    }
+    let l = parse(&yaml).unwrap();
+    assert_eq!(l.objects.services.len(), 2);
+    same_as_whole(&yaml);
+}
+
+#[test]
+fn items_indented_under_their_key_are_read_item_by_item() {
+    let text = "apiVersion: v1\nitems:\n  - apiVersion: v1\n    kind: Service\n    metadata: {name: a, namespace: s}\n    spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n  - apiVersion: v1\n    kind: Service\n    metadata: {name: b, namespace: s}\n    spec: {externalIPs: [192.0.2.2], ports: [{port: 80}]}\nkind: List\n";
+    assert_eq!(
+        split_block_list(text).map(|s| s.items.len()),
+        Some(2),
+        "two items"
+    );
+    assert_eq!(parse(text).unwrap().objects.services.len(), 2);
+    same_as_whole(text);
+}
+
+#[test]
+fn block_scalars_comments_and_blank_lines_stay_inside_their_item() {
+    // A block scalar whose text has blank lines and lines that look like items, a comment at
+    // column 0 inside an item, CRLF line ends: none of it cuts an item.
+    let text = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n    namespace: s\n    annotations:\n      note: |\n        first\n\n        - not an item\n        kind: not a key\n# a comment at column 0\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: s}\n  spec: {externalIPs: [192.0.2.2], ports: [{port: 80}]}\nkind: List\n";
+    assert_eq!(split_block_list(text).map(|s| s.items.len()), Some(2));
+    let l = parse(text).unwrap();
+    assert_eq!(l.objects.services.len(), 2);
+    let note = l.objects.services[0]
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("note"))
+        .cloned();
+    assert_eq!(
+        note.as_deref(),
+        Some("first\n\n- not an item\nkind: not a key\n")
+    );
+    same_as_whole(text);
+    let crlf = text.replace('\n', "\r\n");
+    assert_eq!(parse(&crlf).unwrap().objects.services.len(), 2);
+    same_as_whole(&crlf);
+}
+
+#[test]
+fn what_does_not_cut_cleanly_is_read_whole_with_the_same_result() {
+    for text in [
+        // An anchor in one item used in another.
+        "apiVersion: v1\nitems:\n- &svc\n  apiVersion: v1\n  kind: Service\n  metadata: {name: a, namespace: s}\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n- *svc\nkind: List\n",
+        // Two documents.
+        "apiVersion: v1\nitems: []\nkind: List\n---\napiVersion: v1\nitems:\n- {apiVersion: v1, kind: Node, metadata: {name: n}}\nkind: List\n",
+        // Flow style.
+        "{apiVersion: v1, kind: List, items: [{apiVersion: v1, kind: Node, metadata: {name: n}}]}\n",
+        // A nested block entry.
+        "apiVersion: v1\nitems:\n-\n  apiVersion: v1\n  kind: Node\n  metadata: {name: n}\nkind: List\n",
+    ] {
+        let r = same_as_whole(text);
+        assert!(r.starts_with("Ok"), "{text}: {r}");
+    }
+}
+
+#[test]
+fn odd_items_give_the_same_problems_either_way() {
+    for text in [
+        "apiVersion: v1\nitems:\nkind: List\n",
+        "apiVersion: v1\nitems: 3\nkind: List\n",
+        "apiVersion: v1\nitems: {a: b}\nkind: List\n",
+        "apiVersion: v1\nitems: []\nkind: List\n",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: s}\nitems:\n- 1\n",
+        "apiVersion: v1\nkind: ServiceList\nitems:\n- metadata: {name: a, namespace: s}\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n",
+        "items:\n- metadata: {name: a, namespace: s}\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\napiVersion: v1\nkind: ServiceList\n",
+        "items:\n- kind: Service\n  metadata: {name: a, namespace: s}\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\nkind: List\n",
+        "items:\n- 1\n- [a]\n- x\nkind: List\n",
+    ] {
+        same_as_whole(text);
+    }
+}
+
+#[test]
+fn items_twice_is_an_error() {
+    for text in [
+        "apiVersion: v1\nitems: []\nkind: List\nitems: []\n",
+        "{\"apiVersion\": \"v1\", \"items\": [], \"kind\": \"List\", \"items\": []}",
+    ] {
+        let e = parse(text).expect_err(text);
+        assert!(
+            e.contains("items appears twice") || e.contains("duplicate"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_list_cut_short_is_refused_before_its_items_are_read() {
+    let v = list(vec![
+        service("web", "192.0.2.1"),
+        service("api", "192.0.2.2"),
+    ]);
+    let yaml = kubectl_yaml(&v);
+    let cut = &yaml[..yaml.find("kind: List").unwrap()];
+    let e = parse_yaml_by_item(cut)
+        .expect("cut into items")
+        .expect_err("not a snapshot");
+    assert!(e.contains("has items but no kind"), "{e}");
+}
+
+#[test]
+fn unread_fields_are_dropped_before_decoding() {
+    let mut svc = service("web", "192.0.2.1");
+    svc["metadata"]["annotations"] = json!({
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Service\"}",
+        "k8s.ovn.org/prefer-local": "true",
+    });
+    // A managedFields entry that would not even decode is not ours to refuse the Service for.
+    svc["metadata"]["managedFields"] = json!([{"manager": 7}]);
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"},
+        "status": {"images": [{"names": ["x"], "sizeBytes": 1}],
+                   "addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}});
+    let l = parse(&kubectl_yaml(&list(vec![svc, node]))).unwrap();
+    assert!(l.problems.is_empty(), "{:?}", l.problems);
+    let meta = &l.objects.services[0].metadata;
+    assert!(meta.managed_fields.is_none());
+    let ann = meta.annotations.as_ref().unwrap();
+    assert_eq!(ann.keys().collect::<Vec<_>>(), ["k8s.ovn.org/prefer-local"]);
+    let status = l.objects.nodes[0].status.as_ref().unwrap();
+    assert!(status.images.is_none());
+    assert_eq!(status.addresses.as_ref().map(Vec::len), Some(1));
+}
+
+fn arb_scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (0u32..70000).prop_map(Value::from),
+        "[a-z0-9.:/ -]{0,12}".prop_map(Value::from),
+        Just(Value::from("192.0.2.7")),
+        Just(Value::from("line one\n\n- line two\n")),
+    ]
+}
+
+fn arb_item() -> impl Strategy<Value = Value> {
+    let kind = prop_oneof![
+        Just(None),
+        Just(Some("Service")),
+        Just(Some("EndpointSlice")),
+        Just(Some("Node")),
+        Just(Some("ConfigMap")),
+    ];
+    let api = prop_oneof![
+        Just(None),
+        Just(Some("v1")),
+        Just(Some("discovery.k8s.io/v1"))
+    ];
+    (
+        kind,
+        api,
+        "[a-z]{1,6}",
+        prop::collection::vec(("[a-zA-Z]{1,8}", arb_scalar()), 0..4),
+        prop::collection::vec(arb_scalar(), 0..3),
+    )
+        .prop_map(|(kind, api, name, extra, ips)| {
+            let mut o = json!({"metadata": {"name": name, "namespace": "ns"},
+                "spec": {"externalIPs": ips, "ports": [{"port": 80}]},
+                "endpoints": [{"addresses": ["10.0.0.1"]}], "addressType": "IPv4"});
+            if let Some(k) = kind {
+                o["kind"] = k.into();
+            }
+            if let Some(a) = api {
+                o["apiVersion"] = a.into();
+            }
+            for (k, v) in extra {
+                o[k] = v;
+            }
+            o
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn any_list_reads_the_same_by_item_and_whole(
+        items in prop::collection::vec(arb_item(), 0..8),
+        list_kind in prop_oneof![Just("List"), Just("ServiceList"), Just("NodeList")],
+        indented in any::<bool>(),
+    ) {
+        let mut v = list(items);
+        v["kind"] = list_kind.into();
+        let mut yaml = kubectl_yaml(&v);
+        if indented {
+            yaml = yaml
+                .lines()
+                .scan(false, |in_items, l| {
+                    if l == "items:" { *in_items = true; return Some(l.to_string()); }
+                    if l.is_empty() { return Some(String::new()); }
+                    if !l.starts_with(' ') && !l.starts_with('-') { *in_items = false; }
+                    Some(if *in_items { format!("  {l}") } else { l.to_string() })
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+        }
+        let nonempty = v["items"].as_array().is_some_and(|a| !a.is_empty());
+        prop_assert!(!nonempty || parse_yaml_by_item(&yaml).is_some(), "not cut:\n{}", yaml);
+        same_as_whole(&yaml);
+        let json = serde_json::to_string_pretty(&v).unwrap();
+        prop_assert!(parse_json_by_item(&json).is_some());
+        same_as_whole(&json);
+    }
+}

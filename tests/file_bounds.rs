@@ -1,7 +1,8 @@
 //! What an objects file can make the agent spend: the `vipflow agent` process on hostile
 //! files, its peak memory (VmHWM) and CPU read from /proc. A file nested 100,000 levels is
 //! refused in linear time, a file over `objects-max-bytes` is not read, a bad file is not
-//! re-read until it changes, and SIGTERM is answered while a big file is being parsed.
+//! re-read until it changes, SIGTERM is answered while a big file is being parsed, and a valid
+//! 56 MiB file costs no more than its objects do.
 
 mod common;
 
@@ -215,4 +216,179 @@ fn sigterm_is_answered_while_a_big_file_is_parsed() {
         start.elapsed()
     );
     assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+/// `kubectl get svc,endpointslices -A -o yaml` of `n` LoadBalancer Services made with
+/// `kubectl apply` (each carries its last-applied configuration, as such dumps do) and their
+/// EndpointSlices.
+fn kubectl_dump(n: usize, applied: bool) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("apiVersion: v1\nitems:\n");
+    for i in 0..n {
+        let (a, b) = (i / 250, i % 250 + 1);
+        let (name, ns) = (format!("svc{i}"), format!("team{}", i % 50));
+        let last = format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"annotations":{{}},"labels":{{"app":"{name}","tier":"web"}},"name":"{name}","namespace":"{ns}"}},"spec":{{"externalTrafficPolicy":"Cluster","loadBalancerSourceRanges":[{ranges}],"ports":[{{"name":"http","port":80,"protocol":"TCP","targetPort":8080}},{{"name":"https","port":443,"protocol":"TCP","targetPort":8443}}],"selector":{{"app":"{name}"}},"type":"LoadBalancer"}}}}"#,
+            ranges = vec![r#""10.0.0.0/8""#; 280].join(",")
+        );
+        let annotations = if applied {
+            format!(
+                "    annotations:\n      kubectl.kubernetes.io/last-applied-configuration: |\n        {last}\n"
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            s,
+            "- apiVersion: v1
+  kind: Service
+  metadata:
+{annotations}    creationTimestamp: \"2026-01-10T08:00:00Z\"
+    labels:
+      app: {name}
+      tier: web
+    name: {name}
+    namespace: {ns}
+    resourceVersion: \"{rv}\"
+    uid: 6f1c2d3e-0000-4000-8000-{i:012}
+  spec:
+    allocateLoadBalancerNodePorts: true
+    clusterIP: 10.96.{a}.{b}
+    clusterIPs:
+    - 10.96.{a}.{b}
+    externalTrafficPolicy: Cluster
+    internalTrafficPolicy: Cluster
+    ipFamilies:
+    - IPv4
+    ipFamilyPolicy: SingleStack
+    ports:
+    - name: http
+      nodePort: {np1}
+      port: 80
+      protocol: TCP
+      targetPort: 8080
+    - name: https
+      nodePort: {np2}
+      port: 443
+      protocol: TCP
+      targetPort: 8443
+    selector:
+      app: {name}
+    sessionAffinity: None
+    type: LoadBalancer
+  status:
+    loadBalancer:
+      ingress:
+      - ip: 172.{c}.{a2}.{b}
+        ipMode: VIP
+- addressType: IPv4
+  apiVersion: discovery.k8s.io/v1
+  endpoints:
+  - addresses:
+    - 10.244.{a}.{b}
+    conditions:
+      ready: true
+      serving: true
+      terminating: false
+    nodeName: node-a
+    targetRef:
+      kind: Pod
+      name: {name}-7d9f8b6c5-x2k4p
+      namespace: {ns}
+      uid: 8a1c2d3e-0000-4000-8000-{i:012}
+  kind: EndpointSlice
+  metadata:
+    generateName: {name}-
+    labels:
+      endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io
+      kubernetes.io/service-name: {name}
+    name: {name}-abcde
+    namespace: {ns}
+    ownerReferences:
+    - apiVersion: v1
+      blockOwnerDeletion: true
+      controller: true
+      kind: Service
+      name: {name}
+      uid: 6f1c2d3e-0000-4000-8000-{i:012}
+    resourceVersion: \"{rv2}\"
+    uid: 7f1c2d3e-0000-4000-8000-{i:012}
+  ports:
+  - name: http
+    port: 8080
+    protocol: TCP
+  - name: https
+    port: 8443
+    protocol: TCP
+",
+            rv = 100_000 + i,
+            rv2 = 200_000 + i,
+            np1 = 30_000 + i % 2000,
+            np2 = 32_000 + i % 700,
+            c = 16 + a / 250,
+            a2 = a % 250,
+        );
+    }
+    s.push_str("kind: List\nmetadata:\n  resourceVersion: \"\"\n");
+    s
+}
+
+/// The agent's peak memory after it has taken `yaml` (replacing a small file) and synced
+/// br-ex, with the time from the write to the sync and the number of flows.
+fn peak_after(yaml: &str) -> (u64, Duration, usize) {
+    let sb = Sandbox::openflow_only();
+    let objects = sb.path().join("objects.yaml");
+    write_objects(&objects, &good());
+    let agent = Agent::start(&sb, &objects);
+    agent.wait_log("synced", Duration::from_secs(20));
+    let synced = agent.log().matches("synced").count();
+    let start = Instant::now();
+    write_objects(&objects, yaml);
+    agent.wait_log("objects loaded", Duration::from_secs(600));
+    while agent.log().matches("synced").count() == synced {
+        assert!(
+            start.elapsed() < Duration::from_secs(600),
+            "{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = start.elapsed();
+    let flows = common::expect::ofctl_ours(&sb, "br-ex", "cookie=0x7f1f").len();
+    (testkit::proc_status_kib(agent.pid(), "VmHWM:"), took, flows)
+}
+
+#[test]
+fn a_valid_50_mb_file_costs_the_agent_little_beyond_its_objects() {
+    // The same 10,000 Services and EndpointSlices twice: as `kubectl create` leaves them, and
+    // as `kubectl apply` does, each with its last-applied configuration (a 56 MiB file). What
+    // the second costs beyond the first is what the file's size costs.
+    let services = 10_000;
+    let slim = kubectl_dump(services, false);
+    let (slim_mib, (slim_peak, _, flows)) = (mib(&slim), peak_after(&slim));
+    drop(slim);
+    let big = kubectl_dump(services, true);
+    let (big_mib, (big_peak, took, big_flows)) = (mib(&big), peak_after(&big));
+    drop(big);
+    assert_eq!(flows, big_flows, "the same objects");
+    let extra = big_peak.saturating_sub(slim_peak) as f64 / 1024.0;
+    println!(
+        "{services} Services, {flows} flows: agent peak {} MiB from a {slim_mib:.1} MiB file, {} MiB from a {big_mib:.1} MiB file (synced {took:?} after it was written): {extra:.0} MiB for {:.1} MiB more file, {:.2}x",
+        slim_peak / 1024,
+        big_peak / 1024,
+        big_mib - slim_mib,
+        extra / (big_mib - slim_mib)
+    );
+    assert!(big_mib > 50.0, "{big_mib:.1} MiB");
+    // The file is held once while it is parsed and its items one at a time: its bytes cost
+    // about their own size, where a whole parse tree cost many times it.
+    assert!(
+        extra < 2.0 * (big_mib - slim_mib),
+        "{extra:.0} MiB for {:.1} MiB of file",
+        big_mib - slim_mib
+    );
+}
+
+fn mib(s: &str) -> f64 {
+    s.len() as f64 / f64::from(1 << 20)
 }

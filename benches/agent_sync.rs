@@ -36,7 +36,7 @@ use tokio::runtime::Runtime;
 use vipflow::config::{BridgeConfig, Config};
 use vipflow::model::{Model, ModelOptions, Objects};
 use vipflow::plan::flows::{PlanInput, PlannedFlow, plan};
-use vipflow::plan::incremental::FlowPlanner;
+use vipflow::plan::planner::Planner;
 use vipflow::reconcile::bridge::{
     Applied, FlowSet, Ports, Roles, apply_bundle, diff, read_flows, resolve_plan,
 };
@@ -227,19 +227,18 @@ impl Bench {
         &self,
         objs: &Objects,
         ports: &Ports,
-        planner: &mut FlowPlanner,
+        planner: &mut Planner,
         applied: &mut Applied,
         generation: u64,
     ) -> (Split, usize) {
         let mut s = Split::default();
         let t = Instant::now();
-        let delta = planner.update(objs).remove(0);
-        let index = planner.flows(0);
+        let plan = planner.update(objs).bridges.remove(0);
         s.plan = t.elapsed();
         let t = Instant::now();
         let mut d = applied.delta(
-            &index,
-            &delta.touched,
+            &plan.flows,
+            &plan.delta.touched,
             &Roles::of(&self.bridge, ports, None),
         );
         let msgs = std::mem::take(&mut d.msgs);
@@ -447,17 +446,15 @@ fn main() {
     b.clear();
     let (_, installed) = b.full_sync(&objs);
     let ports = b.ports();
-    let mut planner = FlowPlanner::new(
+    let mut planner = Planner::new(
         ModelOptions::default(),
         std::slice::from_ref(&b.bridge),
         b.cfg.cookie_prefix,
+        None,
     );
-    planner.update(&objs);
-    let mut applied = Applied::from_plan(
-        planner.flows(0).values(),
-        &Roles::of(&b.bridge, &ports, None),
-        1,
-    );
+    let first = planner.update(&objs).bridges.remove(0);
+    let mut applied =
+        Applied::from_plan(first.flows.values(), &Roles::of(&b.bridge, &ports, None), 1);
     assert!(
         applied.set == installed,
         "the incremental planner's base equals the full plan"

@@ -9,7 +9,7 @@
 //! `Load_Balancer` row per Service.
 //!
 //! Both sides of vipflow run the agent's own code, step by step as its tasks do: the planner
-//! task's `FlowPlanner::update` + `NbPlanner::update`, then the NB writer's `Session` (the
+//! task's `Planner::update`, then the NB writer's `Session` (the
 //! sans-IO core of `reconcile::northbound::run`): `absorb` monitor events, `changes`, transact,
 //! `done`.
 //!
@@ -47,9 +47,8 @@ use std::time::{Duration, Instant};
 use testkit::{Options, Sandbox};
 use tokio::runtime::Runtime;
 use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKey};
-use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
-use vipflow::plan::northbound_incremental::NbPlanner;
+use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     DB, Desired, Observed, Session, describe_drift, monitor_spec, new_token, send, take_over,
     write_plan,
@@ -275,38 +274,26 @@ async fn connect(sb: &Sandbox) -> Client {
     Client::connect(options(sb)).await.expect("connect to NB")
 }
 
-/// The agent's planner task: the flow planner validates Services and resolves conflicts, the
-/// NB planner keeps each Service's rows.
-struct Planner {
-    services: FlowPlanner,
-    rows: NbPlanner,
-    generation: u64,
+/// The agent's planner, with rows and no bridges.
+fn planner(cfg: &NorthboundConfig) -> Planner {
+    Planner::new(ModelOptions::default(), &[], 0x7f1f, Some(cfg.clone()))
 }
 
-impl Planner {
-    fn new(cfg: &NorthboundConfig) -> Self {
-        Planner {
-            services: FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f),
-            rows: NbPlanner::new(cfg.clone()),
-            generation: 0,
-        }
-    }
+/// What the agent's planner task hands the NB writer for a snapshot.
+fn hand_over(planner: &mut Planner, objs: &Objects) -> Desired {
+    let plans = planner.update(objs);
+    let rows = plans.northbound.as_ref().expect("a planner with rows");
+    Desired::from_rows(plans.generation, rows, true)
+}
 
-    /// What the planner task hands the NB writer for a snapshot.
-    fn update(&mut self, objs: &Objects) -> Desired {
-        self.generation += 1;
-        self.services.update(objs);
-        let delta = self.rows.update(objs, &self.services);
-        Desired::planned(self.generation, &self.services, &self.rows, delta, true)
-    }
-
-    fn all_rows(&self) -> Vec<LbRow> {
-        self.rows
-            .rows()
-            .values()
-            .flat_map(|v| v.iter().cloned())
-            .collect()
-    }
+fn all_rows(planner: &Planner) -> Vec<LbRow> {
+    planner
+        .row_table()
+        .expect("a planner with rows")
+        .rows()
+        .values()
+        .flat_map(|v| v.iter().cloned())
+        .collect()
 }
 
 /// Where one initial sync spent its time.
@@ -342,8 +329,8 @@ fn initial_sync(
 ) -> (Initial, Client, Monitor, Session, Planner) {
     let mut s = Initial::default();
     let t = Instant::now();
-    let mut planner = Planner::new(cfg);
-    let desired = planner.update(objs);
+    let mut planner = planner(cfg);
+    let desired = hand_over(&mut planner, objs);
     s.plan = t.elapsed();
     let (client, monitor, session) = rt.block_on(async {
         let t = Instant::now();
@@ -505,7 +492,7 @@ fn main() {
             assert_eq!(nbctl_count(&sb), 0, "NB not empty before the run");
             if side == 0 {
                 let (s, client, monitor, _, planner) = initial_sync(&rt, &sb, &objs, &cfg);
-                assert_eq!(planner.all_rows(), rows, "incremental plan = full plan");
+                assert_eq!(all_rows(&planner), rows, "incremental plan = full plan");
                 ours.push(s);
                 drop((monitor, client));
                 check_exact(&rt, &sb, &rows, "vipflow initial sync");
@@ -587,7 +574,7 @@ fn main() {
 
         let mut s = Update::default();
         let t = Instant::now();
-        let desired = planner.update(&objs);
+        let desired = hand_over(&mut planner, &objs);
         s.plan = t.elapsed();
         let key = ServiceKey::new("bench", &format!("svc-{i}"));
         let want = desired.rows.get(&key).expect("planned rows of the Service")[0]
@@ -626,9 +613,9 @@ fn main() {
         });
         updates.push(s);
     }
-    check_exact(&rt, &sb, &planner.all_rows(), "vipflow after the updates");
+    check_exact(&rt, &sb, &all_rows(&planner), "vipflow after the updates");
     assert_eq!(
-        planner.all_rows(),
+        all_rows(&planner),
         plan(&Model::build(&objs, &ModelOptions::default()), &cfg),
         "incremental plan = full plan after the updates"
     );

@@ -6,10 +6,9 @@
 use crate::config::{BridgeConfig, Config};
 use crate::model::{Model, ModelOptions, Objects, Problem};
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
-use crate::plan::incremental::FlowPlanner;
 use crate::plan::northbound::{self as nbplan, LbRow};
-use crate::plan::northbound_incremental::NbPlanner;
 use crate::plan::order;
+use crate::plan::planner::{BridgeFlows, Planner};
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
@@ -240,11 +239,7 @@ pub fn start_with(
     let leader = opts.leader.clone();
     tasks.push(tokio::spawn(async move {
         let cfg = planner_cfg;
-        let mut generation = 0u64;
-        let mut flows = FlowPlanner::new(model_options(&cfg), &cfg.bridges, cfg.cookie_prefix);
-        let mut rows = nb_tx
-            .as_ref()
-            .map(|_| NbPlanner::new(cfg.northbound.clone()));
+        let mut planner = Some(Planner::for_config(&cfg));
         // Handovers to the Northbound writer: up to two per plan (see plan::order).
         let mut nb_step = 0u64;
         loop {
@@ -258,8 +253,26 @@ pub fn start_with(
                 }
                 continue;
             }
-            // Flows first, planned incrementally: the dataplane should not wait for the rest.
-            generation += 1;
+            // Off the async workers: a first snapshot of many Services takes a while, and the
+            // reconcilers, the observer and shutdown must not wait behind it.
+            let Some(mut p) = planner.take() else { return };
+            let objs = Arc::clone(&loaded);
+            let plans = match tokio::task::spawn_blocking(move || {
+                let plans = p.update(&objs.objects);
+                (p, plans)
+            })
+            .await
+            {
+                Ok((p, plans)) => {
+                    planner = Some(p);
+                    plans
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the planner failed; no more plans");
+                    return;
+                }
+            };
+            let generation = plans.generation;
             {
                 let mut s = stamps.lock().unwrap_or_else(|p| p.into_inner());
                 s.insert(generation, received);
@@ -267,36 +280,22 @@ pub fn start_with(
                     s.pop_first();
                 }
             }
-            let prev_vips = flows.vips();
-            let deltas = flows.update(&loaded.objects);
             let router_mac = router_mac(&cfg, &loaded.objects);
-            let send_flows = |deltas: Vec<_>| {
-                for (i, (delta, tx)) in deltas.into_iter().zip(&senders).enumerate() {
+            let send_flows = |bridges: Vec<BridgeFlows>| {
+                for (b, tx) in bridges.into_iter().zip(&senders) {
                     let _ = tx.send(Arc::new(Desired {
                         generation,
-                        flows: flows.flows(i),
-                        delta: Some(delta),
+                        flows: b.flows,
+                        delta: Some(b.delta),
                         router_mac,
                     }));
                 }
             };
-            // The rows, also incrementally.
-            let nb_plan = match (&nb_tx, &mut rows) {
+            let nb_plan = match (&nb_tx, plans.northbound) {
                 (Some(tx), Some(rows)) => {
-                    let prev_rows = rows.rows();
-                    let delta = rows.update(&loaded.objects, &flows);
-                    let next = nb::Desired::planned(
-                        generation,
-                        &flows,
-                        rows,
-                        delta,
-                        cfg.northbound.exclude_ips,
-                    );
-                    let make = next
-                        .delta
-                        .as_ref()
-                        .and_then(|d| order::make_rows(&prev_rows, &next.rows, &d.touched));
-                    Some((tx, next, make))
+                    let next =
+                        nb::Desired::from_rows(generation, &rows, cfg.northbound.exclude_ips);
+                    Some((tx, next, rows.make_first, rows.previous_vips))
                 }
                 _ => None,
             };
@@ -306,28 +305,28 @@ pub fn start_with(
             // Flows and rows, make before break (plan::order): rows that serve the old plan and
             // the new one, then the flows, then the new rows.
             match nb_plan {
-                None => send_flows(deltas),
-                Some((tx, next, None)) => {
+                None => send_flows(plans.bridges),
+                Some((tx, next, None, _)) => {
                     nb_step += 1;
                     let _ = tx.send(Arc::new(nb::Desired {
                         step: nb_step,
                         ..next
                     }));
                     wait_rows(&nb_status_rx, &leader, nb_step).await;
-                    send_flows(deltas);
+                    send_flows(plans.bridges);
                 }
-                Some((tx, next, Some(make))) => {
+                Some((tx, next, Some(make), previous_vips)) => {
                     nb_step += 1;
                     let _ = tx.send(Arc::new(nb::Desired {
                         row_count: order::row_count(&make),
                         rows: make,
-                        vips: prev_vips.union(next.vips.clone()),
+                        vips: previous_vips.union(next.vips.clone()),
                         step: nb_step,
                         complete: false,
                         ..next.clone()
                     }));
                     wait_rows(&nb_status_rx, &leader, nb_step).await;
-                    send_flows(deltas);
+                    send_flows(plans.bridges);
                     wait_flows(&bridge_status_rx, generation).await;
                     nb_step += 1;
                     let _ = tx.send(Arc::new(nb::Desired {

@@ -527,22 +527,19 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     assert!(srx.borrow().applied_generation.is_none());
 
     // The first real plan (the same objects): nothing to change.
-    let mut planner = vipflow::plan::incremental::FlowPlanner::new(
-        agent::model_options(&cfg),
-        &cfg.bridges,
-        cfg.cookie_prefix,
-    );
-    let delta = planner
+    let mut planner = vipflow::plan::planner::Planner::for_config(&cfg);
+    let plan = planner
         .update(
             &file::load(&objects, file::DEFAULT_MAX_BYTES)
                 .unwrap()
                 .objects,
         )
+        .bridges
         .remove(0);
     dtx.send(std::sync::Arc::new(Desired {
         generation: 1,
-        flows: planner.flows(0),
-        delta: Some(delta),
+        flows: plan.flows,
+        delta: Some(plan.delta),
         router_mac: None,
     }))
     .unwrap();

@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::{Options, Sandbox};
 use vipflow::model::{ModelOptions, Objects, ServiceKey};
-use vipflow::plan::incremental::FlowPlanner;
 use vipflow::plan::northbound::NorthboundConfig;
-use vipflow::plan::northbound_incremental::NbPlanner;
+use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     BATCH_OWNERS, Change, DB, Desired, Observed, Session, monitor_spec, new_token, send, take_over,
     write_plan,
@@ -60,28 +59,21 @@ fn objects(n: usize) -> Objects {
     }
 }
 
-/// The agent's planner task, as in `agent::start_with`.
-struct Planner {
-    services: FlowPlanner,
-    rows: NbPlanner,
-    generation: u64,
+/// The agent's planner, with rows and no bridges.
+fn planner() -> Planner {
+    Planner::new(
+        ModelOptions::default(),
+        &[],
+        0x7f1f,
+        Some(NorthboundConfig::default()),
+    )
 }
 
-impl Planner {
-    fn new() -> Self {
-        Planner {
-            services: FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f),
-            rows: NbPlanner::new(NorthboundConfig::default()),
-            generation: 0,
-        }
-    }
-
-    fn update(&mut self, objs: &Objects) -> Desired {
-        self.generation += 1;
-        self.services.update(objs);
-        let delta = self.rows.update(objs, &self.services);
-        Desired::planned(self.generation, &self.services, &self.rows, delta, true)
-    }
+/// What the agent's planner task hands the writer for a snapshot (`agent::start_with`).
+fn hand_over(planner: &mut Planner, objs: &Objects) -> Desired {
+    let plans = planner.update(objs);
+    let rows = plans.northbound.as_ref().expect("a planner with rows");
+    Desired::from_rows(plans.generation, rows, true)
 }
 
 fn options(sb: &Sandbox) -> ClientOptions {
@@ -159,8 +151,8 @@ async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates
     let sb = nb();
     // Enough for the first sync to be several transactions, written with the monitor off.
     let objs = objects(300);
-    let mut planner = Planner::new();
-    let plan = planner.update(&objs);
+    let mut planner = planner();
+    let plan = hand_over(&mut planner, &objs);
     let (client, mut monitor, mut session) = connect(&sb).await;
 
     // Another writer takes over (as a new Lease holder would) and writes svc-7's row.
@@ -223,8 +215,8 @@ async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates
 async fn after_the_first_sync_only_changed_services_are_diffed() {
     let sb = nb();
     let mut objs = objects(20);
-    let mut planner = Planner::new();
-    let plan = planner.update(&objs);
+    let mut planner = planner();
+    let plan = hand_over(&mut planner, &objs);
     let (client, mut monitor, mut session) = connect(&sb).await;
     let changes = session.changes(&plan);
     write(&client, &mut monitor, &mut session, &plan, changes)
@@ -236,7 +228,7 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
 
     // A plan delta: one Service's endpoints changed -> one transaction for it alone.
     objs.endpoint_slices[3] = slice(3, 2);
-    let plan = planner.update(&objs);
+    let plan = hand_over(&mut planner, &objs);
     let changes = session.changes(&plan);
     assert_eq!(
         owners(&changes),
@@ -285,9 +277,9 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
 
     // A plan generation the writer never saw (its delta is lost): everything is diffed.
     objs.endpoint_slices[8] = slice(8, 3);
-    let _missed = planner.update(&objs);
+    let _missed = hand_over(&mut planner, &objs);
     objs.endpoint_slices[9] = slice(9, 3);
-    let plan = planner.update(&objs);
+    let plan = hand_over(&mut planner, &objs);
     assert_eq!(
         plan.delta.as_ref().unwrap().touched,
         vec![ServiceKey::new("t", "svc-9")]

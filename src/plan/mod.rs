@@ -1,13 +1,14 @@
 //! Planning: pure functions from the model to desired flows and rows, and the incremental
-//! planners that keep them up to date.
+//! [`planner::Planner`] that keeps them up to date.
 
 pub mod exclude;
 pub mod flows;
-pub mod incremental;
 pub mod northbound;
-pub mod northbound_incremental;
 pub mod order;
+pub mod planner;
 pub mod ports;
+pub mod row_table;
+pub mod service_index;
 
 /// From this many items on, [`map_split`] uses more than one core.
 const PARALLEL_MIN: usize = 2048;

@@ -12,7 +12,7 @@
 
 use crate::model::ServiceKey;
 use crate::plan::northbound::LbRow;
-use crate::plan::northbound_incremental::RowIndex;
+use crate::plan::row_table::RowIndex;
 use std::sync::Arc;
 
 /// The rows of step 1: `next`, where every touched Service keeps what `prev` had and `next`

@@ -19,8 +19,8 @@
 
 use crate::config::{BridgeConfig, format_mac};
 use crate::plan::flows::{PlannedFlow, PortRef, Resolved, steer_rewrite};
-use crate::plan::incremental::{FlowDelta, FlowIndex};
 use crate::plan::ports::{self, OvsDb, PortError, Role};
+use crate::plan::service_index::{FlowDelta, FlowIndex};
 use crate::reconcile::ovs;
 use openflow::action::port as ofport;
 use openflow::message::PortStatus;

@@ -35,7 +35,7 @@ use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
 use crate::plan::northbound::{
     Attach, GroupPlan, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope, unattached,
 };
-use crate::plan::northbound_incremental::{NbDelta, RowIndex};
+use crate::plan::row_table::{NbDelta, RowIndex};
 use ovsdb::txn::WaitUntil;
 use ovsdb::{
     Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
@@ -112,24 +112,22 @@ pub struct Desired {
 }
 
 impl Desired {
-    /// What the planners hold after `delta`: the planner task's hand-over.
-    pub fn planned(
+    /// The planner's rows for plan `generation`: the planner task's hand-over.
+    pub fn from_rows(
         generation: u64,
-        services: &crate::plan::incremental::FlowPlanner,
-        rows: &crate::plan::northbound_incremental::NbPlanner,
-        delta: NbDelta,
+        planned: &crate::plan::planner::NorthboundRows,
         exclude_ips: bool,
     ) -> Desired {
         Desired {
             generation,
             step: generation,
             complete: true,
-            rows: rows.rows(),
-            row_count: rows.row_count(),
-            delta: Some(delta),
-            vips: services.vips(),
+            rows: planned.rows.clone(),
+            row_count: planned.row_count,
+            delta: Some(planned.delta.clone()),
+            vips: planned.vips.clone(),
             exclude_ips,
-            group: rows.group(),
+            group: planned.group.clone(),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! Incremental flow planning: the same flows as [`super::flows::plan`], kept up to date one
-//! changed Service at a time.
+//! The incremental model of the Services and the flows of each bridge: the same flows as
+//! [`super::flows::plan`], kept up to date one changed Service at a time.
 //!
 //! Re-planning a whole bridge on every change costs time in proportion to the cluster (about
 //! 200 ms at 50,000 flows); a change touches a handful of flows. This planner keeps:
@@ -7,7 +7,7 @@
 //!   changed: objects are shared, so an unchanged Service is the same allocation);
 //! - the claimants of each claim, ordered by rank (oldest Service first), and a count of claims
 //!   per VIP. Flows depend only on whether a claim has a claimant; the Northbound rows depend on
-//!   which Service wins it, so a change of winner is recorded for [`super::northbound_incremental`];
+//!   which Service wins it, so a change of winner is recorded for [`super::row_table`];
 //! - the flow index of each bridge (a persistent map: handing it to a reconciler is O(1)).
 //!
 //! What can invalidate other Services' VIPs is tracked too: a VIP equal to a node address is
@@ -40,7 +40,7 @@ pub struct FlowDelta {
     pub touched: Vec<String>,
 }
 
-/// What the last [`FlowPlanner::update`] changed beyond the flows: what the Northbound planner
+/// What the last [`ServiceIndex::update`] changed beyond the flows: what the row table
 /// needs to know.
 #[derive(Debug, Clone, Default)]
 pub struct Changes {
@@ -57,7 +57,7 @@ struct Bridge {
     flows: FlowIndex,
 }
 
-pub struct FlowPlanner {
+pub struct ServiceIndex {
     opts: ModelOptions,
     cookie_prefix: u16,
     bridges: Vec<Bridge>,
@@ -126,9 +126,9 @@ fn raw_vips_of(s: &core::Service) -> Vec<IpAddr> {
     v
 }
 
-impl FlowPlanner {
+impl ServiceIndex {
     pub fn new(opts: ModelOptions, bridges: &[BridgeConfig], cookie_prefix: u16) -> Self {
-        FlowPlanner {
+        ServiceIndex {
             opts,
             cookie_prefix,
             bridges: bridges
@@ -605,7 +605,7 @@ mod tests {
             steps in prop::collection::vec((prop::collection::vec(prop::option::of(spec()), 5), prop::option::of(0u8..8)), 1..8)
         ) {
             let bridges = bridges();
-            let mut planner = FlowPlanner::new(ModelOptions::default(), &bridges, 0x7f1f);
+            let mut planner = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
             let mut last: Vec<Option<(Spec, Arc<core::Service>)>> = vec![None; 5];
             let mut last_node: Option<(u8, Arc<core::Node>)> = None;
             let mut prev: Vec<std::collections::BTreeMap<String, PlannedFlow>> = vec![Default::default(); bridges.len()];
@@ -662,7 +662,7 @@ mod tests {
     #[test]
     fn a_change_touches_only_its_own_flows() {
         let bridges = vec![BridgeConfig::default()];
-        let mut p = FlowPlanner::new(ModelOptions::default(), &bridges, 0x7f1f);
+        let mut p = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
         let base: Vec<Arc<core::Service>> = (0..5)
             .map(|i| {
                 Arc::new(service(

@@ -1,9 +1,9 @@
-//! Incremental Northbound planning: the rows of [`super::northbound::plan`], kept up to date one
+//! The rows of each Service: the rows of [`super::northbound::plan`], kept up to date one
 //! changed Service at a time.
 //!
 //! Re-planning every row on each change costs time in proportion to the cluster (about 50 ms
 //! for the model and plan at 10,000 Services); a change concerns one Service. This planner sits
-//! on the flow planner ([`FlowPlanner`]), which already re-validates only the changed Services
+//! on the service index ([`ServiceIndex`]), which already re-validates only the changed Services
 //! and knows which Service wins each VIP:port. It adds:
 //! - the EndpointSlices of each Service, noticed by allocation: a snapshot's unchanged slice is
 //!   the same `Arc`, so a change is found by comparing pointers, position by position;
@@ -15,8 +15,8 @@
 //! and the group equal the full plan, and that exactly the Services whose rows changed are
 //! reported.
 
-use super::incremental::FlowPlanner;
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
+use super::service_index::ServiceIndex;
 use crate::model::{Objects, ServiceKey, build_slices, slice_service_key};
 use k8s_openapi::api::discovery::v1 as discovery;
 use std::collections::{HashMap, HashSet};
@@ -42,7 +42,7 @@ struct SeenSlice {
     _held: Arc<discovery::EndpointSlice>,
 }
 
-pub struct NbPlanner {
+pub struct RowTable {
     cfg: NorthboundConfig,
     /// The last snapshot's slices, by position (allocation addresses).
     order: Vec<usize>,
@@ -56,9 +56,9 @@ pub struct NbPlanner {
     group: Option<Arc<GroupPlan>>,
 }
 
-impl NbPlanner {
+impl RowTable {
     pub fn new(cfg: NorthboundConfig) -> Self {
-        NbPlanner {
+        RowTable {
             group: own_group(&cfg, &Default::default()).map(Arc::new),
             cfg,
             order: Vec::new(),
@@ -85,7 +85,7 @@ impl NbPlanner {
     }
 
     /// Take the same snapshot `services` was just updated with.
-    pub fn update(&mut self, objects: &Objects, services: &FlowPlanner) -> NbDelta {
+    pub fn update(&mut self, objects: &Objects, services: &ServiceIndex) -> NbDelta {
         let changes = services.changes();
         let mut dirty: HashSet<ServiceKey> = changes.services.clone();
         self.track_slices(&objects.endpoint_slices, &mut dirty);
@@ -406,8 +406,8 @@ mod tests {
             edits in prop::collection::vec((prop::collection::vec(edit(), 1..3), any::<bool>()), 1..12),
             cfg in config(),
         ) {
-            let mut services = FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f);
-            let mut nb = NbPlanner::new(cfg.clone());
+            let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+            let mut nb = RowTable::new(cfg.clone());
             let mut reuse = Reuse::default();
             let mut prev: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();
             let mut world = start;
@@ -469,8 +469,8 @@ mod tests {
         }
         o.nodes = (0..3).map(|i| Arc::new(node(i))).collect();
         let cfg = NorthboundConfig::default();
-        let mut services = FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f);
-        let mut nb = NbPlanner::new(cfg.clone());
+        let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+        let mut nb = RowTable::new(cfg.clone());
         services.update(&o);
         nb.update(&o, &services);
         let want = plan(&Model::build(&o, &ModelOptions::default()), &cfg);
@@ -482,8 +482,8 @@ mod tests {
 
     #[test]
     fn one_slice_change_re_plans_one_service() {
-        let mut services = FlowPlanner::new(ModelOptions::default(), &[], 0x7f1f);
-        let mut nb = NbPlanner::new(NorthboundConfig::default());
+        let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+        let mut nb = RowTable::new(NorthboundConfig::default());
         let specs: Vec<Spec> = (0..4)
             .map(|i| Spec {
                 vip: i,

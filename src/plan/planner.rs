@@ -1,0 +1,134 @@
+//! The planner: one incremental model of the Services, and from it the flows of every bridge
+//! and the Northbound rows of every Service, brought up to date by each snapshot of the source.
+//!
+//! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
+//! [`Planner::update`], so what they measure and check is what the agent does.
+
+use super::northbound::{GroupPlan, NorthboundConfig};
+use super::order;
+use super::row_table::{NbDelta, RowIndex, RowTable};
+use super::service_index::{FlowDelta, FlowIndex, ServiceIndex};
+use crate::config::{BridgeConfig, Config};
+use crate::model::{ModelOptions, Objects};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Services, flows per bridge and (when asked for) rows per Service, kept incrementally.
+pub struct Planner {
+    services: ServiceIndex,
+    rows: Option<RowTable>,
+    generation: u64,
+}
+
+/// One bridge's flows after an update, and what changed.
+#[derive(Debug, Clone)]
+pub struct BridgeFlows {
+    pub flows: FlowIndex,
+    pub delta: FlowDelta,
+}
+
+/// The Northbound rows after an update, and what changed.
+#[derive(Debug, Clone)]
+pub struct NorthboundRows {
+    pub rows: RowIndex,
+    /// The number of rows in `rows`.
+    pub row_count: usize,
+    pub delta: NbDelta,
+    /// Every VIP of this plan.
+    pub vips: imbl::OrdSet<IpAddr>,
+    /// The previous plan's VIPs.
+    pub previous_vips: imbl::OrdSet<IpAddr>,
+    /// vipflow's own Load_Balancer_Group and where it goes.
+    pub group: Option<Arc<GroupPlan>>,
+    /// Rows serving the previous plan and this one, to commit before the flows change (see
+    /// [`order`]); `None` when this plan's rows can go first.
+    pub make_first: Option<RowIndex>,
+}
+
+/// What one update produced.
+#[derive(Debug, Clone)]
+pub struct Plans {
+    /// Counts updates from 1.
+    pub generation: u64,
+    /// One per bridge, in the order the planner was given them.
+    pub bridges: Vec<BridgeFlows>,
+    /// `None` when the planner keeps no rows.
+    pub northbound: Option<NorthboundRows>,
+}
+
+impl Planner {
+    /// A planner for `bridges`; with `northbound`, it keeps the rows too.
+    pub fn new(
+        opts: ModelOptions,
+        bridges: &[BridgeConfig],
+        cookie_prefix: u16,
+        northbound: Option<NorthboundConfig>,
+    ) -> Planner {
+        Planner {
+            services: ServiceIndex::new(opts, bridges, cookie_prefix),
+            rows: northbound.map(RowTable::new),
+            generation: 0,
+        }
+    }
+
+    /// The planner the agent runs for `cfg`: rows only when a Northbound database is set.
+    pub fn for_config(cfg: &Config) -> Planner {
+        Planner::new(
+            crate::agent::model_options(cfg),
+            &cfg.bridges,
+            cfg.cookie_prefix,
+            cfg.nb_remote.as_ref().map(|_| cfg.northbound.clone()),
+        )
+    }
+
+    /// Bring everything up to date with `objects`. Work is in proportion to what changed since
+    /// the last update.
+    pub fn update(&mut self, objects: &Objects) -> Plans {
+        self.generation += 1;
+        let previous_vips = self.services.vips();
+        let deltas = self.services.update(objects);
+        let bridges = deltas
+            .into_iter()
+            .enumerate()
+            .map(|(i, delta)| BridgeFlows {
+                flows: self.services.flows(i),
+                delta,
+            })
+            .collect();
+        let services = &self.services;
+        let northbound = self.rows.as_mut().map(|table| {
+            let before = table.rows();
+            let delta = table.update(objects, services);
+            let rows = table.rows();
+            NorthboundRows {
+                make_first: order::make_rows(&before, &rows, &delta.touched),
+                row_count: table.row_count(),
+                rows,
+                delta,
+                vips: services.vips(),
+                previous_vips,
+                group: table.group(),
+            }
+        });
+        Plans {
+            generation: self.generation,
+            bridges,
+            northbound,
+        }
+    }
+
+    /// The incremental model: validated Services, claims and their winners.
+    pub fn services(&self) -> &ServiceIndex {
+        &self.services
+    }
+
+    /// The rows per Service, when the planner keeps them.
+    pub fn row_table(&self) -> Option<&RowTable> {
+        self.rows.as_ref()
+    }
+
+    /// The generation of the last update (0 before the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}

@@ -7,7 +7,7 @@
 //! - A token bucket caps the rate across all Services, so a storm of changes never becomes a
 //!   storm of API writes; events over the cap are dropped and counted.
 
-use crate::model::{Model, Problem, ServiceKey};
+use crate::model::{Model, Problem, ProblemKind, ServiceKey};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -52,24 +52,19 @@ pub fn statements(
         }
     }
     for p in problems {
-        let Some(key) = p
-            .object
-            .strip_prefix("Service ")
-            .and_then(|k| k.split_once('/'))
-        else {
+        let Some(key) = p.service() else {
             continue;
         };
-        let reason = if p.reason.contains("conflict lost") {
-            "VipConflict"
-        } else {
-            "VipSkipped"
+        let reason = match p.kind {
+            ProblemKind::ConflictLost => "VipConflict",
+            _ => "VipSkipped",
         };
         let note = match &p.vip {
             Some(v) => format!("{v}: {}", p.reason),
             None => p.reason.clone(),
         };
         out.insert(ServiceEvent {
-            service: ServiceKey::new(key.0, key.1),
+            service: key.clone(),
             warning: true,
             reason,
             note,
@@ -303,5 +298,31 @@ mod tests {
         // Applied with a new VIP set: the new statement replaces the old one.
         let next = BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4, 5.6.7.8")]);
         assert_eq!(hold_programmed(next.clone(), true, &mut programmed), next);
+    }
+
+    #[test]
+    fn events_follow_the_problem_kind_not_its_wording() {
+        use crate::model::{Problem, Subject};
+        let web = ServiceKey::new("shop", "web");
+        let problems = [
+            Problem::new(
+                Subject::Service(web.clone()),
+                ProblemKind::ConflictLost,
+                "worded any way at all",
+            )
+            .with_vip(Some("192.0.2.1:80/TCP".into())),
+            Problem::new(
+                Subject::Service(web.clone()),
+                ProblemKind::Invalid,
+                "conflict lost (in the text, but not the kind)",
+            ),
+            // Not about a Service: no Event.
+            Problem::new(Subject::Node("n".into()), ProblemKind::Invalid, "x"),
+        ];
+        let got = statements(&Model::default(), &problems, "node-a", false);
+        let reasons: Vec<_> = got.iter().map(|e| (e.reason, e.service.clone())).collect();
+        assert_eq!(reasons.len(), 2, "{got:?}");
+        assert!(reasons.contains(&("VipConflict", web.clone())));
+        assert!(reasons.contains(&("VipSkipped", web)));
     }
 }

@@ -14,7 +14,7 @@
 //! What makes a file a complete snapshot is decided here as well; see [`super::file`].
 
 use super::file::{Loaded, MAX_DEPTH};
-use crate::model::Problem;
+use crate::model::{Problem, ProblemKind, Subject};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use serde::Deserialize;
@@ -520,11 +520,11 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
 }
 
 fn problem(object: &str, reason: String) -> Problem {
-    Problem {
-        object: object.into(),
-        vip: None,
-        reason,
-    }
+    problem_of(object, ProblemKind::Invalid, reason)
+}
+
+fn problem_of(object: &str, kind: ProblemKind, reason: String) -> Problem {
+    Problem::new(Subject::FileItem(object.into()), kind, reason)
 }
 
 fn describe(item: &Value, kind: &str) -> String {
@@ -592,8 +592,11 @@ fn add_item(item: Value, out: &mut Loaded) {
     match res {
         Ok(()) => {
             for path in unknown {
-                out.problems
-                    .push(problem(&what, format!("unknown field {path} ignored")));
+                out.problems.push(problem_of(
+                    &what,
+                    ProblemKind::UnknownField,
+                    format!("unknown field {path} ignored"),
+                ));
             }
         }
         Err(e) => out

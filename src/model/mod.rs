@@ -21,6 +21,9 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod problem;
+pub use problem::{Problem, ProblemKind, Subject};
+
 /// Annotation that turns on prefer-local for one Service.
 pub const PREFER_LOCAL_ANNOTATION: &str = "vipflow.io/prefer-local";
 /// Label that ties an EndpointSlice to its Service.
@@ -212,25 +215,6 @@ pub struct Node {
     pub addresses: Vec<IpAddr>,
 }
 
-/// Something in the input that was skipped, and why.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Problem {
-    /// "Service ns/name", "EndpointSlice ns/name", "Node name".
-    pub object: String,
-    /// The VIP (or VIP:port/proto) concerned, if any.
-    pub vip: Option<String>,
-    pub reason: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.vip {
-            Some(v) => write!(f, "{}: {}: {}", self.object, v, self.reason),
-            None => write!(f, "{}: {}", self.object, self.reason),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Model {
     pub services: BTreeMap<ServiceKey, Service>,
@@ -278,11 +262,11 @@ impl Model {
                 continue;
             };
             if candidates.contains_key(&s.key) {
-                problems.push(Problem {
-                    object: format!("Service {}", s.key),
-                    vip: None,
-                    reason: "listed twice; the first one is used".into(),
-                });
+                problems.push(Problem::new(
+                    Subject::Service(s.key.clone()),
+                    ProblemKind::Duplicate,
+                    "listed twice; the first one is used",
+                ));
                 continue;
             }
             candidates.insert(s.key.clone(), s);
@@ -370,10 +354,12 @@ pub fn node_gateway_router_mac(
     else {
         return Ok(None);
     };
-    gateway_router_mac(n).map_err(|why| Problem {
-        object: format!("Node {node_name}"),
-        vip: None,
-        reason: format!("annotation {L3_GATEWAY_CONFIG_ANNOTATION}: {why}; the bridge MAC is used"),
+    gateway_router_mac(n).map_err(|why| {
+        Problem::new(
+            Subject::Node(node_name.to_string()),
+            ProblemKind::Invalid,
+            format!("annotation {L3_GATEWAY_CONFIG_ANNOTATION}: {why}; the bridge MAC is used"),
+        )
     })
 }
 
@@ -384,11 +370,11 @@ pub(crate) fn build_nodes(
     let mut out = BTreeMap::new();
     for n in nodes {
         let Some(name) = n.metadata.name.clone() else {
-            problems.push(Problem {
-                object: "Node".into(),
-                vip: None,
-                reason: "no metadata.name".into(),
-            });
+            problems.push(Problem::new(
+                Subject::Unnamed("Node"),
+                ProblemKind::Invalid,
+                "no metadata.name",
+            ));
             continue;
         };
         let mut addresses = Vec::new();
@@ -399,11 +385,11 @@ pub(crate) fn build_nodes(
             }
             match a.address.parse::<IpAddr>() {
                 Ok(ip) => addresses.push(ip),
-                Err(_) => problems.push(Problem {
-                    object: format!("Node {name}"),
-                    vip: None,
-                    reason: format!("address {:?} is not an IP", a.address),
-                }),
+                Err(_) => problems.push(Problem::new(
+                    Subject::Node(name.clone()),
+                    ProblemKind::Invalid,
+                    format!("address {:?} is not an IP", a.address),
+                )),
             }
         }
         out.insert(name.clone(), Node { name, addresses });
@@ -419,21 +405,19 @@ pub(crate) fn build_service(
     problems: &mut Vec<Problem>,
 ) -> Option<Service> {
     let Some(key) = meta_key(&svc.metadata) else {
-        problems.push(Problem {
-            object: "Service".into(),
-            vip: None,
-            reason: "no metadata.name".into(),
-        });
+        problems.push(Problem::new(
+            Subject::Unnamed("Service"),
+            ProblemKind::Invalid,
+            "no metadata.name",
+        ));
         return None;
     };
     let spec = svc.spec.as_ref()?;
     // Named only when there is a problem: most Services have none.
     let mut problem = |vip: Option<String>, reason: String| {
-        problems.push(Problem {
-            object: format!("Service {key}"),
-            vip,
-            reason,
-        });
+        problems.push(
+            Problem::new(Subject::Service(key.clone()), ProblemKind::Invalid, reason).with_vip(vip),
+        );
     };
 
     // VIPs, in order of appearance, each once.
@@ -646,11 +630,14 @@ fn resolve_conflicts(services: &mut BTreeMap<ServiceKey, Service>, problems: &mu
             if *w == s.key {
                 return true;
             }
-            problems.push(Problem {
-                object: format!("Service {}", s.key),
-                vip: Some(format!("{}", SocketLike(vp))),
-                reason: format!("also claimed by the older Service {w}; conflict lost"),
-            });
+            problems.push(
+                Problem::new(
+                    Subject::Service(s.key.clone()),
+                    ProblemKind::ConflictLost,
+                    format!("also claimed by the older Service {w}; conflict lost"),
+                )
+                .with_vip(Some(SocketLike(vp).to_string())),
+            );
             false
         });
     }
@@ -689,7 +676,10 @@ pub(crate) fn build_slices<'a>(
             continue;
         };
         let name = s.metadata.name.clone().unwrap_or_default();
-        let object = || format!("EndpointSlice {}/{name}", key.namespace);
+        let object = || Subject::EndpointSlice {
+            namespace: key.namespace.to_string(),
+            name: name.clone(),
+        };
         let mut ports = Vec::new();
         for p in s.ports.iter().flatten() {
             let Some(port) = p
@@ -697,19 +687,19 @@ pub(crate) fn build_slices<'a>(
                 .and_then(|n| u16::try_from(n).ok())
                 .filter(|&n| n != 0)
             else {
-                problems.push(Problem {
-                    object: object(),
-                    vip: None,
-                    reason: format!("port {:?} is not valid; skipped", p.port),
-                });
+                problems.push(Problem::new(
+                    object(),
+                    ProblemKind::Invalid,
+                    format!("port {:?} is not valid; skipped", p.port),
+                ));
                 continue;
             };
             let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
-                problems.push(Problem {
-                    object: object(),
-                    vip: None,
-                    reason: format!("unknown protocol {:?}; skipped", p.protocol),
-                });
+                problems.push(Problem::new(
+                    object(),
+                    ProblemKind::Invalid,
+                    format!("unknown protocol {:?}; skipped", p.protocol),
+                ));
                 continue;
             };
             ports.push(EndpointPort {
@@ -725,11 +715,11 @@ pub(crate) fn build_slices<'a>(
                 match a.parse::<IpAddr>() {
                     Ok(ip) => addresses.push(ip),
                     // FQDN slices and garbage alike: not usable as a backend.
-                    Err(_) => problems.push(Problem {
-                        object: object(),
-                        vip: None,
-                        reason: format!("address {a:?} is not an IP; skipped"),
-                    }),
+                    Err(_) => problems.push(Problem::new(
+                        object(),
+                        ProblemKind::Invalid,
+                        format!("address {a:?} is not an IP; skipped"),
+                    )),
                 }
             }
             if addresses.is_empty() {
@@ -762,7 +752,6 @@ pub(crate) fn build_slices<'a>(
 }
 
 #[cfg(test)]
-#[path = "model_tests.rs"]
 mod tests;
 
 /// Addresses no VIP can be: link-local (ARP and ND for them never leave the segment in a way a

@@ -1185,7 +1185,7 @@ endpoints: []
 
 #[test]
 fn the_example_objects_file_builds_cleanly() {
-    let m = build(include_str!("../examples/services.yaml"));
+    let m = build(include_str!("../../examples/services.yaml"));
     assert!(m.problems.is_empty(), "{:?}", m.problems);
     assert_eq!(
         vip_ports(&m),
@@ -1290,7 +1290,7 @@ fn gateway_router_mac_from_the_l3_gateway_config_annotation() {
     let nodes = vec![node_with(Some("{"))];
     assert_eq!(node_gateway_router_mac(&nodes, "node-b"), Ok(None));
     let p = node_gateway_router_mac(&nodes, "node-a").unwrap_err();
-    assert_eq!(p.object, "Node node-a");
+    assert_eq!(p.subject, Subject::Node("node-a".into()));
     assert!(
         p.reason
             .starts_with("annotation k8s.ovn.org/l3-gateway-config: not JSON"),

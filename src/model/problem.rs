@@ -1,0 +1,111 @@
+//! What was wrong in the input, typed: what it is about ([`Subject`]) and what kind of
+//! problem it is ([`ProblemKind`]), so that Events and status match on kinds, never on the
+//! wording of a message.
+
+use super::ServiceKey;
+use std::cmp::Ordering;
+use std::fmt;
+
+/// Something in the input that was skipped or ignored, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub subject: Subject,
+    /// The VIP (or VIP:port/proto) concerned, if any.
+    pub vip: Option<String>,
+    pub kind: ProblemKind,
+    /// What is wrong, for people.
+    pub reason: String,
+}
+
+/// What a [`Problem`] is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    Service(ServiceKey),
+    EndpointSlice {
+        namespace: String,
+        name: String,
+    },
+    Node(String),
+    /// An object of this kind that has no name.
+    Unnamed(&'static str),
+    /// An item of an objects file, as `Kind namespace/name` or `Kind name`, or the file's List.
+    FileItem(String),
+}
+
+/// What kind of problem it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProblemKind {
+    /// A VIP:port/protocol an older Service claimed first: this Service does not get it.
+    ConflictLost,
+    /// An object listed twice: the first is used.
+    Duplicate,
+    /// An object, or a part of it (an address, a port, a VIP), that cannot be used: skipped.
+    Invalid,
+    /// A field vipflow does not know: ignored, the object is still used.
+    UnknownField,
+}
+
+impl Problem {
+    pub fn new(subject: Subject, kind: ProblemKind, reason: impl Into<String>) -> Problem {
+        Problem {
+            subject,
+            vip: None,
+            kind,
+            reason: reason.into(),
+        }
+    }
+
+    pub fn with_vip(mut self, vip: Option<String>) -> Problem {
+        self.vip = vip;
+        self
+    }
+
+    /// The Service it is about, if it is about one.
+    pub fn service(&self) -> Option<&ServiceKey> {
+        match &self.subject {
+            Subject::Service(k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Subject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Subject::Service(k) => write!(f, "Service {k}"),
+            Subject::EndpointSlice { namespace, name } => {
+                write!(f, "EndpointSlice {namespace}/{name}")
+            }
+            Subject::Node(n) => write!(f, "Node {n}"),
+            Subject::Unnamed(kind) => f.write_str(kind),
+            Subject::FileItem(what) => f.write_str(what),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.vip {
+            Some(v) => write!(f, "{}: {}: {}", self.subject, v, self.reason),
+            None => write!(f, "{}: {}", self.subject, self.reason),
+        }
+    }
+}
+
+/// In the order people read them: by what they are about as written, then VIP, then reason.
+impl Ord for Problem {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.subject.to_string(), &self.vip, &self.reason, self.kind).cmp(&(
+            other.subject.to_string(),
+            &other.vip,
+            &other.reason,
+            other.kind,
+        ))
+    }
+}
+
+impl PartialOrd for Problem {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}

@@ -196,10 +196,13 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         loop {
             match at {
                 At::Root => {
-                    let key = body
-                        .strip_prefix("items:")
-                        .map(|r| r.trim_start_matches(' '));
-                    if key.is_some_and(|r| r.is_empty() || r.starts_with('#')) {
+                    // `items:` alone, or followed by a comment (`#` after a space: `items:#x`
+                    // is a plain scalar, not a key).
+                    let key = body.strip_prefix("items:").is_some_and(|r| {
+                        let t = r.trim_start_matches([' ', '\t']);
+                        t.is_empty() || (t.len() < r.len() && t.starts_with('#'))
+                    });
+                    if key {
                         if found {
                             return None;
                         }

@@ -102,6 +102,20 @@ fn what_does_not_cut_cleanly_is_read_whole_with_the_same_result() {
 }
 
 #[test]
+fn only_items_colon_alone_or_before_a_comment_is_the_key() {
+    // `items:#` is a plain scalar, not the key (a comment needs a space before `#`): not a
+    // List at all, whichever way it is read. Found by the fuzzer.
+    let plain =
+        "apiVersion: v1\nkind: List\nitems:# not a comment\n- apiVersion: v1\n  kind: Node\n";
+    assert!(split_block_list(plain).is_none());
+    assert!(same_as_whole(plain).starts_with("Err"));
+    let comment = "apiVersion: v1\nkind: List\nitems: # a comment\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n";
+    assert_eq!(split_block_list(comment).map(|s| s.items.len()), Some(1));
+    assert_eq!(parse(comment).unwrap().objects.nodes.len(), 1);
+    same_as_whole(comment);
+}
+
+#[test]
 fn odd_items_give_the_same_problems_either_way() {
     for text in [
         "apiVersion: v1\nitems:\nkind: List\n",

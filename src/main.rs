@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use vipflow::agent;
+use vipflow::agent::status::StatusDoc;
 use vipflow::config::{
     BridgeConfig, Config, GatewayMode, LogFormat, Profile, format_mac, parse_mac, parse_u16,
 };
@@ -496,8 +497,10 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
                 .http_addr
                 .clone()
                 .ok_or("give the agent's --http-addr (e.g. 127.0.0.1:9475)")?;
-            let doc = fetch_status(&addr).await?;
-            print_status(&doc);
+            match fetch_status(&addr).await? {
+                Some(doc) => print!("{doc}"),
+                None => println!("the agent at {addr} has no plan yet"),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Check => {
@@ -618,7 +621,7 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
 }
 
 /// GET /status from a running agent (plain HTTP/1.0 over TCP: no client library needed).
-async fn fetch_status(addr: &str) -> Result<serde_json::Value, String> {
+async fn fetch_status(addr: &str) -> Result<Option<StatusDoc>, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let connect = tokio::net::TcpStream::connect(addr);
     let mut s = tokio::time::timeout(Duration::from_secs(5), connect)
@@ -643,87 +646,4 @@ async fn fetch_status(addr: &str) -> Result<serde_json::Value, String> {
         return Err(format!("{addr}: {}", head.lines().next().unwrap_or("")));
     }
     serde_json::from_str(body).map_err(|e| format!("{addr}: bad status document: {e}"))
-}
-
-fn print_status(d: &serde_json::Value) {
-    let s = |v: &serde_json::Value| {
-        v.as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| v.to_string())
-    };
-    println!(
-        "node {}  generation {}  ready {}",
-        s(&d["node"]),
-        d["generation"],
-        d["ready"]
-    );
-    if !d["leader"].is_null() {
-        println!(
-            "northbound writer: {}",
-            if d["leader"].as_bool() == Some(true) {
-                "this agent"
-            } else {
-                "another agent"
-            }
-        );
-    }
-    let vips = d["vips"].as_array().cloned().unwrap_or_default();
-    println!("\nVIPs ({})", vips.len());
-    for v in &vips {
-        let list = |k: &str| {
-            v[k].as_array()
-                .map(|a| a.iter().map(s).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default()
-        };
-        println!(
-            "  {:<28} {:<24} {}",
-            s(&v["vip"]),
-            list("ports"),
-            list("services")
-        );
-    }
-    println!("\nbridges");
-    for b in d["bridges"].as_array().cloned().unwrap_or_default() {
-        println!(
-            "  {:<12} connected {:<5} flows {:<6} generation {}{}",
-            s(&b["name"]),
-            b["connected"],
-            b["flows"],
-            b["applied_generation"],
-            b["last_error"]
-                .as_str()
-                .map(|e| format!("  error: {e}"))
-                .unwrap_or_default()
-        );
-        for p in b["problems"].as_array().cloned().unwrap_or_default() {
-            println!("    problem: {}", s(&p));
-        }
-        for sk in b["skipped"].as_array().cloned().unwrap_or_default() {
-            println!("    not programmed: {}", s(&sk));
-        }
-    }
-    if !d["northbound"].is_null() {
-        let n = &d["northbound"];
-        println!(
-            "\nnorthbound: writer {} connected {} rows {} generation {}{}",
-            n["writer"],
-            n["connected"],
-            n["rows"],
-            n["applied_generation"],
-            n["last_error"]
-                .as_str()
-                .map(|e| format!("  error: {e}"))
-                .unwrap_or_default()
-        );
-        for p in n["problems"].as_array().cloned().unwrap_or_default() {
-            println!("  {}", s(&p));
-        }
-    }
-    let problems = d["problems"].as_array().cloned().unwrap_or_default();
-    if !problems.is_empty() {
-        println!("\nproblems ({})", problems.len());
-        for p in problems {
-            println!("  {}", s(&p));
-        }
-    }
 }

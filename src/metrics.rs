@@ -150,7 +150,7 @@ pub struct Http {
     pub metrics: Arc<Metrics>,
     pub ready: watch::Receiver<bool>,
     /// The agent's status as JSON (for `vipflow status`).
-    pub status: watch::Receiver<serde_json::Value>,
+    pub status: watch::Receiver<Option<crate::agent::status::StatusDoc>>,
 }
 
 /// Serve until the task is dropped.

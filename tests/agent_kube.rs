@@ -385,6 +385,17 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
         f["northbound"]["transactions"], 0,
         "the follower never wrote a row: {f}"
     );
+    // The same document, typed, and as `vipflow status` prints it.
+    let doc: vipflow::agent::status::StatusDoc = serde_json::from_value(f.clone()).unwrap();
+    assert_eq!(doc.northbound.as_ref().map(|n| n.writer), Some(false));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args(["status", "--http-addr", &follower.http])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("northbound writer: another agent"), "{text}");
+    assert!(text.contains("172.18.0.100"), "{text}");
 
     // /metrics of the leader, scraped and parsed.
     let m = http_get(&leader.http, "/metrics").unwrap();

@@ -5,6 +5,8 @@
 
 use crate::config::{BridgeConfig, Config};
 use crate::model::{Model, ModelOptions, Objects, Problem};
+
+pub mod status;
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::plan::order;
@@ -12,6 +14,7 @@ use crate::plan::planner::{BridgeFlows, Planner};
 use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
+use status::{BridgeDoc, NorthboundDoc, StatusDoc, VipDoc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -160,8 +163,8 @@ pub struct Running {
     /// True once every bridge (and the Northbound writer, when this agent is it) has applied
     /// a plan: the readiness probe.
     pub ready: watch::Receiver<bool>,
-    /// The agent's state as JSON (`/status`, `vipflow status`).
-    pub status_json: watch::Receiver<serde_json::Value>,
+    /// The agent's state (`/status`, `vipflow status`); `None` before the first plan.
+    pub status_doc: watch::Receiver<Option<StatusDoc>>,
     leader: Option<watch::Receiver<bool>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -341,7 +344,7 @@ pub fn start_with(
         }
     }));
     let (ready_tx, ready) = watch::channel(false);
-    let (json_tx, status_json) = watch::channel(serde_json::Value::Null);
+    let (json_tx, status_doc) = watch::channel(None);
     tasks.push(tokio::spawn(observe_agent(
         cfg.clone(),
         status.clone(),
@@ -358,7 +361,7 @@ pub fn start_with(
         generation: grx,
         planned: planned_rx,
         ready,
-        status_json,
+        status_doc,
         leader: opts.leader,
         tasks,
     }
@@ -507,7 +510,7 @@ async fn observe_agent(
     mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
     received: Received,
     ready: watch::Sender<bool>,
-    json: watch::Sender<serde_json::Value>,
+    json: watch::Sender<Option<StatusDoc>>,
 ) {
     use crate::metrics::Metrics;
     let m = &opts.metrics;
@@ -535,7 +538,7 @@ async fn observe_agent(
         m.leader.set(i64::from(leader.is_some() && is_leader));
         let mut all_applied = !bridges.is_empty() || nb_status.is_some();
         let mut min_applied: Option<u64> = None;
-        let mut bridges_json = Vec::new();
+        let mut bridge_docs = Vec::new();
         for (i, (name, st)) in bridges.iter_mut().enumerate() {
             let s = st.borrow_and_update().clone();
             let target = Metrics::target(&format!("bridge/{name}"));
@@ -575,14 +578,18 @@ async fn observe_agent(
                     x.min(s.applied_generation.unwrap_or(0))
                 }),
             );
-            bridges_json.push(serde_json::json!({
-                "name": name, "connected": s.connected, "flows": s.flows,
-                "applied_generation": s.applied_generation, "skipped": s.skipped,
-                "last_error": s.last_error, "full_syncs": s.full_syncs,
-                "problems": s.problems.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-            }));
+            bridge_docs.push(BridgeDoc {
+                name: name.clone(),
+                connected: s.connected,
+                flows: s.flows,
+                applied_generation: s.applied_generation,
+                skipped: s.skipped.clone(),
+                last_error: s.last_error.clone(),
+                full_syncs: s.full_syncs,
+                problems: s.problems.iter().map(ToString::to_string).collect(),
+            });
         }
-        let mut nb_json = serde_json::Value::Null;
+        let mut nb_doc = None;
         if let Some(st) = &mut nb_status {
             let s = st.borrow_and_update().clone();
             let target = Metrics::target("northbound");
@@ -614,10 +621,14 @@ async fn observe_agent(
             if is_leader {
                 all_applied &= s.applied_generation.is_some();
             }
-            nb_json = serde_json::json!({
-                "writer": is_leader, "connected": s.connected, "rows": s.rows,
-                "applied_generation": s.applied_generation, "problems": s.problems,
-                "last_error": s.last_error, "transactions": s.transactions,
+            nb_doc = Some(NorthboundDoc {
+                writer: is_leader,
+                connected: s.connected,
+                rows: s.rows,
+                applied_generation: s.applied_generation,
+                problems: s.problems.clone(),
+                last_error: s.last_error.clone(),
+                transactions: s.transactions,
             });
         }
         if let Some(ev) = &opts.events {
@@ -646,7 +657,7 @@ async fn observe_agent(
                 st.extend(crate::events::not_excluded(&p.model, &p.not_excluded));
                 ev.update(st);
             }
-            let vips: Vec<serde_json::Value> = p
+            let vips: Vec<VipDoc> = p
                 .model
                 .vips()
                 .into_iter()
@@ -657,22 +668,22 @@ async fn observe_agent(
                         .filter(|(_, vp)| vp.vip == vip)
                         .map(|(_, vp)| format!("{}/{}", vp.port, vp.protocol))
                         .collect();
-                    serde_json::json!({
-                        "vip": vip.to_string(),
-                        "services": svcs.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
-                        "ports": ports,
-                    })
+                    VipDoc {
+                        vip: vip.to_string(),
+                        services: svcs.iter().map(ToString::to_string).collect(),
+                        ports,
+                    }
                 })
                 .collect();
-            let _ = json.send(serde_json::json!({
-                "node": cfg.node_name,
-                "generation": p.generation,
-                "ready": all_applied,
-                "leader": leader.as_ref().map(|_| is_leader),
-                "vips": vips,
-                "problems": p.problems.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
-                "bridges": bridges_json,
-                "northbound": nb_json,
+            let _ = json.send(Some(StatusDoc {
+                node: cfg.node_name.clone(),
+                generation: p.generation,
+                ready: all_applied,
+                leader: leader.as_ref().map(|_| is_leader),
+                vips,
+                problems: p.problems.iter().map(ToString::to_string).collect(),
+                bridges: bridge_docs,
+                northbound: nb_doc,
             }));
         }
         // Wait for any change.
@@ -719,7 +730,7 @@ pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
     let opts = AgentOptions::default();
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
-    let http = http.map(|h| h(running.ready.clone(), running.status_json.clone()));
+    let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
     watcher.abort();
@@ -810,7 +821,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
-    let http = http.map(|h| h(running.ready.clone(), running.status_json.clone()));
+    let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
     Ok(Cluster {
         running,
         election,
@@ -832,7 +843,7 @@ pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), Age
 type HttpStarter = Box<
     dyn FnOnce(
             watch::Receiver<bool>,
-            watch::Receiver<serde_json::Value>,
+            watch::Receiver<Option<StatusDoc>>,
         ) -> tokio::task::JoinHandle<()>
         + Send,
 >;

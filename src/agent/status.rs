@@ -1,0 +1,191 @@
+//! The agent's status document: what `/status` serves and `vipflow status` prints. One type
+//! for both sides, so a renamed field is a compile error, not a blank column.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What a running agent holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusDoc {
+    pub node: String,
+    /// The latest plan's generation.
+    pub generation: u64,
+    /// Every bridge (and the Northbound writer, when this agent is it) has applied a plan.
+    pub ready: bool,
+    /// Whether this agent writes the Northbound database; absent without leader election.
+    pub leader: Option<bool>,
+    pub vips: Vec<VipDoc>,
+    /// Problems with the objects, as sentences.
+    pub problems: Vec<String>,
+    pub bridges: Vec<BridgeDoc>,
+    /// Absent when no Northbound database is configured.
+    pub northbound: Option<NorthboundDoc>,
+}
+
+/// One VIP: its ports and the Services that have it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VipDoc {
+    pub vip: String,
+    /// `port/PROTOCOL`.
+    pub ports: Vec<String>,
+    /// `namespace/name`.
+    pub services: Vec<String>,
+}
+
+/// One bridge's reconciler.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BridgeDoc {
+    pub name: String,
+    pub connected: bool,
+    pub flows: usize,
+    pub applied_generation: Option<u64>,
+    /// Planned flows the switch does not hold, and why.
+    pub skipped: Vec<String>,
+    pub last_error: Option<String>,
+    pub full_syncs: u64,
+    /// Problems with the bridge's ports, as sentences.
+    pub problems: Vec<String>,
+}
+
+/// The Northbound writer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NorthboundDoc {
+    /// Whether this agent is the writer.
+    pub writer: bool,
+    pub connected: bool,
+    pub rows: usize,
+    pub applied_generation: Option<u64>,
+    pub problems: Vec<String>,
+    pub last_error: Option<String>,
+    pub transactions: u64,
+}
+
+fn or_none<T: fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "null".into(), ToString::to_string)
+}
+
+fn error_suffix(e: &Option<String>) -> String {
+    e.as_ref()
+        .map(|e| format!("  error: {e}"))
+        .unwrap_or_default()
+}
+
+/// The text `vipflow status` prints.
+impl fmt::Display for StatusDoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "node {}  generation {}  ready {}",
+            self.node, self.generation, self.ready
+        )?;
+        if let Some(leader) = self.leader {
+            let who = if leader {
+                "this agent"
+            } else {
+                "another agent"
+            };
+            writeln!(f, "northbound writer: {who}")?;
+        }
+        writeln!(f, "\nVIPs ({})", self.vips.len())?;
+        for v in &self.vips {
+            writeln!(
+                f,
+                "  {:<28} {:<24} {}",
+                v.vip,
+                v.ports.join(", "),
+                v.services.join(", ")
+            )?;
+        }
+        writeln!(f, "\nbridges")?;
+        for b in &self.bridges {
+            writeln!(
+                f,
+                "  {:<12} connected {:<5} flows {:<6} generation {}{}",
+                b.name,
+                b.connected,
+                b.flows,
+                or_none(&b.applied_generation),
+                error_suffix(&b.last_error)
+            )?;
+            for p in &b.problems {
+                writeln!(f, "    problem: {p}")?;
+            }
+            for s in &b.skipped {
+                writeln!(f, "    not programmed: {s}")?;
+            }
+        }
+        if let Some(n) = &self.northbound {
+            writeln!(
+                f,
+                "\nnorthbound: writer {} connected {} rows {} generation {}{}",
+                n.writer,
+                n.connected,
+                n.rows,
+                or_none(&n.applied_generation),
+                error_suffix(&n.last_error)
+            )?;
+            for p in &n.problems {
+                writeln!(f, "  {p}")?;
+            }
+        }
+        if !self.problems.is_empty() {
+            writeln!(f, "\nproblems ({})", self.problems.len())?;
+            for p in &self.problems {
+                writeln!(f, "  {p}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_reads_back_as_it_was_written_and_keeps_its_keys() {
+        let doc = StatusDoc {
+            node: "node-a".into(),
+            generation: 7,
+            ready: true,
+            leader: Some(false),
+            vips: vec![VipDoc {
+                vip: "172.18.0.100".into(),
+                ports: vec!["80/TCP".into()],
+                services: vec!["shop/web".into()],
+            }],
+            problems: vec!["Service shop/x: no ports".into()],
+            bridges: vec![BridgeDoc {
+                name: "br-ex".into(),
+                connected: true,
+                flows: 12,
+                applied_generation: Some(7),
+                ..BridgeDoc::default()
+            }],
+            northbound: Some(NorthboundDoc {
+                writer: false,
+                rows: 3,
+                ..NorthboundDoc::default()
+            }),
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        // What scripts and tests read from /status.
+        assert_eq!(json["northbound"]["writer"], false);
+        assert_eq!(json["northbound"]["transactions"], 0);
+        assert_eq!(json["bridges"][0]["applied_generation"], 7);
+        assert_eq!(json["vips"][0]["services"][0], "shop/web");
+        assert_eq!(json["leader"], false);
+        assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
+        let text = doc.to_string();
+        assert!(
+            text.starts_with("node node-a  generation 7  ready true\n"),
+            "{text}"
+        );
+        assert!(text.contains("northbound writer: another agent"), "{text}");
+        assert!(
+            text.contains("  br-ex        connected true  flows 12     generation 7\n"),
+            "{text}"
+        );
+    }
+}

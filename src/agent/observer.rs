@@ -1,0 +1,227 @@
+//! The observer: follows the planner and the reconcilers, and turns what they report into
+//! metrics, readiness, the status document and Events.
+
+use super::*;
+
+/// Follow the reconcilers: metrics, readiness, the status document, Events.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn observe_agent(
+    cfg: Config,
+    mut bridges: Vec<(String, watch::Receiver<Status>)>,
+    mut nb_status: Option<watch::Receiver<nb::Status>>,
+    opts: AgentOptions,
+    mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
+    received: Received,
+    ready: watch::Sender<bool>,
+    json: watch::Sender<Option<StatusDoc>>,
+) {
+    use crate::metrics::Metrics;
+    let m = &opts.metrics;
+    let mut leader = opts.leader.clone();
+    let mut seen_syncs: Vec<u64> = vec![0; bridges.len()];
+    let mut seen_applied: Vec<Option<u64>> = vec![None; bridges.len()];
+    let mut seen_errors: Vec<Option<String>> = vec![None; bridges.len() + 1];
+    let mut nb_syncs = 0u64;
+    let mut nb_applied = None;
+    // The VipProgrammed statements of the last plan every bridge applied.
+    let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
+    loop {
+        let plan = plans.borrow_and_update().clone();
+        let arrived = |g: Option<u64>| {
+            let r = received.lock().unwrap_or_else(|p| p.into_inner());
+            g.and_then(|g| r.get(&g).copied())
+        };
+        if let Some(p) = &plan {
+            m.vips
+                .set(i64::try_from(p.model.vips().len()).unwrap_or(i64::MAX));
+            m.problems
+                .set(i64::try_from(p.problems.len()).unwrap_or(i64::MAX));
+        }
+        let is_leader = leader.as_ref().is_none_or(|l| *l.borrow());
+        m.leader.set(i64::from(leader.is_some() && is_leader));
+        let mut all_applied = !bridges.is_empty() || nb_status.is_some();
+        let mut min_applied: Option<u64> = None;
+        let mut bridge_docs = Vec::new();
+        for (i, (name, st)) in bridges.iter_mut().enumerate() {
+            let s = st.borrow_and_update().clone();
+            let target = Metrics::target(&format!("bridge/{name}"));
+            m.flows
+                .get_or_create(&target)
+                .set(i64::try_from(s.flows).unwrap_or(i64::MAX));
+            m.connected
+                .get_or_create(&Metrics::peer(&format!("openflow/{name}")))
+                .set(i64::from(s.connected));
+            if s.syncs > seen_syncs[i] {
+                seen_syncs[i] = s.syncs;
+                m.sync_seconds
+                    .get_or_create(&target)
+                    .observe(s.last_sync.as_secs_f64());
+            }
+            if s.applied_generation != seen_applied[i] {
+                seen_applied[i] = s.applied_generation;
+                if let Some(t) = arrived(s.applied_generation) {
+                    m.event_to_dataplane_seconds
+                        .get_or_create(&target)
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            }
+            if s.last_error != seen_errors[i] {
+                if s.last_error.is_some() {
+                    m.error(if s.connected {
+                        "openflow_write"
+                    } else {
+                        "openflow_connect"
+                    });
+                }
+                seen_errors[i] = s.last_error.clone();
+            }
+            all_applied &= s.applied_generation.is_some();
+            min_applied = Some(
+                min_applied.map_or(s.applied_generation.unwrap_or(0), |x: u64| {
+                    x.min(s.applied_generation.unwrap_or(0))
+                }),
+            );
+            bridge_docs.push(BridgeDoc {
+                name: name.clone(),
+                connected: s.connected,
+                flows: s.flows,
+                applied_generation: s.applied_generation,
+                skipped: s.skipped.clone(),
+                last_error: s.last_error.clone(),
+                full_syncs: s.full_syncs,
+                problems: s.problems.iter().map(ToString::to_string).collect(),
+            });
+        }
+        let mut nb_doc = None;
+        if let Some(st) = &mut nb_status {
+            let s = st.borrow_and_update().clone();
+            let target = Metrics::target("northbound");
+            m.nb_rows.set(i64::try_from(s.rows).unwrap_or(i64::MAX));
+            m.connected
+                .get_or_create(&Metrics::peer("ovsdb/northbound"))
+                .set(i64::from(s.connected));
+            if s.syncs > nb_syncs {
+                nb_syncs = s.syncs;
+                m.sync_seconds
+                    .get_or_create(&target)
+                    .observe(s.last_sync.as_secs_f64());
+            }
+            if s.applied_generation != nb_applied {
+                nb_applied = s.applied_generation;
+                if let Some(t) = arrived(s.applied_generation) {
+                    m.event_to_dataplane_seconds
+                        .get_or_create(&target)
+                        .observe(t.elapsed().as_secs_f64());
+                }
+            }
+            let last = seen_errors.len() - 1;
+            if s.last_error != seen_errors[last] {
+                if s.last_error.is_some() {
+                    m.error("northbound");
+                }
+                seen_errors[last] = s.last_error.clone();
+            }
+            if is_leader {
+                all_applied &= s.applied_generation.is_some();
+            }
+            nb_doc = Some(NorthboundDoc {
+                writer: is_leader,
+                connected: s.connected,
+                rows: s.rows,
+                applied_generation: s.applied_generation,
+                problems: s.problems.clone(),
+                last_error: s.last_error.clone(),
+                transactions: s.transactions,
+            });
+        }
+        if let Some(ev) = &opts.events {
+            use std::sync::atomic::Ordering::Relaxed;
+            for (kind, c) in [
+                ("published", &ev.counters.published),
+                ("dropped", &ev.counters.dropped),
+                ("failed", &ev.counters.failed),
+            ] {
+                m.events
+                    .get_or_create(&crate::metrics::KindLabel { kind: kind.into() })
+                    .set(i64::try_from(c.load(Relaxed)).unwrap_or(i64::MAX));
+            }
+        }
+        ready.send_if_modified(|r| {
+            let changed = *r != all_applied;
+            *r = all_applied;
+            changed
+        });
+        if let Some(p) = &plan {
+            let applied_here = min_applied.is_some_and(|g| g >= p.generation);
+            if let Some(ev) = &opts.events {
+                let st =
+                    crate::events::statements(&p.model, &p.problems, &cfg.node_name, applied_here);
+                let mut st = crate::events::hold_programmed(st, applied_here, &mut programmed);
+                st.extend(crate::events::not_excluded(&p.model, &p.not_excluded));
+                ev.update(st);
+            }
+            let vips: Vec<VipDoc> = p
+                .model
+                .vips()
+                .into_iter()
+                .map(|(vip, svcs)| {
+                    let ports: Vec<String> = p
+                        .model
+                        .vip_ports()
+                        .filter(|(_, vp)| vp.vip == vip)
+                        .map(|(_, vp)| format!("{}/{}", vp.port, vp.protocol))
+                        .collect();
+                    VipDoc {
+                        vip: vip.to_string(),
+                        services: svcs.iter().map(ToString::to_string).collect(),
+                        ports,
+                    }
+                })
+                .collect();
+            let _ = json.send(Some(StatusDoc {
+                node: cfg.node_name.clone(),
+                generation: p.generation,
+                ready: all_applied,
+                leader: leader.as_ref().map(|_| is_leader),
+                vips,
+                problems: p.problems.iter().map(ToString::to_string).collect(),
+                bridges: bridge_docs,
+                northbound: nb_doc,
+            }));
+        }
+        // Wait for any change.
+        // (select_all panics on an empty list.)
+        let has_bridges = !bridges.is_empty();
+        let bridge_changed = async {
+            if has_bridges {
+                let _ = futures::future::select_all(
+                    bridges.iter_mut().map(|(_, st)| Box::pin(st.changed())),
+                )
+                .await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let nb_changed = async {
+            match &mut nb_status {
+                Some(st) => st.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let leader_changed = async {
+            match &mut leader {
+                Some(l) => l.changed().await,
+                None => std::future::pending().await,
+            }
+        };
+        let plans_changed = plans.changed();
+        tokio::select! {
+            r = plans_changed => if r.is_err() { return },
+            _ = bridge_changed => {}
+            _ = nb_changed => {}
+            _ = leader_changed => {}
+            // Counters of events move without a channel: refresh now and then.
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The one-shot commands: one full sync of every bridge (`vipflow agent --once`), the
+//! comparison with the plan (`vipflow verify`) and the IPAM check (`vipflow check`). They live
+//! beside the agent because they plan from the same configuration with the same helpers; they
+//! build the model once and connect, compare or write once.
+
+use super::*;
+
+/// Result of one sync of one bridge.
+#[derive(Debug, Clone)]
+pub struct SyncReport {
+    pub bridge: String,
+    pub changes: usize,
+    pub flows: usize,
+    pub skipped: Vec<String>,
+}
+
+/// Connect to a bridge, learn its ports (PORT_DESC and the OVS database, `db`) and read our
+/// flows.
+async fn observe(
+    cfg: &Config,
+    b: &BridgeConfig,
+    db: &crate::plan::ports::OvsDb,
+) -> Result<(openflow::Connection, Ports, FlowSet), AgentError> {
+    let s = settings(cfg, b);
+    let err = |source| AgentError::OpenFlow {
+        bridge: b.name.clone(),
+        source,
+    };
+    let (conn, _events) = openflow::Connection::connect(&s.target, s.openflow.clone())
+        .await
+        .map_err(err)?;
+    let mut ports = Ports::from_desc(&conn.port_desc().await.map_err(err)?);
+    ports.db = db.clone();
+    let flows = bridge::read_flows(&conn, s.cookie_base, s.cookie_mask)
+        .await
+        .map_err(err)?;
+    Ok((conn, ports, flows))
+}
+
+/// The roles of a bridge for a one-shot command. A port that cannot be found or is not on the
+/// bridge is an error (the other problems are logged): one sync must not pass for a success
+/// with no flows.
+fn one_shot_roles(
+    b: &BridgeConfig,
+    ports: &Ports,
+    router_mac: Option<openflow::oxm::MacAddr>,
+) -> Result<bridge::Roles, AgentError> {
+    let roles = bridge::Roles::of(b, ports, router_mac);
+    if let Some(e) = [&roles.uplink, &roles.patch]
+        .into_iter()
+        .filter_map(|r| r.as_ref().err())
+        .find(|e| e.is_problem())
+    {
+        return Err(AgentError::Ports {
+            bridge: b.name.clone(),
+            reason: e.to_string(),
+        });
+    }
+    for p in roles.problems(b, ports) {
+        tracing::warn!(bridge = %b.name, problem = %p, "bridge problem");
+    }
+    Ok(roles)
+}
+
+/// One full sync of every bridge to `objects` (`vipflow agent --once`).
+pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport>, AgentError> {
+    let model = Model::build(objects, &model_options(cfg));
+    let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
+    let router_mac = router_mac(cfg, objects);
+    let mut reports = Vec::new();
+    for (b, flows) in plan_bridges(cfg, &model) {
+        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
+        let roles = one_shot_roles(&b, &ports, router_mac)?;
+        let (want, mut skipped) = bridge::resolve_plan(&flows, &roles);
+        let msgs = bridge::diff(&observed, &want);
+        let changes = msgs.len();
+        let rejected =
+            bridge::apply_bundle(&conn, msgs)
+                .await
+                .map_err(|source| AgentError::OpenFlow {
+                    bridge: b.name.clone(),
+                    source,
+                })?;
+        skipped.extend(rejected);
+        reports.push(SyncReport {
+            bridge: b.name.clone(),
+            changes,
+            flows: want.len(),
+            skipped,
+        });
+        conn.close();
+    }
+    if let Some(remotes) = &cfg.nb_remote {
+        let rows = plan_northbound(cfg, &model);
+        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+        let exclude = cfg.northbound.exclude_ips.then_some(&vips);
+        let (changes, skipped) =
+            nb::sync_once(remotes, &rows, plan_northbound_group(cfg, &model), exclude)
+                .await
+                .map_err(|source| AgentError::Northbound {
+                    remotes: remotes.clone(),
+                    source: Box::new(source),
+                })?;
+        reports.push(SyncReport {
+            bridge: "northbound".into(),
+            changes,
+            flows: rows.len(),
+            skipped,
+        });
+    }
+    Ok(reports)
+}
+
+/// Northbound drift lines (empty when in sync); `None` when no NB database is configured.
+pub async fn verify_northbound(
+    cfg: &Config,
+    objects: &Objects,
+) -> Result<Option<Vec<String>>, AgentError> {
+    let Some(remotes) = &cfg.nb_remote else {
+        return Ok(None);
+    };
+    let model = Model::build(objects, &model_options(cfg));
+    let rows = plan_northbound(cfg, &model);
+    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+    let exclude = cfg.northbound.exclude_ips.then_some(&vips);
+    let group = plan_northbound_group(cfg, &model);
+    nb::drift(remotes, &rows, group.as_ref(), exclude)
+        .await
+        .map(Some)
+        .map_err(|source| AgentError::Northbound {
+            remotes: remotes.clone(),
+            source: Box::new(source),
+        })
+}
+
+/// Differences between a bridge's flows and the plan.
+#[derive(Debug, Clone, Default)]
+pub struct Drift {
+    pub bridge: String,
+    /// Planned but absent (or different) on the switch, as ovs-ofctl flow text.
+    pub missing: Vec<String>,
+    /// Ours on the switch but not planned (or different).
+    pub extra: Vec<String>,
+    pub skipped: Vec<String>,
+}
+
+impl Drift {
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.extra.is_empty()
+    }
+}
+
+/// Compare every bridge with the plan (`vipflow verify`).
+pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, AgentError> {
+    let model = Model::build(objects, &model_options(cfg));
+    let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
+    let router_mac = router_mac(cfg, objects);
+    let mut out = Vec::new();
+    for (b, flows) in plan_bridges(cfg, &model) {
+        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
+        conn.close();
+        let roles = one_shot_roles(&b, &ports, router_mac)?;
+        let (want, skipped) = bridge::resolve_plan(&flows, &roles);
+        let text = |((t, p, m), body): (&bridge::FlowId, &bridge::FlowBody)| {
+            openflow::FlowMod::add(*t, *p, body.cookie, m.clone(), body.instructions.clone())
+                .to_string()
+        };
+        let missing = want
+            .iter()
+            .filter(|(id, body)| observed.get(*id) != Some(*body))
+            .map(text)
+            .collect();
+        let extra = observed
+            .iter()
+            .filter(|(id, body)| want.get(*id) != Some(*body))
+            .map(text)
+            .collect();
+        out.push(Drift {
+            bridge: b.name.clone(),
+            missing,
+            extra,
+            skipped,
+        });
+    }
+    Ok(out)
+}
+
+/// The objects path from the config, or an error.
+pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
+    cfg.objects.clone().ok_or(AgentError::NoObjects)
+}
+
+/// Every VIP that IPAM could hand to a pod (`vipflow check`): VIPs inside a Kube-OVN Subnet's
+/// CIDR and not in its excludeIps, and (with a Northbound database) VIPs inside a logical
+/// switch's subnet and not in its exclude_ips.
+pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
+    use crate::plan::exclude::check_kubeovn;
+    let model = Model::build(objects, &model_options(cfg));
+    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+    let subnets = kubeovn_subnets(objects);
+    let mut out: Vec<String> = check_kubeovn(&vips, &subnets)
+        .iter()
+        .map(|f| f.to_string())
+        .collect();
+    if let Some(remotes) = &cfg.nb_remote {
+        let nb = nb::unexcluded(remotes, &vips)
+            .await
+            .map_err(|source| AgentError::Northbound {
+                remotes: remotes.clone(),
+                source: Box::new(source),
+            })?;
+        out.extend(nb);
+    }
+    Ok(out)
+}

@@ -1,0 +1,244 @@
+//! The planner task: each complete snapshot of the source through the [`Planner`] (off the
+//! async workers), handed to the reconcilers make before break (see [`crate::plan::order`]);
+//! and the report task, which builds the full model for problems, Events and status at its own
+//! pace.
+
+use super::*;
+
+/// The planner task's inputs and outputs.
+pub(super) struct PlannerTask {
+    pub cfg: Config,
+    pub objects: watch::Receiver<Arc<Loaded>>,
+    /// When each generation's objects arrived, for the event-to-dataplane metric.
+    pub received: Received,
+    /// One per bridge, in config order.
+    pub bridges: Vec<watch::Sender<Arc<Desired>>>,
+    pub northbound: Option<watch::Sender<Arc<nb::Desired>>>,
+    /// The objects of each generation, for the report task.
+    pub reports: watch::Sender<Option<(u64, Arc<Loaded>)>>,
+    pub generation: watch::Sender<u64>,
+    pub nb_status: Option<watch::Receiver<nb::Status>>,
+    pub bridge_status: Vec<watch::Receiver<Status>>,
+    pub leader: Option<watch::Receiver<bool>>,
+}
+
+impl PlannerTask {
+    pub(super) async fn run(self) {
+        let PlannerTask {
+            cfg,
+            mut objects,
+            received: stamps,
+            bridges: senders,
+            northbound: nb_tx,
+            reports: rtx,
+            generation: gtx,
+            nb_status: nb_status_rx,
+            bridge_status: bridge_status_rx,
+            leader,
+        } = self;
+        let mut planner = Some(Planner::for_config(&cfg));
+        // Handovers to the Northbound writer: up to two per plan (see plan::order).
+        let mut nb_step = 0u64;
+        loop {
+            let received = std::time::Instant::now();
+            let loaded = objects.borrow_and_update().clone();
+            if !loaded.complete {
+                // The source has not listed everything yet: a partial world would delete what
+                // is programmed. Wait for the first complete snapshot.
+                if objects.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            // Off the async workers: a first snapshot of many Services takes a while, and the
+            // reconcilers, the observer and shutdown must not wait behind it.
+            let Some(mut p) = planner.take() else { return };
+            let objs = Arc::clone(&loaded);
+            let plans = match tokio::task::spawn_blocking(move || {
+                let plans = p.update(&objs.objects);
+                (p, plans)
+            })
+            .await
+            {
+                Ok((p, plans)) => {
+                    planner = Some(p);
+                    plans
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the planner failed; no more plans");
+                    return;
+                }
+            };
+            let generation = plans.generation;
+            {
+                let mut s = stamps.lock().unwrap_or_else(|p| p.into_inner());
+                s.insert(generation, received);
+                while s.len() > 64 {
+                    s.pop_first();
+                }
+            }
+            let router_mac = router_mac(&cfg, &loaded.objects);
+            let send_flows = |bridges: Vec<BridgeFlows>| {
+                for (b, tx) in bridges.into_iter().zip(&senders) {
+                    let _ = tx.send(Arc::new(Desired {
+                        generation,
+                        flows: b.flows,
+                        delta: Some(b.delta),
+                        router_mac,
+                    }));
+                }
+            };
+            let nb_plan = match (&nb_tx, plans.northbound) {
+                (Some(tx), Some(rows)) => {
+                    let next =
+                        nb::Desired::from_rows(generation, &rows, cfg.northbound.exclude_ips);
+                    Some((tx, next, rows.make_first, rows.previous_vips))
+                }
+                _ => None,
+            };
+            // The full model for problems, Events and status: built at its own pace.
+            let _ = rtx.send(Some((generation, loaded)));
+            let _ = gtx.send(generation);
+            // Flows and rows, make before break (plan::order): rows that serve the old plan and
+            // the new one, then the flows, then the new rows.
+            match nb_plan {
+                None => send_flows(plans.bridges),
+                Some((tx, next, None, _)) => {
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        step: nb_step,
+                        ..next
+                    }));
+                    wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    send_flows(plans.bridges);
+                }
+                Some((tx, next, Some(make), previous_vips)) => {
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        row_count: order::row_count(&make),
+                        rows: make,
+                        vips: previous_vips.union(next.vips.clone()),
+                        step: nb_step,
+                        complete: false,
+                        ..next.clone()
+                    }));
+                    wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    send_flows(plans.bridges);
+                    wait_flows(&bridge_status_rx, generation).await;
+                    nb_step += 1;
+                    let _ = tx.send(Arc::new(nb::Desired {
+                        step: nb_step,
+                        ..next
+                    }));
+                }
+            }
+            if objects.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// What the planner produced for one generation, for the observer.
+pub(super) struct PlanInfo {
+    pub generation: u64,
+    pub model: Model,
+    pub problems: Vec<Problem>,
+    /// Kube-OVN findings: VIP and what is wrong.
+    pub not_excluded: Vec<(std::net::IpAddr, String)>,
+}
+
+/// How long the planner waits for the other side of a make-before-break step (plan::order)
+/// before it goes on anyway: a database or switch that does not answer must not hold every
+/// later change back.
+pub const ORDER_WAIT: Duration = Duration::from_secs(5);
+
+/// Wait until the Northbound writer committed handover `step`, when this agent writes and the
+/// writer is connected (a writer that is not, or another agent's, confirms nothing).
+async fn wait_rows(
+    nb_status: &Option<watch::Receiver<nb::Status>>,
+    leader: &Option<watch::Receiver<bool>>,
+    step: u64,
+) {
+    let Some(rx) = nb_status else { return };
+    if leader.as_ref().is_some_and(|l| !*l.borrow()) {
+        return;
+    }
+    let mut rx = rx.clone();
+    let done = rx.wait_for(|s| !s.connected || s.applied_step.is_some_and(|a| a >= step));
+    if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
+        tracing::warn!(step, wait = ?ORDER_WAIT, "Northbound rows not confirmed in time; writing the flows anyway");
+    }
+}
+
+/// Wait until every connected bridge applied `generation`.
+async fn wait_flows(bridges: &[watch::Receiver<Status>], generation: u64) {
+    for rx in bridges {
+        let mut rx = rx.clone();
+        let done =
+            rx.wait_for(|s| !s.connected || s.applied_generation.is_some_and(|g| g >= generation));
+        if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
+            tracing::warn!(generation, wait = ?ORDER_WAIT, "flows not confirmed in time; removing the rows anyway");
+        }
+    }
+}
+
+/// When each recent plan generation's objects arrived.
+pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant>>>;
+
+/// Build the full model of the latest snapshot, for problems, Events and the status document.
+/// Off the planning path: a burst of snapshots is reported once, for the latest.
+pub(super) async fn report(
+    cfg: Config,
+    mut snapshots: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
+    plans: watch::Sender<Option<Arc<PlanInfo>>>,
+) {
+    let mut reported: BTreeSet<String> = BTreeSet::new();
+    while snapshots.changed().await.is_ok() {
+        let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
+            continue;
+        };
+        let (model, problems) = build_model(&cfg, &loaded);
+        // Report each problem once while it lasts, not on every re-plan.
+        let now: BTreeSet<String> = problems.iter().map(|p| p.to_string()).collect();
+        for p in now.difference(&reported) {
+            tracing::warn!(problem = %p, "skipped");
+        }
+        reported = now;
+        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+        let not_excluded = kubeovn_findings(&loaded.objects, &vips);
+        let _ = plans.send(Some(Arc::new(PlanInfo {
+            generation,
+            model,
+            problems,
+            not_excluded,
+        })));
+    }
+}
+
+/// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
+pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnet> {
+    objects
+        .subnets
+        .iter()
+        .map(|s| crate::plan::exclude::KubeOvnSubnet {
+            name: s.metadata.name.clone().unwrap_or_default(),
+            cidr_block: s.spec.cidr_block.clone(),
+            exclude_ips: s.spec.exclude_ips.clone(),
+            gateway: s.spec.gateway.clone(),
+        })
+        .collect()
+}
+
+/// Kube-OVN Subnets that would hand a VIP to a pod.
+pub(super) fn kubeovn_findings(
+    objects: &Objects,
+    vips: &BTreeSet<std::net::IpAddr>,
+) -> Vec<(std::net::IpAddr, String)> {
+    use crate::plan::exclude::check_kubeovn;
+    let subnets = kubeovn_subnets(objects);
+    check_kubeovn(vips, &subnets)
+        .into_iter()
+        .filter_map(|f| Some((f.vip?, f.to_string())))
+        .collect()
+}

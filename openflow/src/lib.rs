@@ -19,6 +19,7 @@ pub mod flow_mod;
 pub mod header;
 pub mod instruction;
 pub mod message;
+pub mod monitor;
 pub mod multipart;
 pub mod oxm;
 pub mod port;

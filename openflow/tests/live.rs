@@ -370,3 +370,85 @@ async fn port_status_arrives_after_subscribing() {
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_flow_monitor_hears_other_connections_changes_and_abbreviates_its_own() {
+    use openflow::Event;
+    use openflow::monitor::{FlowEvent, FlowMonitorRequest, FlowUpdate, MonitorEvent, flags};
+    let sb = Sandbox::openflow_only();
+    let target = format!("unix:{}", sb.mgmt_sock("br-ex").display());
+    let (conn, mut events) = Connection::connect(&target, Config::default())
+        .await
+        .expect("connect");
+    let req = FlowMonitorRequest {
+        id: 1,
+        flags: flags::ADD | flags::DELETE | flags::MODIFY,
+        out_port: openflow::monitor::PORT_ANY,
+        table_id: 0,
+        match_: Match::new(),
+    };
+    conn.multipart(req.to_multipart())
+        .await
+        .expect("Open vSwitch takes the monitor");
+    let mut next = async || loop {
+        let ev = tokio::time::timeout(Duration::from_secs(10), events.recv())
+            .await
+            .expect("an update within 10 s")
+            .expect("events open");
+        if let Event::Message(_, m) = ev
+            && let Some(r) = openflow::monitor::monitor_event(&m)
+        {
+            return r.expect("parses");
+        }
+    };
+    // Another connection's add, modify and delete, each with its cookie.
+    sb.ofctl(&[
+        "add-flow",
+        "br-ex",
+        "cookie=0x42,priority=77,in_port=1,actions=drop",
+    ]);
+    sb.ofctl(&[
+        "mod-flows",
+        "br-ex",
+        "priority=77,in_port=1,actions=output:2",
+    ]);
+    sb.ofctl(&["--strict", "del-flows", "br-ex", "priority=77,in_port=1"]);
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let MonitorEvent::Updates(u) = next().await else {
+            continue;
+        };
+        for x in u {
+            if let FlowUpdate::Full {
+                event,
+                cookie,
+                priority,
+                match_,
+                ..
+            } = x
+            {
+                assert_eq!((cookie, priority), (0x42, 77));
+                assert_eq!(match_, Match::new().with(OxmField::in_port(1)));
+                seen.push(event);
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        [FlowEvent::Added, FlowEvent::Modified, FlowEvent::Deleted]
+    );
+    // This connection's own change comes back abbreviated, by the xid that made it.
+    conn.bundle(&arp_bypass_msgs(1)).await.unwrap();
+    loop {
+        let MonitorEvent::Updates(u) = next().await else {
+            continue;
+        };
+        assert!(
+            u.iter().all(|x| matches!(x, FlowUpdate::Abbrev { .. })),
+            "{u:?}"
+        );
+        if !u.is_empty() {
+            break;
+        }
+    }
+}

@@ -3,13 +3,16 @@
 
 use openflow::Message;
 
-/// Decode `data` as one OpenFlow message. Decoding may fail but must not panic; whatever
+/// Decode `data` as one OpenFlow message, and as a flow monitor event if it is one. Decoding
+/// may fail but must not panic; whatever
 /// decodes must encode to bytes that decode again, and that encoding must be a fixed point
 /// (encode, decode, encode gives the same bytes). Panics when the property does not hold.
 pub fn check_decode(data: &[u8]) {
     let Ok((header, msg)) = Message::decode(data) else {
         return;
     };
+    // A flow monitor reply or PAUSED/RESUMED: its entries parse or fail, never panic.
+    let _ = openflow::monitor::monitor_event(&msg);
     let bytes = msg.encode(header.xid);
     let (h2, msg2) = match Message::decode(&bytes) {
         Ok(v) => v,

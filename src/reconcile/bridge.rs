@@ -668,6 +668,36 @@ enum SessionEnd {
     Lost(ConnError),
 }
 
+/// What the flow monitor reported since vipflow's flows were last made right.
+#[derive(Default)]
+struct Heard {
+    /// Per slot, the last state reported: `None` deleted, `Some(cookie)` there, with content
+    /// vipflow did not write.
+    slots: BTreeMap<FlowId, Option<u64>>,
+    /// Updates were lost (a pause, an unreadable one): only a read-back tells what is there.
+    lost: bool,
+}
+
+/// With the flow monitor on, the read-back is a safety net and runs at most this often.
+const MONITORED_AUDIT: Duration = Duration::from_secs(30);
+
+/// How long after a flow monitor update the flows are read back: the rest of a burst (one
+/// `del-flows` is reported flow by flow) arrives meanwhile, and one read answers all of it.
+const DRIFT_SETTLE: Duration = Duration::from_millis(10);
+
+/// The flow monitor vipflow keeps on a bridge: every flow added, deleted or modified in its
+/// table, by anyone; its own changes come back abbreviated and are ignored.
+fn monitor_request(s: &BridgeSettings) -> openflow::monitor::FlowMonitorRequest {
+    use openflow::monitor::{FlowMonitorRequest, PORT_ANY, flags};
+    FlowMonitorRequest {
+        id: 1,
+        flags: flags::ADD | flags::DELETE | flags::MODIFY,
+        out_port: PORT_ANY,
+        table_id: s.bridge.table,
+        match_: Match::new(),
+    }
+}
+
 /// How long a starting reconciler waits for the OVS database's first answer before it goes
 /// on without it.
 const DB_FIRST_ANSWER: Duration = Duration::from_secs(5);
@@ -721,6 +751,11 @@ impl DbFeed {
 struct Session {
     conn: Connection,
     events: openflow::Events,
+    /// The switch reports every change to its flows (the ONF flow monitor): drift is noticed
+    /// when it happens, and the periodic read-back is only a safety net.
+    monitored: bool,
+    /// What the flow monitor reported and is not yet put back.
+    heard: Heard,
     ports: Ports,
     /// What we believe is on the switch (after our last successful write).
     applied: Applied,
@@ -736,9 +771,20 @@ impl Session {
         let mut ports = Ports::from_desc(&conn.port_desc().await?);
         db.first().await;
         ports.db = db.current();
+        // Before the first read of our flows, so no change falls between the two.
+        let monitored = match conn.multipart(monitor_request(s).to_multipart()).await {
+            Ok(_) => true,
+            Err(ConnError::Switch(e)) => {
+                tracing::info!(bridge = %s.bridge.name, error = %e, "the switch keeps no flow monitor; vipflow's flows are read back every flow-audit-ms instead");
+                false
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Session {
             conn,
             events,
+            monitored,
+            heard: Heard::default(),
             ports,
             applied: Applied::default(),
             router_mac: None,
@@ -747,6 +793,94 @@ impl Session {
 
     fn roles(&self, s: &BridgeSettings, plan: &Desired) -> Roles {
         Roles::of(&s.bridge, &self.ports, plan.router_mac)
+    }
+
+    /// Note what a flow monitor message says about vipflow's flows: a change in one of its
+    /// (table, priority, match) slots (deleted, modified, or taken by someone else's flow), a
+    /// flow carrying its cookie that it did not write, or updates lost (resumed after a
+    /// pause, unreadable). Returns whether there is something to check.
+    fn hear(
+        &mut self,
+        s: &BridgeSettings,
+        ev: Result<openflow::monitor::MonitorEvent, openflow::DecodeError>,
+    ) -> bool {
+        use openflow::monitor::{FlowEvent, FlowUpdate, MonitorEvent};
+        match ev {
+            Ok(MonitorEvent::Updates(updates)) => {
+                let mut any = false;
+                for u in updates {
+                    // Abbreviated entries are this connection's own writes.
+                    let FlowUpdate::Full {
+                        event,
+                        table_id,
+                        priority,
+                        cookie,
+                        match_,
+                        ..
+                    } = u
+                    else {
+                        continue;
+                    };
+                    let id = (table_id, priority, match_.normalized());
+                    if cookie & s.cookie_mask != s.cookie_base
+                        && !self.applied.set.contains_key(&id)
+                    {
+                        continue;
+                    }
+                    let now = (event != FlowEvent::Deleted).then_some(cookie);
+                    self.heard.slots.insert(id, now);
+                    any = true;
+                }
+                any
+            }
+            Ok(MonitorEvent::Paused) => false,
+            Ok(MonitorEvent::Resumed) => {
+                self.heard.lost = true;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(bridge = %s.bridge.name, error = %e, "unreadable flow monitor update; reading vipflow's flows back");
+                self.heard.lost = true;
+                true
+            }
+        }
+    }
+
+    /// Put back what the flow monitor reported changed, without reading the table: each slot
+    /// heard of gets vipflow's flow again (a flow changed without its actions reported cannot
+    /// be told from an unchanged one, and writing it again is harmless), and a flow with
+    /// vipflow's cookie that it did not write is deleted. Returns false when the switch
+    /// refused part of it, so a full sync must follow.
+    async fn repair_heard(
+        &mut self,
+        s: &BridgeSettings,
+        status: &watch::Sender<Status>,
+    ) -> Result<bool, ConnError> {
+        let heard = std::mem::take(&mut self.heard);
+        let (mut live, mut want) = (FlowSet::new(), FlowSet::new());
+        for (id, now) in heard.slots {
+            if let Some(ours) = self.applied.set.get(&id) {
+                want.insert(id.clone(), ours.clone());
+            }
+            if let Some(cookie) = now {
+                live.insert(
+                    id,
+                    FlowBody {
+                        cookie,
+                        instructions: Vec::new(),
+                    },
+                );
+            }
+        }
+        let msgs = diff(&live, &want);
+        if msgs.is_empty() {
+            return Ok(true);
+        }
+        let changes = msgs.len();
+        let rejected = apply_bundle(&self.conn, msgs).await?;
+        tracing::warn!(bridge = %s.bridge.name, changes, "vipflow's flows were changed by someone else (heard from the switch's flow monitor); put back");
+        status.send_modify(|st| st.drift_repairs += 1);
+        Ok(rejected.is_empty())
     }
 
     async fn serve(
@@ -782,11 +916,36 @@ impl Session {
                 return SessionEnd::Lost(e);
             }
             need_full = false;
-            let mut audit_at = s.audit_interval.map(|d| tokio::time::Instant::now() + d);
+            let monitored = self.monitored;
+            let audit_every = |base: Duration| {
+                if monitored {
+                    base.max(MONITORED_AUDIT)
+                } else {
+                    base
+                }
+            };
+            let mut audit_at = s
+                .audit_interval
+                .map(|d| tokio::time::Instant::now() + audit_every(d));
+            // A change the flow monitor reported, checked once the burst it belongs to is in.
+            let mut check_at: Option<tokio::time::Instant> = None;
             // Wait for a new plan or a port change (on the switch or in the database).
             loop {
                 tokio::select! {
-                    _ = sleep_until(audit_at) => {
+                    _ = sleep_until(earliest(audit_at, check_at)) => {
+                        let heard_of = check_at.is_some_and(|t| t <= tokio::time::Instant::now());
+                        check_at = None;
+                        if heard_of && !self.heard.lost {
+                            match self.repair_heard(s, status).await {
+                                Ok(true) => continue,
+                                Ok(false) => {
+                                    need_full = true;
+                                    break;
+                                }
+                                Err(e) => return SessionEnd::Lost(e),
+                            }
+                        }
+                        self.heard = Heard::default();
                         let started = std::time::Instant::now();
                         let live = match read_flows(&self.conn, s.cookie_base, s.cookie_mask).await {
                             Ok(l) => l,
@@ -803,7 +962,7 @@ impl Session {
                         // A big table is read less often: at most 5% of the time.
                         audit_at = s
                             .audit_interval
-                            .map(|base| tokio::time::Instant::now() + base.max(cost * 20));
+                            .map(|base| tokio::time::Instant::now() + audit_every(base).max(cost * 20));
                     }
                     r = desired.changed() => {
                         if r.is_err() { return SessionEnd::Shutdown; }
@@ -821,19 +980,29 @@ impl Session {
                         publish_problems(s, status, after.problems(&s.bridge, &self.ports));
                     }
                     ev = self.events.recv() => match ev {
-                        Some(Event::Message(_, Message::PortStatus(PortStatus { reason, port }))) => {
-                            let before = self.roles(s, &plan);
-                            self.ports.apply(reason, &port);
-                            if self.roles(s, &plan) != before {
-                                tracing::info!(bridge = %s.bridge.name, port = %port.name, port_no = port.port_no, ?reason, "port change; full resync");
-                                need_full = true;
-                                break;
+                        Some(Event::Message(h, m)) => {
+                            if let Some(ev) = openflow::monitor::monitor_event(&m) {
+                                if self.hear(s, ev) {
+                                    check_at.get_or_insert_with(|| tokio::time::Instant::now() + DRIFT_SETTLE);
+                                }
+                                continue;
+                            }
+                            match m {
+                                Message::PortStatus(PortStatus { reason, port }) => {
+                                    let before = self.roles(s, &plan);
+                                    self.ports.apply(reason, &port);
+                                    if self.roles(s, &plan) != before {
+                                        tracing::info!(bridge = %s.bridge.name, port = %port.name, port_no = port.port_no, ?reason, "port change; full resync");
+                                        need_full = true;
+                                        break;
+                                    }
+                                }
+                                Message::Error(e) => {
+                                    tracing::warn!(bridge = %s.bridge.name, xid = h.xid, error = %e, "unsolicited error from the switch");
+                                }
+                                _ => {}
                             }
                         }
-                        Some(Event::Message(h, Message::Error(e))) => {
-                            tracing::warn!(bridge = %s.bridge.name, xid = h.xid, error = %e, "unsolicited error from the switch");
-                        }
-                        Some(Event::Message(..)) => {}
                         Some(Event::Closed(e)) => return SessionEnd::Lost(e),
                         None => return SessionEnd::Lost(ConnError::Closed("event stream ended".into())),
                     },
@@ -971,6 +1140,17 @@ impl Session {
 }
 
 /// Sleep until `at`, or forever when there is no `at`.
+/// The earlier of two optional deadlines.
+fn earliest(
+    a: Option<tokio::time::Instant>,
+    b: Option<tokio::time::Instant>,
+) -> Option<tokio::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 async fn sleep_until(at: Option<tokio::time::Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,

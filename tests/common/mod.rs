@@ -88,3 +88,118 @@ impl Agent {
             .expect("plan applied");
     }
 }
+
+/// `kubectl get svc,endpointslices -A -o yaml` of `n` LoadBalancer Services made with
+/// `kubectl apply` (each carries its last-applied configuration, as such dumps do) and their
+/// EndpointSlices.
+pub fn kubectl_dump(n: usize, applied: bool) -> String {
+    use std::fmt::Write;
+    let mut s = String::from("apiVersion: v1\nitems:\n");
+    for i in 0..n {
+        let (a, b) = (i / 250, i % 250 + 1);
+        let (name, ns) = (format!("svc{i}"), format!("team{}", i % 50));
+        let last = format!(
+            r#"{{"apiVersion":"v1","kind":"Service","metadata":{{"annotations":{{}},"labels":{{"app":"{name}","tier":"web"}},"name":"{name}","namespace":"{ns}"}},"spec":{{"externalTrafficPolicy":"Cluster","loadBalancerSourceRanges":[{ranges}],"ports":[{{"name":"http","port":80,"protocol":"TCP","targetPort":8080}},{{"name":"https","port":443,"protocol":"TCP","targetPort":8443}}],"selector":{{"app":"{name}"}},"type":"LoadBalancer"}}}}"#,
+            ranges = vec![r#""10.0.0.0/8""#; 280].join(",")
+        );
+        let annotations = if applied {
+            format!(
+                "    annotations:\n      kubectl.kubernetes.io/last-applied-configuration: |\n        {last}\n"
+            )
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            s,
+            "- apiVersion: v1
+  kind: Service
+  metadata:
+{annotations}    creationTimestamp: \"2026-01-10T08:00:00Z\"
+    labels:
+      app: {name}
+      tier: web
+    name: {name}
+    namespace: {ns}
+    resourceVersion: \"{rv}\"
+    uid: 6f1c2d3e-0000-4000-8000-{i:012}
+  spec:
+    allocateLoadBalancerNodePorts: true
+    clusterIP: 10.96.{a}.{b}
+    clusterIPs:
+    - 10.96.{a}.{b}
+    externalTrafficPolicy: Cluster
+    internalTrafficPolicy: Cluster
+    ipFamilies:
+    - IPv4
+    ipFamilyPolicy: SingleStack
+    ports:
+    - name: http
+      nodePort: {np1}
+      port: 80
+      protocol: TCP
+      targetPort: 8080
+    - name: https
+      nodePort: {np2}
+      port: 443
+      protocol: TCP
+      targetPort: 8443
+    selector:
+      app: {name}
+    sessionAffinity: None
+    type: LoadBalancer
+  status:
+    loadBalancer:
+      ingress:
+      - ip: 172.{c}.{a2}.{b}
+        ipMode: VIP
+- addressType: IPv4
+  apiVersion: discovery.k8s.io/v1
+  endpoints:
+  - addresses:
+    - 10.244.{a}.{b}
+    conditions:
+      ready: true
+      serving: true
+      terminating: false
+    nodeName: node-a
+    targetRef:
+      kind: Pod
+      name: {name}-7d9f8b6c5-x2k4p
+      namespace: {ns}
+      uid: 8a1c2d3e-0000-4000-8000-{i:012}
+  kind: EndpointSlice
+  metadata:
+    generateName: {name}-
+    labels:
+      endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io
+      kubernetes.io/service-name: {name}
+    name: {name}-abcde
+    namespace: {ns}
+    ownerReferences:
+    - apiVersion: v1
+      blockOwnerDeletion: true
+      controller: true
+      kind: Service
+      name: {name}
+      uid: 6f1c2d3e-0000-4000-8000-{i:012}
+    resourceVersion: \"{rv2}\"
+    uid: 7f1c2d3e-0000-4000-8000-{i:012}
+  ports:
+  - name: http
+    port: 8080
+    protocol: TCP
+  - name: https
+    port: 8443
+    protocol: TCP
+",
+            rv = 100_000 + i,
+            rv2 = 200_000 + i,
+            np1 = 30_000 + i % 2000,
+            np2 = 32_000 + i % 700,
+            c = 16 + a / 250,
+            a2 = a % 250,
+        );
+    }
+    s.push_str("kind: List\nmetadata:\n  resourceVersion: \"\"\n");
+    s
+}

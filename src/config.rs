@@ -187,8 +187,10 @@ pub struct Config {
     /// many milliseconds without a reply: WARN, drop the connection and resync on a new one.
     pub openflow_timeout_ms: u64,
     /// Read vipflow's flows back (by cookie) this often, in milliseconds, and repair any that
-    /// someone else deleted or changed; 0: never. Stretched to 20 times the last read's cost,
-    /// so a big flow table never keeps the switch busy more than 5% of the time.
+    /// someone else deleted or changed; 0: never. Where the switch keeps a flow monitor (Open
+    /// vSwitch 3.0 and later) changes are heard and put back as they happen, and the read-back
+    /// is only a safety net run at most every 30 s. Stretched to 20 times the last read's
+    /// cost, so a big flow table never keeps the switch busy more than 5% of the time.
     pub flow_audit_ms: u64,
     /// Give up on a Northbound request (transaction, monitor, writer-token read) after this
     /// many milliseconds without a reply: WARN, drop the session and connect again.

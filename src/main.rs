@@ -100,7 +100,9 @@ struct Global {
     #[arg(long, global = true, value_name = "MS")]
     openflow_timeout_ms: Option<u64>,
     /// Read vipflow's flows back every MS milliseconds and repair what someone else deleted or
-    /// changed; 0 turns it off. Stretched to 20x the read's own cost on big tables [default: 500].
+    /// changed; 0 turns it off. With a switch that keeps a flow monitor (Open vSwitch 3.0+),
+    /// changes are heard and put back at once and this read-back runs at most every 30 s.
+    /// Stretched to 20x the read's own cost on big tables [default: 500].
     #[arg(long, global = true, value_name = "MS")]
     flow_audit_ms: Option<u64>,
     /// Milliseconds to wait for a Northbound reply (transaction, monitor, writer-token read)

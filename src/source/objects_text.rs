@@ -167,8 +167,11 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         let content = body.trim_start_matches([' ', '\t']);
         if content.is_empty() || content.starts_with('#') {
             // Part of whatever it sits in; kept only where it cannot be in a block scalar.
-            if let At::Root = at {
-                root.push_str(line);
+            match at {
+                At::Root => root.push_str(line),
+                // Dropped: it must not hide what would make the whole text fail.
+                At::ItemsKey if !printable(line) => return None,
+                _ => {}
             }
             continue;
         }
@@ -203,7 +206,7 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
                         t.is_empty() || (t.len() < r.len() && t.starts_with('#'))
                     });
                     if key {
-                        if found {
+                        if found || !printable(line) {
                             return None;
                         }
                         found = true;
@@ -249,6 +252,15 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         At::Root => {}
     }
     found.then_some(BlockList { root, items })
+}
+
+/// Whether every character of `text` may appear in YAML (the parser refuses the others
+/// anywhere, comments included).
+fn printable(text: &str) -> bool {
+    text.chars().all(|c| {
+        matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    })
 }
 
 /// One top-level document: a mapping read field by field, its `items` (if any) one at a time.

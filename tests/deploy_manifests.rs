@@ -608,3 +608,37 @@ fn configmap_config_loads_with_vipflows_loader() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_image_ships_a_release_binary_without_debug_info() {
+    // The Containerfile builds the release profile and copies that binary; the profile must
+    // leave out debug info (122 MB with it, about 22 MB without), while benchmarks keep it.
+    let containerfile = std::fs::read_to_string(repo().join("deploy/Containerfile")).unwrap();
+    assert!(
+        containerfile.contains("cargo build --release")
+            && containerfile.contains("target/release/vipflow"),
+        "{containerfile}"
+    );
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    // `key = value` lines of one `[profile.NAME]` table.
+    let profile = |name: &str| -> Vec<(String, String)> {
+        manifest
+            .lines()
+            .skip_while(|l| l.trim() != format!("[profile.{name}]"))
+            .skip(1)
+            .take_while(|l| !l.trim_start().starts_with('['))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect()
+    };
+    let release = profile("release");
+    let get = |p: &[(String, String)], k: &str| {
+        p.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone())
+    };
+    assert!(
+        get(&release, "debug").is_none_or(|d| d == "0" || d == "false"),
+        "the release profile keeps debug info: {release:?}"
+    );
+    assert_eq!(get(&release, "strip").as_deref(), Some("\"debuginfo\""));
+    assert_eq!(get(&profile("bench"), "debug").as_deref(), Some("1"));
+}

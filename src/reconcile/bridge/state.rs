@@ -1,0 +1,540 @@
+//! The pure part of a bridge's reconciler: what is planned and applied, as concrete flows;
+//! the writes for a full or an incremental change; what the switch's flow monitor reported.
+//! No I/O here: the task ([`super::task`]) feeds it and sends what it returns.
+
+use crate::config::{BridgeConfig, format_mac};
+use crate::plan::flows::{PlannedFlow, PortRef, Resolved, steer_rewrite};
+use crate::plan::ports::{self, OvsDb, PortError, Role};
+use crate::plan::service_index::{FlowDelta, FlowIndex};
+use openflow::action::port as ofport;
+use openflow::monitor::{FlowEvent, FlowUpdate, MonitorEvent};
+use openflow::oxm::MacAddr;
+use openflow::port::PortReason;
+use openflow::{FlowMod, Instruction, Match, Message};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// What the reconciler is asked to make true: a plan and its generation number.
+#[derive(Debug, Clone, Default)]
+pub struct Desired {
+    pub generation: u64,
+    /// The whole plan, by flow key (a persistent map: cheap to hand over).
+    pub flows: FlowIndex,
+    /// What changed since plan `generation - 1`. A reconciler that applied that plan writes
+    /// just these keys; any other falls back to a full diff.
+    pub delta: Option<FlowDelta>,
+    /// This node's OVN gateway router MAC, from its Node annotation
+    /// ([`crate::model::gateway_router_mac`]).
+    pub router_mac: Option<MacAddr>,
+}
+
+/// Something about the bridge that keeps flows from working as planned, reported in the
+/// status and the log while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
+pub enum BridgeProblem {
+    /// A role's port could not be found.
+    #[error("{0}")]
+    Ports(String),
+    #[error(
+        "{bridge}: the OVS database {remote} is unreachable ({reason}): ports are looked up by name in OpenFlow PORT_DESC only (names of at most 15 bytes; no default uplink/patch)"
+    )]
+    OvsDbUnreachable {
+        bridge: String,
+        remote: String,
+        reason: String,
+    },
+    #[error(
+        "{bridge}: its MAC {bridge_mac} ({mac_from}) differs from the OVN gateway router's {router_mac} (Node annotation k8s.ovn.org/l3-gateway-config): VIP traffic steered into OVN is rewritten to the router's MAC"
+    )]
+    RouterMacDiffers {
+        bridge: String,
+        bridge_mac: String,
+        mac_from: &'static str,
+        router_mac: String,
+    },
+}
+
+/// What the reconciler reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub connected: bool,
+    /// The generation of the last plan fully applied.
+    pub applied_generation: Option<u64>,
+    /// Flows of ours on the switch after the last sync.
+    pub flows: usize,
+    /// Planned flows that could not be written (missing port, rejected by the switch).
+    pub skipped: Vec<String>,
+    pub last_error: Option<String>,
+    pub full_syncs: u64,
+    /// Syncs done (full and incremental) and how long the last one took.
+    pub syncs: u64,
+    pub last_sync: Duration,
+    /// Times flows changed by someone else were found and put back.
+    pub drift_repairs: u64,
+    /// What keeps the bridge's flows from working as planned (ports not found, the OVS
+    /// database unreachable, a gateway router MAC that differs from the bridge's).
+    pub problems: Vec<BridgeProblem>,
+}
+
+/// (table, priority, normalized match): how OpenFlow identifies a flow.
+pub type FlowId = (u8, u16, Match);
+
+/// A flow's content, compared to decide whether to rewrite it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowBody {
+    pub cookie: u64,
+    pub instructions: Vec<Instruction>,
+}
+
+pub type FlowSet = BTreeMap<FlowId, FlowBody>;
+
+/// What is known of the bridge's ports: PORT_DESC (OpenFlow names, cut to 15 bytes, by
+/// number), the LOCAL port's MAC, and the OVS database.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ports {
+    pub desc: BTreeMap<u32, String>,
+    pub local_mac: Option<MacAddr>,
+    pub db: OvsDb,
+}
+
+impl Ports {
+    /// From PORT_DESC alone (the database not consulted).
+    pub fn from_desc(ports: &[openflow::Port]) -> Ports {
+        let mut p = Ports::default();
+        p.set_desc(ports);
+        p
+    }
+
+    /// Replace what PORT_DESC said, keeping the database's view.
+    pub fn set_desc(&mut self, ports: &[openflow::Port]) {
+        self.desc.clear();
+        self.local_mac = None;
+        for port in ports {
+            self.apply(PortReason::Add, port);
+        }
+    }
+
+    pub fn apply(&mut self, reason: PortReason, port: &openflow::Port) {
+        if port.port_no == ofport::LOCAL {
+            self.local_mac = Some(port.hw_addr);
+        }
+        match reason {
+            PortReason::Delete => {
+                if self.desc.get(&port.port_no) == Some(&port.name) {
+                    self.desc.remove(&port.port_no);
+                }
+            }
+            _ => {
+                self.desc.insert(port.port_no, port.name.clone());
+            }
+        }
+    }
+}
+
+/// Port numbers and MACs of a bridge's roles, looked up once for many flows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roles {
+    pub uplink: Result<u32, PortError>,
+    pub patch: Result<u32, PortError>,
+    /// The bridge MAC: configured, else the LOCAL port's.
+    pub mac: Option<MacAddr>,
+    /// Where traffic into OVN is rewritten to ([`steer_rewrite`]).
+    pub steer_dst: Option<MacAddr>,
+}
+
+impl Roles {
+    /// The roles of bridge `b`, given what is known of its ports and this node's gateway
+    /// router MAC.
+    pub fn of(b: &BridgeConfig, ports: &Ports, router_mac: Option<MacAddr>) -> Roles {
+        let mac = b.bridge_mac.or(ports.local_mac);
+        Roles {
+            uplink: ports::resolve_role(b, Role::Uplink, &ports.desc, &ports.db),
+            patch: ports::resolve_role(b, Role::Patch, &ports.desc, &ports.db),
+            mac,
+            steer_dst: steer_rewrite(b, router_mac, mac),
+        }
+    }
+
+    /// What is wrong, for the status and the log.
+    pub fn problems(&self, b: &BridgeConfig, ports: &Ports) -> Vec<BridgeProblem> {
+        let mut out = Vec::new();
+        if let OvsDb::Unreachable { remote, reason } = &ports.db {
+            out.push(BridgeProblem::OvsDbUnreachable {
+                bridge: b.name.clone(),
+                remote: remote.clone(),
+                reason: reason.clone(),
+            });
+        }
+        for e in [&self.uplink, &self.patch]
+            .into_iter()
+            .filter_map(|r| r.as_ref().err())
+        {
+            if e.is_problem() {
+                out.push(BridgeProblem::Ports(e.to_string()));
+            }
+        }
+        if let (Some(router), Some(mac)) = (self.steer_dst, self.mac) {
+            out.push(BridgeProblem::RouterMacDiffers {
+                bridge: b.name.clone(),
+                bridge_mac: format_mac(&mac),
+                mac_from: if b.bridge_mac.is_some() {
+                    "bridge-mac"
+                } else {
+                    "LOCAL port"
+                },
+                router_mac: format_mac(&router),
+            });
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// One planned flow with real port numbers, or why it cannot be written now.
+    fn resolve(&self, f: &PlannedFlow) -> Result<(FlowId, FlowBody), String> {
+        let needs = |p: PortRef| {
+            f.in_port == p
+                || f.actions
+                    .iter()
+                    .any(|a| matches!(a, crate::plan::flows::PlannedAction::Output(q) if *q == p))
+        };
+        let uplink = match &self.uplink {
+            Err(e) if needs(PortRef::Uplink) => return Err(e.to_string()),
+            r => r.as_ref().copied().unwrap_or(0),
+        };
+        let patch = match &self.patch {
+            Err(e) if needs(PortRef::Patch) => return Err(e.to_string()),
+            r => r.as_ref().copied().unwrap_or(0),
+        };
+        let bridge_mac = match self.mac {
+            None if f.dl_src_bridge => return Err("MAC of the bridge unknown".into()),
+            m => m.unwrap_or_default(),
+        };
+        let r = Resolved {
+            uplink,
+            patch,
+            bridge_mac,
+            steer_dst: self.steer_dst,
+        };
+        let fm = f.resolve(&r);
+        Ok((
+            (fm.table_id, fm.priority, fm.match_),
+            FlowBody {
+                cookie: fm.cookie,
+                instructions: fm.instructions,
+            },
+        ))
+    }
+}
+
+/// Turn a plan into concrete flows. Flows whose ports are missing are left out and named in
+/// the returned list of skipped keys.
+pub fn resolve_plan<'a>(
+    flows: impl IntoIterator<Item = &'a PlannedFlow>,
+    roles: &Roles,
+) -> (FlowSet, Vec<String>) {
+    let mut set = FlowSet::new();
+    let mut skipped = Vec::new();
+    for f in flows {
+        match roles.resolve(f) {
+            Ok((id, body)) => {
+                set.insert(id, body);
+            }
+            Err(why) => skipped.push(format!("{}: {why}", f.key)),
+        }
+    }
+    (set, skipped)
+}
+
+/// What is on the switch, as far as we know, and which planned flow each entry came from, so
+/// a change to a few planned flows is written without looking at the others.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    pub set: FlowSet,
+    by_key: HashMap<String, FlowId>,
+    /// Planned flows that could not be resolved, with why.
+    pub skipped: std::collections::BTreeMap<String, String>,
+    /// The plan generation `set` reflects; `None` when unknown (keys must be rebuilt).
+    pub generation: Option<u64>,
+}
+
+/// The messages for a change to some planned flows, and how [`Applied`] looks once they land.
+#[derive(Debug, Default)]
+pub struct DeltaPlan {
+    pub msgs: Vec<Message>,
+    removed: Vec<String>,
+    put: Vec<(String, FlowId, FlowBody)>,
+    skip: Vec<(String, Option<String>)>,
+}
+
+impl Applied {
+    /// What was read from the switch: the flows, with no plan keys (the next write diffs in
+    /// full).
+    pub fn observed(set: FlowSet) -> Applied {
+        Applied {
+            set,
+            ..Applied::default()
+        }
+    }
+
+    /// The state after fully applying `flows` (keys rebuilt).
+    pub fn from_plan<'a>(
+        flows: impl IntoIterator<Item = &'a PlannedFlow>,
+        roles: &Roles,
+        generation: u64,
+    ) -> Applied {
+        let mut a = Applied {
+            generation: Some(generation),
+            ..Default::default()
+        };
+        for f in flows {
+            match roles.resolve(f) {
+                Ok((id, body)) => {
+                    a.by_key.insert(f.key.clone(), id.clone());
+                    a.set.insert(id, body);
+                }
+                Err(why) => {
+                    a.skipped.insert(f.key.clone(), why);
+                }
+            }
+        }
+        a
+    }
+
+    /// The writes for the planned flows named in `touched`, looked up in `flows`.
+    pub fn delta(&self, flows: &FlowIndex, touched: &[String], roles: &Roles) -> DeltaPlan {
+        let mut d = DeltaPlan::default();
+        let mut adds = Vec::new();
+        for key in touched {
+            let old = self.by_key.get(key);
+            let delete = |id: &FlowId, msgs: &mut Vec<Message>| {
+                let cookie = self.set.get(id).map_or(0, |b| b.cookie);
+                msgs.push(Message::FlowMod(FlowMod::delete_strict(
+                    id.0,
+                    id.1,
+                    id.2.clone(),
+                    cookie,
+                    u64::MAX,
+                )));
+            };
+            match flows.get(key).map(|f| roles.resolve(f)) {
+                Some(Ok((id, body))) => {
+                    let same = old == Some(&id) && self.set.get(&id) == Some(&body);
+                    if !same {
+                        if let Some(o) = old.filter(|o| **o != id) {
+                            delete(o, &mut d.msgs);
+                        }
+                        adds.push(Message::FlowMod(FlowMod::add(
+                            id.0,
+                            id.1,
+                            body.cookie,
+                            id.2.clone(),
+                            body.instructions.clone(),
+                        )));
+                    }
+                    d.put.push((key.clone(), id, body));
+                    d.skip.push((key.clone(), None));
+                }
+                Some(Err(why)) => {
+                    if let Some(o) = old {
+                        delete(o, &mut d.msgs);
+                    }
+                    d.removed.push(key.clone());
+                    d.skip.push((key.clone(), Some(why)));
+                }
+                None => {
+                    if let Some(o) = old {
+                        delete(o, &mut d.msgs);
+                    }
+                    d.removed.push(key.clone());
+                    d.skip.push((key.clone(), None));
+                }
+            }
+        }
+        // Deletes first: within the bundle order is kept.
+        d.msgs.extend(adds);
+        d
+    }
+
+    /// Record a delta the switch accepted.
+    pub fn commit(&mut self, d: DeltaPlan, generation: u64) {
+        for key in d.removed {
+            if let Some(id) = self.by_key.remove(&key) {
+                self.set.remove(&id);
+            }
+        }
+        for (key, id, body) in d.put {
+            if let Some(old) = self.by_key.insert(key, id.clone())
+                && old != id
+            {
+                self.set.remove(&old);
+            }
+            self.set.insert(id, body);
+        }
+        for (key, why) in d.skip {
+            match why {
+                Some(w) => {
+                    self.skipped.insert(key, w);
+                }
+                None => {
+                    self.skipped.remove(&key);
+                }
+            }
+        }
+        self.generation = Some(generation);
+    }
+
+    pub fn skipped_list(&self) -> Vec<String> {
+        self.skipped
+            .iter()
+            .map(|(k, w)| format!("{k}: {w}"))
+            .collect()
+    }
+}
+
+/// The messages that turn `old` into `new`: strict deletes of what goes, adds of what is new
+/// or changed (an ADD over an existing (table, priority, match) replaces it, cookie included).
+pub fn diff(old: &FlowSet, new: &FlowSet) -> Vec<Message> {
+    // Both maps are sorted by the same key: one merge pass, without a tree lookup (and a Match
+    // clone) per flow, keeps an incremental change cheap when tens of thousands are installed.
+    let mut deletes = Vec::new();
+    let mut adds = Vec::new();
+    let delete = |((table, prio, m), body): (&FlowId, &FlowBody)| {
+        // Exact cookie: of the flows with this match, only ours can be deleted.
+        Message::FlowMod(FlowMod::delete_strict(
+            *table,
+            *prio,
+            m.clone(),
+            body.cookie,
+            u64::MAX,
+        ))
+    };
+    let add = |((table, prio, m), body): (&FlowId, &FlowBody)| {
+        Message::FlowMod(FlowMod::add(
+            *table,
+            *prio,
+            body.cookie,
+            m.clone(),
+            body.instructions.clone(),
+        ))
+    };
+    let (mut o, mut n) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (o.peek(), n.peek()) {
+            (Some(&a), Some(&b)) => match a.0.cmp(b.0) {
+                std::cmp::Ordering::Less => {
+                    deletes.push(delete(a));
+                    o.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    adds.push(add(b));
+                    n.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if a.1 != b.1 {
+                        adds.push(add(b));
+                    }
+                    o.next();
+                    n.next();
+                }
+            },
+            (Some(&a), None) => {
+                deletes.push(delete(a));
+                o.next();
+            }
+            (None, Some(&b)) => {
+                adds.push(add(b));
+                n.next();
+            }
+            (None, None) => break,
+        }
+    }
+    // Deletes, then adds, each in key order: the same messages in the same order as before.
+    deletes.append(&mut adds);
+    deletes
+}
+
+/// What the flow monitor reported since vipflow's flows were last made right.
+#[derive(Debug, Default)]
+pub struct Heard {
+    /// Per slot, the last state reported: `None` deleted, `Some(cookie)` there, with content
+    /// vipflow did not write.
+    slots: BTreeMap<FlowId, Option<u64>>,
+    /// Updates were lost (a pause, an unreadable one): only a read-back tells what is there.
+    pub lost: bool,
+}
+
+impl Heard {
+    /// Note what a flow monitor message says about the flows in `applied` and those carrying
+    /// vipflow's cookie: a change in one of vipflow's (table, priority, match) slots
+    /// (deleted, modified, or taken by someone else's flow), a flow with its cookie that it
+    /// did not write, or updates lost (resumed after a pause, unreadable). Returns whether
+    /// there is something to check.
+    pub fn note(
+        &mut self,
+        ev: Result<MonitorEvent, openflow::DecodeError>,
+        applied: &FlowSet,
+        cookie_base: u64,
+        cookie_mask: u64,
+    ) -> bool {
+        match ev {
+            Ok(MonitorEvent::Updates(updates)) => {
+                let mut any = false;
+                for u in updates {
+                    // Abbreviated entries are this connection's own writes.
+                    let FlowUpdate::Full {
+                        event,
+                        table_id,
+                        priority,
+                        cookie,
+                        match_,
+                        ..
+                    } = u
+                    else {
+                        continue;
+                    };
+                    let id = (table_id, priority, match_.normalized());
+                    if cookie & cookie_mask != cookie_base && !applied.contains_key(&id) {
+                        continue;
+                    }
+                    let now = (event != FlowEvent::Deleted).then_some(cookie);
+                    self.slots.insert(id, now);
+                    any = true;
+                }
+                any
+            }
+            Ok(MonitorEvent::Paused) => false,
+            Ok(MonitorEvent::Resumed) | Err(_) => {
+                self.lost = true;
+                true
+            }
+        }
+    }
+
+    /// The writes that put back what was heard of: each slot gets vipflow's flow again (a
+    /// flow changed without its actions reported cannot be told from an unchanged one, and
+    /// writing it again is harmless), and a flow with vipflow's cookie that it did not write
+    /// is deleted.
+    pub fn repair(self, applied: &FlowSet) -> Vec<Message> {
+        let (mut live, mut want) = (FlowSet::new(), FlowSet::new());
+        for (id, now) in self.slots {
+            if let Some(ours) = applied.get(&id) {
+                want.insert(id.clone(), ours.clone());
+            }
+            if let Some(cookie) = now {
+                live.insert(
+                    id,
+                    FlowBody {
+                        cookie,
+                        instructions: Vec::new(),
+                    },
+                );
+            }
+        }
+        diff(&live, &want)
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,218 @@
+//! Keeps vipflow's OVN Northbound `Load_Balancer` rows equal to the plan.
+//!
+//! - **Observed state** is kept from a monitor of Load_Balancer, Load_Balancer_Group,
+//!   Logical_Switch and Logical_Router (the `ovsdb` client follows the cluster leader and
+//!   resumes the monitor after a reconnect). [`Observed`] is built once from the cache, then
+//!   kept current from the monitor's events: each event updates one row and names the Services
+//!   it concerns, so nothing is re-read in proportion to the database.
+//! - **Ownership**: a row is ours when its `external_ids` carry `vipflow.io/owner` and
+//!   `vipflow.io/scope`; it is identified by (owner, protocol, scope). Rows without them are
+//!   never read into the diff, so never touched.
+//! - **Writes**: the diff of observed and planned rows, as one transaction per changed Service.
+//!   The first sync after connecting is batched: transactions of 100 Services sent back to
+//!   back (ovsdb-server's cost per row grows with a transaction's size), and when large, with
+//!   the monitor cancelled meanwhile (otherwise the server builds the whole update before it
+//!   replies) and taken again after. Later, only the Services the planner reports as changed,
+//!   and those whose rows the monitor saw change, are diffed; a skipped plan generation, a
+//!   failure or a switch/router/group appearing or going means a full diff. Rows that are ours
+//!   but no longer planned (orphans) and extra copies of a row (duplicates) are deleted.
+//! - **One writer at a time, no duplicates**: a session first writes a fresh token into
+//!   `NB_Global` `external_ids:vipflow.io/writer` ([`take_over`]), then reads. Every
+//!   transaction starts with a `wait` that fails unless the token is still there, so a writer
+//!   that was replaced (an old Lease holder, a session before a reconnect) cannot write any
+//!   more, and what it did write is in the new session's snapshot. The fence is in the
+//!   database, so it holds across a RAFT leader change, unlike OVSDB locks, which are per
+//!   server. Per-Service transactions also guard each insert with a `wait` on its identity,
+//!   in case the cache has not yet shown one of our own writes. A transaction whose outcome is
+//!   unknown (connection lost after sending) is never resent: the next session reads first.
+//! - Load balancers are attached through weak references (switch/router/group
+//!   `load_balancer` columns), so deleting a row detaches it everywhere.
+//! - vipflow's own Load_Balancer_Group, when the plan has one, is created before the first
+//!   diff that needs it and attached to every node's router and switch ([`group`]).
+
+use crate::model::{Protocol, ServiceKey};
+use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
+use crate::plan::northbound::{
+    Attach, GroupPlan, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope, unattached,
+};
+use crate::plan::row_table::{NbDelta, RowIndex};
+use ovsdb::txn::WaitUntil;
+use ovsdb::{
+    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
+    Operation, Row, Transaction, Uuid, Value,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+mod diff;
+mod faults;
+mod group;
+mod lb_row;
+mod observed;
+mod session;
+mod task;
+
+pub use diff::*;
+use lb_row::*;
+pub use observed::*;
+pub use session::*;
+pub use task::*;
+
+pub use faults::{
+    FenceAction, TokenHolder, WarnEvery, after_fence_failure, is_fence_failure, token_holder,
+};
+
+pub const DB: &str = "OVN_Northbound";
+const LB: &str = "Load_Balancer";
+const GROUP: &str = "Load_Balancer_Group";
+const SWITCH: &str = "Logical_Switch";
+const ROUTER: &str = "Logical_Router";
+
+const NB_GLOBAL: &str = "NB_Global";
+
+/// `NB_Global` `external_ids` key holding the token of the writer session allowed to write.
+pub const WRITER_KEY: &str = "vipflow.io/writer";
+
+/// Services per transaction in a batched sync. ovsdb-server's cost per row grows with the
+/// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
+/// 120 ms as 100 transactions of 100, sent back to back.
+pub const BATCH_OWNERS: usize = 100;
+
+/// How long one connection attempt keeps trying the remotes before the writer reports it
+/// (and `agent --once` gives up): a wrong remote shows at once, not after the client's
+/// request timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// While the database stays unreachable, the same WARN at most this often.
+pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// `o` with the writer's connect timeout.
+fn nb_options(mut o: ClientOptions, request_timeout: Duration) -> ClientOptions {
+    o.connect_timeout = Some(CONNECT_TIMEOUT);
+    o.connect.request_timeout = Some(request_timeout);
+    o
+}
+
+/// What the NB reconciler is asked to make true.
+#[derive(Debug, Clone, Default)]
+pub struct Desired {
+    /// The plan generation these rows belong to.
+    pub generation: u64,
+    /// This handover's number: a plan may be handed over twice (make before break, see
+    /// `plan::order`), so the writer follows handovers, not generations.
+    pub step: u64,
+    /// Whether these are the plan's own rows; `false` for the first of two handovers, which
+    /// also keeps what the previous plan had.
+    pub complete: bool,
+    /// Every Service's rows.
+    pub rows: RowIndex,
+    /// The number of rows in `rows`.
+    pub row_count: usize,
+    /// What changed since handover `step - 1`. A reconciler that applied that handover diffs
+    /// only these Services; otherwise (or with `None`) it diffs everything.
+    pub delta: Option<NbDelta>,
+    /// Every VIP: kept out of the IPAM of the logical switches whose subnet holds it.
+    pub vips: imbl::OrdSet<IpAddr>,
+    /// Whether to manage `other_config:exclude_ips` at all.
+    pub exclude_ips: bool,
+    /// vipflow's own Load_Balancer_Group and where it goes, when cluster rows join it.
+    pub group: Option<Arc<GroupPlan>>,
+}
+
+impl Desired {
+    /// The planner's rows for plan `generation`: the planner task's hand-over.
+    pub fn from_rows(
+        generation: u64,
+        planned: &crate::plan::planner::NorthboundRows,
+        exclude_ips: bool,
+    ) -> Desired {
+        Desired {
+            generation,
+            step: generation,
+            complete: true,
+            rows: planned.rows.clone(),
+            row_count: planned.row_count,
+            delta: Some(planned.delta.clone()),
+            vips: planned.vips.clone(),
+            exclude_ips,
+            group: planned.group.clone(),
+        }
+    }
+}
+
+/// Rows grouped by Service, as the planner hands them over.
+pub fn index_rows(rows: impl IntoIterator<Item = LbRow>) -> RowIndex {
+    let mut by: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.key.owner.clone()).or_default().push(r);
+    }
+    by.into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(|a, b| a.key.cmp(&b.key));
+            (k, Arc::new(v))
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Status {
+    pub connected: bool,
+    /// The plan generation whose own rows the database holds.
+    pub applied_generation: Option<u64>,
+    /// The last handover written (see [`Desired::step`]).
+    pub applied_step: Option<u64>,
+    /// Our rows in the database after the last sync.
+    pub rows: usize,
+    /// Attachments that could not be made (switch, router or group missing).
+    pub problems: Vec<String>,
+    pub last_error: Option<String>,
+    pub transactions: u64,
+    /// Syncs that wrote something, and how long the last one took.
+    pub syncs: u64,
+    pub last_sync: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct NbSettings {
+    /// `unix:PATH` or `tcp:a:6641,tcp:b:6641,...` (as `ovn-nbctl --db`).
+    pub remotes: String,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// The Lease gate (cluster mode): a writer token that disappeared is taken back only
+    /// while this is true. `None`: always the writer.
+    pub leading: Option<watch::Receiver<bool>>,
+    /// A request (transaction, monitor, token read) unanswered this long ends the session
+    /// with a WARN; the writer connects again.
+    pub request_timeout: Duration,
+}
+
+/// The monitor subscription: our tables and the columns we read.
+pub fn monitor_spec() -> MonitorSpec {
+    MonitorSpec::new()
+        .columns(
+            LB,
+            &[
+                "name",
+                "protocol",
+                "vips",
+                "options",
+                "external_ids",
+                "ip_port_mappings",
+            ],
+        )
+        .columns(GROUP, &["name", "load_balancer"])
+        .columns(
+            SWITCH,
+            &[
+                "name",
+                "load_balancer",
+                "load_balancer_group",
+                "other_config",
+                "external_ids",
+            ],
+        )
+        .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
+}

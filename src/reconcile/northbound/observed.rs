@@ -1,0 +1,222 @@
+//! What the writer knows of the database: vipflow's rows and the attachment targets, built
+//! once from the monitor's cache and kept current from its events.
+
+use super::*;
+
+/// One of our rows as the database has it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedLb {
+    pub uuid: Uuid,
+    pub key: LbKey,
+    pub name: String,
+    pub vips: BTreeMap<String, String>,
+    pub options: BTreeMap<String, String>,
+    pub external_ids: BTreeMap<String, String>,
+    pub ip_port_mappings: BTreeMap<String, String>,
+}
+
+/// A logical switch's IPAM columns as observed.
+#[derive(Debug, Clone)]
+pub struct SwitchIpam {
+    pub uuid: Uuid,
+    pub ipam: LogicalSwitchIpam,
+    pub other_config: BTreeMap<String, String>,
+    pub external_ids: BTreeMap<String, String>,
+}
+
+/// A switch, router or group: its uuid, the load balancers and (switch, router) the groups it
+/// holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Holder {
+    pub(super) uuid: Uuid,
+    pub(super) lbs: BTreeSet<Uuid>,
+    pub(super) groups: BTreeSet<Uuid>,
+}
+
+/// What the diff needs of the database: our rows, indexed by Service, and the switches,
+/// routers and groups.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub(super) lbs: HashMap<Uuid, ObservedLb>,
+    pub(super) by_owner: HashMap<ServiceKey, BTreeSet<Uuid>>,
+    /// Logical switches' IPAM settings: uuid, raw values, full other_config and external_ids.
+    pub ipam: Vec<SwitchIpam>,
+    pub(super) groups: BTreeMap<String, Holder>,
+    pub(super) switches: BTreeMap<String, Holder>,
+    pub(super) routers: BTreeMap<String, Holder>,
+}
+
+/// What monitor events changed, for the next diff.
+#[derive(Debug, Clone, Default)]
+pub struct Touched {
+    /// Services whose rows changed in the database.
+    pub owners: BTreeSet<ServiceKey>,
+    /// A switch, router or group changed: re-read them ([`Observed::refresh_holders`]).
+    pub holders: bool,
+}
+
+pub(super) fn holders_of(cache: &Cache, table: &str) -> BTreeMap<String, Holder> {
+    let mut m = BTreeMap::new();
+    for (uuid, row) in cache.table(table).into_iter().flatten() {
+        if let Some(name) = str_of(row.get("name")) {
+            m.insert(
+                name,
+                Holder {
+                    uuid: *uuid,
+                    lbs: uuids_of(row.get("load_balancer")),
+                    groups: uuids_of(row.get("load_balancer_group")),
+                },
+            );
+        }
+    }
+    m
+}
+
+impl Observed {
+    pub fn from_cache(cache: &Cache) -> Observed {
+        let mut o = Observed::default();
+        for (uuid, row) in cache.table(LB).into_iter().flatten() {
+            o.put_lb(*uuid, row);
+        }
+        o.read_holders(cache);
+        o
+    }
+
+    /// Our rows, in no particular order.
+    pub fn lbs(&self) -> impl Iterator<Item = &ObservedLb> {
+        self.lbs.values()
+    }
+
+    /// The number of our rows.
+    pub fn len(&self) -> usize {
+        self.lbs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lbs.is_empty()
+    }
+
+    /// Our rows grouped by identity, each group by uuid (more than one: duplicates).
+    pub fn by_key(&self) -> BTreeMap<&LbKey, Vec<&ObservedLb>> {
+        let mut m: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
+        for o in self.lbs.values() {
+            m.entry(&o.key).or_default().push(o);
+        }
+        for v in m.values_mut() {
+            v.sort_by_key(|o| o.uuid);
+        }
+        m
+    }
+
+    /// One Service's rows grouped by identity, each group by uuid.
+    pub(super) fn rows_of(&self, owner: &ServiceKey) -> BTreeMap<&LbKey, Vec<&ObservedLb>> {
+        let mut m: BTreeMap<&LbKey, Vec<&ObservedLb>> = BTreeMap::new();
+        for u in self.by_owner.get(owner).into_iter().flatten() {
+            if let Some(o) = self.lbs.get(u) {
+                m.entry(&o.key).or_default().push(o);
+            }
+        }
+        m
+    }
+
+    /// Record a Load_Balancer row; returns its Service if it is ours.
+    pub(super) fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
+        let o = read_lb(uuid, row)?;
+        let owner = o.key.owner.clone();
+        self.by_owner.entry(owner.clone()).or_default().insert(uuid);
+        self.lbs.insert(uuid, o);
+        Some(owner)
+    }
+
+    /// Forget a Load_Balancer row; returns its Service if it was ours.
+    pub(super) fn remove_lb(&mut self, uuid: &Uuid) -> Option<ServiceKey> {
+        let o = self.lbs.remove(uuid)?;
+        if let Some(set) = self.by_owner.get_mut(&o.key.owner) {
+            set.remove(uuid);
+            if set.is_empty() {
+                self.by_owner.remove(&o.key.owner);
+            }
+        }
+        Some(o.key.owner)
+    }
+
+    /// Apply one monitor event. Events carry whole rows, so applying one twice, or one the
+    /// cache already held when this was built, changes nothing.
+    pub fn apply(&mut self, ev: &Event, touched: &mut Touched) {
+        match ev {
+            Event::Insert { table, uuid, new }
+            | Event::Modify {
+                table, uuid, new, ..
+            } if table == LB => {
+                // The same row again (a new monitor's snapshot replayed): nothing to diff.
+                if let (Some(have), Some(now)) = (self.lbs.get(uuid), read_lb(*uuid, new))
+                    && *have == now
+                {
+                    return;
+                }
+                touched.owners.extend(self.remove_lb(uuid));
+                touched.owners.extend(self.put_lb(*uuid, new));
+            }
+            Event::Delete { table, uuid, .. } if table == LB => {
+                touched.owners.extend(self.remove_lb(uuid));
+            }
+            _ => touched.holders = true,
+        }
+    }
+
+    pub(super) fn read_holders(&mut self, cache: &Cache) {
+        self.ipam.clear();
+        for (uuid, row) in cache.table(SWITCH).into_iter().flatten() {
+            let other_config = map_of(row.get("other_config"));
+            let external_ids = map_of(row.get("external_ids"));
+            self.ipam.push(SwitchIpam {
+                uuid: *uuid,
+                ipam: LogicalSwitchIpam {
+                    name: str_of(row.get("name")).unwrap_or_default(),
+                    subnet: other_config.get("subnet").cloned(),
+                    exclude_ips: other_config.get("exclude_ips").cloned(),
+                    ours: external_ids.get(OURS_KEY).cloned(),
+                },
+                other_config,
+                external_ids,
+            });
+        }
+        self.groups = holders_of(cache, GROUP);
+        self.switches = holders_of(cache, SWITCH);
+        self.routers = holders_of(cache, ROUTER);
+    }
+
+    /// Re-read switches, routers and groups (few, next to load balancers). The Services whose
+    /// rows were attached or detached are added to `touched`; returns true when a target came,
+    /// went or was renamed, which can change any row's attachments.
+    pub fn refresh_holders(&mut self, cache: &Cache, touched: &mut Touched) -> bool {
+        let before = [
+            std::mem::take(&mut self.groups),
+            std::mem::take(&mut self.switches),
+            std::mem::take(&mut self.routers),
+        ];
+        self.read_holders(cache);
+        let after = [&self.groups, &self.switches, &self.routers];
+        let mut targets_changed = false;
+        for (old, new) in before.iter().zip(after) {
+            let same_targets = old.len() == new.len()
+                && old
+                    .iter()
+                    .zip(new.iter())
+                    .all(|((an, a), (bn, b))| an == bn && a.uuid == b.uuid);
+            if !same_targets {
+                targets_changed = true;
+                continue;
+            }
+            for (name, h) in new {
+                let Some(o) = old.get(name) else { continue };
+                for u in o.lbs.symmetric_difference(&h.lbs) {
+                    if let Some(l) = self.lbs.get(u) {
+                        touched.owners.insert(l.key.owner.clone());
+                    }
+                }
+            }
+        }
+        targets_changed
+    }
+}

@@ -1,0 +1,259 @@
+//! The writer's sans-IO core: the fence of a writer session and the [`Session`], which turns
+//! monitor events and a plan into transactions and learns their outcome.
+
+use super::*;
+
+/// The writer fence: the transaction fails unless `token` is still the writer token in
+/// `NB_Global`. Put first in every transaction of a session.
+pub(super) fn fence(token: &str) -> Operation {
+    let mut t = Transaction::new(DB);
+    t.wait(
+        NB_GLOBAL,
+        vec![Condition::includes(
+            "external_ids",
+            Value::map([(WRITER_KEY, token)]),
+        )],
+        &["_uuid"],
+        WaitUntil::NotEqual,
+        vec![],
+        Some(0),
+    );
+    t.ops.remove(0)
+}
+
+/// Make `token` the writer token (creating `NB_Global` if missing, as `ovn-nbctl init` does).
+/// From the commit on, every transaction fenced with an earlier token fails; so a snapshot
+/// taken after this call holds everything an earlier writer will ever have written.
+pub async fn take_over(client: &Client, token: &str) -> Result<(), ovsdb::Error> {
+    let mut txn = Transaction::new(DB);
+    txn.mutate(
+        NB_GLOBAL,
+        vec![],
+        vec![Mutation::new(
+            "external_ids",
+            Mutator::Delete,
+            Value::set([WRITER_KEY]),
+        )],
+    );
+    txn.mutate(
+        NB_GLOBAL,
+        vec![],
+        vec![Mutation::new(
+            "external_ids",
+            Mutator::Insert,
+            Value::map([(WRITER_KEY, token)]),
+        )],
+    );
+    txn.comment("vipflow: Northbound writer");
+    let r = client.transact(&txn).await?;
+    if matches!(r.first(), Some(OpResult::Count(n)) if *n > 0) {
+        return Ok(());
+    }
+    // No NB_Global row yet: create it, unless someone else just did.
+    let mut txn = Transaction::new(DB);
+    txn.wait(
+        NB_GLOBAL,
+        vec![],
+        &["_uuid"],
+        WaitUntil::Equal,
+        vec![],
+        Some(0),
+    );
+    txn.insert(
+        NB_GLOBAL,
+        Row::from([(
+            "external_ids".to_string(),
+            Value::map([(WRITER_KEY, token)]),
+        )]),
+    );
+    txn.comment("vipflow: Northbound writer");
+    client.transact(&txn).await.map(|_| ())
+}
+
+/// A fresh writer token for a session.
+pub fn new_token() -> String {
+    Uuid::new_v4().to_string()
+}
+
+/// The reconciler's state for one connection, sans I/O: [`run`] feeds it monitor events and
+/// plans and sends the transactions it returns (the benchmark drives it the same way).
+pub struct Session {
+    pub(super) observed: Observed,
+    /// Changes seen by the monitor and not yet diffed.
+    pub(super) touched: Touched,
+    /// The handover whose rows the database is known to hold.
+    pub(super) applied: Option<u64>,
+    /// The first sync of the connection: everything, batched.
+    pub(super) first: bool,
+    /// The next diff covers every Service (after a failure, a skipped generation, or a
+    /// switch/router/group appearing or going).
+    pub(super) full: bool,
+    /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
+    pub(super) exclude_due: bool,
+    /// This session's writer token ([`take_over`]); `None`: no fence (tests of the diff).
+    pub(super) token: Option<String>,
+    pub(super) attach_problems: Vec<String>,
+    pub(super) exclude_problems: Vec<String>,
+    pub(super) group_problems: Vec<String>,
+}
+
+impl Session {
+    /// Start from the monitor's first snapshot, taken after [`take_over`] with `token`.
+    pub fn new(observed: Observed, token: Option<String>) -> Self {
+        Session {
+            observed,
+            touched: Touched::default(),
+            applied: None,
+            first: true,
+            full: true,
+            exclude_due: true,
+            token,
+            attach_problems: Vec::new(),
+            exclude_problems: Vec::new(),
+            group_problems: Vec::new(),
+        }
+    }
+
+    /// Start over from a new monitor's snapshot (after [`send`] resubscribed): the next diff
+    /// covers everything, and finds nothing to do unless someone else wrote meanwhile.
+    pub fn resubscribed(&mut self, observed: Observed) {
+        self.observed = observed;
+        self.touched = Touched::default();
+        self.full = true;
+        self.exclude_due = true;
+    }
+
+    /// What the database holds, as far as the events applied so far tell.
+    pub fn observed(&self) -> &Observed {
+        &self.observed
+    }
+
+    /// Apply `first_event` and every event queued, and re-read switches, routers and groups if
+    /// one changed.
+    pub fn absorb(&mut self, monitor: &mut ovsdb::Monitor, first_event: Option<Event>) {
+        if let Some(ev) = first_event {
+            self.observed.apply(&ev, &mut self.touched);
+        }
+        while let Some(ev) = monitor.try_event() {
+            self.observed.apply(&ev, &mut self.touched);
+        }
+        if self.touched.holders {
+            self.touched.holders = false;
+            if self
+                .observed
+                .refresh_holders(&monitor.cache(), &mut self.touched)
+            {
+                self.full = true;
+            }
+            self.exclude_due = true;
+        }
+    }
+
+    /// The transactions that bring the database to `plan`, given what changed since the last
+    /// sync.
+    pub fn changes(&mut self, plan: &Desired) -> Vec<Change> {
+        let mut changes = Vec::new();
+        self.changes_into(plan, &mut |c| changes.push(c));
+        changes
+    }
+
+    /// [`Session::changes`], each handed to `sink` as soon as it is complete.
+    pub(super) fn changes_into(&mut self, plan: &Desired, sink: &mut dyn FnMut(Change)) {
+        let new_plan = self.applied != Some(plan.step);
+        let follows = self.applied.is_some_and(|g| g + 1 == plan.step);
+        let delta = plan.delta.as_ref().filter(|_| follows);
+        let whole = self.full || self.first || (new_plan && delta.is_none());
+        let owners = if whole {
+            self.touched.owners.clear();
+            None
+        } else {
+            let mut o = std::mem::take(&mut self.touched.owners);
+            if new_plan && let Some(d) = delta {
+                o.extend(d.touched.iter().cloned());
+            }
+            Some(o)
+        };
+        if owners.as_ref().is_none_or(|o| !o.is_empty()) {
+            let p = diff(
+                &self.observed,
+                &plan.rows,
+                owners.as_ref(),
+                self.first,
+                sink,
+            );
+            if whole {
+                self.attach_problems = p;
+            } else {
+                self.attach_problems.extend(p);
+                self.attach_problems.sort();
+                self.attach_problems.dedup();
+            }
+        }
+        // A few targets (one per node): checked on every pass, like a holder event would.
+        if let Some(g) = &plan.group {
+            let (c, p) = group::diff(&self.observed, g);
+            c.into_iter().for_each(&mut *sink);
+            self.group_problems = p;
+        }
+        let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
+        if plan.exclude_ips && (whole || self.exclude_due || vips_changed) {
+            let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
+            let (c, p) = diff_exclude(&self.observed, &vips, self.first);
+            c.into_iter().for_each(&mut *sink);
+            self.exclude_problems = p;
+        }
+    }
+
+    /// Record the outcome of writing `plan`'s changes.
+    pub fn done(&mut self, plan: &Desired, result: &Result<(), ovsdb::Error>) {
+        match result {
+            Ok(()) => {
+                self.applied = Some(plan.step);
+                self.first = false;
+                self.full = false;
+                self.exclude_due = false;
+            }
+            Err(_) => {
+                // Start over from everything observed: the owners taken for this diff are not
+                // remembered one by one.
+                self.full = true;
+                self.exclude_due = true;
+            }
+        }
+    }
+
+    /// Attachment and `exclude_ips` problems found by the last diffs.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = self.attach_problems.clone();
+        p.extend(self.group_problems.iter().cloned());
+        p.extend(self.exclude_problems.iter().cloned());
+        p
+    }
+}
+
+/// What [`send`] or [`write_plan`] did.
+pub struct Sent {
+    /// The monitor to go on with; `None`: it could not be renewed (reconnect).
+    pub monitor: Option<ovsdb::Monitor>,
+    pub transactions: u64,
+    pub result: Result<(), ovsdb::Error>,
+    /// When the last reply came, before any resubscription.
+    pub written: std::time::Instant,
+}
+
+/// `txn` with the writer fence of `token` first.
+pub(super) fn fenced(mut txn: Transaction, token: Option<&str>) -> Transaction {
+    if let Some(t) = token {
+        txn.ops.insert(0, fence(t));
+    }
+    txn
+}
+
+pub(super) fn warn_failed(e: &ovsdb::Error, services: usize) {
+    if e.outcome_unknown() {
+        // Never resend blindly: the next diff starts from what the monitor shows.
+        tracing::warn!(error = %e, services, "transaction outcome unknown; re-reading before any retry");
+    } else {
+        tracing::warn!(error = %e, services, "transaction failed; will retry");
+    }
+}

@@ -50,8 +50,8 @@ use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKe
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    DB, Desired, Observed, Session, describe_drift, monitor_spec, new_token, send, take_over,
-    write_plan,
+    DB, Desired, Observed, Session, absorb_queued, describe_drift, monitor_spec, new_token, send,
+    take_over, write_plan,
 };
 
 /// Runs per side for the medians of (a).
@@ -348,7 +348,7 @@ fn initial_sync(
         // diffed, so the two are timed together.
         let t = Instant::now();
         let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-        session.absorb(&mut monitor, None);
+        absorb_queued(&mut session, &mut monitor, None);
         let sent = write_plan(&mut session, &client, monitor, &desired).await;
         sent.result.expect("initial sync transactions");
         assert!(session.problems().is_empty(), "{:?}", session.problems());
@@ -357,7 +357,7 @@ fn initial_sync(
         // Not counted: after the commit, the monitor taken again and the full check the run
         // loop does next (nothing to write).
         let mut monitor = sent.monitor.expect("monitor again");
-        session.absorb(&mut monitor, None);
+        absorb_queued(&mut session, &mut monitor, None);
         let check = write_plan(&mut session, &client, monitor, &desired).await;
         check.result.expect("check after the first sync");
         assert_eq!(check.transactions, 0, "in sync after the first sync");
@@ -378,10 +378,10 @@ async fn next_event(monitor: &mut Monitor) -> Event {
 
 /// Wait (untimed) until the session has absorbed `n` of our rows.
 async fn absorb_rows(monitor: &mut Monitor, session: &mut Session, n: usize) {
-    session.absorb(monitor, None);
+    absorb_queued(session, monitor, None);
     while session.observed().len() != n {
         let ev = next_event(monitor).await;
-        session.absorb(monitor, Some(ev));
+        absorb_queued(session, monitor, Some(ev));
     }
 }
 
@@ -602,7 +602,7 @@ fn main() {
                 }
                 let ev = next_event(&mut monitor).await;
                 let t = Instant::now();
-                session.absorb(&mut monitor, Some(ev));
+                absorb_queued(&mut session, &mut monitor, Some(ev));
                 s.echo += t.elapsed();
             }
             let t = Instant::now();

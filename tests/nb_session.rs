@@ -13,8 +13,8 @@ use vipflow::model::{ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    BATCH_OWNERS, Change, DB, Desired, Observed, Session, monitor_spec, new_token, send, take_over,
-    write_plan,
+    BATCH_OWNERS, Change, DB, Desired, Observed, Session, absorb_queued, monitor_spec, new_token,
+    send, take_over, write_plan,
 };
 
 fn nb() -> Sandbox {
@@ -87,7 +87,7 @@ async fn connect(sb: &Sandbox) -> (Client, Option<Monitor>, Session) {
     take_over(&client, &token).await.unwrap();
     let mut monitor = client.monitor(monitor_spec()).await.unwrap();
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-    session.absorb(&mut monitor, None);
+    absorb_queued(&mut session, &mut monitor, None);
     (client, Some(monitor), session)
 }
 
@@ -113,13 +113,13 @@ fn m(monitor: &mut Option<Monitor>) -> &mut Monitor {
 
 /// Absorb monitor events until the session holds `n` rows of ours.
 async fn absorb_until(monitor: &mut Monitor, session: &mut Session, n: usize) {
-    session.absorb(monitor, None);
+    absorb_queued(session, monitor, None);
     while session.observed().len() != n {
         let ev = tokio::time::timeout(Duration::from_secs(10), monitor.next_event())
             .await
             .expect("a monitor update within 10 s")
             .expect("monitor open");
-        session.absorb(monitor, Some(ev));
+        absorb_queued(session, monitor, Some(ev));
     }
 }
 
@@ -251,7 +251,7 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
             .await
             .unwrap()
             .unwrap();
-        session.absorb(m(&mut monitor), Some(ev));
+        absorb_queued(&mut session, m(&mut monitor), Some(ev));
         let changes = session.changes(&plan);
         if changes.is_empty() {
             // Our own echo; the edit is still to come.
@@ -286,7 +286,7 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
     );
     // As the run loop does before each diff. ovsdb-server sends a transaction's update before
     // its reply, so the echo of the repair is already queued: svc-5 needs nothing more.
-    session.absorb(m(&mut monitor), None);
+    absorb_queued(&mut session, m(&mut monitor), None);
     let changes = session.changes(&plan);
     assert_eq!(
         owners(&changes),

@@ -128,21 +128,15 @@ impl Session {
         &self.observed
     }
 
-    /// Apply `first_event` and every event queued, and re-read switches, routers and groups if
-    /// one changed.
-    pub fn absorb(&mut self, monitor: &mut ovsdb::Monitor, first_event: Option<Event>) {
-        if let Some(ev) = first_event {
-            self.observed.apply(&ev, &mut self.touched);
-        }
-        while let Some(ev) = monitor.try_event() {
+    /// Apply `events` in order, and re-read switches, routers and groups from `cache` if one
+    /// changed. The caller owns the monitor and its cache ([`absorb_queued`] drains one).
+    pub fn absorb(&mut self, events: impl IntoIterator<Item = Event>, cache: &Cache) {
+        for ev in events {
             self.observed.apply(&ev, &mut self.touched);
         }
         if self.touched.holders {
             self.touched.holders = false;
-            if self
-                .observed
-                .refresh_holders(&monitor.cache(), &mut self.touched)
-            {
+            if self.observed.refresh_holders(cache, &mut self.touched) {
                 self.full = true;
             }
             self.exclude_due = true;
@@ -257,3 +251,7 @@ pub(super) fn warn_failed(e: &ovsdb::Error, services: usize) {
         tracing::warn!(error = %e, services, "transaction failed; will retry");
     }
 }
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// Hand `session` `first` and every event the monitor has queued, with its cache.
+pub fn absorb_queued(session: &mut Session, monitor: &mut ovsdb::Monitor, first: Option<Event>) {
+    let mut events: Vec<Event> = first.into_iter().collect();
+    while let Some(ev) = monitor.try_event() {
+        events.push(ev);
+    }
+    session.absorb(events, &monitor.cache());
+}
+
 /// Write `changes` and tell the session the outcome. A first sync's batches go out pipelined,
 /// as [`write_plan`] sends them; later changes one after the other, stopping at the first
 /// failure.
@@ -275,7 +284,7 @@ pub async fn run(
             let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token.clone()));
             let mut event = None;
             loop {
-                s.absorb(&mut monitor, event.take());
+                absorb_queued(&mut s, &mut monitor, event.take());
                 let plan = desired.borrow_and_update().clone();
                 if plan.generation == 0 {
                     // No plan yet (the placeholder): writing it would delete every row of ours.

@@ -1,0 +1,228 @@
+//! The Northbound writer's core in memory: a replica of the database (the real OVN NB schema,
+//! rows and events as the `ovsdb` cache holds them), the planner's hand-over, and the
+//! session's transactions checked operation by operation. No server.
+
+use super::*;
+use crate::model::ModelOptions;
+use crate::plan::northbound::NorthboundConfig;
+use crate::plan::planner::Planner;
+use ovsdb::monitor::{RowUpdate, TableUpdates};
+use ovsdb::schema::DatabaseSchema;
+
+const OBJECTS: &str = "
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop, creationTimestamp: '2026-01-01T00:00:00Z'}
+  spec:
+    externalIPs: [192.0.2.10]
+    ports: [{port: 80, protocol: TCP, targetPort: 8080}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: api, namespace: shop, creationTimestamp: '2026-01-02T00:00:00Z'}
+  spec:
+    externalIPs: [192.0.2.11]
+    ports: [{port: 443, protocol: TCP, targetPort: 8443}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.1.5]}]
+  ports: [{port: 8080, protocol: TCP}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: api-1, namespace: shop, labels: {kubernetes.io/service-name: api}}
+  addressType: IPv4
+  endpoints: [{addresses: [10.244.2.7]}]
+  ports: [{port: 8443, protocol: TCP}]
+";
+
+fn schema() -> Arc<DatabaseSchema> {
+    let path = std::env::var("NB_SCHEMA")
+        .unwrap_or_else(|_| "/usr/share/ovn/ovn-nb.ovsschema".to_string());
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e} (scripts/install-deps.sh installs OVN)"));
+    Arc::new(DatabaseSchema::from_json(&serde_json::from_str(&text).unwrap()).unwrap())
+}
+
+/// The planner's hand-over for OBJECTS.
+fn plan() -> Desired {
+    let loaded = crate::source::file::parse(OBJECTS).unwrap();
+    let mut planner = Planner::new(
+        ModelOptions::default(),
+        &[],
+        0x7f1f,
+        Some(NorthboundConfig {
+            exclude_ips: false,
+            ..NorthboundConfig::default()
+        }),
+    );
+    let plans = planner.update(&loaded.objects);
+    Desired::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false)
+}
+
+fn row_of<'a>(d: &'a Desired, ns: &str, name: &str) -> &'a LbRow {
+    &d.rows[&ServiceKey::new(ns, name)][0]
+}
+
+fn updates(rows: Vec<(Uuid, RowUpdate)>) -> TableUpdates {
+    TableUpdates::from([(LB.to_string(), rows.into_iter().collect())])
+}
+
+fn uuid(n: u128) -> Uuid {
+    Uuid::from_u128(n)
+}
+
+/// Every operation of `changes` as JSON text, one per line.
+fn ops(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| c.txn.as_ref())
+        .flat_map(|t| t.ops.iter().map(|o| o.to_json().to_string()))
+        .collect()
+}
+
+#[test]
+fn a_first_sync_repairs_deletes_and_inserts_only_what_is_ours() {
+    let d = plan();
+    let web = row_of(&d, "shop", "web");
+    let mut wrong = insert_columns(web);
+    wrong.insert("vips".into(), Value::map([("192.0.2.10:80", "10.9.9.9:1")]));
+    let mut gone = web.clone();
+    gone.external_ids
+        .insert(OWNER_KEY.into(), "shop/gone".into());
+    gone.name = "vipflow/shop/gone/tcp".into();
+    let foreign = Row::from([
+        ("name".to_string(), Value::Atom(Atom::string("theirs"))),
+        ("protocol".to_string(), Value::set(["tcp"])),
+        (
+            "vips".to_string(),
+            Value::map([("192.0.2.99:80", "10.0.0.1:80")]),
+        ),
+    ]);
+    let mut cache = Cache::new(schema(), monitor_spec());
+    cache
+        .apply(updates(vec![
+            (uuid(1), RowUpdate::Initial(wrong)),
+            // The same row twice: the second is a duplicate.
+            (uuid(2), RowUpdate::Initial(insert_columns(web))),
+            (uuid(3), RowUpdate::Initial(insert_columns(&gone))),
+            (uuid(4), RowUpdate::Initial(foreign)),
+        ]))
+        .unwrap();
+    let mut session = Session::new(Observed::from_cache(&cache), Some("tok".into()));
+    let changes = session.changes(&d);
+    let all = ops(&changes);
+    let text = all.join("\n");
+    // Every transaction goes out fenced by the writer token (the sender puts the fence first).
+    for c in changes.iter().filter_map(|c| c.txn.clone()) {
+        let first = fenced(c, session.token.as_deref()).ops[0]
+            .to_json()
+            .to_string();
+        assert!(
+            first.contains("\"wait\"") && first.contains("tok"),
+            "{first}"
+        );
+    }
+    // The row with the wrong vips is updated; one of the two copies goes; the orphan goes.
+    let uuid_text = |n| uuid(n).to_string();
+    let updates_of = |n| {
+        all.iter()
+            .filter(|o| o.contains("\"update\"") && o.contains(&uuid_text(n)))
+            .count()
+    };
+    let deletes_of = |n| {
+        all.iter()
+            .filter(|o| o.contains("\"delete\"") && o.contains(&uuid_text(n)))
+            .count()
+    };
+    assert_eq!(updates_of(1) + updates_of(2), 1, "{text}");
+    assert_eq!(deletes_of(1) + deletes_of(2), 1, "one copy deleted: {text}");
+    assert_eq!(deletes_of(3), 1, "orphan deleted: {text}");
+    // The missing Service's row is inserted.
+    assert!(
+        all.iter()
+            .any(|o| o.contains("\"insert\"") && o.contains("vipflow/shop/api/tcp")),
+        "{text}"
+    );
+    // Someone else's row is never named.
+    assert!(!text.contains(&uuid_text(4)), "{text}");
+    assert!(!text.contains("theirs"), "{text}");
+}
+
+#[test]
+fn after_the_sync_only_an_outside_edit_is_written_again_and_only_for_its_service() {
+    let d = plan();
+    let web = row_of(&d, "shop", "web").clone();
+    let api = row_of(&d, "shop", "api").clone();
+    let mut cache = Cache::new(schema(), monitor_spec());
+    cache
+        .apply(updates(vec![
+            (uuid(1), RowUpdate::Initial(insert_columns(&web))),
+            (uuid(2), RowUpdate::Initial(insert_columns(&api))),
+        ]))
+        .unwrap();
+    let mut session = Session::new(Observed::from_cache(&cache), Some("tok".into()));
+    assert!(ops(&session.changes(&d)).is_empty(), "already in sync");
+    session.done(&d, &Ok(()));
+    assert!(
+        ops(&session.changes(&d)).is_empty(),
+        "nothing new: nothing diffed"
+    );
+
+    // Someone edits web's vips: the monitor's event names it, and only web is written.
+    let events = cache
+        .apply(updates(vec![(
+            uuid(1),
+            RowUpdate::Modify(Row::from([(
+                "vips".to_string(),
+                Value::map([("192.0.2.10:80", "10.6.6.6:1")]),
+            )])),
+        )]))
+        .unwrap();
+    assert_eq!(events.len(), 1);
+    session.absorb(events, &cache);
+    let changes = session.changes(&d);
+    let owners: Vec<_> = changes.iter().flat_map(|c| c.owners.iter()).collect();
+    assert_eq!(owners, [&ServiceKey::new("shop", "web")]);
+    let all = ops(&changes).join("\n");
+    assert!(
+        all.contains("\"update\"") && all.contains("10.244.1.5:8080"),
+        "{all}"
+    );
+    assert!(!all.contains(&uuid(2).to_string()), "api untouched: {all}");
+
+    // Someone deletes api's row: it is put back, and a failed write is retried in full.
+    session.done(&d, &Ok(()));
+    let events = cache
+        .apply(updates(vec![(uuid(2), RowUpdate::Delete)]))
+        .unwrap();
+    session.absorb(events, &cache);
+    let changes = session.changes(&d);
+    let all = ops(&changes);
+    // Put back, after a wait that no row has its identity (the cache may not yet show a
+    // write of this session's own).
+    let insert = all
+        .iter()
+        .position(|o| o.contains("\"insert\"") && o.contains("vipflow/shop/api/tcp"))
+        .unwrap_or_else(|| panic!("no insert: {all:?}"));
+    assert!(
+        all[..insert]
+            .iter()
+            .any(|o| o.contains("\"wait\"") && o.contains("shop/api")),
+        "{all:?}"
+    );
+    let lost = ovsdb::Error::OutcomeUnknown {
+        remote: "test".into(),
+        reason: "connection lost".into(),
+    };
+    session.done(&d, &Err(lost));
+    assert!(
+        ops(&session.changes(&d))
+            .iter()
+            .any(|o| o.contains("vipflow/shop/api/tcp")),
+        "after a failure the next diff covers everything again"
+    );
+}

@@ -75,9 +75,18 @@ pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
 }
 
 /// Every document of `text` parsed whole: the reference for the by-item paths, and the path
-/// for what they do not take.
+/// for what they do not take. JSON is read as JSON (which allows characters YAML refuses),
+/// anything else as YAML.
 pub fn parse_whole(text: &str) -> Result<Loaded, String> {
     check_depth(text, MAX_DEPTH)?;
+    if text.trim_start().starts_with('{')
+        && let Ok(v) = serde_json::from_str::<Value>(text)
+    {
+        return match Doc::deserialize(v).map_err(|e| format!("document 1: {e}"))? {
+            Doc::Map(d) => finish(vec![d]),
+            Doc::Null | Doc::NotMapping => Err(not_a_mapping(0)),
+        };
+    }
     parse_whole_unchecked(text)
 }
 

@@ -276,3 +276,13 @@ fn a_control_character_in_a_line_left_out_fails_the_same_way() {
         assert!(same_as_whole(text).starts_with("Err"), "{text:?}");
     }
 }
+
+#[test]
+fn json_is_read_as_json_even_where_yaml_would_refuse_a_character() {
+    // JSON allows U+007F in a string; YAML does not. A JSON file is JSON. Found by the fuzzer.
+    let text = "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{\"apiVersion\": \"v1\", \"kind\": \"Node\", \"metadata\": {\"name\": \"n\", \"labels\": {\"a\": \"x\u{7f}y\"}}}]}";
+    assert!(parse_json_by_item(text).is_some());
+    let r = same_as_whole(text);
+    assert!(r.starts_with("Ok"), "{r}");
+    assert_eq!(parse(text).unwrap().objects.nodes.len(), 1);
+}

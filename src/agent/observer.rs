@@ -2,6 +2,57 @@
 //! metrics, readiness, the status document and Events.
 
 use super::*;
+use crate::reconcile::error::ReconcileError;
+
+/// What one reconciler reports that the observer counts.
+struct Report<'a> {
+    syncs: u64,
+    last_sync: Duration,
+    applied: Option<u64>,
+    error: &'a Option<ReconcileError>,
+}
+
+/// What the observer last saw of one reconciler, so that each sync, applied plan and error
+/// is counted once.
+#[derive(Default)]
+struct Seen {
+    syncs: u64,
+    applied: Option<u64>,
+    error: Option<ReconcileError>,
+}
+
+impl Seen {
+    /// Count what is new in `r`: a sync's duration, the time from a plan's objects arriving
+    /// to the plan applied, a new error under its kind's label.
+    fn follow(
+        &mut self,
+        m: &crate::metrics::Metrics,
+        target: &crate::metrics::TargetLabel,
+        r: Report<'_>,
+        arrived: &dyn Fn(Option<u64>) -> Option<std::time::Instant>,
+    ) {
+        if r.syncs > self.syncs {
+            self.syncs = r.syncs;
+            m.sync_seconds
+                .get_or_create(target)
+                .observe(r.last_sync.as_secs_f64());
+        }
+        if r.applied != self.applied {
+            self.applied = r.applied;
+            if let Some(t) = arrived(r.applied) {
+                m.event_to_dataplane_seconds
+                    .get_or_create(target)
+                    .observe(t.elapsed().as_secs_f64());
+            }
+        }
+        if *r.error != self.error {
+            if let Some(e) = r.error {
+                m.error(e.kind.metric_label());
+            }
+            self.error = r.error.clone();
+        }
+    }
+}
 
 /// Follow the reconcilers: metrics, readiness, the status document, Events.
 #[allow(clippy::too_many_arguments)]
@@ -18,11 +69,8 @@ pub(super) async fn observe_agent(
     use crate::metrics::Metrics;
     let m = &opts.metrics;
     let mut leader = opts.leader.clone();
-    let mut seen_syncs: Vec<u64> = vec![0; bridges.len()];
-    let mut seen_applied: Vec<Option<u64>> = vec![None; bridges.len()];
-    let mut seen_errors: Vec<Option<String>> = vec![None; bridges.len() + 1];
-    let mut nb_syncs = 0u64;
-    let mut nb_applied = None;
+    let mut seen_bridges: Vec<Seen> = bridges.iter().map(|_| Seen::default()).collect();
+    let mut seen_nb = Seen::default();
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
     loop {
@@ -42,7 +90,7 @@ pub(super) async fn observe_agent(
         let mut all_applied = !bridges.is_empty() || nb_status.is_some();
         let mut min_applied: Option<u64> = None;
         let mut bridge_docs = Vec::new();
-        for (i, (name, st)) in bridges.iter_mut().enumerate() {
+        for ((name, st), seen) in bridges.iter_mut().zip(&mut seen_bridges) {
             let s = st.borrow_and_update().clone();
             let target = Metrics::target(&format!("bridge/{name}"));
             m.flows
@@ -51,30 +99,17 @@ pub(super) async fn observe_agent(
             m.connected
                 .get_or_create(&Metrics::peer(&format!("openflow/{name}")))
                 .set(i64::from(s.connected));
-            if s.syncs > seen_syncs[i] {
-                seen_syncs[i] = s.syncs;
-                m.sync_seconds
-                    .get_or_create(&target)
-                    .observe(s.last_sync.as_secs_f64());
-            }
-            if s.applied_generation != seen_applied[i] {
-                seen_applied[i] = s.applied_generation;
-                if let Some(t) = arrived(s.applied_generation) {
-                    m.event_to_dataplane_seconds
-                        .get_or_create(&target)
-                        .observe(t.elapsed().as_secs_f64());
-                }
-            }
-            if s.last_error != seen_errors[i] {
-                if s.last_error.is_some() {
-                    m.error(if s.connected {
-                        "openflow_write"
-                    } else {
-                        "openflow_connect"
-                    });
-                }
-                seen_errors[i] = s.last_error.clone();
-            }
+            seen.follow(
+                m,
+                &target,
+                Report {
+                    syncs: s.syncs,
+                    last_sync: s.last_sync,
+                    applied: s.applied_generation,
+                    error: &s.last_error,
+                },
+                &arrived,
+            );
             all_applied &= s.applied_generation.is_some();
             min_applied = Some(
                 min_applied.map_or(s.applied_generation.unwrap_or(0), |x: u64| {
@@ -87,7 +122,7 @@ pub(super) async fn observe_agent(
                 flows: s.flows,
                 applied_generation: s.applied_generation,
                 skipped: s.skipped.clone(),
-                last_error: s.last_error.clone(),
+                last_error: s.last_error.as_ref().map(ToString::to_string),
                 full_syncs: s.full_syncs,
                 problems: s.problems.iter().map(ToString::to_string).collect(),
             });
@@ -100,27 +135,17 @@ pub(super) async fn observe_agent(
             m.connected
                 .get_or_create(&Metrics::peer("ovsdb/northbound"))
                 .set(i64::from(s.connected));
-            if s.syncs > nb_syncs {
-                nb_syncs = s.syncs;
-                m.sync_seconds
-                    .get_or_create(&target)
-                    .observe(s.last_sync.as_secs_f64());
-            }
-            if s.applied_generation != nb_applied {
-                nb_applied = s.applied_generation;
-                if let Some(t) = arrived(s.applied_generation) {
-                    m.event_to_dataplane_seconds
-                        .get_or_create(&target)
-                        .observe(t.elapsed().as_secs_f64());
-                }
-            }
-            let last = seen_errors.len() - 1;
-            if s.last_error != seen_errors[last] {
-                if s.last_error.is_some() {
-                    m.error("northbound");
-                }
-                seen_errors[last] = s.last_error.clone();
-            }
+            seen_nb.follow(
+                m,
+                &target,
+                Report {
+                    syncs: s.syncs,
+                    last_sync: s.last_sync,
+                    applied: s.applied_generation,
+                    error: &s.last_error,
+                },
+                &arrived,
+            );
             if is_leader {
                 all_applied &= s.applied_generation.is_some();
             }
@@ -130,7 +155,7 @@ pub(super) async fn observe_agent(
                 rows: s.rows,
                 applied_generation: s.applied_generation,
                 problems: s.problems.clone(),
-                last_error: s.last_error.clone(),
+                last_error: s.last_error.as_ref().map(ToString::to_string),
                 transactions: s.transactions,
             });
         }

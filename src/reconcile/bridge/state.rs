@@ -64,7 +64,7 @@ pub struct Status {
     pub flows: usize,
     /// Planned flows that could not be written (missing port, rejected by the switch).
     pub skipped: Vec<String>,
-    pub last_error: Option<String>,
+    pub last_error: Option<crate::reconcile::error::ReconcileError>,
     pub full_syncs: u64,
     /// Syncs done (full and incremental) and how long the last one took.
     pub syncs: u64,

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use super::BridgeSettings;
 use super::state::*;
+use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
 
 /// Our flows as the switch has them.
 pub async fn read_flows(
@@ -127,7 +128,8 @@ pub async fn run(
                 }
                 status.send_modify(|s| {
                     s.connected = false;
-                    s.last_error = Some(e.to_string());
+                    s.last_error =
+                        Some(ReconcileError::new(ReconcileErrorKind::OpenflowConnect, &e));
                 });
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
@@ -158,7 +160,8 @@ pub async fn run(
                 tracing::warn!(bridge = %b.name, error = %e, "connection lost; reconnecting");
                 status.send_modify(|s| {
                     s.connected = false;
-                    s.last_error = Some(e.to_string());
+                    s.last_error =
+                        Some(ReconcileError::new(ReconcileErrorKind::OpenflowSession, &e));
                 });
                 away_since = Some(std::time::Instant::now());
                 last_warn = Some(std::time::Instant::now());

@@ -168,7 +168,7 @@ pub struct Status {
     pub rows: usize,
     /// Attachments that could not be made (switch, router or group missing).
     pub problems: Vec<String>,
-    pub last_error: Option<String>,
+    pub last_error: Option<crate::reconcile::error::ReconcileError>,
     pub transactions: u64,
     /// Syncs that wrote something, and how long the last one took.
     pub syncs: u64,

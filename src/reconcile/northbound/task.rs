@@ -2,6 +2,7 @@
 //! reconnect loop, and the one-shot sync, verify and check against a database.
 
 use super::*;
+use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
 
 /// Hand `session` `first` and every event the monitor has queued, with its cache.
 pub fn absorb_queued(session: &mut Session, monitor: &mut ovsdb::Monitor, first: Option<Event>) {
@@ -229,7 +230,9 @@ pub async fn run(
             Ok(o) => o,
             Err(e) => {
                 tracing::error!(remotes = %settings.remotes, error = %e, "bad Northbound remote; not writing rows");
-                status.send_modify(|s| s.last_error = Some(e.to_string()));
+                status.send_modify(|s| {
+                    s.last_error = Some(ReconcileError::new(ReconcileErrorKind::Northbound, &e))
+                });
                 return;
             }
         };
@@ -246,7 +249,7 @@ pub async fn run(
                 }
                 status.send_modify(|s| {
                     s.connected = false;
-                    s.last_error = Some(e.to_string());
+                    s.last_error = Some(ReconcileError::new(ReconcileErrorKind::Northbound, &e));
                 });
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -264,7 +267,9 @@ pub async fn run(
             let token = new_token();
             if let Err(e) = take_over(&client, &token).await {
                 tracing::warn!(error = %e, "cannot take over as Northbound writer");
-                status.send_modify(|s| s.last_error = Some(e.to_string()));
+                status.send_modify(|s| {
+                    s.last_error = Some(ReconcileError::new(ReconcileErrorKind::Northbound, &e))
+                });
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(settings.backoff_max);
                 continue 'connect;
@@ -328,7 +333,9 @@ pub async fn run(
                     }
                 }
                 let problems = s.problems();
-                let failed = result.err().map(|e| e.to_string());
+                let failed = result
+                    .err()
+                    .map(|e| ReconcileError::new(ReconcileErrorKind::Northbound, e));
                 status.send_if_modified(|st| {
                     let before = st.clone();
                     st.connected = true;

@@ -752,7 +752,15 @@ pub(crate) fn build_slices<'a>(
 }
 
 #[cfg(test)]
-mod tests;
+mod conflicts_tests;
+#[cfg(test)]
+mod invalid_tests;
+#[cfg(test)]
+mod slices_tests;
+#[cfg(test)]
+mod test_support;
+#[cfg(test)]
+mod vips_tests;
 
 /// Addresses no VIP can be: link-local (ARP and ND for them never leave the segment in a way a
 /// load balancer can use) and the IPv4 limited broadcast.

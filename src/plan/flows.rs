@@ -448,5 +448,5 @@ impl MatchExt for Match {
 }
 
 #[cfg(test)]
-#[path = "flows_tests.rs"]
+#[path = "flows_tests/mod.rs"]
 mod tests;

@@ -1,4 +1,3 @@
-
 use super::*;
 
 const LONG: &str = "patch-br-ex_node-a-to-br-int";

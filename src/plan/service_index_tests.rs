@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::config::{GatewayMode, Profile};
 use crate::model::Model;

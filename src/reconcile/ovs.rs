@@ -174,6 +174,56 @@ pub fn watch(remote: String) -> (watch::Receiver<Option<OvsDb>>, Watcher) {
     (rx, Watcher(task))
 }
 
+/// How long a starting reconciler waits for the OVS database's first answer before it goes
+/// on without it.
+const DB_FIRST_ANSWER: Duration = Duration::from_secs(5);
+
+/// The OVS database as the reconciler follows it.
+pub(crate) struct DbFeed {
+    rx: watch::Receiver<Option<OvsDb>>,
+    _watcher: Option<Watcher>,
+}
+
+impl DbFeed {
+    pub(crate) fn new(remote: Option<String>) -> DbFeed {
+        match remote {
+            Some(r) => {
+                let (rx, w) = watch(r);
+                DbFeed {
+                    rx,
+                    _watcher: Some(w),
+                }
+            }
+            // A fixed value whose sender is gone: `changed` never fires.
+            None => DbFeed {
+                rx: watch::channel(Some(OvsDb::NotUsed)).1,
+                _watcher: None,
+            },
+        }
+    }
+
+    /// The database's first answer (view or unreachable), waited for a bounded time.
+    pub(crate) async fn first(&mut self) {
+        let _ = tokio::time::timeout(DB_FIRST_ANSWER, self.rx.wait_for(Option::is_some)).await;
+    }
+
+    pub(crate) fn current(&mut self) -> OvsDb {
+        self.rx
+            .borrow_and_update()
+            .clone()
+            .unwrap_or(OvsDb::Unreachable {
+                remote: "the OVS database".into(),
+                reason: format!("no answer within {} s", DB_FIRST_ANSWER.as_secs()),
+            })
+    }
+
+    pub(crate) async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

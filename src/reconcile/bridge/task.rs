@@ -1,9 +1,8 @@
 //! The bridge reconciler's task: the OpenFlow session (connect, port tracking, the flow
 //! monitor, full and incremental writes) and the reconnect loop around it.
 
-use crate::plan::ports::OvsDb;
 use crate::plan::service_index::FlowDelta;
-use crate::reconcile::ovs;
+use crate::reconcile::ovs::DbFeed;
 use openflow::message::PortStatus;
 use openflow::multipart::FlowStatsRequest;
 use openflow::oxm::MacAddr;
@@ -211,56 +210,6 @@ fn monitor_request(s: &BridgeSettings) -> openflow::monitor::FlowMonitorRequest 
         out_port: PORT_ANY,
         table_id: s.bridge.table,
         match_: Match::new(),
-    }
-}
-
-/// How long a starting reconciler waits for the OVS database's first answer before it goes
-/// on without it.
-const DB_FIRST_ANSWER: Duration = Duration::from_secs(5);
-
-/// The OVS database as the reconciler follows it.
-struct DbFeed {
-    rx: watch::Receiver<Option<OvsDb>>,
-    _watcher: Option<ovs::Watcher>,
-}
-
-impl DbFeed {
-    fn new(remote: Option<String>) -> DbFeed {
-        match remote {
-            Some(r) => {
-                let (rx, w) = ovs::watch(r);
-                DbFeed {
-                    rx,
-                    _watcher: Some(w),
-                }
-            }
-            // A fixed value whose sender is gone: `changed` never fires.
-            None => DbFeed {
-                rx: watch::channel(Some(OvsDb::NotUsed)).1,
-                _watcher: None,
-            },
-        }
-    }
-
-    /// The database's first answer (view or unreachable), waited for a bounded time.
-    async fn first(&mut self) {
-        let _ = tokio::time::timeout(DB_FIRST_ANSWER, self.rx.wait_for(Option::is_some)).await;
-    }
-
-    fn current(&mut self) -> OvsDb {
-        self.rx
-            .borrow_and_update()
-            .clone()
-            .unwrap_or(OvsDb::Unreachable {
-                remote: "the OVS database".into(),
-                reason: format!("no answer within {} s", DB_FIRST_ANSWER.as_secs()),
-            })
-    }
-
-    async fn changed(&mut self) {
-        if self.rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
     }
 }
 

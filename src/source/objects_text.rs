@@ -175,8 +175,9 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
             // Part of whatever it sits in; kept only where it cannot be in a block scalar.
             match at {
                 At::Root => root.push_str(line),
-                // Dropped: it must not hide what would make the whole text fail.
-                At::ItemsKey if !printable(line) => return None,
+                // Dropped: it must not hide what would make the whole text fail (a character
+                // YAML refuses, a tab where YAML reads indentation).
+                At::ItemsKey if !printable(line) || line.contains('\t') => return None,
                 _ => {}
             }
             continue;

@@ -265,13 +265,15 @@ proptest! {
 }
 
 #[test]
-fn a_control_character_in_a_line_left_out_fails_the_same_way() {
+fn a_control_character_or_a_tab_in_a_line_left_out_fails_the_same_way() {
     // The items key's comment and the comments before the first item are not parsed by the
     // by-item path: a character YAML refuses there must still refuse the file. Found by the
     // fuzzer.
     for text in [
         "apiVersion: v1\nkind: List\nitems: # a \u{0} here\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
         "apiVersion: v1\nkind: List\nitems:\n# a \u{7f} here\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
+        // A line of only a tab between the items key and the first item.
+        "apiVersion: v1\nkind: List\nitems:\n\t\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
     ] {
         assert!(same_as_whole(text).starts_with("Err"), "{text:?}");
     }

@@ -3,6 +3,34 @@
 //! The pipeline runs one way (DESIGN.md):
 //! `source` (file or Kubernetes) -> [`model`] (validated, pure) -> [`plan`] (desired flows per
 //! bridge, pure) -> [`reconcile`] (diff against the switch, minimal atomic changes) -> OVS.
+//!
+//! # Layout
+//!
+//! Folders read left to right along the pipeline, with [`agent`] as the wiring and the
+//! binary's `cli` as the shell:
+//! - [`source`]: the objects file (`file` watches it, `objects_text` parses it one item at a
+//!   time, `object_decode` types one object) and the Kubernetes watchers (`kube`).
+//! - [`model`]: the model's types (`mod.rs`), validation of each object (`validate`), typed
+//!   problems (`problem`).
+//! - [`plan`]: pure builders (`flows`, `northbound`, `exclude/`), and the one
+//!   [`plan::planner::Planner`] that keeps the incremental model (`service_index`) and the rows
+//!   per Service (`row_table`) for the agent, the tests and the benchmarks alike.
+//! - [`reconcile`]: per target, a pure core tested in memory (`bridge/state.rs`,
+//!   `northbound/{observed,diff,session}.rs`) and its I/O in `task.rs`; `error` types what a
+//!   reconciler last failed on.
+//! - [`agent`]: wiring (`mod.rs`), the planner task, the observer (metrics, readiness, Events,
+//!   the typed status document of `status.rs`), the one-shot commands.
+//!
+//! This follows the review's target layout (shared/REVIEW.md, section 4) with three
+//! differences, each for a reason:
+//! - The one-shot commands (`agent/oneshot.rs`) sit beside the agent, not under `reconcile/`:
+//!   they plan from the whole configuration with the agent's own helpers, then call both
+//!   reconcilers; under `reconcile/` they would reach back up into the agent.
+//! - `model/` keeps validation in one `validate.rs` rather than an incremental `index.rs`: the
+//!   incremental model is the planner's `service_index`, and moving it would leave the planner
+//!   two files apart from the flow index it updates in the same pass.
+//! - The bridge's view of the OVS database (`DbFeed`) lives with the database watcher in
+//!   `reconcile/ovs.rs`, the one file that does that I/O.
 
 pub mod agent;
 pub mod config;

@@ -1,6 +1,6 @@
 //! Wires the pipeline together: objects -> model -> plan per bridge -> one reconciler per
 //! bridge, a Northbound writer, and an observer; the one-shot forms used by `--once`,
-//! `vipflow verify` and `vipflow check` are in [`oneshot`].
+//! `vipflow verify` and `vipflow check` are in `oneshot.rs`.
 //!
 //! Shutting down leaves every flow in place: a restarting agent must not interrupt traffic.
 

@@ -50,8 +50,8 @@ use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKe
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    DB, Desired, Observed, Session, absorb_queued, describe_drift, monitor_spec, new_token, send,
-    take_over, write_plan,
+    DB, DesiredRows, Observed, Session, absorb_queued, describe_drift, monitor_spec, new_token,
+    send, take_over, write_plan,
 };
 
 /// Runs per side for the medians of (a).
@@ -280,10 +280,10 @@ fn planner(cfg: &NorthboundConfig) -> Planner {
 }
 
 /// What the agent's planner task hands the NB writer for a snapshot.
-fn hand_over(planner: &mut Planner, objs: &Objects) -> Desired {
+fn hand_over(planner: &mut Planner, objs: &Objects) -> DesiredRows {
     let plans = planner.update(objs);
     let rows = plans.northbound.as_ref().expect("a planner with rows");
-    Desired::from_rows(plans.generation, rows, true)
+    DesiredRows::from_rows(plans.generation, rows, true)
 }
 
 fn all_rows(planner: &Planner) -> Vec<LbRow> {

@@ -493,7 +493,7 @@ fn cli_once_then_verify_reports_sync_and_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
-    use vipflow::reconcile::bridge::{self, Desired, Status};
+    use vipflow::reconcile::bridge::{self, BridgeStatus, DesiredFlows};
     let sb = Sandbox::openflow_only();
     let objects = sb.path().join("objects.yaml");
     write_objects(&objects, &base_yaml());
@@ -511,8 +511,8 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     assert_eq!(before.len(), 24);
 
     // A restarted agent whose source has not listed anything yet: placeholder plan only.
-    let (dtx, drx) = tokio::sync::watch::channel(std::sync::Arc::new(Desired::default()));
-    let (stx, mut srx) = tokio::sync::watch::channel(Status::default());
+    let (dtx, drx) = tokio::sync::watch::channel(std::sync::Arc::new(DesiredFlows::default()));
+    let (stx, mut srx) = tokio::sync::watch::channel(BridgeStatus::default());
     let task = tokio::spawn(bridge::run(
         vipflow::agent::settings(&cfg, &cfg.bridges[0]),
         drx,
@@ -536,7 +536,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         )
         .bridges
         .remove(0);
-    dtx.send(std::sync::Arc::new(Desired {
+    dtx.send(std::sync::Arc::new(DesiredFlows {
         generation: 1,
         flows: plan.flows,
         delta: Some(plan.delta),

@@ -7,7 +7,7 @@ mod common;
 use common::{Agent, kubectl_dump};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
-use vipflow::reconcile::bridge::Status;
+use vipflow::reconcile::bridge::BridgeStatus;
 
 /// The number of vipflow's flows on br-ex, counted by the switch.
 fn ours_on_switch(sb: &Sandbox) -> usize {
@@ -41,7 +41,7 @@ async fn repair_time(change: impl FnOnce(), repaired: impl Fn() -> bool) -> Dura
 async fn drift_at_50000_flows_is_heard_from_the_switch_and_repaired_within_a_second() {
     let sb = Sandbox::openflow_only();
     let h = Agent::start(sb, false, |_| {}, &kubectl_dump(6_250, false)).await;
-    let status = || -> Status { h.running.status[0].1.borrow().clone() };
+    let status = || -> BridgeStatus { h.running.status[0].1.borrow().clone() };
     let flows = status().flows;
     assert!(flows >= 50_000, "{flows} flows");
     assert_eq!(ours_on_switch(&h.sb), flows);

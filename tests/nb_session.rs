@@ -13,8 +13,8 @@ use vipflow::model::{ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    BATCH_OWNERS, Change, DB, Desired, Observed, Session, absorb_queued, monitor_spec, new_token,
-    send, take_over, write_plan,
+    BATCH_OWNERS, Change, DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec,
+    new_token, send, take_over, write_plan,
 };
 
 fn nb() -> Sandbox {
@@ -70,10 +70,10 @@ fn planner() -> Planner {
 }
 
 /// What the agent's planner task hands the writer for a snapshot (`agent::start_with`).
-fn hand_over(planner: &mut Planner, objs: &Objects) -> Desired {
+fn hand_over(planner: &mut Planner, objs: &Objects) -> DesiredRows {
     let plans = planner.update(objs);
     let rows = plans.northbound.as_ref().expect("a planner with rows");
-    Desired::from_rows(plans.generation, rows, true)
+    DesiredRows::from_rows(plans.generation, rows, true)
 }
 
 fn options(sb: &Sandbox) -> ClientOptions {
@@ -97,7 +97,7 @@ async fn write(
     client: &Client,
     monitor: &mut Option<Monitor>,
     session: &mut Session,
-    plan: &Desired,
+    plan: &DesiredRows,
     changes: Vec<Change>,
 ) -> Result<(), ovsdb::Error> {
     let m = monitor.take().expect("a monitor");

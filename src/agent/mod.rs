@@ -15,7 +15,7 @@ use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::plan::order;
 use crate::plan::planner::{BridgeFlows, Planner};
-use crate::reconcile::bridge::{self, BridgeSettings, Desired, FlowSet, Ports, Status};
+use crate::reconcile::bridge::{self, BridgeSettings, BridgeStatus, DesiredFlows, FlowSet, Ports};
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
 use observer::observe_agent;
@@ -151,9 +151,9 @@ pub struct AgentOptions {
 /// Handles on a running agent, for the CLI and for tests.
 pub struct Running {
     /// One status channel per configured bridge, in config order.
-    pub status: Vec<(String, watch::Receiver<Status>)>,
+    pub status: Vec<(String, watch::Receiver<BridgeStatus>)>,
     /// The Northbound writer's status, when one is configured.
-    pub nb_status: Option<watch::Receiver<nb::Status>>,
+    pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     /// The generation of the latest plan handed to the reconcilers.
     pub generation: watch::Receiver<u64>,
     /// The latest plan's generation and the objects it was made from: which generation holds a
@@ -207,8 +207,8 @@ pub fn start_with(
     let mut senders = Vec::new();
     let mut status = Vec::new();
     for b in &cfg.bridges {
-        let (dtx, drx) = watch::channel(Arc::new(Desired::default()));
-        let (stx, srx) = watch::channel(Status::default());
+        let (dtx, drx) = watch::channel(Arc::new(DesiredFlows::default()));
+        let (stx, srx) = watch::channel(BridgeStatus::default());
         tasks.push(tokio::spawn(bridge::run(settings(&cfg, b), drx, stx)));
         senders.push(dtx);
         status.push((b.name.clone(), srx));
@@ -216,8 +216,8 @@ pub fn start_with(
     let mut nb_tx = None;
     let mut nb_status = None;
     if let Some(remotes) = cfg.nb_remote.clone() {
-        let (dtx, drx) = watch::channel(Arc::new(nb::Desired::default()));
-        let (stx, srx) = watch::channel(nb::Status::default());
+        let (dtx, drx) = watch::channel(Arc::new(nb::DesiredRows::default()));
+        let (stx, srx) = watch::channel(nb::NorthboundStatus::default());
         tasks.push(tokio::spawn(nb_writer(
             nb_settings(&cfg, &remotes),
             drx,
@@ -275,8 +275,8 @@ pub fn start_with(
 /// The Northbound writer, running only while this agent leads (or always, without election).
 async fn nb_writer(
     settings: nb::NbSettings,
-    desired: watch::Receiver<Arc<nb::Desired>>,
-    status: watch::Sender<nb::Status>,
+    desired: watch::Receiver<Arc<nb::DesiredRows>>,
+    status: watch::Sender<nb::NorthboundStatus>,
     leader: Option<watch::Receiver<bool>>,
 ) {
     let Some(mut leader) = leader else {

@@ -58,8 +58,8 @@ impl Seen {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn observe_agent(
     cfg: Config,
-    mut bridges: Vec<(String, watch::Receiver<Status>)>,
-    mut nb_status: Option<watch::Receiver<nb::Status>>,
+    mut bridges: Vec<(String, watch::Receiver<BridgeStatus>)>,
+    mut nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     opts: AgentOptions,
     mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
     received: Received,

@@ -12,13 +12,13 @@ pub(super) struct PlannerTask {
     /// When each generation's objects arrived, for the event-to-dataplane metric.
     pub received: Received,
     /// One per bridge, in config order.
-    pub bridges: Vec<watch::Sender<Arc<Desired>>>,
-    pub northbound: Option<watch::Sender<Arc<nb::Desired>>>,
+    pub bridges: Vec<watch::Sender<Arc<DesiredFlows>>>,
+    pub northbound: Option<watch::Sender<Arc<nb::DesiredRows>>>,
     /// The objects of each generation, for the report task.
     pub reports: watch::Sender<Option<(u64, Arc<Loaded>)>>,
     pub generation: watch::Sender<u64>,
-    pub nb_status: Option<watch::Receiver<nb::Status>>,
-    pub bridge_status: Vec<watch::Receiver<Status>>,
+    pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
+    pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
 }
 
@@ -80,7 +80,7 @@ impl PlannerTask {
             let router_mac = router_mac(&cfg, &loaded.objects);
             let send_flows = |bridges: Vec<BridgeFlows>| {
                 for (b, tx) in bridges.into_iter().zip(&senders) {
-                    let _ = tx.send(Arc::new(Desired {
+                    let _ = tx.send(Arc::new(DesiredFlows {
                         generation,
                         flows: b.flows,
                         delta: Some(b.delta),
@@ -91,7 +91,7 @@ impl PlannerTask {
             let nb_plan = match (&nb_tx, plans.northbound) {
                 (Some(tx), Some(rows)) => {
                     let next =
-                        nb::Desired::from_rows(generation, &rows, cfg.northbound.exclude_ips);
+                        nb::DesiredRows::from_rows(generation, &rows, cfg.northbound.exclude_ips);
                     Some((tx, next, rows.make_first, rows.previous_vips))
                 }
                 _ => None,
@@ -105,7 +105,7 @@ impl PlannerTask {
                 None => send_flows(plans.bridges),
                 Some((tx, next, None, _)) => {
                     nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::Desired {
+                    let _ = tx.send(Arc::new(nb::DesiredRows {
                         step: nb_step,
                         ..next
                     }));
@@ -114,7 +114,7 @@ impl PlannerTask {
                 }
                 Some((tx, next, Some(make), previous_vips)) => {
                     nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::Desired {
+                    let _ = tx.send(Arc::new(nb::DesiredRows {
                         row_count: order::row_count(&make),
                         rows: make,
                         vips: previous_vips.union(next.vips.clone()),
@@ -126,7 +126,7 @@ impl PlannerTask {
                     send_flows(plans.bridges);
                     wait_flows(&bridge_status_rx, generation).await;
                     nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::Desired {
+                    let _ = tx.send(Arc::new(nb::DesiredRows {
                         step: nb_step,
                         ..next
                     }));
@@ -156,7 +156,7 @@ pub const ORDER_WAIT: Duration = Duration::from_secs(5);
 /// Wait until the Northbound writer committed handover `step`, when this agent writes and the
 /// writer is connected (a writer that is not, or another agent's, confirms nothing).
 async fn wait_rows(
-    nb_status: &Option<watch::Receiver<nb::Status>>,
+    nb_status: &Option<watch::Receiver<nb::NorthboundStatus>>,
     leader: &Option<watch::Receiver<bool>>,
     step: u64,
 ) {
@@ -172,7 +172,7 @@ async fn wait_rows(
 }
 
 /// Wait until every connected bridge applied `generation`.
-async fn wait_flows(bridges: &[watch::Receiver<Status>], generation: u64) {
+async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) {
     for rx in bridges {
         let mut rx = rx.clone();
         let done =
@@ -217,11 +217,11 @@ pub(super) async fn report(
 }
 
 /// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
-pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnet> {
+pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnetIpam> {
     objects
         .subnets
         .iter()
-        .map(|s| crate::plan::exclude::KubeOvnSubnet {
+        .map(|s| crate::plan::exclude::KubeOvnSubnetIpam {
             name: s.metadata.name.clone().unwrap_or_default(),
             cidr_block: s.spec.cidr_block.clone(),
             exclude_ips: s.spec.exclude_ips.clone(),

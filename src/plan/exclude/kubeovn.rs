@@ -12,7 +12,7 @@ use thiserror::Error;
 
 /// The parts of a Kube-OVN `Subnet` (kubeovn.io/v1) this check reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct KubeOvnSubnet {
+pub struct KubeOvnSubnetIpam {
     pub name: String,
     /// `spec.cidrBlock`: "v4cidr", "v6cidr" or "v4cidr,v6cidr".
     pub cidr_block: String,
@@ -57,7 +57,7 @@ pub(crate) fn allocatable(net: &IpNet, ip: IpAddr) -> bool {
 
 /// Every VIP inside a Subnet's CIDR that its excludeIps does not cover, plus every bad CIDR or
 /// excludeIps entry (a bad entry excludes nothing).
-pub fn check_kubeovn(vips: &BTreeSet<IpAddr>, subnets: &[KubeOvnSubnet]) -> Vec<Finding> {
+pub fn check_kubeovn(vips: &BTreeSet<IpAddr>, subnets: &[KubeOvnSubnetIpam]) -> Vec<Finding> {
     let mut findings = Vec::new();
     for sn in subnets {
         let mut finding = |vip, reason| {

@@ -274,8 +274,8 @@ fn several_switches_each_get_their_vips() {
 
 // --- Kube-OVN ----------------------------------------------------------------------------------
 
-fn subnet(cidr: &str, exclude: &[&str]) -> KubeOvnSubnet {
-    KubeOvnSubnet {
+fn subnet(cidr: &str, exclude: &[&str]) -> KubeOvnSubnetIpam {
+    KubeOvnSubnetIpam {
         name: "ovn-default".into(),
         cidr_block: cidr.into(),
         exclude_ips: exclude.iter().map(|s| s.to_string()).collect(),

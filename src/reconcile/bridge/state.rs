@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// What the reconciler is asked to make true: a plan and its generation number.
 #[derive(Debug, Clone, Default)]
-pub struct Desired {
+pub struct DesiredFlows {
     pub generation: u64,
     /// The whole plan, by flow key (a persistent map: cheap to hand over).
     pub flows: FlowIndex,
@@ -56,7 +56,7 @@ pub enum BridgeProblem {
 
 /// What the reconciler reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Status {
+pub struct BridgeStatus {
     pub connected: bool,
     /// The generation of the last plan fully applied.
     pub applied_generation: Option<u64>,

@@ -98,8 +98,8 @@ pub async fn apply_bundle(
 /// Run the reconciler for one bridge until `desired`'s sender is dropped.
 pub async fn run(
     settings: BridgeSettings,
-    mut desired: watch::Receiver<Arc<Desired>>,
-    status: watch::Sender<Status>,
+    mut desired: watch::Receiver<Arc<DesiredFlows>>,
+    status: watch::Sender<BridgeStatus>,
 ) {
     let b = &settings.bridge;
     let mut backoff = settings.backoff_min;
@@ -256,7 +256,7 @@ impl Session {
         })
     }
 
-    fn roles(&self, s: &BridgeSettings, plan: &Desired) -> Roles {
+    fn roles(&self, s: &BridgeSettings, plan: &DesiredFlows) -> Roles {
         Roles::of(&s.bridge, &self.ports, plan.router_mac)
     }
 
@@ -279,7 +279,7 @@ impl Session {
     async fn repair_heard(
         &mut self,
         s: &BridgeSettings,
-        status: &watch::Sender<Status>,
+        status: &watch::Sender<BridgeStatus>,
     ) -> Result<bool, ConnError> {
         let msgs = std::mem::take(&mut self.heard).repair(&self.applied.set);
         if msgs.is_empty() {
@@ -295,8 +295,8 @@ impl Session {
     async fn serve(
         &mut self,
         s: &BridgeSettings,
-        desired: &mut watch::Receiver<Arc<Desired>>,
-        status: &watch::Sender<Status>,
+        desired: &mut watch::Receiver<Arc<DesiredFlows>>,
+        status: &watch::Sender<BridgeStatus>,
         db: &mut DbFeed,
     ) -> SessionEnd {
         let mut need_full = true;
@@ -423,8 +423,8 @@ impl Session {
     async fn full_sync(
         &mut self,
         s: &BridgeSettings,
-        plan: &Desired,
-        status: &watch::Sender<Status>,
+        plan: &DesiredFlows,
+        status: &watch::Sender<BridgeStatus>,
     ) -> Result<(), ConnError> {
         let started = std::time::Instant::now();
         // Port numbers may have changed while we were not looking.
@@ -437,8 +437,8 @@ impl Session {
     async fn incremental(
         &mut self,
         s: &BridgeSettings,
-        plan: &Desired,
-        status: &watch::Sender<Status>,
+        plan: &DesiredFlows,
+        status: &watch::Sender<BridgeStatus>,
     ) -> Result<(), ConnError> {
         self.write(s, plan, status, false, std::time::Instant::now())
             .await
@@ -447,8 +447,8 @@ impl Session {
     async fn write(
         &mut self,
         s: &BridgeSettings,
-        plan: &Desired,
-        status: &watch::Sender<Status>,
+        plan: &DesiredFlows,
+        status: &watch::Sender<BridgeStatus>,
         full: bool,
         started: std::time::Instant,
     ) -> Result<(), ConnError> {
@@ -478,9 +478,9 @@ impl Session {
     async fn write_delta(
         &mut self,
         s: &BridgeSettings,
-        plan: &Desired,
+        plan: &DesiredFlows,
         delta: &FlowDelta,
-        status: &watch::Sender<Status>,
+        status: &watch::Sender<BridgeStatus>,
     ) -> Result<(), ConnError> {
         let started = std::time::Instant::now();
         let mut d = self
@@ -508,8 +508,8 @@ impl Session {
     fn report(
         &self,
         s: &BridgeSettings,
-        plan: &Desired,
-        status: &watch::Sender<Status>,
+        plan: &DesiredFlows,
+        status: &watch::Sender<BridgeStatus>,
         full: bool,
         started: std::time::Instant,
         changes: usize,
@@ -561,7 +561,7 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 /// Put the bridge's problems in its status, logging those that are new.
 fn publish_problems(
     s: &BridgeSettings,
-    status: &watch::Sender<Status>,
+    status: &watch::Sender<BridgeStatus>,
     problems: Vec<BridgeProblem>,
 ) {
     status.send_if_modified(|st| {

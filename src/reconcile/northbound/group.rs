@@ -9,7 +9,7 @@
 //! Load_Balancer_Group has no `external_ids` (OVN NB schema 7.0): the group is vipflow's by
 //! its name, which the schema's index keeps unique.
 
-use super::{Change, DB, Desired, GROUP, Holder, Observed, ROUTER, SWITCH, Session, fenced};
+use super::{Change, DB, DesiredRows, GROUP, Holder, Observed, ROUTER, SWITCH, Session, fenced};
 use crate::plan::northbound::GroupPlan;
 use ovsdb::{Atom, Client, Condition, Mutation, Mutator, OpResult, Row, Transaction, Uuid, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub(super) async fn ensure(
     session: &mut Session,
     client: &Client,
-    plan: &Desired,
+    plan: &DesiredRows,
 ) -> Result<(), ovsdb::Error> {
     let Some(g) = &plan.group else {
         return Ok(());

@@ -98,7 +98,7 @@ fn nb_options(mut o: ClientOptions, request_timeout: Duration) -> ClientOptions 
 
 /// What the NB reconciler is asked to make true.
 #[derive(Debug, Clone, Default)]
-pub struct Desired {
+pub struct DesiredRows {
     /// The plan generation these rows belong to.
     pub generation: u64,
     /// This handover's number: a plan may be handed over twice (make before break, see
@@ -122,14 +122,14 @@ pub struct Desired {
     pub group: Option<Arc<GroupPlan>>,
 }
 
-impl Desired {
+impl DesiredRows {
     /// The planner's rows for plan `generation`: the planner task's hand-over.
     pub fn from_rows(
         generation: u64,
         planned: &crate::plan::planner::NorthboundRows,
         exclude_ips: bool,
-    ) -> Desired {
-        Desired {
+    ) -> DesiredRows {
+        DesiredRows {
             generation,
             step: generation,
             complete: true,
@@ -158,11 +158,11 @@ pub fn index_rows(rows: impl IntoIterator<Item = LbRow>) -> RowIndex {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Status {
+pub struct NorthboundStatus {
     pub connected: bool,
     /// The plan generation whose own rows the database holds.
     pub applied_generation: Option<u64>,
-    /// The last handover written (see [`Desired::step`]).
+    /// The last handover written (see [`DesiredRows::step`]).
     pub applied_step: Option<u64>,
     /// Our rows in the database after the last sync.
     pub rows: usize,

@@ -145,14 +145,14 @@ impl Session {
 
     /// The transactions that bring the database to `plan`, given what changed since the last
     /// sync.
-    pub fn changes(&mut self, plan: &Desired) -> Vec<Change> {
+    pub fn changes(&mut self, plan: &DesiredRows) -> Vec<Change> {
         let mut changes = Vec::new();
         self.changes_into(plan, &mut |c| changes.push(c));
         changes
     }
 
     /// [`Session::changes`], each handed to `sink` as soon as it is complete.
-    pub(super) fn changes_into(&mut self, plan: &Desired, sink: &mut dyn FnMut(Change)) {
+    pub(super) fn changes_into(&mut self, plan: &DesiredRows, sink: &mut dyn FnMut(Change)) {
         let new_plan = self.applied != Some(plan.step);
         let follows = self.applied.is_some_and(|g| g + 1 == plan.step);
         let delta = plan.delta.as_ref().filter(|_| follows);
@@ -199,7 +199,7 @@ impl Session {
     }
 
     /// Record the outcome of writing `plan`'s changes.
-    pub fn done(&mut self, plan: &Desired, result: &Result<(), ovsdb::Error>) {
+    pub fn done(&mut self, plan: &DesiredRows, result: &Result<(), ovsdb::Error>) {
         match result {
             Ok(()) => {
                 self.applied = Some(plan.step);

@@ -48,7 +48,7 @@ fn schema() -> Arc<DatabaseSchema> {
 }
 
 /// The planner's hand-over for OBJECTS.
-fn plan() -> Desired {
+fn plan() -> DesiredRows {
     let loaded = crate::source::file::parse(OBJECTS).unwrap();
     let mut planner = Planner::new(
         ModelOptions::default(),
@@ -60,10 +60,10 @@ fn plan() -> Desired {
         }),
     );
     let plans = planner.update(&loaded.objects);
-    Desired::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false)
+    DesiredRows::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false)
 }
 
-fn row_of<'a>(d: &'a Desired, ns: &str, name: &str) -> &'a LbRow {
+fn row_of<'a>(d: &'a DesiredRows, ns: &str, name: &str) -> &'a LbRow {
     &d.rows[&ServiceKey::new(ns, name)][0]
 }
 

@@ -20,7 +20,7 @@ pub async fn send(
     session: &mut Session,
     client: &Client,
     monitor: ovsdb::Monitor,
-    plan: &Desired,
+    plan: &DesiredRows,
     changes: Vec<Change>,
 ) -> Sent {
     if session.first {
@@ -63,7 +63,7 @@ pub async fn write_plan(
     session: &mut Session,
     client: &Client,
     monitor: ovsdb::Monitor,
-    plan: &Desired,
+    plan: &DesiredRows,
 ) -> Sent {
     if let Err(e) = group::ensure(session, client, plan).await {
         tracing::warn!(error = %e, "cannot create vipflow's Load_Balancer_Group; will retry");
@@ -189,7 +189,7 @@ pub(super) async fn stream_batches(
 pub(super) async fn finish_batches(
     session: &mut Session,
     client: &Client,
-    plan: &Desired,
+    plan: &DesiredRows,
     out: Batches,
 ) -> Sent {
     session.done(plan, &out.result);
@@ -218,8 +218,8 @@ pub(super) async fn finish_batches(
 /// Run the NB reconciler until `desired`'s sender is dropped.
 pub async fn run(
     settings: NbSettings,
-    mut desired: watch::Receiver<Arc<Desired>>,
-    status: watch::Sender<Status>,
+    mut desired: watch::Receiver<Arc<DesiredRows>>,
+    status: watch::Sender<NorthboundStatus>,
 ) {
     let mut backoff = settings.backoff_min;
     let mut unreachable_warn = WarnEvery::new(UNREACHABLE_WARN_EVERY);
@@ -451,7 +451,7 @@ pub async fn sync_once(
     take_over(&client, &token).await?;
     let monitor = client.monitor(monitor_spec()).await?;
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-    let plan = Desired {
+    let plan = DesiredRows {
         generation: 1,
         step: 1,
         complete: true,

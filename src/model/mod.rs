@@ -43,6 +43,41 @@ pub struct Objects {
     pub subnets: Vec<KubeOvnSubnet>,
 }
 
+impl Objects {
+    /// Take `previous`'s allocation for every object that is unchanged (same kind, namespace,
+    /// name and content): a re-read file then hands the planner the same allocations for what
+    /// did not change, and the planner, which tells changes by allocation, re-plans only the
+    /// rest. Returns how many objects were new or changed.
+    pub fn share_unchanged(&mut self, previous: &Objects) -> usize {
+        fn share<T: PartialEq>(
+            now: &mut [Arc<T>],
+            before: &[Arc<T>],
+            key: impl Fn(&T) -> (Option<&str>, Option<&str>),
+        ) -> usize {
+            let index: std::collections::HashMap<_, &Arc<T>> =
+                before.iter().map(|o| (key(o), o)).collect();
+            let mut changed = 0;
+            for o in now.iter_mut() {
+                match index.get(&key(o)) {
+                    Some(old) if ***old == **o => *o = Arc::clone(old),
+                    _ => changed += 1,
+                }
+            }
+            changed
+        }
+        fn meta(
+            m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        ) -> (Option<&str>, Option<&str>) {
+            (m.namespace.as_deref(), m.name.as_deref())
+        }
+        share(&mut self.services, &previous.services, |o| {
+            meta(&o.metadata)
+        }) + share(&mut self.endpoint_slices, &previous.endpoint_slices, |o| {
+            meta(&o.metadata)
+        }) + share(&mut self.nodes, &previous.nodes, |o| meta(&o.metadata))
+    }
+}
+
 /// The part of a Kube-OVN `Subnet` vipflow reads. Kube-OVN's other fields are many and not
 /// ours, so they are ignored without comment.
 #[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]

@@ -238,13 +238,21 @@ async fn poll(
         match got {
             Ok(Some((text, digest))) => {
                 // Off the async workers: a big file must not hold up shutdown.
-                let parsed = tokio::task::spawn_blocking(move || parse(&text))
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()));
+                // What did not change keeps its previous allocation: the planner re-plans
+                // only the rest.
+                let previous = Arc::clone(&tx.borrow());
+                let parsed = tokio::task::spawn_blocking(move || {
+                    parse(&text).map(|mut loaded| {
+                        let changed = loaded.objects.share_unchanged(&previous.objects);
+                        (loaded, changed)
+                    })
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
                 match parsed {
-                    Ok(loaded) => {
+                    Ok((loaded, changed)) => {
                         tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
-                            slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), "objects loaded");
+                            slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), changed, "objects loaded");
                         last_err = None;
                         if tx.send(Arc::new(loaded)).is_err() {
                             return;

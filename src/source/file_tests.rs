@@ -528,3 +528,48 @@ fn items_of_a_typed_list_take_its_kind_and_api_version() {
     assert_eq!(l.objects.services.len(), 1);
     assert!(l.problems.is_empty(), "{:?}", l.problems);
 }
+
+#[test]
+fn a_reread_file_shares_every_unchanged_object_with_the_last_version() {
+    let before = parse(KUBECTL_LIST).unwrap();
+    let mut after = parse(&KUBECTL_LIST.replace("192.0.2.11", "192.0.2.12")).unwrap();
+    assert_eq!(
+        after.objects.share_unchanged(&before.objects),
+        1,
+        "one changed"
+    );
+    let (b, a) = (&before.objects.services, &after.objects.services);
+    assert!(
+        Arc::ptr_eq(&a[0], &b[0]),
+        "web unchanged: the same allocation"
+    );
+    assert!(!Arc::ptr_eq(&a[1], &b[1]), "api changed: its own");
+    assert_eq!(
+        a[1].spec.as_ref().unwrap().external_ips.as_deref(),
+        Some(&["192.0.2.12".to_string()][..])
+    );
+    // Nothing in common with an empty previous version.
+    let mut again = parse(KUBECTL_LIST).unwrap();
+    assert_eq!(again.objects.share_unchanged(&Objects::default()), 2);
+}
+
+#[tokio::test]
+async fn the_watcher_hands_on_unchanged_objects_as_the_same_allocations() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("objects.yaml");
+    std::fs::write(&path, KUBECTL_LIST).unwrap();
+    let (mut rx, task) = watch(path.clone(), Duration::from_millis(10)).unwrap();
+    let first = rx.borrow_and_update().clone();
+    let tmp = dir.path().join("objects.tmp");
+    std::fs::write(&tmp, KUBECTL_LIST.replace("192.0.2.11", "192.0.2.12")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .expect("the change is picked up")
+        .unwrap();
+    let second = rx.borrow().clone();
+    let (b, a) = (&first.objects.services, &second.objects.services);
+    assert!(Arc::ptr_eq(&a[0], &b[0]));
+    assert!(!Arc::ptr_eq(&a[1], &b[1]));
+    task.abort();
+}

@@ -155,6 +155,18 @@ struct BlockList<'a> {
 /// at column 0 the next root key. That holds for every emitter's output; what does not fit
 /// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
 fn split_block_list(text: &str) -> Option<BlockList<'_>> {
+    // Lines are cut at `\n` below; YAML also breaks lines at a lone `\r` and (libyaml) at
+    // NEL, LS and PS.
+    let b = text.as_bytes();
+    let other_break = (0..b.len()).any(|i| match b[i] {
+        b'\r' => b.get(i + 1) != Some(&b'\n'),
+        0xc2 => b.get(i + 1) == Some(&0x85),
+        0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
+        _ => false,
+    });
+    if other_break {
+        return None;
+    }
     enum At {
         Root,
         ItemsKey,

@@ -272,6 +272,8 @@ fn a_control_character_or_a_tab_in_a_line_left_out_fails_the_same_way() {
     for text in [
         "apiVersion: v1\nkind: List\nitems: # a \u{0} here\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
         "apiVersion: v1\nkind: List\nitems:\n# a \u{7f} here\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
+        // A lone carriage return: a line break to YAML, inside a comment to a reader of `\n`.
+        "apiVersion: v1\nkind: List\nitems: # a comment\rnot: a comment\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
         // A line of only a tab between the items key and the first item.
         "apiVersion: v1\nkind: List\nitems:\n\t\n- apiVersion: v1\n  kind: Node\n  metadata: {name: n}\n",
     ] {

@@ -108,7 +108,7 @@ pub fn watch(
     watch_bounded(path, interval, DEFAULT_MAX_BYTES)
 }
 
-/// [`watch`] with a file size limit other than [`DEFAULT_MAX_BYTES`].
+/// [`watch`](fn@watch) with a file size limit other than [`DEFAULT_MAX_BYTES`].
 pub fn watch_bounded(
     path: PathBuf,
     interval: Duration,

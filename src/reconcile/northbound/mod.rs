@@ -28,7 +28,7 @@
 //! - Load balancers are attached through weak references (switch/router/group
 //!   `load_balancer` columns), so deleting a row detaches it everywhere.
 //! - vipflow's own Load_Balancer_Group, when the plan has one, is created before the first
-//!   diff that needs it and attached to every node's router and switch ([`group`]).
+//!   diff that needs it and attached to every node's router and switch (`group.rs`).
 
 use crate::model::{Protocol, ServiceKey};
 use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};

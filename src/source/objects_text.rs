@@ -209,10 +209,20 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
             root.push_str(line);
             continue;
         }
+        // The root must be a block mapping; a flow one (`{`), a bare scalar or anything
+        // fancier is read whole.
+        if !seen_content && body.starts_with(['{', '[', '"', '\'', '?', '!', '&', '*', '|', '>']) {
+            return None;
+        }
         seen_content = true;
         let rest = &body[indent..];
         let entry = rest.starts_with("- ");
         if rest == "-" {
+            return None;
+        }
+        // A quoted scalar that goes on to the next lines may hold a line that looks like a key
+        // or an item at any column: only a whole parse knows where it ends.
+        if matches!(at, At::Root) && unclosed_quote(rest) {
             return None;
         }
         loop {
@@ -271,6 +281,52 @@ fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         At::Root => {}
     }
     found.then_some(BlockList { root, items })
+}
+
+/// Whether a line's value (after any `- ` and `key: `) opens a quoted scalar it does not
+/// close.
+fn unclosed_quote(content: &str) -> bool {
+    let mut v = content.trim_end();
+    while let Some(r) = v.strip_prefix("- ") {
+        v = r.trim_start();
+    }
+    if !v.starts_with(['"', '\'']) {
+        match v.find(": ") {
+            Some(i) => v = v[i + 2..].trim_start(),
+            None => return false,
+        }
+    }
+    let mut chars = v.chars();
+    match chars.next() {
+        Some('"') => {
+            let mut escaped = false;
+            for c in chars {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => return false,
+                    _ => {}
+                }
+            }
+            true
+        }
+        Some('\'') => {
+            // `''` inside is an escaped quote; a single one closes.
+            let rest = chars.as_str();
+            let mut it = rest.chars().peekable();
+            while let Some(c) = it.next() {
+                if c == '\'' {
+                    if it.peek() == Some(&'\'') {
+                        it.next();
+                    } else {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Whether every character of `text` may appear in YAML (the parser refuses the others

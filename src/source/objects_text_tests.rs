@@ -290,3 +290,22 @@ fn json_is_read_as_json_even_where_yaml_would_refuse_a_character() {
     assert!(r.starts_with("Ok"), "{r}");
     assert_eq!(parse(text).unwrap().objects.nodes.len(), 1);
 }
+
+#[test]
+fn a_quoted_value_running_over_lines_is_read_whole() {
+    // A double-quoted value that goes on over lines holding `items:` and `- ` at column 0:
+    // they are text, not the List's items. Found by the fuzzer (as JSON that is not JSON).
+    for text in [
+        "apiVersion: v1\nkind: List\nnote: \"a\nitems:\n- x\"\nitems: []\n",
+        "apiVersion: v1\nkind: List\nnote: 'it''s\nitems:\n- x'\nitems: []\n",
+        "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"note\": \"a\nitems:\n- x\", \"items\": []}\n",
+    ] {
+        assert!(split_block_list(text).is_none(), "{text:?}");
+        same_as_whole(text);
+    }
+    assert!(!unclosed_quote("name: \"web\""));
+    assert!(!unclosed_quote("name: 'it''s'"));
+    assert!(unclosed_quote("name: 'it''s"));
+    assert!(!unclosed_quote("- name: plain, with 'quotes' inside"));
+    assert!(unclosed_quote("- \"open"));
+}

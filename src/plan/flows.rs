@@ -33,11 +33,56 @@ pub enum PlannedAction {
     SetEthDst(MacAddr),
 }
 
+/// What a planned flow is for. Its text (`arp 192.0.2.10`, `steer 192.0.2.10:80/TCP`,
+/// `return [2001:db8::1]:53/UDP`) names it in logs and in `vipflow plan`, and is what its
+/// cookie hashes, so the cookies of the text keys of earlier versions stay as they were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FlowKey {
+    /// ARP requests for an IPv4 VIP to the host.
+    Arp(std::net::Ipv4Addr),
+    /// Neighbor solicitations for an IPv6 VIP to the host.
+    Nd(std::net::Ipv6Addr),
+    /// ICMP "fragmentation needed" / "packet too big" for the VIP into OVN.
+    Pmtu(IpAddr),
+    /// Fragments for the VIP into OVN.
+    Frag(IpAddr),
+    /// Fragments from the VIP back out of the uplink.
+    FragReturn(IpAddr),
+    /// A VIP:port/protocol steered into OVN.
+    Steer(IpAddr, u16, Protocol),
+    /// Replies from a VIP:port/protocol back out of the uplink.
+    Return(IpAddr, u16, Protocol),
+}
+
+impl fmt::Display for FlowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sock = |f: &mut fmt::Formatter<'_>, ip: &IpAddr, port: &u16, p: &Protocol| match ip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{port}/{p}"),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{port}/{p}"),
+        };
+        match self {
+            FlowKey::Arp(ip) => write!(f, "arp {ip}"),
+            FlowKey::Nd(ip) => write!(f, "nd {ip}"),
+            FlowKey::Pmtu(ip) => write!(f, "pmtu {ip}"),
+            FlowKey::Frag(ip) => write!(f, "frag {ip}"),
+            FlowKey::FragReturn(ip) => write!(f, "frag return {ip}"),
+            FlowKey::Steer(ip, port, p) => {
+                f.write_str("steer ")?;
+                sock(f, ip, port, p)
+            }
+            FlowKey::Return(ip, port, p) => {
+                f.write_str("return ")?;
+                sock(f, ip, port, p)
+            }
+        }
+    }
+}
+
 /// One desired flow, before port numbers are known.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PlannedFlow {
-    /// Human-readable identity, e.g. `arp 10.0.0.5` or `steer tcp 10.0.0.5:80`.
-    pub key: String,
+    /// What it is for.
+    pub key: FlowKey,
     pub cookie: u64,
     pub table: u8,
     pub priority: u16,
@@ -211,7 +256,8 @@ pub fn plan(model: &Model, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
     for (vip, port, protocol) in claims {
         flows.extend(claim_flows(vip, port, protocol, input));
     }
-    flows.sort_by(|a, b| a.key.cmp(&b.key));
+    // In the order of their text, as `vipflow plan` lists them.
+    flows.sort_by_cached_key(|f| f.key.to_string());
     flows
 }
 
@@ -224,7 +270,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
     match vip {
         IpAddr::V4(ip) => flows.push(
             c.mk(
-                format!("arp {ip}"),
+                FlowKey::Arp(ip),
                 PortRef::Uplink,
                 false,
                 c.with_vlan(
@@ -238,7 +284,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
         ),
         IpAddr::V6(ip) => flows.push(
             c.mk(
-                format!("nd {ip}"),
+                FlowKey::Nd(ip),
                 PortRef::Uplink,
                 false,
                 c.with_vlan(
@@ -271,7 +317,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
                 .with(OxmField::icmpv6_code(0)),
         };
         flows.push(c.mk(
-            format!("pmtu {vip}"),
+            FlowKey::Pmtu(vip),
             PortRef::Uplink,
             false,
             c.with_vlan(m),
@@ -289,7 +335,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
                 .with(OxmField::ip_frag(frag::ANY, frag::ANY))
         };
         flows.push(c.mk(
-            format!("frag {vip}"),
+            FlowKey::Frag(vip),
             PortRef::Uplink,
             false,
             c.with_vlan(fragment(dst)),
@@ -297,7 +343,7 @@ pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
         ));
         if input.bridge.profile == Profile::Gateway {
             flows.push(c.mk(
-                format!("frag return {vip}"),
+                FlowKey::FragReturn(vip),
                 PortRef::Patch,
                 true,
                 c.with_vlan(fragment(src)),
@@ -331,16 +377,8 @@ pub fn claim_flows(
             .with(OxmField::eth_type(l3))
             .with(OxmField::ip_proto(protocol.ip_proto()))
     };
-    let vp = crate::model::VipPort {
-        vip,
-        port,
-        protocol,
-        target: crate::model::TargetPort::Number(port),
-        port_name: None,
-    };
-    let sock = crate::model::SocketLike(&vp);
     let mut flows = vec![c.mk(
-        format!("steer {sock}"),
+        FlowKey::Steer(vip, port, protocol),
         PortRef::Uplink,
         false,
         c.with_vlan(base().with(dst).with(tp_dst)),
@@ -348,7 +386,7 @@ pub fn claim_flows(
     )];
     if input.bridge.profile == Profile::Gateway {
         flows.push(c.mk(
-            format!("return {sock}"),
+            FlowKey::Return(vip, port, protocol),
             PortRef::Patch,
             true,
             c.with_vlan(base().with(src).with(tp_src)),
@@ -380,7 +418,7 @@ struct Ctx<'a, 'b>(&'a PlanInput<'b>);
 impl Ctx<'_, '_> {
     fn mk(
         &self,
-        key: String,
+        key: FlowKey,
         in_port: PortRef,
         dl_src_bridge: bool,
         match_: Match,
@@ -388,7 +426,7 @@ impl Ctx<'_, '_> {
     ) -> PlannedFlow {
         let b = self.0.bridge;
         PlannedFlow {
-            cookie: cookie(self.0.cookie_prefix, &key),
+            cookie: cookie(self.0.cookie_prefix, &key.to_string()),
             key,
             table: b.table,
             priority: b.priority,

@@ -16,7 +16,7 @@
 //!
 //! A property test checks that after any sequence of snapshots the index equals the full plan.
 
-use super::flows::{PlanInput, PlannedFlow, claim_flows, vip_flows};
+use super::flows::{FlowKey, PlanInput, PlannedFlow, claim_flows, vip_flows};
 use crate::config::BridgeConfig;
 use crate::model::{
     ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes, build_service,
@@ -31,13 +31,13 @@ use std::sync::Arc;
 pub type Claim = (IpAddr, u16, Protocol);
 
 /// A bridge's planned flows by key.
-pub type FlowIndex = imbl::HashMap<String, PlannedFlow>;
+pub type FlowIndex = imbl::HashMap<FlowKey, PlannedFlow>;
 
 /// What changed in one bridge's flow index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FlowDelta {
     /// Keys whose flow was added, changed or removed (look them up in the new index).
-    pub touched: Vec<String>,
+    pub touched: Vec<FlowKey>,
 }
 
 /// What the last [`ServiceIndex::update`] changed beyond the flows: what the row table
@@ -508,8 +508,8 @@ impl ServiceIndex {
                 .flat_map(|c| claim_flows(c.0, c.1, c.2, &input))
                 .chain(vips_added.iter().flat_map(|v| vip_flows(*v, &input)));
             for f in new {
-                touched.push(f.key.clone());
-                b.flows.insert(f.key.clone(), f);
+                touched.push(f.key);
+                b.flows.insert(f.key, f);
             }
             touched.sort();
             touched.dedup();

@@ -87,7 +87,7 @@ proptest! {
         let mut planner = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
         let mut last: Vec<Option<(Spec, Arc<core::Service>)>> = vec![None; 5];
         let mut last_node: Option<(u8, Arc<core::Node>)> = None;
-        let mut prev: Vec<std::collections::BTreeMap<String, PlannedFlow>> = vec![Default::default(); bridges.len()];
+        let mut prev: Vec<std::collections::BTreeMap<FlowKey, PlannedFlow>> = vec![Default::default(); bridges.len()];
         for (slots, node) in steps {
             let mut objects = Objects::default();
             for (i, s) in slots.iter().enumerate() {
@@ -118,18 +118,18 @@ proptest! {
             for (i, b) in bridges.iter().enumerate() {
                 let want = plan(&model, &PlanInput { bridge: b, cookie_prefix: 0x7f1f });
                 let mut have: Vec<PlannedFlow> = planner.flows(i).values().cloned().collect();
-                have.sort_by(|a, b| a.key.cmp(&b.key));
+                have.sort_by_cached_key(|f| f.key.to_string());
                 prop_assert_eq!(&have, &want, "bridge {}", b.name);
                 // Exactly the keys whose flow differs from the previous plan are touched.
-                let now: std::collections::BTreeMap<String, PlannedFlow> =
-                    want.into_iter().map(|f| (f.key.clone(), f)).collect();
-                let changed: BTreeSet<String> = prev[i]
+                let now: std::collections::BTreeMap<FlowKey, PlannedFlow> =
+                    want.into_iter().map(|f| (f.key, f)).collect();
+                let changed: BTreeSet<FlowKey> = prev[i]
                     .keys()
                     .chain(now.keys())
                     .filter(|k| prev[i].get(*k) != now.get(*k))
                     .cloned()
                     .collect();
-                let touched: BTreeSet<String> = deltas[i].touched.iter().cloned().collect();
+                let touched: BTreeSet<FlowKey> = deltas[i].touched.iter().cloned().collect();
                 prop_assert_eq!(touched.len(), deltas[i].touched.len());
                 prop_assert_eq!(touched, changed, "bridge {}", b.name);
                 prev[i] = now;

@@ -9,10 +9,13 @@ use crate::config::{BridgeConfig, GatewayMode};
 #[test]
 fn arp_bypass_one_flow_per_ipv4_vip() {
     let flows = plan_for(&model(WEB), &bridge());
-    let arp: Vec<&PlannedFlow> = flows.iter().filter(|f| f.key.starts_with("arp ")).collect();
+    let arp: Vec<&PlannedFlow> = flows
+        .iter()
+        .filter(|f| f.key.to_string().starts_with("arp "))
+        .collect();
     assert_eq!(arp.len(), 1);
     let f = arp[0];
-    assert_eq!(f.key, "arp 192.0.2.10");
+    assert_eq!(f.key.to_string(), "arp 192.0.2.10");
     assert_eq!(f.in_port, PortRef::Uplink);
     assert!(!f.dl_src_bridge);
     assert_eq!(
@@ -40,7 +43,13 @@ fn nd_bypass_one_flow_per_ipv6_vip() {
             .with(OxmField::ipv6_nd_target("2001:db8::10".parse().unwrap()))
     );
     assert_eq!(f.actions, [PlannedAction::Output(PortRef::Local)]);
-    assert_eq!(flows.iter().filter(|f| f.key.starts_with("nd ")).count(), 1);
+    assert_eq!(
+        flows
+            .iter()
+            .filter(|f| f.key.to_string().starts_with("nd "))
+            .count(),
+        1
+    );
 }
 
 #[test]
@@ -147,7 +156,8 @@ fn shared_gateway_steers_returns_and_passes_pmtu_for_every_protocol() {
         "ipv6,ipv6_src=2001:db8::10,nw_frag=yes"
     );
     for f in &flows {
-        let kind = f.key.rsplit_once(' ').map_or("", |(k, _)| k);
+        let key = f.key.to_string();
+        let kind = key.rsplit_once(' ').map_or("", |(k, _)| k);
         let (in_port, dl_src, actions) = match kind {
             "steer" | "pmtu" | "frag" => (
                 PortRef::Uplink,

@@ -62,14 +62,14 @@ pub(super) fn plan_for(m: &Model, b: &BridgeConfig) -> Vec<PlannedFlow> {
     )
 }
 
-pub(super) fn keys(flows: &[PlannedFlow]) -> Vec<&str> {
-    flows.iter().map(|f| f.key.as_str()).collect()
+pub(super) fn keys(flows: &[PlannedFlow]) -> Vec<String> {
+    flows.iter().map(|f| f.key.to_string()).collect()
 }
 
 pub(super) fn flow<'a>(flows: &'a [PlannedFlow], key: &str) -> &'a PlannedFlow {
     flows
         .iter()
-        .find(|f| f.key == key)
+        .find(|f| f.key.to_string() == key)
         .unwrap_or_else(|| panic!("no flow {key:?} in {:?}", keys(flows)))
 }
 

@@ -13,7 +13,9 @@ use proptest::prelude::*;
 fn underlay_profile_rewrites_to_the_router_mac_and_has_no_return_path() {
     let flows = plan_for(&model(WEB), &underlay());
     assert!(
-        flows.iter().all(|f| !f.key.starts_with("return ")),
+        flows
+            .iter()
+            .all(|f| !f.key.to_string().starts_with("return ")),
         "{:?}",
         keys(&flows)
     );
@@ -72,7 +74,7 @@ fn cookie_top_16_bits_are_the_prefix() {
     assert!(!flows.is_empty());
     for f in &flows {
         assert_eq!(f.cookie >> 48, 0xabcd, "{}", f.key);
-        assert_eq!(f.cookie, cookie(0xabcd, &f.key));
+        assert_eq!(f.cookie, cookie(0xabcd, &f.key.to_string()));
     }
 }
 

@@ -3,7 +3,7 @@
 //! No I/O here: the task ([`super::task`]) feeds it and sends what it returns.
 
 use crate::config::{BridgeConfig, format_mac};
-use crate::plan::flows::{PlannedFlow, PortRef, Resolved, steer_rewrite};
+use crate::plan::flows::{FlowKey, PlannedFlow, PortRef, Resolved, steer_rewrite};
 use crate::plan::ports::{self, OvsDb, PortError, Role};
 use crate::plan::service_index::{FlowDelta, FlowIndex};
 use openflow::action::port as ofport;
@@ -251,7 +251,7 @@ pub fn resolve_plan<'a>(
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
     pub set: FlowSet,
-    by_key: HashMap<String, FlowId>,
+    by_key: HashMap<FlowKey, FlowId>,
     /// Planned flows that could not be resolved, with why.
     pub skipped: std::collections::BTreeMap<String, String>,
     /// The plan generation `set` reflects; `None` when unknown (keys must be rebuilt).
@@ -262,9 +262,9 @@ pub struct Applied {
 #[derive(Debug, Default)]
 pub struct DeltaPlan {
     pub msgs: Vec<Message>,
-    removed: Vec<String>,
-    put: Vec<(String, FlowId, FlowBody)>,
-    skip: Vec<(String, Option<String>)>,
+    removed: Vec<FlowKey>,
+    put: Vec<(FlowKey, FlowId, FlowBody)>,
+    skip: Vec<(FlowKey, Option<String>)>,
 }
 
 impl Applied {
@@ -290,11 +290,11 @@ impl Applied {
         for f in flows {
             match roles.resolve(f) {
                 Ok((id, body)) => {
-                    a.by_key.insert(f.key.clone(), id.clone());
+                    a.by_key.insert(f.key, id.clone());
                     a.set.insert(id, body);
                 }
                 Err(why) => {
-                    a.skipped.insert(f.key.clone(), why);
+                    a.skipped.insert(f.key.to_string(), why);
                 }
             }
         }
@@ -302,7 +302,7 @@ impl Applied {
     }
 
     /// The writes for the planned flows named in `touched`, looked up in `flows`.
-    pub fn delta(&self, flows: &FlowIndex, touched: &[String], roles: &Roles) -> DeltaPlan {
+    pub fn delta(&self, flows: &FlowIndex, touched: &[FlowKey], roles: &Roles) -> DeltaPlan {
         let mut d = DeltaPlan::default();
         let mut adds = Vec::new();
         for key in touched {
@@ -332,22 +332,22 @@ impl Applied {
                             body.instructions.clone(),
                         )));
                     }
-                    d.put.push((key.clone(), id, body));
-                    d.skip.push((key.clone(), None));
+                    d.put.push((*key, id, body));
+                    d.skip.push((*key, None));
                 }
                 Some(Err(why)) => {
                     if let Some(o) = old {
                         delete(o, &mut d.msgs);
                     }
-                    d.removed.push(key.clone());
-                    d.skip.push((key.clone(), Some(why)));
+                    d.removed.push(*key);
+                    d.skip.push((*key, Some(why)));
                 }
                 None => {
                     if let Some(o) = old {
                         delete(o, &mut d.msgs);
                     }
-                    d.removed.push(key.clone());
-                    d.skip.push((key.clone(), None));
+                    d.removed.push(*key);
+                    d.skip.push((*key, None));
                 }
             }
         }
@@ -374,10 +374,10 @@ impl Applied {
         for (key, why) in d.skip {
             match why {
                 Some(w) => {
-                    self.skipped.insert(key, w);
+                    self.skipped.insert(key.to_string(), w);
                 }
                 None => {
-                    self.skipped.remove(&key);
+                    self.skipped.remove(&key.to_string());
                 }
             }
         }

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::config::BridgeConfig;
-use crate::plan::flows::{PlannedAction, PlannedFlow, PortRef};
+use crate::plan::flows::{FlowKey, PlannedAction, PlannedFlow, PortRef};
 use crate::plan::ports::OvsDb;
 use openflow::monitor::{FlowEvent, FlowUpdate, MonitorEvent};
 use openflow::oxm::OxmField;
@@ -30,11 +30,16 @@ fn roles() -> Roles {
     Roles::of(&b, &ports, None)
 }
 
+/// The key of planned flow number `k`.
+fn key(k: u8) -> FlowKey {
+    FlowKey::Arp(std::net::Ipv4Addr::new(198, 51, 100, k))
+}
+
 /// A planned flow for key `k` in one of a few shapes: the shape decides the match (so a key
 /// can move to another (priority, match) slot) and the output (so its content can change).
 fn flow(k: u8, shape: u8) -> PlannedFlow {
     PlannedFlow {
-        key: format!("k{k}"),
+        key: key(k),
         cookie: BASE | u64::from(k) << 8 | u64::from(shape),
         table: 0,
         priority: 500 + u16::from(shape % 2),
@@ -62,7 +67,7 @@ fn arb_plan() -> impl Strategy<Value = BTreeMap<u8, u8>> {
 
 fn index(plan: &BTreeMap<u8, u8>) -> FlowIndex {
     plan.iter()
-        .map(|(&k, &shape)| (format!("k{k}"), flow(k, shape)))
+        .map(|(&k, &shape)| (key(k), flow(k, shape)))
         .collect()
 }
 
@@ -110,9 +115,9 @@ proptest! {
         for (g, plan) in plans.iter().enumerate() {
             let next = index(plan);
             // What the planner reports as touched: keys added, removed or changed.
-            let touched: Vec<String> = (0u8..16)
+            let touched: Vec<FlowKey> = (0u8..16)
                 .filter(|k| prev.get(k) != plan.get(k))
-                .map(|k| format!("k{k}"))
+                .map(key)
                 .collect();
             let d = applied.delta(&next, &touched, &r);
             apply(&mut switch, &d.msgs);

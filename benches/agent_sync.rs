@@ -453,8 +453,7 @@ fn main() {
         None,
     );
     let first = planner.update(&objs).bridges.remove(0);
-    let mut applied =
-        Applied::from_plan(first.flows.values(), &Roles::of(&b.bridge, &ports, None), 1);
+    let mut applied = Applied::from_plan(&first.flows, &Roles::of(&b.bridge, &ports, None), 1);
     assert!(
         applied.set == installed,
         "the incremental planner's base equals the full plan"

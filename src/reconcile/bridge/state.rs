@@ -11,7 +11,7 @@ use openflow::monitor::{FlowEvent, FlowUpdate, MonitorEvent};
 use openflow::oxm::MacAddr;
 use openflow::port::PortReason;
 use openflow::{FlowMod, Instruction, Match, Message};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// What the reconciler is asked to make true: a plan and its generation number.
@@ -246,12 +246,15 @@ pub fn resolve_plan<'a>(
     (set, skipped)
 }
 
-/// What is on the switch, as far as we know, and which planned flow each entry came from, so
-/// a change to a few planned flows is written without looking at the others.
+/// What is on the switch, as far as we know, and the plan it came from, so a change to a few
+/// planned flows is written without looking at the others.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
     pub set: FlowSet,
-    by_key: HashMap<FlowKey, FlowId>,
+    /// The plan `set` was made from (shared with the planner's index: a persistent map). A
+    /// planned flow's slot in `set` is found again by resolving it with the same roles, so no
+    /// second copy of every match is kept.
+    planned: FlowIndex,
     /// Planned flows that could not be resolved, with why.
     pub skipped: std::collections::BTreeMap<String, String>,
     /// The plan generation `set` reflects; `None` when unknown (keys must be rebuilt).
@@ -262,14 +265,18 @@ pub struct Applied {
 #[derive(Debug, Default)]
 pub struct DeltaPlan {
     pub msgs: Vec<Message>,
-    removed: Vec<FlowKey>,
-    put: Vec<(FlowKey, FlowId, FlowBody)>,
+    /// Slots that go.
+    removed: Vec<FlowId>,
+    /// Slots written: the planned flow's old slot (if it moved), new slot and content.
+    put: Vec<(Option<FlowId>, FlowId, FlowBody)>,
     skip: Vec<(FlowKey, Option<String>)>,
+    /// The plan these writes bring the switch to.
+    planned: FlowIndex,
 }
 
 impl Applied {
-    /// What was read from the switch: the flows, with no plan keys (the next write diffs in
-    /// full).
+    /// What was read from the switch: the flows, with no plan behind them (the next write
+    /// diffs in full).
     pub fn observed(set: FlowSet) -> Applied {
         Applied {
             set,
@@ -277,20 +284,16 @@ impl Applied {
         }
     }
 
-    /// The state after fully applying `flows` (keys rebuilt).
-    pub fn from_plan<'a>(
-        flows: impl IntoIterator<Item = &'a PlannedFlow>,
-        roles: &Roles,
-        generation: u64,
-    ) -> Applied {
+    /// The state after fully applying the plan `flows`.
+    pub fn from_plan(flows: &FlowIndex, roles: &Roles, generation: u64) -> Applied {
         let mut a = Applied {
             generation: Some(generation),
+            planned: flows.clone(),
             ..Default::default()
         };
-        for f in flows {
+        for f in flows.values() {
             match roles.resolve(f) {
                 Ok((id, body)) => {
-                    a.by_key.insert(f.key, id.clone());
                     a.set.insert(id, body);
                 }
                 Err(why) => {
@@ -301,12 +304,22 @@ impl Applied {
         a
     }
 
+    /// The slot planned flow `key` holds on the switch, if it is there.
+    fn slot_of(&self, key: &FlowKey, roles: &Roles) -> Option<FlowId> {
+        let f = self.planned.get(key)?;
+        let (id, _) = roles.resolve(f).ok()?;
+        self.set.contains_key(&id).then_some(id)
+    }
+
     /// The writes for the planned flows named in `touched`, looked up in `flows`.
     pub fn delta(&self, flows: &FlowIndex, touched: &[FlowKey], roles: &Roles) -> DeltaPlan {
-        let mut d = DeltaPlan::default();
+        let mut d = DeltaPlan {
+            planned: flows.clone(),
+            ..DeltaPlan::default()
+        };
         let mut adds = Vec::new();
         for key in touched {
-            let old = self.by_key.get(key);
+            let old = self.slot_of(key, roles);
             let delete = |id: &FlowId, msgs: &mut Vec<Message>| {
                 let cookie = self.set.get(id).map_or(0, |b| b.cookie);
                 msgs.push(Message::FlowMod(FlowMod::delete_strict(
@@ -319,9 +332,9 @@ impl Applied {
             };
             match flows.get(key).map(|f| roles.resolve(f)) {
                 Some(Ok((id, body))) => {
-                    let same = old == Some(&id) && self.set.get(&id) == Some(&body);
+                    let same = old.as_ref() == Some(&id) && self.set.get(&id) == Some(&body);
                     if !same {
-                        if let Some(o) = old.filter(|o| **o != id) {
+                        if let Some(o) = old.as_ref().filter(|o| **o != id) {
                             delete(o, &mut d.msgs);
                         }
                         adds.push(Message::FlowMod(FlowMod::add(
@@ -332,21 +345,21 @@ impl Applied {
                             body.instructions.clone(),
                         )));
                     }
-                    d.put.push((*key, id, body));
+                    d.put.push((old, id, body));
                     d.skip.push((*key, None));
                 }
                 Some(Err(why)) => {
                     if let Some(o) = old {
-                        delete(o, &mut d.msgs);
+                        delete(&o, &mut d.msgs);
+                        d.removed.push(o);
                     }
-                    d.removed.push(*key);
                     d.skip.push((*key, Some(why)));
                 }
                 None => {
                     if let Some(o) = old {
-                        delete(o, &mut d.msgs);
+                        delete(&o, &mut d.msgs);
+                        d.removed.push(o);
                     }
-                    d.removed.push(*key);
                     d.skip.push((*key, None));
                 }
             }
@@ -358,15 +371,11 @@ impl Applied {
 
     /// Record a delta the switch accepted.
     pub fn commit(&mut self, d: DeltaPlan, generation: u64) {
-        for key in d.removed {
-            if let Some(id) = self.by_key.remove(&key) {
-                self.set.remove(&id);
-            }
+        for id in d.removed {
+            self.set.remove(&id);
         }
-        for (key, id, body) in d.put {
-            if let Some(old) = self.by_key.insert(key, id.clone())
-                && old != id
-            {
+        for (old, id, body) in d.put {
+            if let Some(old) = old.filter(|o| *o != id) {
                 self.set.remove(&old);
             }
             self.set.insert(id, body);
@@ -381,6 +390,7 @@ impl Applied {
                 }
             }
         }
+        self.planned = d.planned;
         self.generation = Some(generation);
     }
 

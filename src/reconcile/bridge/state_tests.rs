@@ -109,7 +109,7 @@ proptest! {
     #[test]
     fn delta_then_commit_equals_a_full_sync(plans in prop::collection::vec(arb_plan(), 1..8)) {
         let r = roles();
-        let mut applied = Applied::from_plan(std::iter::empty(), &r, 0);
+        let mut applied = Applied::from_plan(&FlowIndex::default(), &r, 0);
         let mut switch = FlowSet::new();
         let mut prev: BTreeMap<u8, u8> = BTreeMap::new();
         for (g, plan) in plans.iter().enumerate() {
@@ -122,13 +122,13 @@ proptest! {
             let d = applied.delta(&next, &touched, &r);
             apply(&mut switch, &d.msgs);
             applied.commit(d, g as u64 + 1);
-            let full = Applied::from_plan(next.values(), &r, g as u64 + 1);
+            let full = Applied::from_plan(&next, &r, g as u64 + 1);
             prop_assert_eq!(&applied.set, &full.set);
             prop_assert_eq!(&switch, &full.set);
             prop_assert_eq!(applied.skipped_list(), full.skipped_list());
             // And the full diff from the previous state gives the same switch.
             let mut again = FlowSet::new();
-            let before = Applied::from_plan(index(&prev).values(), &r, 0);
+            let before = Applied::from_plan(&index(&prev), &r, 0);
             apply(&mut again, &diff(&FlowSet::new(), &before.set));
             apply(&mut again, &diff(&before.set, &full.set));
             prop_assert_eq!(&again, &full.set);
@@ -154,7 +154,7 @@ fn update(event: FlowEvent, cookie: u64, id: &FlowId) -> FlowUpdate {
 #[test]
 fn what_the_monitor_reports_is_put_back_slot_by_slot() {
     let r = roles();
-    let applied = Applied::from_plan(index(&BTreeMap::from([(1, 0), (2, 1)])).values(), &r, 1);
+    let applied = Applied::from_plan(&index(&BTreeMap::from([(1, 0), (2, 1)])), &r, 1);
     let ids: Vec<FlowId> = applied.set.keys().cloned().collect();
     let mut heard = Heard::default();
     let foreign_id = (0, 7, Match::new().with(OxmField::eth_type(0x0806)));
@@ -223,7 +223,7 @@ fn what_the_monitor_reports_is_put_back_slot_by_slot() {
 #[test]
 fn only_changes_to_our_slots_or_cookie_count_and_lost_updates_ask_for_a_read_back() {
     let r = roles();
-    let applied = Applied::from_plan(index(&BTreeMap::from([(1, 0)])).values(), &r, 1);
+    let applied = Applied::from_plan(&index(&BTreeMap::from([(1, 0)])), &r, 1);
     let mut heard = Heard::default();
     let foreign = (0, 7, Match::new().with(OxmField::eth_type(0x0806)));
     assert!(!heard.note(

@@ -453,7 +453,7 @@ impl Session {
         started: std::time::Instant,
     ) -> Result<(), ConnError> {
         let roles = self.roles(s, plan);
-        let next = Applied::from_plan(plan.flows.values(), &roles, plan.generation);
+        let next = Applied::from_plan(&plan.flows, &roles, plan.generation);
         let msgs = diff(&self.applied.set, &next.set);
         let changes = msgs.len();
         let rejected = apply_bundle(&self.conn, msgs).await?;

@@ -1,21 +1,24 @@
 //! The agent's sync paths against a real ovs-vswitchd, side by side with ovs-ofctl, same run.
 //!
-//! Run: `cargo bench --bench agent_sync` (optionally `-- 10000 50000` for the sizes of part (a);
-//! part (b) runs at the largest size).
+//! Run: `cargo bench --bench agent_sync` (optionally `-- 10000 50000` for the sizes of parts (a)
+//! and (c); part (b) runs at the largest size).
 //!
 //! The flows are the agent's own: LoadBalancer Services built as Kubernetes objects, each with
 //! one ingress VIP and three TCP ports, which the default br-ex plan (shared gateway) turns into
-//! 8 flows (ARP bypass, PMTU, and a steer + return flow per port).
+//! 10 flows (ARP bypass, PMTU, fragments in and back, and a steer + return flow per port).
 //!
 //! (a) Full sync from empty, timed from "objects known" to "committed": model build, plan,
 //!     PORT_DESC, read of our flows by cookie, resolve, diff, one bundle — what a starting agent
 //!     does. vs `ovs-ofctl -O OpenFlow13 --bundle add-flows` of the same flows, written to a
 //!     file beforehand. Table emptied before each run, sides alternate, median of RUNS.
 //! (b) With the full set installed, one Service added then removed, CHANGES times: each change
-//!     as the agent does it (`Session::incremental`): rebuild the model from all objects,
-//!     re-plan the whole bridge, resolve, diff against the last applied set (no switch read),
-//!     bundle the delta. vs `ovs-ofctl --bundle replace-flows` of the full set plus/minus that
-//!     Service (it dumps, diffs and rewrites the whole table: the OVN-Kubernetes approach).
+//!     as the agent does it: the planner's update on the new snapshot (only changed objects
+//!     re-validated), resolve and diff of the touched flows against the last applied set (no
+//!     switch read), a bundle of the delta. vs `ovs-ofctl --bundle replace-flows` of the full
+//!     set plus/minus that Service (it dumps, diffs and rewrites the whole table: the
+//!     OVN-Kubernetes approach).
+//! (c) The planner alone, one Service added/removed, at 1,000 flows and at every size given,
+//!     side by side: one change should cost the same whatever the size.
 //!
 //! After every run the switch is checked to hold exactly the expected flows (all of them after
 //! part (a) runs, the count after each change in part (b)), so no figure comes from a run that
@@ -544,4 +547,54 @@ fn main() {
         median(&replace).as_secs_f64() / median(&switch).as_secs_f64(),
         ms(percentile(&switch, 99.0)),
     );
+
+    // (c) Planning alone, side by side across sizes: one change should cost the same at any
+    // size (issue target: p99 <= 0.5 ms).
+    let mut plan_sizes: Vec<usize> = sizes.clone();
+    if !plan_sizes.contains(&1_000) {
+        plan_sizes.insert(0, 1_000);
+    }
+    println!(
+        "\n(c) planning one Service added/removed ({CHANGES} changes), the planner alone, by size"
+    );
+    println!(
+        "{:>8}  {:>8}  {:>9}  {:>9}  {:>9}",
+        "flows", "Services", "p50", "p99", "target"
+    );
+    for &n in &plan_sizes {
+        let services = u32::try_from(n.div_ceil(FLOWS_PER_SERVICE)).expect("size fits u32");
+        let mut objs = objects(services);
+        let mut planner = Planner::new(
+            ModelOptions::default(),
+            std::slice::from_ref(&b.bridge),
+            b.cfg.cookie_prefix,
+            None,
+        );
+        planner.update(&objs);
+        let mut times = Vec::with_capacity(CHANGES);
+        for k in 0..CHANGES {
+            if k % 2 == 0 {
+                objs.services
+                    .push(std::sync::Arc::new(service(EXTRA_BASE + (k / 2) as u32)));
+            } else {
+                objs.services.pop();
+            }
+            let t = Instant::now();
+            let plans = planner.update(&objs);
+            times.push(t.elapsed());
+            assert_eq!(
+                plans.bridges[0].delta.touched.len(),
+                FLOWS_PER_SERVICE,
+                "change {k}: one Service's flows touched"
+            );
+        }
+        println!(
+            "{:>8}  {:>8}  {:>6.2} ms  {:>6.2} ms  {:>9}",
+            n,
+            services,
+            ms(median(&times)),
+            ms(percentile(&times, 99.0)),
+            "<= 0.5 ms"
+        );
+    }
 }

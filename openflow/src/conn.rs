@@ -146,6 +146,27 @@ pub enum Event {
 enum Waiter {
     Reply(oneshot::Sender<Result<Message, ConnError>>),
     Multipart(Parts, oneshot::Sender<Result<MultipartReply, ConnError>>),
+    /// Each part handed on as it arrives; `Parts` only counts (its `parts` stay empty).
+    Stream(
+        Parts,
+        mpsc::UnboundedSender<Result<MultipartReply, ConnError>>,
+    ),
+}
+
+impl Waiter {
+    fn fail(self, e: ConnError) {
+        match self {
+            Waiter::Reply(tx) => {
+                let _ = tx.send(Err(e));
+            }
+            Waiter::Multipart(_, tx) => {
+                let _ = tx.send(Err(e));
+            }
+            Waiter::Stream(_, tx) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    }
 }
 
 /// A multipart reply being reassembled, with its size on the wire so far.
@@ -153,6 +174,8 @@ enum Waiter {
 struct Parts {
     parts: Vec<MultipartReply>,
     bytes: usize,
+    /// Parts received (for a stream, whose parts are not kept).
+    count: usize,
 }
 
 /// Errors collected for a contiguous range of xids (a batch or a bundle's messages).
@@ -205,14 +228,7 @@ impl Inner {
             std::mem::take(&mut s.waiters)
         };
         for (_, w) in waiters {
-            match w {
-                Waiter::Reply(tx) => {
-                    let _ = tx.send(Err(err.clone()));
-                }
-                Waiter::Multipart(_, tx) => {
-                    let _ = tx.send(Err(err.clone()));
-                }
-            }
+            w.fail(err.clone());
         }
         let _ = self.events.send(Event::Closed(err));
     }
@@ -533,18 +549,83 @@ impl Connection {
         }
     }
 
+    /// FLOW stats, handed to `each` part by part as the switch sends them: a large table is
+    /// never held whole (unlike [`Connection::flow_stats`]). The same size limits apply; a
+    /// part late by more than the request timeout fails the request.
+    pub async fn flow_stats_each(
+        &self,
+        req: FlowStatsRequest,
+        mut each: impl FnMut(FlowStats),
+    ) -> Result<(), ConnError> {
+        let xid = self.xids(1).start;
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        self.register(xid, Waiter::Stream(Parts::default(), tx))?;
+        let msg = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(req)));
+        if let Err(e) = self.write(msg.encode(xid)).await {
+            self.unregister(xid);
+            return Err(e);
+        }
+        let t = self.inner.config.request_timeout;
+        loop {
+            let part = match tokio::time::timeout(t, rx.recv()).await {
+                Ok(Some(p)) => p?,
+                Ok(None) => {
+                    return Err(self
+                        .closed()
+                        .unwrap_or_else(|| ConnError::Closed("dropped".into())));
+                }
+                Err(_) => {
+                    self.unregister(xid);
+                    return Err(ConnError::Timeout(t));
+                }
+            };
+            let more = part.more();
+            match part.body {
+                MultipartReplyBody::Flow(flows) => flows.into_iter().for_each(&mut each),
+                other => {
+                    self.unregister(xid);
+                    return Err(ConnError::Protocol(format!(
+                        "FLOW stats answered with {other:?}"
+                    )));
+                }
+            }
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
     /// Send messages in one write followed by a barrier; not atomic: messages the switch
     /// rejects are reported (by index) in [`ConnError::Batch`], the rest are applied.
     pub async fn apply(&self, msgs: &[Message]) -> Result<(), ConnError> {
-        if msgs.is_empty() {
+        self.apply_with(msgs.len(), |i, xid, buf| msgs[i].encode_into(xid, buf))
+            .await
+    }
+
+    /// [`Connection::apply`] for `count` messages made one at a time by `message` (index,
+    /// xid, buffer to encode into): many messages cost their bytes, not their typed form.
+    pub async fn apply_each(
+        &self,
+        count: usize,
+        mut message: impl FnMut(usize) -> Message,
+    ) -> Result<(), ConnError> {
+        self.apply_with(count, |i, xid, buf| message(i).encode_into(xid, buf))
+            .await
+    }
+
+    async fn apply_with(
+        &self,
+        count: usize,
+        mut encode: impl FnMut(usize, u32, &mut Vec<u8>),
+    ) -> Result<(), ConnError> {
+        if count == 0 {
             return Ok(());
         }
-        let n =
-            u32::try_from(msgs.len()).map_err(|_| ConnError::Protocol("batch too large".into()))?;
+        let n = u32::try_from(count).map_err(|_| ConnError::Protocol("batch too large".into()))?;
         let xids = self.xids(n);
-        let mut buf = Vec::with_capacity(msgs.len() * 96);
-        for (m, xid) in msgs.iter().zip(xids.clone()) {
-            m.encode_into(xid, &mut buf);
+        let mut buf = Vec::with_capacity(count * 96);
+        for (i, xid) in xids.clone().enumerate() {
+            encode(i, xid, &mut buf);
         }
         let errors = self.watched(xids, buf).await?;
         if errors.is_empty() {
@@ -592,7 +673,25 @@ impl Connection {
     /// effect or none does. On failure, [`ConnError::Bundle`] says which message the switch
     /// rejected.
     pub async fn bundle(&self, msgs: &[Message]) -> Result<(), ConnError> {
-        if msgs.is_empty() {
+        self.bundle_with(msgs.len(), |i, f| f(&msgs[i])).await
+    }
+
+    /// [`Connection::bundle`] for `count` messages made one at a time by `message`: a bundle
+    /// of many flows costs their encoded bytes, not their typed form as well.
+    pub async fn bundle_each(
+        &self,
+        count: usize,
+        mut message: impl FnMut(usize) -> Message,
+    ) -> Result<(), ConnError> {
+        self.bundle_with(count, |i, f| f(&message(i))).await
+    }
+
+    async fn bundle_with(
+        &self,
+        count: usize,
+        mut with: impl FnMut(usize, &mut dyn FnMut(&Message)),
+    ) -> Result<(), ConnError> {
+        if count == 0 {
             return Ok(());
         }
         let id = self.inner.next_bundle.fetch_add(1, Ordering::Relaxed);
@@ -613,13 +712,12 @@ impl Connection {
             Message::BundleControl(c) if c.ctrl_type == BundleCtrlType::OpenReply => {}
             other => return Err(unexpected("bundle OPEN_REQUEST", &other)),
         }
-        let n = u32::try_from(msgs.len())
-            .map_err(|_| ConnError::Protocol("bundle too large".into()))?;
+        let n = u32::try_from(count).map_err(|_| ConnError::Protocol("bundle too large".into()))?;
         let xids = self.xids(n);
-        let mut buf = Vec::with_capacity(msgs.len() * 112);
-        for (m, xid) in msgs.iter().zip(xids.clone()) {
-            // Encoded in place: the same bytes as BundleAdd::new(..) without cloning `m`.
-            encode_bundle_add(id, flags, m, xid, &mut buf);
+        let mut buf = Vec::with_capacity(count * 112);
+        for (i, xid) in xids.clone().enumerate() {
+            // Encoded in place: the same bytes as BundleAdd::new(..) without cloning the message.
+            with(i, &mut |m| encode_bundle_add(id, flags, m, xid, &mut buf));
         }
         let add_errors = self.watched(xids.clone(), buf).await?;
         if !add_errors.is_empty() {
@@ -747,12 +845,7 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
             let xid = Header::parse(frame).map(|h| h.xid).ok();
             let w = xid.and_then(|x| lock(&inner.shared).waiters.remove(&x));
             match w {
-                Some(Waiter::Reply(tx)) => {
-                    let _ = tx.send(Err(e.into()));
-                }
-                Some(Waiter::Multipart(_, tx)) => {
-                    let _ = tx.send(Err(e.into()));
-                }
+                Some(w) => w.fail(e.into()),
                 None => tracing::warn!(error = %e, "undecodable message from the switch"),
             }
             return;
@@ -787,17 +880,18 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
                 let more = part.more();
                 parts.parts.push(part);
                 parts.bytes += usize::from(h.length);
+                parts.count += 1;
                 let (limit_bytes, limit_parts) = (
                     inner.config.max_multipart_bytes,
                     inner.config.max_multipart_parts,
                 );
-                if parts.bytes > limit_bytes || parts.parts.len() > limit_parts {
+                if parts.bytes > limit_bytes || parts.count > limit_parts {
                     drop(s);
                     let e = ConnError::ReplyTooLarge {
                         limit_bytes,
                         limit_parts,
                         bytes: parts.bytes,
-                        parts: parts.parts.len(),
+                        parts: parts.count,
                     };
                     let _ = tx.send(Err(e.clone()));
                     // The peer is not to be trusted with more: drop the connection.
@@ -807,6 +901,43 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
                 } else {
                     drop(s);
                     let _ = tx.send(MultipartReply::merge(parts.parts).map_err(ConnError::from));
+                }
+            }
+            Message::Error(e) => {
+                drop(s);
+                let _ = tx.send(Err(ConnError::Switch(e)));
+            }
+            other => {
+                drop(s);
+                let _ = tx.send(Err(unexpected("MULTIPART_REQUEST", &other)));
+            }
+        },
+        Some(Waiter::Stream(mut parts, tx)) => match msg {
+            Message::MultipartReply(part) => {
+                let more = part.more();
+                parts.bytes += usize::from(h.length);
+                parts.count += 1;
+                let (limit_bytes, limit_parts) = (
+                    inner.config.max_multipart_bytes,
+                    inner.config.max_multipart_parts,
+                );
+                if parts.bytes > limit_bytes || parts.count > limit_parts {
+                    drop(s);
+                    let e = ConnError::ReplyTooLarge {
+                        limit_bytes,
+                        limit_parts,
+                        bytes: parts.bytes,
+                        parts: parts.count,
+                    };
+                    let _ = tx.send(Err(e.clone()));
+                    inner.close(e);
+                } else {
+                    // The receiver may be gone (its caller gave up): the rest is dropped.
+                    if more && !tx.is_closed() {
+                        s.waiters.insert(h.xid, Waiter::Stream(parts, tx.clone()));
+                    }
+                    drop(s);
+                    let _ = tx.send(Ok(part));
                 }
             }
             Message::Error(e) => {

@@ -41,7 +41,7 @@ use vipflow::model::{Model, ModelOptions, Objects};
 use vipflow::plan::flows::{PlanInput, PlannedFlow, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::bridge::{
-    Applied, FlowSet, Ports, Roles, apply_bundle, diff, read_flows, resolve_plan,
+    Applied, FlowSet, Making, Ports, Roles, apply_bundle, diff, read_flows, resolve_plan,
 };
 
 /// Runs per side for the medians of (a) and of the replace-flows side of (b).
@@ -239,16 +239,18 @@ impl Bench {
         let plan = planner.update(objs).bridges.remove(0);
         s.plan = t.elapsed();
         let t = Instant::now();
-        let mut d = applied.delta(
-            &plan.flows,
-            &plan.delta.touched,
-            &Roles::of(&self.bridge, ports, None),
-        );
-        let msgs = std::mem::take(&mut d.msgs);
+        let making = Making {
+            maker: plan.maker,
+            roles: Roles::of(&self.bridge, ports, None),
+        };
+        let d = applied.delta(&plan.flows, making, plan.delta.touched.iter().copied());
+        let msgs: Vec<Message> = (0..d.ops.len())
+            .filter_map(|i| d.message(i, applied))
+            .collect();
         s.resolve = t.elapsed();
         let n = msgs.len();
         self.bundle(msgs, &mut s);
-        applied.commit(d, generation);
+        applied.commit(d, &[], generation);
         (s, n)
     }
 
@@ -456,12 +458,19 @@ fn main() {
         None,
     );
     let first = planner.update(&objs).bridges.remove(0);
-    let mut applied = Applied::from_plan(&first.flows, &Roles::of(&b.bridge, &ports, None), 1);
+    let mut applied = Applied::from_plan(
+        &first.flows,
+        Making {
+            maker: first.maker,
+            roles: Roles::of(&b.bridge, &ports, None),
+        },
+        1,
+    );
     assert!(
-        applied.set == installed,
+        applied.to_flow_set() == installed,
         "the incremental planner's base equals the full plan"
     );
-    let base_len = applied.set.len();
+    let base_len = applied.len();
 
     let mut changes: Vec<Split> = Vec::with_capacity(CHANGES);
     for k in 0..CHANGES {
@@ -479,10 +488,10 @@ fn main() {
         let expect = base_len + if adding { FLOWS_PER_SERVICE } else { 0 };
         assert_eq!(b.count(), expect, "change {k}: flows on the switch");
     }
-    b.check_exact(&applied.set, "vipflow after the changes");
+    b.check_exact(&applied.to_flow_set(), "vipflow after the changes");
 
     // replace-flows: files for the base set and the base set plus one Service.
-    let base_set = applied.set.clone();
+    let base_set = applied.to_flow_set();
     objs.services
         .push(std::sync::Arc::new(service(EXTRA_BASE + CHANGES as u32)));
     let plus_set = b.resolved(&objs);

@@ -539,6 +539,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     dtx.send(std::sync::Arc::new(DesiredFlows {
         generation: 1,
         flows: plan.flows,
+        maker: plan.maker,
         delta: Some(plan.delta),
         router_mac: None,
     }))

@@ -83,6 +83,7 @@ impl PlannerTask {
                     let _ = tx.send(Arc::new(DesiredFlows {
                         generation,
                         flows: b.flows,
+                        maker: b.maker,
                         delta: Some(b.delta),
                         router_mac,
                     }));

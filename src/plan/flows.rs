@@ -261,139 +261,230 @@ pub fn plan(model: &Model, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
     flows
 }
 
-/// The flows a VIP needs once any Service serves it: the ARP or ND bypass, and (when traffic
-/// is steered) the path-MTU ICMP.
-pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
+/// The keys of the flows a VIP needs once any Service serves it: the ARP or ND bypass, and
+/// (when traffic is steered) the path-MTU ICMP and the fragments.
+pub fn vip_keys(vip: IpAddr, input: &PlanInput<'_>) -> Vec<FlowKey> {
     let c = Ctx(input);
-    let mut flows = Vec::new();
-    // ARP / ND requests for the VIP go to the host, never into OVN.
-    match vip {
-        IpAddr::V4(ip) => flows.push(
-            c.mk(
-                FlowKey::Arp(ip),
-                PortRef::Uplink,
-                false,
-                c.with_vlan(
-                    Match::new()
-                        .with(OxmField::eth_type(eth_type::ARP))
-                        .with(OxmField::arp_op(1))
-                        .with(OxmField::arp_tpa(ip)),
-                ),
-                c.to_host(),
-            ),
-        ),
-        IpAddr::V6(ip) => flows.push(
-            c.mk(
-                FlowKey::Nd(ip),
-                PortRef::Uplink,
-                false,
-                c.with_vlan(
-                    Match::new()
-                        .with(OxmField::eth_type(eth_type::IPV6))
-                        .with(OxmField::ip_proto(ip_proto::ICMPV6))
-                        .with(OxmField::icmpv6_type(135))
-                        .with(OxmField::icmpv6_code(0))
-                        .with(OxmField::ipv6_nd_target(ip)),
-                ),
-                c.to_host(),
-            ),
-        ),
-    }
+    let mut keys = vec![match vip {
+        IpAddr::V4(ip) => FlowKey::Arp(ip),
+        IpAddr::V6(ip) => FlowKey::Nd(ip),
+    }];
     if c.steering() {
-        // ICMP "fragmentation needed" / "packet too big" for the VIP must reach OVN too,
-        // or path MTU discovery breaks for its connections.
-        let m = match vip {
-            IpAddr::V4(ip) => Match::new()
-                .with(OxmField::eth_type(eth_type::IPV4))
-                .with(OxmField::ip_proto(ip_proto::ICMP))
-                .with(OxmField::ipv4_dst(ip))
-                .with(OxmField::icmpv4_type(3))
-                .with(OxmField::icmpv4_code(4)),
-            IpAddr::V6(ip) => Match::new()
-                .with(OxmField::eth_type(eth_type::IPV6))
-                .with(OxmField::ip_proto(ip_proto::ICMPV6))
-                .with(OxmField::ipv6_dst(ip))
-                .with(OxmField::icmpv6_type(2))
-                .with(OxmField::icmpv6_code(0)),
-        };
-        flows.push(c.mk(
-            FlowKey::Pmtu(vip),
-            PortRef::Uplink,
-            false,
-            c.with_vlan(m),
-            c.to_ovn(),
-        ));
-        // Fragments carry no L4 ports as OpenFlow sees them (OVS zeroes the ports of every
-        // fragment, the first included), so no steer flow matches them: every fragment for
-        // the VIP goes into OVN, whose gateway router reassembles before balancing. Large
-        // replies come back fragmented the same way.
-        let (l3, dst, src) = ip_fields(vip);
-        let fragment = |addr: OxmField| {
-            Match::new()
-                .with(OxmField::eth_type(l3))
-                .with(addr)
-                .with(OxmField::ip_frag(frag::ANY, frag::ANY))
-        };
-        flows.push(c.mk(
-            FlowKey::Frag(vip),
-            PortRef::Uplink,
-            false,
-            c.with_vlan(fragment(dst)),
-            c.to_ovn(),
-        ));
+        keys.extend([FlowKey::Pmtu(vip), FlowKey::Frag(vip)]);
         if input.bridge.profile == Profile::Gateway {
-            flows.push(c.mk(
-                FlowKey::FragReturn(vip),
-                PortRef::Patch,
-                true,
-                c.with_vlan(fragment(src)),
-                vec![PlannedAction::Output(PortRef::Uplink)],
-            ));
+            keys.push(FlowKey::FragReturn(vip));
         }
     }
-    flows
+    keys
 }
 
-/// The flows of one VIP:port/protocol, whichever Service owns it: steering into OVN and (on
-/// a gateway bridge) the return path. None in local gateway mode.
+/// The keys of the flows of one VIP:port/protocol, whichever Service owns it: steering into
+/// OVN and (on a gateway bridge) the return path. None in local gateway mode.
+pub fn claim_keys(
+    vip: IpAddr,
+    port: u16,
+    protocol: Protocol,
+    input: &PlanInput<'_>,
+) -> Vec<FlowKey> {
+    let c = Ctx(input);
+    if !c.steering() {
+        return Vec::new();
+    }
+    let mut keys = vec![FlowKey::Steer(vip, port, protocol)];
+    if input.bridge.profile == Profile::Gateway {
+        keys.push(FlowKey::Return(vip, port, protocol));
+    }
+    keys
+}
+
+/// The flows of [`vip_keys`].
+pub fn vip_flows(vip: IpAddr, input: &PlanInput<'_>) -> Vec<PlannedFlow> {
+    vip_keys(vip, input)
+        .into_iter()
+        .map(|k| flow_of(k, input))
+        .collect()
+}
+
+/// The flows of [`claim_keys`].
 pub fn claim_flows(
     vip: IpAddr,
     port: u16,
     protocol: Protocol,
     input: &PlanInput<'_>,
 ) -> Vec<PlannedFlow> {
+    claim_keys(vip, port, protocol, input)
+        .into_iter()
+        .map(|k| flow_of(k, input))
+        .collect()
+}
+
+/// The flow a key names on this bridge: a pure function of the two, so a plan keeps keys
+/// only and makes a flow again whenever it is written or compared.
+pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
     let c = Ctx(input);
-    if !c.steering() {
-        return Vec::new();
+    match key {
+        // ARP / ND requests for the VIP go to the host, never into OVN.
+        FlowKey::Arp(ip) => c.mk(
+            key,
+            PortRef::Uplink,
+            false,
+            c.with_vlan(
+                Match::new()
+                    .with(OxmField::eth_type(eth_type::ARP))
+                    .with(OxmField::arp_op(1))
+                    .with(OxmField::arp_tpa(ip)),
+            ),
+            c.to_host(),
+        ),
+        FlowKey::Nd(ip) => c.mk(
+            key,
+            PortRef::Uplink,
+            false,
+            c.with_vlan(
+                Match::new()
+                    .with(OxmField::eth_type(eth_type::IPV6))
+                    .with(OxmField::ip_proto(ip_proto::ICMPV6))
+                    .with(OxmField::icmpv6_type(135))
+                    .with(OxmField::icmpv6_code(0))
+                    .with(OxmField::ipv6_nd_target(ip)),
+            ),
+            c.to_host(),
+        ),
+        // ICMP "fragmentation needed" / "packet too big" for the VIP must reach OVN too, or
+        // path MTU discovery breaks for its connections.
+        FlowKey::Pmtu(vip) => {
+            let m = match vip {
+                IpAddr::V4(ip) => Match::new()
+                    .with(OxmField::eth_type(eth_type::IPV4))
+                    .with(OxmField::ip_proto(ip_proto::ICMP))
+                    .with(OxmField::ipv4_dst(ip))
+                    .with(OxmField::icmpv4_type(3))
+                    .with(OxmField::icmpv4_code(4)),
+                IpAddr::V6(ip) => Match::new()
+                    .with(OxmField::eth_type(eth_type::IPV6))
+                    .with(OxmField::ip_proto(ip_proto::ICMPV6))
+                    .with(OxmField::ipv6_dst(ip))
+                    .with(OxmField::icmpv6_type(2))
+                    .with(OxmField::icmpv6_code(0)),
+            };
+            c.mk(key, PortRef::Uplink, false, c.with_vlan(m), c.to_ovn())
+        }
+        // Fragments carry no L4 ports as OpenFlow sees them (OVS zeroes the ports of every
+        // fragment, the first included), so no steer flow matches them: every fragment for
+        // the VIP goes into OVN, whose gateway router reassembles before balancing. Large
+        // replies come back fragmented the same way.
+        FlowKey::Frag(vip) => {
+            let (l3, dst, _) = ip_fields(vip);
+            c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                c.with_vlan(fragment(l3, dst)),
+                c.to_ovn(),
+            )
+        }
+        FlowKey::FragReturn(vip) => {
+            let (l3, _, src) = ip_fields(vip);
+            c.mk(
+                key,
+                PortRef::Patch,
+                true,
+                c.with_vlan(fragment(l3, src)),
+                vec![PlannedAction::Output(PortRef::Uplink)],
+            )
+        }
+        FlowKey::Steer(vip, port, protocol) => {
+            let (l3, dst, _) = ip_fields(vip);
+            let tp_dst = match protocol {
+                Protocol::Tcp => OxmField::tcp_dst(port),
+                Protocol::Udp => OxmField::udp_dst(port),
+                Protocol::Sctp => OxmField::sctp_dst(port),
+            };
+            c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                c.with_vlan(l4(l3, protocol).with(dst).with(tp_dst)),
+                c.to_ovn(),
+            )
+        }
+        FlowKey::Return(vip, port, protocol) => {
+            let (l3, _, src) = ip_fields(vip);
+            let tp_src = match protocol {
+                Protocol::Tcp => OxmField::tcp_src(port),
+                Protocol::Udp => OxmField::udp_src(port),
+                Protocol::Sctp => OxmField::sctp_src(port),
+            };
+            c.mk(
+                key,
+                PortRef::Patch,
+                true,
+                c.with_vlan(l4(l3, protocol).with(src).with(tp_src)),
+                vec![PlannedAction::Output(PortRef::Uplink)],
+            )
+        }
     }
-    let (l3, dst, src) = ip_fields(vip);
-    let (tp_dst, tp_src) = match protocol {
-        Protocol::Tcp => (OxmField::tcp_dst(port), OxmField::tcp_src(port)),
-        Protocol::Udp => (OxmField::udp_dst(port), OxmField::udp_src(port)),
-        Protocol::Sctp => (OxmField::sctp_dst(port), OxmField::sctp_src(port)),
-    };
-    let base = || {
-        Match::new()
-            .with(OxmField::eth_type(l3))
-            .with(OxmField::ip_proto(protocol.ip_proto()))
-    };
-    let mut flows = vec![c.mk(
-        FlowKey::Steer(vip, port, protocol),
-        PortRef::Uplink,
-        false,
-        c.with_vlan(base().with(dst).with(tp_dst)),
-        c.to_ovn(),
-    )];
-    if input.bridge.profile == Profile::Gateway {
-        flows.push(c.mk(
-            FlowKey::Return(vip, port, protocol),
-            PortRef::Patch,
-            true,
-            c.with_vlan(base().with(src).with(tp_src)),
-            vec![PlannedAction::Output(PortRef::Uplink)],
-        ));
+}
+
+/// Every fragment to or from an address.
+fn fragment(l3: u16, addr: OxmField) -> Match {
+    Match::new()
+        .with(OxmField::eth_type(l3))
+        .with(addr)
+        .with(OxmField::ip_frag(frag::ANY, frag::ANY))
+}
+
+/// The prerequisites of an L4 match.
+fn l4(l3: u16, protocol: Protocol) -> Match {
+    Match::new()
+        .with(OxmField::eth_type(l3))
+        .with(OxmField::ip_proto(protocol.ip_proto()))
+}
+
+/// Makes a bridge's planned flows from their keys ([`flow_of`]): the plan hands on keys and
+/// this, and the reconciler makes each flow when it writes or compares it.
+#[derive(Clone)]
+pub struct FlowMaker(std::sync::Arc<dyn Fn(&FlowKey) -> PlannedFlow + Send + Sync>);
+
+impl FlowMaker {
+    /// The flows of `bridge` under `cookie_prefix`, as the planner plans them.
+    pub fn for_bridge(bridge: BridgeConfig, cookie_prefix: u16) -> FlowMaker {
+        FlowMaker::from_fn(move |k| {
+            flow_of(
+                *k,
+                &PlanInput {
+                    bridge: &bridge,
+                    cookie_prefix,
+                },
+            )
+        })
     }
-    flows
+
+    /// Any function of the key (tests give flows shapes the planner never makes).
+    pub fn from_fn(f: impl Fn(&FlowKey) -> PlannedFlow + Send + Sync + 'static) -> FlowMaker {
+        FlowMaker(std::sync::Arc::new(f))
+    }
+
+    pub fn flow(&self, key: &FlowKey) -> PlannedFlow {
+        (self.0)(key)
+    }
+
+    /// Whether two makers are the same one (a clone): then a key makes the same flow in both.
+    pub fn same(&self, other: &FlowMaker) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Default for FlowMaker {
+    fn default() -> Self {
+        FlowMaker::for_bridge(BridgeConfig::default(), 0)
+    }
+}
+
+impl fmt::Debug for FlowMaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FlowMaker")
+    }
 }
 
 /// A VIP's eth_type and its match fields as destination and as source.

@@ -4,6 +4,7 @@
 //! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
 //! [`Planner::update`], so what they measure and check is what the agent does.
 
+use super::flows::FlowMaker;
 use super::northbound::{GroupPlan, NorthboundConfig};
 use super::order;
 use super::row_table::{NbDelta, RowIndex, RowTable};
@@ -24,6 +25,8 @@ pub struct Planner {
 #[derive(Debug, Clone)]
 pub struct BridgeFlows {
     pub flows: FlowIndex,
+    /// Makes each flow of `flows` from its key.
+    pub maker: FlowMaker,
     pub delta: FlowDelta,
 }
 
@@ -92,6 +95,7 @@ impl Planner {
             .enumerate()
             .map(|(i, delta)| BridgeFlows {
                 flows: self.services.flows(i),
+                maker: self.services.maker(i),
                 delta,
             })
             .collect();

@@ -16,7 +16,7 @@
 //!
 //! A property test checks that after any sequence of snapshots the index equals the full plan.
 
-use super::flows::{FlowKey, PlanInput, PlannedFlow, claim_flows, vip_flows};
+use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
 use crate::config::BridgeConfig;
 use crate::model::{
     ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes, build_service,
@@ -30,8 +30,10 @@ use std::sync::Arc;
 /// A VIP:port/protocol.
 pub type Claim = (IpAddr, u16, Protocol);
 
-/// A bridge's planned flows by key.
-pub type FlowIndex = imbl::HashMap<FlowKey, PlannedFlow>;
+/// The keys of a bridge's planned flows (a persistent ordered set: handing it on is O(1), and
+/// two versions are compared without visiting what they share). Each flow is made from its
+/// key by the bridge's [`FlowMaker`].
+pub type FlowIndex = imbl::OrdSet<FlowKey>;
 
 /// What changed in one bridge's flow index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -54,6 +56,7 @@ pub struct Changes {
 
 struct Bridge {
     config: BridgeConfig,
+    maker: FlowMaker,
     flows: FlowIndex,
 }
 
@@ -135,6 +138,7 @@ impl ServiceIndex {
                 .iter()
                 .map(|b| Bridge {
                     config: b.clone(),
+                    maker: FlowMaker::for_bridge(b.clone(), cookie_prefix),
                     flows: FlowIndex::new(),
                 })
                 .collect(),
@@ -262,6 +266,11 @@ impl ServiceIndex {
     /// The current flow index of bridge `i` (config order).
     pub fn flows(&self, i: usize) -> FlowIndex {
         self.bridges[i].flows.clone()
+    }
+
+    /// What makes bridge `i`'s flows from their keys (the same one on every update).
+    pub fn maker(&self, i: usize) -> FlowMaker {
+        self.bridges[i].maker.clone()
     }
 
     /// Take a new snapshot of the objects; returns, per bridge, what changed.
@@ -497,19 +506,19 @@ impl ServiceIndex {
             let mut touched = Vec::new();
             let gone = removed
                 .iter()
-                .flat_map(|c| claim_flows(c.0, c.1, c.2, &input))
-                .chain(vips_removed.iter().flat_map(|v| vip_flows(*v, &input)));
-            for f in gone {
-                b.flows.remove(&f.key);
-                touched.push(f.key);
+                .flat_map(|c| claim_keys(c.0, c.1, c.2, &input))
+                .chain(vips_removed.iter().flat_map(|v| vip_keys(*v, &input)));
+            for k in gone {
+                b.flows.remove(&k);
+                touched.push(k);
             }
             let new = added
                 .iter()
-                .flat_map(|c| claim_flows(c.0, c.1, c.2, &input))
-                .chain(vips_added.iter().flat_map(|v| vip_flows(*v, &input)));
-            for f in new {
-                touched.push(f.key);
-                b.flows.insert(f.key, f);
+                .flat_map(|c| claim_keys(c.0, c.1, c.2, &input))
+                .chain(vips_added.iter().flat_map(|v| vip_keys(*v, &input)));
+            for k in new {
+                touched.push(k);
+                b.flows.insert(k);
             }
             touched.sort();
             touched.dedup();

@@ -87,7 +87,7 @@ proptest! {
         let mut planner = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
         let mut last: Vec<Option<(Spec, Arc<core::Service>)>> = vec![None; 5];
         let mut last_node: Option<(u8, Arc<core::Node>)> = None;
-        let mut prev: Vec<std::collections::BTreeMap<FlowKey, PlannedFlow>> = vec![Default::default(); bridges.len()];
+        let mut prev: Vec<std::collections::BTreeMap<FlowKey, crate::plan::flows::PlannedFlow>> = vec![Default::default(); bridges.len()];
         for (slots, node) in steps {
             let mut objects = Objects::default();
             for (i, s) in slots.iter().enumerate() {
@@ -117,11 +117,13 @@ proptest! {
             let model = Model::build(&objects, &ModelOptions::default());
             for (i, b) in bridges.iter().enumerate() {
                 let want = plan(&model, &PlanInput { bridge: b, cookie_prefix: 0x7f1f });
-                let mut have: Vec<PlannedFlow> = planner.flows(i).values().cloned().collect();
+                let maker = planner.maker(i);
+                let mut have: Vec<crate::plan::flows::PlannedFlow> =
+                    planner.flows(i).iter().map(|k| maker.flow(k)).collect();
                 have.sort_by_cached_key(|f| f.key.to_string());
                 prop_assert_eq!(&have, &want, "bridge {}", b.name);
                 // Exactly the keys whose flow differs from the previous plan are touched.
-                let now: std::collections::BTreeMap<FlowKey, PlannedFlow> =
+                let now: std::collections::BTreeMap<FlowKey, crate::plan::flows::PlannedFlow> =
                     want.into_iter().map(|f| (f.key, f)).collect();
                 let changed: BTreeSet<FlowKey> = prev[i]
                     .keys()

@@ -8,20 +8,32 @@
 //!   database, and their numbers taken from it and checked against PORT_DESC
 //!   ([`crate::plan::ports`]); PORT_STATUS and a monitor of the database both trigger a new
 //!   resolution.
+//! - **Memory**: the plan is a persistent set of flow keys shared with the planner; a flow is
+//!   made from its key ([`crate::plan::flows::FlowMaker`]) whenever it is written or compared,
+//!   and what is applied keeps only a hashed slot -> key index ([`applied`]). Reads are handed
+//!   on one flow at a time and writes encoded one message at a time, so even a full sync of
+//!   tens of thousands of flows never holds them in typed form.
 //! - **Full sync** (after connecting, and whenever a port number or the bridge MAC changes):
 //!   read our flows with one flow-stats request filtered by cookie/mask, diff, apply the
 //!   difference in one ONF bundle.
-//! - **Incremental** (a new plan while connected): diff the last applied set against the new
-//!   one, no read needed, and bundle just the delta.
+//! - **Incremental** (a new plan while connected): only the keys that changed are made,
+//!   resolved and compared with what was applied, no read needed, and just that is bundled;
+//!   two plans are compared without visiting what they share.
 //! - A bundle the switch rejects is retried without the flows it named (each reported), so one
 //!   bad flow never holds back the rest; on any connection loss the reconciler reconnects with
 //!   exponential backoff and does a full sync.
 
+mod applied;
+mod conn;
+mod heard;
 mod state;
 mod task;
 
+pub use applied::{Applied, DeltaPlan, FlowOp, FullSync, Making};
+pub use conn::{apply_bundle, apply_each, read_flows};
+pub use heard::Heard;
 pub use state::*;
-pub use task::{apply_bundle, read_flows, run};
+pub use task::run;
 
 use crate::config::BridgeConfig;
 use openflow::Config as OfConfig;

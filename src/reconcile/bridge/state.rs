@@ -1,13 +1,13 @@
-//! The pure part of a bridge's reconciler: what is planned and applied, as concrete flows;
-//! the writes for a full or an incremental change; what the switch's flow monitor reported.
-//! No I/O here: the task ([`super::task`]) feeds it and sends what it returns.
+//! The pure part of a bridge's reconciler: the plan it is given, the bridge's ports and the
+//! roles they play, how a planned flow becomes a concrete one, and the diff of two sets of
+//! concrete flows. What is applied is in [`super::applied`], what the flow monitor reported in
+//! [`super::heard`]. No I/O here: the task ([`super::task`]) feeds it and sends what it returns.
 
 use crate::config::{BridgeConfig, format_mac};
-use crate::plan::flows::{FlowKey, PlannedFlow, PortRef, Resolved, steer_rewrite};
+use crate::plan::flows::{FlowMaker, PlannedFlow, PortRef, Resolved, steer_rewrite};
 use crate::plan::ports::{self, OvsDb, PortError, Role};
 use crate::plan::service_index::{FlowDelta, FlowIndex};
 use openflow::action::port as ofport;
-use openflow::monitor::{FlowEvent, FlowUpdate, MonitorEvent};
 use openflow::oxm::MacAddr;
 use openflow::port::PortReason;
 use openflow::{FlowMod, Instruction, Match, Message};
@@ -18,8 +18,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, Default)]
 pub struct DesiredFlows {
     pub generation: u64,
-    /// The whole plan, by flow key (a persistent map: cheap to hand over).
+    /// The whole plan: the keys of its flows (a persistent set: cheap to hand over).
     pub flows: FlowIndex,
+    /// Makes each flow of `flows` from its key.
+    pub maker: FlowMaker,
     /// What changed since plan `generation - 1`. A reconciler that applied that plan writes
     /// just these keys; any other falls back to a full diff.
     pub delta: Option<FlowDelta>,
@@ -191,7 +193,7 @@ impl Roles {
     }
 
     /// One planned flow with real port numbers, or why it cannot be written now.
-    fn resolve(&self, f: &PlannedFlow) -> Result<(FlowId, FlowBody), String> {
+    pub fn resolve(&self, f: &PlannedFlow) -> Result<(FlowId, FlowBody), String> {
         let needs = |p: PortRef| {
             f.in_port == p
                 || f.actions
@@ -244,162 +246,6 @@ pub fn resolve_plan<'a>(
         }
     }
     (set, skipped)
-}
-
-/// What is on the switch, as far as we know, and the plan it came from, so a change to a few
-/// planned flows is written without looking at the others.
-#[derive(Debug, Clone, Default)]
-pub struct Applied {
-    pub set: FlowSet,
-    /// The plan `set` was made from (shared with the planner's index: a persistent map). A
-    /// planned flow's slot in `set` is found again by resolving it with the same roles, so no
-    /// second copy of every match is kept.
-    planned: FlowIndex,
-    /// Planned flows that could not be resolved, with why.
-    pub skipped: std::collections::BTreeMap<String, String>,
-    /// The plan generation `set` reflects; `None` when unknown (keys must be rebuilt).
-    pub generation: Option<u64>,
-}
-
-/// The messages for a change to some planned flows, and how [`Applied`] looks once they land.
-#[derive(Debug, Default)]
-pub struct DeltaPlan {
-    pub msgs: Vec<Message>,
-    /// Slots that go.
-    removed: Vec<FlowId>,
-    /// Slots written: the planned flow's old slot (if it moved), new slot and content.
-    put: Vec<(Option<FlowId>, FlowId, FlowBody)>,
-    skip: Vec<(FlowKey, Option<String>)>,
-    /// The plan these writes bring the switch to.
-    planned: FlowIndex,
-}
-
-impl Applied {
-    /// What was read from the switch: the flows, with no plan behind them (the next write
-    /// diffs in full).
-    pub fn observed(set: FlowSet) -> Applied {
-        Applied {
-            set,
-            ..Applied::default()
-        }
-    }
-
-    /// The state after fully applying the plan `flows`.
-    pub fn from_plan(flows: &FlowIndex, roles: &Roles, generation: u64) -> Applied {
-        let mut a = Applied {
-            generation: Some(generation),
-            planned: flows.clone(),
-            ..Default::default()
-        };
-        for f in flows.values() {
-            match roles.resolve(f) {
-                Ok((id, body)) => {
-                    a.set.insert(id, body);
-                }
-                Err(why) => {
-                    a.skipped.insert(f.key.to_string(), why);
-                }
-            }
-        }
-        a
-    }
-
-    /// The slot planned flow `key` holds on the switch, if it is there.
-    fn slot_of(&self, key: &FlowKey, roles: &Roles) -> Option<FlowId> {
-        let f = self.planned.get(key)?;
-        let (id, _) = roles.resolve(f).ok()?;
-        self.set.contains_key(&id).then_some(id)
-    }
-
-    /// The writes for the planned flows named in `touched`, looked up in `flows`.
-    pub fn delta(&self, flows: &FlowIndex, touched: &[FlowKey], roles: &Roles) -> DeltaPlan {
-        let mut d = DeltaPlan {
-            planned: flows.clone(),
-            ..DeltaPlan::default()
-        };
-        let mut adds = Vec::new();
-        for key in touched {
-            let old = self.slot_of(key, roles);
-            let delete = |id: &FlowId, msgs: &mut Vec<Message>| {
-                let cookie = self.set.get(id).map_or(0, |b| b.cookie);
-                msgs.push(Message::FlowMod(FlowMod::delete_strict(
-                    id.0,
-                    id.1,
-                    id.2.clone(),
-                    cookie,
-                    u64::MAX,
-                )));
-            };
-            match flows.get(key).map(|f| roles.resolve(f)) {
-                Some(Ok((id, body))) => {
-                    let same = old.as_ref() == Some(&id) && self.set.get(&id) == Some(&body);
-                    if !same {
-                        if let Some(o) = old.as_ref().filter(|o| **o != id) {
-                            delete(o, &mut d.msgs);
-                        }
-                        adds.push(Message::FlowMod(FlowMod::add(
-                            id.0,
-                            id.1,
-                            body.cookie,
-                            id.2.clone(),
-                            body.instructions.clone(),
-                        )));
-                    }
-                    d.put.push((old, id, body));
-                    d.skip.push((*key, None));
-                }
-                Some(Err(why)) => {
-                    if let Some(o) = old {
-                        delete(&o, &mut d.msgs);
-                        d.removed.push(o);
-                    }
-                    d.skip.push((*key, Some(why)));
-                }
-                None => {
-                    if let Some(o) = old {
-                        delete(&o, &mut d.msgs);
-                        d.removed.push(o);
-                    }
-                    d.skip.push((*key, None));
-                }
-            }
-        }
-        // Deletes first: within the bundle order is kept.
-        d.msgs.extend(adds);
-        d
-    }
-
-    /// Record a delta the switch accepted.
-    pub fn commit(&mut self, d: DeltaPlan, generation: u64) {
-        for id in d.removed {
-            self.set.remove(&id);
-        }
-        for (old, id, body) in d.put {
-            if let Some(old) = old.filter(|o| *o != id) {
-                self.set.remove(&old);
-            }
-            self.set.insert(id, body);
-        }
-        for (key, why) in d.skip {
-            match why {
-                Some(w) => {
-                    self.skipped.insert(key.to_string(), w);
-                }
-                None => {
-                    self.skipped.remove(&key.to_string());
-                }
-            }
-        }
-        self.planned = d.planned;
-        self.generation = Some(generation);
-    }
-
-    pub fn skipped_list(&self) -> Vec<String> {
-        self.skipped
-            .iter()
-            .map(|(k, w)| format!("{k}: {w}"))
-            .collect()
-    }
 }
 
 /// The messages that turn `old` into `new`: strict deletes of what goes, adds of what is new
@@ -463,88 +309,3 @@ pub fn diff(old: &FlowSet, new: &FlowSet) -> Vec<Message> {
     deletes.append(&mut adds);
     deletes
 }
-
-/// What the flow monitor reported since vipflow's flows were last made right.
-#[derive(Debug, Default)]
-pub struct Heard {
-    /// Per slot, the last state reported: `None` deleted, `Some(cookie)` there, with content
-    /// vipflow did not write.
-    slots: BTreeMap<FlowId, Option<u64>>,
-    /// Updates were lost (a pause, an unreadable one): only a read-back tells what is there.
-    pub lost: bool,
-}
-
-impl Heard {
-    /// Note what a flow monitor message says about the flows in `applied` and those carrying
-    /// vipflow's cookie: a change in one of vipflow's (table, priority, match) slots
-    /// (deleted, modified, or taken by someone else's flow), a flow with its cookie that it
-    /// did not write, or updates lost (resumed after a pause, unreadable). Returns whether
-    /// there is something to check.
-    pub fn note(
-        &mut self,
-        ev: Result<MonitorEvent, openflow::DecodeError>,
-        applied: &FlowSet,
-        cookie_base: u64,
-        cookie_mask: u64,
-    ) -> bool {
-        match ev {
-            Ok(MonitorEvent::Updates(updates)) => {
-                let mut any = false;
-                for u in updates {
-                    // Abbreviated entries are this connection's own writes.
-                    let FlowUpdate::Full {
-                        event,
-                        table_id,
-                        priority,
-                        cookie,
-                        match_,
-                        ..
-                    } = u
-                    else {
-                        continue;
-                    };
-                    let id = (table_id, priority, match_.normalized());
-                    if cookie & cookie_mask != cookie_base && !applied.contains_key(&id) {
-                        continue;
-                    }
-                    let now = (event != FlowEvent::Deleted).then_some(cookie);
-                    self.slots.insert(id, now);
-                    any = true;
-                }
-                any
-            }
-            Ok(MonitorEvent::Paused) => false,
-            Ok(MonitorEvent::Resumed) | Err(_) => {
-                self.lost = true;
-                true
-            }
-        }
-    }
-
-    /// The writes that put back what was heard of: each slot gets vipflow's flow again (a
-    /// flow changed without its actions reported cannot be told from an unchanged one, and
-    /// writing it again is harmless), and a flow with vipflow's cookie that it did not write
-    /// is deleted.
-    pub fn repair(self, applied: &FlowSet) -> Vec<Message> {
-        let (mut live, mut want) = (FlowSet::new(), FlowSet::new());
-        for (id, now) in self.slots {
-            if let Some(ours) = applied.get(&id) {
-                want.insert(id.clone(), ours.clone());
-            }
-            if let Some(cookie) = now {
-                live.insert(
-                    id,
-                    FlowBody {
-                        cookie,
-                        instructions: Vec::new(),
-                    },
-                );
-            }
-        }
-        diff(&live, &want)
-    }
-}
-
-#[cfg(test)]
-#[path = "state_tests.rs"]
-mod tests;

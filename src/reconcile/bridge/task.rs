@@ -1,99 +1,20 @@
 //! The bridge reconciler's task: the OpenFlow session (connect, port tracking, the flow
 //! monitor, full and incremental writes) and the reconnect loop around it.
 
-use crate::plan::service_index::FlowDelta;
+use crate::plan::flows::FlowKey;
 use crate::reconcile::ovs::DbFeed;
 use openflow::message::PortStatus;
-use openflow::multipart::FlowStatsRequest;
-use openflow::oxm::MacAddr;
 use openflow::{ConnError, Connection, Event, Match, Message};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
 use super::BridgeSettings;
+use super::applied::{Applied, FullSync, Making};
+use super::conn::{apply_bundle, apply_each, changed_keys, read_each};
+use super::heard::Heard;
 use super::state::*;
 use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
-
-/// Our flows as the switch has them.
-pub async fn read_flows(
-    conn: &Connection,
-    cookie_base: u64,
-    cookie_mask: u64,
-) -> Result<FlowSet, ConnError> {
-    let stats = conn
-        .flow_stats(FlowStatsRequest::by_cookie(cookie_base, cookie_mask))
-        .await?;
-    Ok(stats
-        .into_iter()
-        .map(|f| {
-            (
-                (f.table_id, f.priority, f.match_.normalized()),
-                FlowBody {
-                    cookie: f.cookie,
-                    instructions: f.instructions,
-                },
-            )
-        })
-        .collect())
-}
-
-/// Apply `msgs` in one bundle. Flows the switch rejects are dropped and the bundle retried
-/// without them, so the rest still lands; returns the rejected flows' descriptions.
-pub async fn apply_bundle(
-    conn: &Connection,
-    mut msgs: Vec<Message>,
-) -> Result<Vec<String>, ConnError> {
-    let mut rejected = Vec::new();
-    // Each retry removes at least one message, so this ends; the cap only bounds the worst
-    // case of a switch rejecting flow after flow.
-    for _ in 0..8 {
-        if msgs.is_empty() {
-            return Ok(rejected);
-        }
-        match conn.bundle(&msgs).await {
-            Ok(()) => return Ok(rejected),
-            Err(ConnError::Bundle { messages, control }) if !messages.is_empty() => {
-                let mut bad: Vec<usize> = messages
-                    .iter()
-                    .map(|(i, _)| *i)
-                    .filter(|&i| i < msgs.len())
-                    .collect();
-                bad.sort_unstable();
-                bad.dedup();
-                for (i, e) in messages.iter().filter(|(i, _)| *i < msgs.len()) {
-                    let what = match &msgs[*i] {
-                        Message::FlowMod(f) => format!(
-                            "flow cookie={:#x} priority={} {}",
-                            f.cookie, f.priority, f.match_
-                        ),
-                        _ => "message".into(),
-                    };
-                    rejected.push(format!("{what}: rejected by the switch: {e}"));
-                }
-                if bad.is_empty() {
-                    return Err(ConnError::Bundle { messages, control });
-                }
-                for i in bad.into_iter().rev() {
-                    msgs.remove(i);
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    // Still failing: fall back to a non-atomic batch so the good flows land.
-    match conn.apply(&msgs).await {
-        Ok(()) => Ok(rejected),
-        Err(ConnError::Batch(errs)) => {
-            rejected.extend(
-                errs.into_iter()
-                    .map(|(i, e)| format!("message {i}: rejected by the switch: {e}")),
-            );
-            Ok(rejected)
-        }
-        Err(e) => Err(e),
-    }
-}
 
 /// Run the reconciler for one bridge until `desired`'s sender is dropped.
 pub async fn run(
@@ -224,8 +145,6 @@ struct Session {
     ports: Ports,
     /// What we believe is on the switch (after our last successful write).
     applied: Applied,
-    /// The gateway router MAC `applied` was resolved with.
-    router_mac: Option<MacAddr>,
 }
 
 impl Session {
@@ -252,7 +171,6 @@ impl Session {
             heard: Heard::default(),
             ports,
             applied: Applied::default(),
-            router_mac: None,
         })
     }
 
@@ -270,7 +188,7 @@ impl Session {
             tracing::warn!(bridge = %s.bridge.name, error = %e, "unreadable flow monitor update; reading vipflow's flows back");
         }
         self.heard
-            .note(ev, &self.applied.set, s.cookie_base, s.cookie_mask)
+            .note(ev, &self.applied, s.cookie_base, s.cookie_mask)
     }
 
     /// Put back what the flow monitor reported changed ([`Heard::repair`]), without reading
@@ -281,7 +199,7 @@ impl Session {
         s: &BridgeSettings,
         status: &watch::Sender<BridgeStatus>,
     ) -> Result<bool, ConnError> {
-        let msgs = std::mem::take(&mut self.heard).repair(&self.applied.set);
+        let msgs = std::mem::take(&mut self.heard).repair(&self.applied);
         if msgs.is_empty() {
             return Ok(true);
         }
@@ -309,17 +227,40 @@ impl Session {
                 }
                 continue;
             }
-            // A new gateway router MAC changes every flow into OVN: a full diff.
-            let follows = plan
-                .generation
-                .checked_sub(1)
-                .is_some_and(|g| self.applied.generation == Some(g))
-                && plan.router_mac == self.router_mac;
-            let r = match &plan.delta {
-                _ if need_full => self.full_sync(s, &plan, status).await,
-                // The plan right after the one on the switch: write just what changed.
-                Some(d) if follows => self.write_delta(s, &plan, d, status).await,
-                _ => self.incremental(s, &plan, status).await,
+            let making = Making {
+                maker: plan.maker.clone(),
+                roles: self.roles(s, &plan),
+            };
+            let r = if need_full {
+                self.full_sync(s, &plan, status).await
+            } else {
+                let follows = plan
+                    .generation
+                    .checked_sub(1)
+                    .is_some_and(|g| self.applied.generation == Some(g));
+                let touched: Vec<FlowKey> = match &plan.delta {
+                    // Made the same way: only the keys that changed. The plan right after the
+                    // one on the switch names them; otherwise the two plans are compared
+                    // (without visiting what they share).
+                    Some(d) if follows && self.applied.made_as(&making) => d.touched.clone(),
+                    _ if self.applied.made_as(&making) => {
+                        changed_keys(self.applied.planned(), &plan.flows)
+                    }
+                    // A new gateway router MAC changes every flow into OVN: every key.
+                    _ => {
+                        let mut all: Vec<FlowKey> = self
+                            .applied
+                            .planned()
+                            .iter()
+                            .chain(plan.flows.iter())
+                            .copied()
+                            .collect();
+                        all.sort_unstable();
+                        all.dedup();
+                        all
+                    }
+                };
+                self.write_delta(s, &plan, making, touched, status).await
             };
             if let Err(e) = r {
                 return SessionEnd::Lost(e);
@@ -356,12 +297,12 @@ impl Session {
                         }
                         self.heard = Heard::default();
                         let started = std::time::Instant::now();
-                        let live = match read_flows(&self.conn, s.cookie_base, s.cookie_mask).await {
-                            Ok(l) => l,
-                            Err(e) => return SessionEnd::Lost(e),
-                        };
+                        let mut check = FullSync::new(&self.applied);
+                        if let Err(e) = read_each(&self.conn, s, |f| check.observe(f)).await {
+                            return SessionEnd::Lost(e);
+                        }
+                        let fixes = check.finish().len();
                         let cost = started.elapsed();
-                        let fixes = diff(&live, &self.applied.set).len();
                         if fixes > 0 {
                             tracing::warn!(bridge = %s.bridge.name, changes = fixes, "vipflow's flows were changed by someone else; putting them back");
                             status.send_modify(|st| st.drift_repairs += 1);
@@ -420,6 +361,7 @@ impl Session {
         }
     }
 
+    /// Read vipflow's flows from the switch and write what differs from `plan`.
     async fn full_sync(
         &mut self,
         s: &BridgeSettings,
@@ -429,78 +371,38 @@ impl Session {
         let started = std::time::Instant::now();
         // Port numbers may have changed while we were not looking.
         self.ports.set_desc(&self.conn.port_desc().await?);
-        let observed = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
-        self.applied = Applied::observed(observed);
-        self.write(s, plan, status, true, started).await
-    }
-
-    async fn incremental(
-        &mut self,
-        s: &BridgeSettings,
-        plan: &DesiredFlows,
-        status: &watch::Sender<BridgeStatus>,
-    ) -> Result<(), ConnError> {
-        self.write(s, plan, status, false, std::time::Instant::now())
-            .await
-    }
-
-    async fn write(
-        &mut self,
-        s: &BridgeSettings,
-        plan: &DesiredFlows,
-        status: &watch::Sender<BridgeStatus>,
-        full: bool,
-        started: std::time::Instant,
-    ) -> Result<(), ConnError> {
-        let roles = self.roles(s, plan);
-        let next = Applied::from_plan(&plan.flows, &roles, plan.generation);
-        let msgs = diff(&self.applied.set, &next.set);
-        let changes = msgs.len();
-        let rejected = apply_bundle(&self.conn, msgs).await?;
-        for r in &rejected {
-            tracing::warn!(bridge = %s.bridge.name, "{r}");
-        }
-        let mut skipped = next.skipped_list();
-        skipped.extend(rejected.iter().cloned());
-        self.router_mac = plan.router_mac;
-        if rejected.is_empty() {
-            self.applied = next;
-        } else {
-            // We no longer know exactly what landed: read it back (and diff in full next time).
-            let set = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
-            self.applied = Applied::observed(set);
-        }
-        self.report(s, plan, status, full, started, changes, skipped);
+        let making = Making {
+            maker: plan.maker.clone(),
+            roles: self.roles(s, plan),
+        };
+        let mut next = Applied::from_plan(&plan.flows, making, plan.generation);
+        let mut sync = FullSync::new(&next);
+        read_each(&self.conn, s, |f| sync.observe(f)).await?;
+        let ops = sync.finish();
+        let changes = ops.len();
+        let rejected = apply_each(&self.conn, ops.len(), |i| next.message(&ops[i])).await?;
+        next.refused(&ops, &rejected);
+        self.applied = next;
+        self.report(s, plan, status, true, started, changes, &rejected);
         Ok(())
     }
 
-    /// Write only the planned flows that changed since the plan on the switch.
+    /// Write only the planned flows named in `touched`, as `making` makes them.
     async fn write_delta(
         &mut self,
         s: &BridgeSettings,
         plan: &DesiredFlows,
-        delta: &FlowDelta,
+        making: Making,
+        touched: Vec<FlowKey>,
         status: &watch::Sender<BridgeStatus>,
     ) -> Result<(), ConnError> {
         let started = std::time::Instant::now();
-        let mut d = self
-            .applied
-            .delta(&plan.flows, &delta.touched, &self.roles(s, plan));
-        let msgs = std::mem::take(&mut d.msgs);
-        let changes = msgs.len();
-        let rejected = apply_bundle(&self.conn, msgs).await?;
-        for r in &rejected {
-            tracing::warn!(bridge = %s.bridge.name, "{r}");
-        }
-        if rejected.is_empty() {
-            self.applied.commit(d, plan.generation);
-        } else {
-            let set = read_flows(&self.conn, s.cookie_base, s.cookie_mask).await?;
-            self.applied = Applied::observed(set);
-        }
-        let mut skipped = self.applied.skipped_list();
-        skipped.extend(rejected);
-        self.report(s, plan, status, false, started, changes, skipped);
+        let d = self.applied.delta(&plan.flows, making, touched);
+        let changes = d.ops.len();
+        let applied = &self.applied;
+        let rejected = apply_each(&self.conn, changes, |i| d.message(i, applied)).await?;
+        self.applied.commit(d, &rejected, plan.generation);
+        self.report(s, plan, status, false, started, changes, &rejected);
         Ok(())
     }
 
@@ -513,9 +415,13 @@ impl Session {
         full: bool,
         started: std::time::Instant,
         changes: usize,
-        skipped: Vec<String>,
+        rejected: &[(usize, String)],
     ) {
-        let flows = self.applied.set.len();
+        for (_, r) in rejected {
+            tracing::warn!(bridge = %s.bridge.name, "{r}");
+        }
+        let skipped = self.applied.skipped_list();
+        let flows = self.applied.len();
         publish_problems(
             s,
             status,

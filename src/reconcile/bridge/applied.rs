@@ -1,0 +1,384 @@
+//! What is on the switch, as far as the reconciler knows, and the writes that change it.
+//!
+//! The state is the plan it came from (the planner's persistent key set, shared), what made
+//! each flow concrete (the bridge's [`FlowMaker`] and port [`Roles`]), and an index from each
+//! flow's slot (table, priority, match) to its key, kept as a 64-bit hash. No flow is held in
+//! typed form: a flow is made again from its key when it is written or compared, which costs
+//! far less than keeping tens of thousands of match and instruction trees.
+//!
+//! - [`Applied::delta`]: the writes for a set of changed keys (a new plan, a new gateway
+//!   router MAC), in proportion to the change; [`Applied::commit`] records them.
+//! - [`FullSync`]: the writes that make what was read from the switch equal to a plan, fed one
+//!   flow at a time so the table read is never held whole.
+
+use super::state::{FlowBody, FlowId, Roles};
+use crate::plan::flows::{FlowKey, FlowMaker};
+use crate::plan::service_index::FlowIndex;
+use openflow::multipart::FlowStats;
+use openflow::{FlowMod, Message};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+
+/// A slot (table, priority, normalized match), hashed.
+type SlotHash = u64;
+
+/// Fixed keys: the same slot hashes the same in every run.
+fn slot_hash(id: &FlowId) -> SlotHash {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// What makes a planned flow concrete: the plan's maker and the bridge's port roles.
+#[derive(Debug, Clone)]
+pub struct Making {
+    pub maker: FlowMaker,
+    pub roles: Roles,
+}
+
+impl Making {
+    /// The flow `key` names, with real port numbers, or why it cannot be written now.
+    pub fn resolve(&self, key: &FlowKey) -> Result<(FlowId, FlowBody), String> {
+        self.roles.resolve(&self.maker.flow(key))
+    }
+
+    /// Whether `other` makes every key into the same flow.
+    fn same(&self, other: &Making) -> bool {
+        self.maker.same(&other.maker) && self.roles == other.roles
+    }
+}
+
+/// One write to the switch, named so that it costs a few bytes until it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FlowOp {
+    /// Write planned flow `key` (an ADD: it replaces whatever holds its slot).
+    Add(FlowKey),
+    /// Delete the flow of `key` as it was applied.
+    Remove(FlowKey),
+    /// Delete exactly this flow, carrying this cookie (found on the switch, not planned).
+    Delete(FlowId, u64),
+}
+
+fn delete(id: &FlowId, cookie: u64) -> Message {
+    // Exact cookie: of the flows with this match, only ours can be deleted.
+    Message::FlowMod(FlowMod::delete_strict(
+        id.0,
+        id.1,
+        id.2.clone(),
+        cookie,
+        u64::MAX,
+    ))
+}
+
+fn add(id: FlowId, body: FlowBody) -> Message {
+    Message::FlowMod(FlowMod::add(
+        id.0,
+        id.1,
+        body.cookie,
+        id.2,
+        body.instructions,
+    ))
+}
+
+/// What is on the switch, and the plan it came from.
+#[derive(Debug, Clone, Default)]
+pub struct Applied {
+    /// The plan (shared with the planner's index).
+    planned: FlowIndex,
+    /// `None`: nothing of a plan is known to be on the switch.
+    making: Option<Making>,
+    /// Every flow of ours on the switch: slot -> key.
+    slots: HashMap<SlotHash, FlowKey>,
+    /// Planned flows not on the switch, with why (a missing port, rejected by the switch).
+    skipped: BTreeMap<FlowKey, String>,
+    /// The plan generation this reflects; `None` when unknown.
+    pub generation: Option<u64>,
+}
+
+impl Applied {
+    /// The state once plan `flows` is fully on the switch (flows that cannot be resolved
+    /// now left out, with why).
+    pub fn from_plan(flows: &FlowIndex, making: Making, generation: u64) -> Applied {
+        let mut a = Applied {
+            planned: flows.clone(),
+            generation: Some(generation),
+            ..Applied::default()
+        };
+        a.slots.reserve(flows.len());
+        for key in flows {
+            match making.resolve(key) {
+                Ok((id, _)) => {
+                    a.slots.insert(slot_hash(&id), *key);
+                }
+                Err(why) => {
+                    a.skipped.insert(*key, why);
+                }
+            }
+        }
+        a.making = Some(making);
+        a
+    }
+
+    /// Planned flow `key` as it is on the switch, if it is.
+    fn on_switch(&self, key: &FlowKey) -> Option<(FlowId, FlowBody)> {
+        if !self.planned.contains(key) || self.skipped.contains_key(key) {
+            return None;
+        }
+        self.making.as_ref()?.resolve(key).ok()
+    }
+
+    /// The flow of ours in slot `id`, if there is one: its key and content.
+    pub fn at(&self, id: &FlowId) -> Option<(FlowKey, FlowBody)> {
+        let key = *self.slots.get(&slot_hash(id))?;
+        let (slot, body) = self.on_switch(&key)?;
+        (slot == *id).then_some((key, body))
+    }
+
+    /// How many flows of ours are on the switch.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The plan this state came from.
+    pub fn planned(&self) -> &FlowIndex {
+        &self.planned
+    }
+
+    /// Whether `making` makes the same flows as the one this state was made with: then only
+    /// the keys that changed need writing.
+    pub fn made_as(&self, making: &Making) -> bool {
+        self.making.as_ref().is_some_and(|m| m.same(making))
+    }
+
+    /// The message for `op` as this state makes flows (`Add` of one of its keys, `Remove`
+    /// of one, or a literal `Delete`).
+    pub fn message(&self, op: &FlowOp) -> Option<Message> {
+        match op {
+            FlowOp::Add(key) => {
+                let (id, body) = self.making.as_ref()?.resolve(key).ok()?;
+                Some(add(id, body))
+            }
+            FlowOp::Remove(key) => {
+                let (id, body) = self.on_switch(key)?;
+                Some(delete(&id, body.cookie))
+            }
+            FlowOp::Delete(id, cookie) => Some(delete(id, *cookie)),
+        }
+    }
+
+    /// The writes that take the switch from this state to plan `flows` made by `making`,
+    /// looking only at the keys in `touched` (those added, removed or changed; with another
+    /// `making`, every key of both plans).
+    pub fn delta(
+        &self,
+        flows: &FlowIndex,
+        making: Making,
+        touched: impl IntoIterator<Item = FlowKey>,
+    ) -> DeltaPlan {
+        let mut d = DeltaPlan {
+            planned: flows.clone(),
+            ..DeltaPlan::default()
+        };
+        let mut adds = Vec::new();
+        for key in touched {
+            let old = self.on_switch(&key);
+            let new = flows.contains(&key).then(|| making.resolve(&key));
+            let old_slot = old.as_ref().map(|(id, _)| slot_hash(id));
+            let outcome = match new {
+                Some(Ok((id, body))) => {
+                    let same = old.as_ref() == Some(&(id.clone(), body));
+                    if !same {
+                        if old.as_ref().is_some_and(|(o, _)| *o != id) {
+                            d.ops.push(FlowOp::Remove(key));
+                        }
+                        adds.push(FlowOp::Add(key));
+                    }
+                    Outcome::On(slot_hash(&id))
+                }
+                Some(Err(why)) => {
+                    if old.is_some() {
+                        d.ops.push(FlowOp::Remove(key));
+                    }
+                    Outcome::Skipped(why)
+                }
+                None => {
+                    if old.is_some() {
+                        d.ops.push(FlowOp::Remove(key));
+                    }
+                    Outcome::Gone
+                }
+            };
+            d.changes.push((key, old_slot, outcome));
+        }
+        // Deletes first: within the bundle order is kept.
+        d.ops.extend(adds);
+        d.making = Some(making);
+        d
+    }
+
+    /// Record a delta the switch took; `rejected` are the indices of its ops the switch
+    /// refused, with why (their flows are left out, and named).
+    pub fn commit(&mut self, d: DeltaPlan, rejected: &[(usize, String)], generation: u64) {
+        let refused: HashMap<FlowKey, &String> = rejected
+            .iter()
+            .filter_map(|(i, why)| match d.ops.get(*i) {
+                Some(FlowOp::Add(k)) => Some((*k, why)),
+                _ => None,
+            })
+            .collect();
+        for (key, old_slot, outcome) in d.changes {
+            if let Some(h) = old_slot
+                && self.slots.get(&h) == Some(&key)
+            {
+                self.slots.remove(&h);
+            }
+            self.skipped.remove(&key);
+            match outcome {
+                Outcome::On(h) => match refused.get(&key) {
+                    Some(why) => {
+                        self.skipped.insert(key, (*why).clone());
+                    }
+                    None => {
+                        self.slots.insert(h, key);
+                    }
+                },
+                Outcome::Skipped(why) => {
+                    self.skipped.insert(key, why);
+                }
+                Outcome::Gone => {}
+            }
+        }
+        self.planned = d.planned;
+        if d.making.is_some() {
+            self.making = d.making;
+        }
+        self.generation = Some(generation);
+    }
+
+    /// After a full sync whose ops the switch partly refused: those flows are left out.
+    pub fn refused(&mut self, ops: &[FlowOp], rejected: &[(usize, String)]) {
+        for (i, why) in rejected {
+            if let Some(FlowOp::Add(key)) = ops.get(*i) {
+                if let Some((id, _)) = self.on_switch(key) {
+                    self.slots.remove(&slot_hash(&id));
+                }
+                self.skipped.insert(*key, why.clone());
+            }
+        }
+    }
+
+    /// Every flow of ours on the switch, made concrete (for checks and diagnostics: it costs
+    /// the typed form of every flow).
+    pub fn to_flow_set(&self) -> super::state::FlowSet {
+        self.planned
+            .iter()
+            .filter_map(|k| self.on_switch(k))
+            .collect()
+    }
+
+    /// `key: why` for every planned flow that is not on the switch, in text order.
+    pub fn skipped_list(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .skipped
+            .iter()
+            .map(|(k, w)| format!("{k}: {w}"))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+/// Where a touched key's flow is once a delta lands.
+#[derive(Debug)]
+enum Outcome {
+    On(SlotHash),
+    Skipped(String),
+    Gone,
+}
+
+/// The writes for a change to some planned flows, and how [`Applied`] looks once they land.
+#[derive(Debug, Default)]
+pub struct DeltaPlan {
+    /// Deletes, then adds.
+    pub ops: Vec<FlowOp>,
+    /// Each touched key: its old slot and where it ends.
+    changes: Vec<(FlowKey, Option<SlotHash>, Outcome)>,
+    planned: FlowIndex,
+    making: Option<Making>,
+}
+
+impl DeltaPlan {
+    /// The message for op `i`: an add as the new plan makes it, a remove as `before` had it.
+    pub fn message(&self, i: usize, before: &Applied) -> Option<Message> {
+        match self.ops.get(i)? {
+            FlowOp::Add(key) => {
+                let (id, body) = self.making.as_ref()?.resolve(key).ok()?;
+                Some(add(id, body))
+            }
+            op => before.message(op),
+        }
+    }
+}
+
+/// The writes that make the switch equal to `target`, from what a read of the switch finds,
+/// fed one flow at a time ([`FullSync::observe`]).
+pub struct FullSync<'a> {
+    target: &'a Applied,
+    seen: HashSet<SlotHash>,
+    deletes: Vec<FlowOp>,
+    rewrites: Vec<FlowOp>,
+}
+
+impl<'a> FullSync<'a> {
+    pub fn new(target: &'a Applied) -> FullSync<'a> {
+        FullSync {
+            target,
+            seen: HashSet::with_capacity(target.len()),
+            deletes: Vec::new(),
+            rewrites: Vec::new(),
+        }
+    }
+
+    /// One flow of ours as the switch has it.
+    pub fn observe(&mut self, f: FlowStats) {
+        let id = (f.table_id, f.priority, f.match_.normalized());
+        match self.target.at(&id) {
+            Some((key, want)) => {
+                self.seen.insert(slot_hash(&id));
+                if want.cookie != f.cookie || want.instructions != f.instructions {
+                    self.rewrites.push(FlowOp::Add(key));
+                }
+            }
+            None => self.deletes.push(FlowOp::Delete(id, f.cookie)),
+        }
+    }
+
+    /// Deletes of what is not planned, then writes of what is missing or different; render
+    /// each with [`Applied::message`] of the target.
+    pub fn finish(self) -> Vec<FlowOp> {
+        let FullSync {
+            target,
+            seen,
+            mut deletes,
+            rewrites,
+        } = self;
+        let mut missing: Vec<FlowKey> = target
+            .slots
+            .iter()
+            .filter(|(h, _)| !seen.contains(*h))
+            .map(|(_, k)| *k)
+            .collect();
+        missing.sort_unstable();
+        deletes.extend(rewrites);
+        deletes.extend(missing.into_iter().map(FlowOp::Add));
+        deletes
+    }
+}
+
+#[cfg(test)]
+#[path = "applied_tests.rs"]
+mod tests;

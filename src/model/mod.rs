@@ -284,26 +284,28 @@ impl Model {
             .values()
             .flat_map(|n| n.addresses.iter().copied())
             .collect();
-        let cluster_ips: BTreeSet<IpAddr> = objects
-            .services
-            .iter()
-            .flat_map(|s| cluster_ips_of(s))
-            .collect();
+        // The first object of each key is the Service; a later one with the same key is
+        // reported and otherwise ignored (its cluster IP included), valid or not.
+        let mut keys = std::collections::HashSet::new();
+        let mut firsts = Vec::with_capacity(objects.services.len());
+        for svc in &objects.services {
+            match meta_key(&svc.metadata) {
+                Some(k) if !keys.insert(k.clone()) => problems.push(Problem::new(
+                    Subject::Service(k),
+                    ProblemKind::Duplicate,
+                    "listed twice; the first one is used",
+                )),
+                _ => firsts.push(svc),
+            }
+        }
+        let cluster_ips: BTreeSet<IpAddr> = firsts.iter().flat_map(|s| cluster_ips_of(s)).collect();
 
         // Candidate services with every valid VIP:port they claim.
         let mut candidates: BTreeMap<ServiceKey, Service> = BTreeMap::new();
-        for svc in &objects.services {
+        for svc in firsts {
             let Some(s) = build_service(svc, opts, &node_ips, &cluster_ips, &mut problems) else {
                 continue;
             };
-            if candidates.contains_key(&s.key) {
-                problems.push(Problem::new(
-                    Subject::Service(s.key.clone()),
-                    ProblemKind::Duplicate,
-                    "listed twice; the first one is used",
-                ));
-                continue;
-            }
             candidates.insert(s.key.clone(), s);
         }
 

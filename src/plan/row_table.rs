@@ -133,24 +133,22 @@ impl RowTable {
         }
     }
 
-    /// Follow the slices: the Services of those that appeared or went are `dirty`. Positions
-    /// whose allocation is the same as last time cost one comparison.
+    /// Follow the slices: the Services of those that appeared or went are `dirty`. Only the
+    /// span of the list that differs from last time is looked at.
     fn track_slices(
         &mut self,
         slices: &[Arc<discovery::EndpointSlice>],
         dirty: &mut HashSet<ServiceKey>,
     ) {
-        let mut order = Vec::with_capacity(slices.len());
-        let mut gone = Vec::new();
-        for (i, s) in slices.iter().enumerate() {
-            let ptr = Arc::as_ptr(s) as usize;
-            order.push(ptr);
-            let old = self.order.get(i).copied();
-            if old == Some(ptr) {
-                continue;
-            }
-            gone.extend(old);
-            match self.seen.get_mut(&ptr) {
+        let ptr = |s: &Arc<discovery::EndpointSlice>| Arc::as_ptr(s) as usize;
+        let (start, old_end, new_end) =
+            super::changed_span(self.order.len(), slices.len(), |i, j| {
+                self.order[i] == ptr(&slices[j])
+            });
+        let gone: Vec<usize> = self.order[start..old_end].to_vec();
+        for s in &slices[start..new_end] {
+            let p = ptr(s);
+            match self.seen.get_mut(&p) {
                 Some(e) => e.count += 1,
                 None => {
                     let owner = slice_service_key(s);
@@ -158,11 +156,11 @@ impl RowTable {
                         self.slices_of
                             .entry(k.clone())
                             .or_default()
-                            .push((ptr, Arc::clone(s)));
+                            .push((p, Arc::clone(s)));
                         dirty.insert(k.clone());
                     }
                     self.seen.insert(
-                        ptr,
+                        p,
                         SeenSlice {
                             owner,
                             count: 1,
@@ -172,7 +170,8 @@ impl RowTable {
                 }
             }
         }
-        gone.extend(self.order.get(slices.len()..).into_iter().flatten());
+        self.order
+            .splice(start..old_end, slices[start..new_end].iter().map(ptr));
         for ptr in gone {
             let Some(e) = self.seen.get_mut(&ptr) else {
                 continue;
@@ -191,7 +190,6 @@ impl RowTable {
                 dirty.insert(k);
             }
         }
-        self.order = order;
     }
 }
 

@@ -101,11 +101,14 @@ struct Built {
 enum Incoming {
     /// Every Service, by key (first occurrence wins).
     All(HashMap<ServiceKey, Arc<core::Service>>),
-    /// Only the Services replaced in place; the others are unchanged.
-    Changed(HashMap<ServiceKey, Arc<core::Service>>),
+    /// Only these Services are new, replaced or gone; the others are unchanged.
+    Changed {
+        changed: HashMap<ServiceKey, Arc<core::Service>>,
+        removed: HashSet<ServiceKey>,
+    },
 }
 
-/// Above this many replaced positions, keying every object costs about the same.
+/// Above this many positions in the changed span, keying every object costs about the same.
 const IN_PLACE_MAX: usize = 256;
 
 /// Every address a Service object names as a VIP, whether valid or not.
@@ -160,34 +163,47 @@ impl ServiceIndex {
         }
     }
 
-    /// The Services replaced in place since the last snapshot (same length, same key at each
-    /// replaced position, no key listed twice), by key; `None` when the snapshot differs in
-    /// any other way.
-    fn replaced_in_place(
-        &mut self,
-        services: &[Arc<core::Service>],
-    ) -> Option<HashMap<ServiceKey, Arc<core::Service>>> {
-        if self.duplicates || services.len() != self.order.len() {
+    /// The Services changed since the last snapshot, found from the span of the list that
+    /// differs ([`super::changed_span`]): those listed there now (new or replaced) and those
+    /// listed there before and no longer. `None` when the span is long, or a key is or would
+    /// be listed twice: then every object is keyed.
+    fn changed_in_span(&mut self, services: &[Arc<core::Service>]) -> Option<Incoming> {
+        if self.duplicates {
             return None;
         }
+        let (start, old_end, new_end) =
+            super::changed_span(self.order.len(), services.len(), |i, j| {
+                Arc::ptr_eq(&self.order[i].0, &services[j])
+            });
+        if (old_end - start) + (new_end - start) > IN_PLACE_MAX {
+            return None;
+        }
+        let before: HashSet<&ServiceKey> = self.order[start..old_end]
+            .iter()
+            .filter_map(|(_, k)| k.as_ref())
+            .collect();
+        let mut now: Vec<(Arc<core::Service>, Option<ServiceKey>)> =
+            Vec::with_capacity(new_end - start);
         let mut changed = HashMap::new();
-        for (i, s) in services.iter().enumerate() {
-            let (old, key) = &self.order[i];
-            if Arc::ptr_eq(old, s) {
-                continue;
-            }
+        for s in &services[start..new_end] {
             let k = meta_key(&s.metadata);
-            if changed.len() >= IN_PLACE_MAX || k.is_none() || k != *key {
-                return None;
+            if let Some(k) = &k {
+                // Listed twice now, or also outside the span: the full path says which wins.
+                let elsewhere = !before.contains(k) && self.raw.contains_key(k);
+                if elsewhere || changed.insert(k.clone(), Arc::clone(s)).is_some() {
+                    return None;
+                }
             }
-            changed.insert(k?, Arc::clone(s));
+            now.push((Arc::clone(s), k));
         }
-        for (i, s) in services.iter().enumerate() {
-            if !Arc::ptr_eq(&self.order[i].0, s) {
-                self.order[i].0 = Arc::clone(s);
-            }
-        }
-        Some(changed)
+        let removed: HashSet<ServiceKey> = before
+            .into_iter()
+            .filter(|k| !changed.contains_key(*k))
+            .cloned()
+            .collect();
+        changed.retain(|k, s| self.raw.get(k).is_none_or(|old| !Arc::ptr_eq(old, s)));
+        self.order.splice(start..old_end, now);
+        Some(Incoming::Changed { changed, removed })
     }
 
     /// Key every Service of a snapshot (first occurrence of a key wins) and remember the order.
@@ -309,14 +325,16 @@ impl ServiceIndex {
         }
 
         // Which Services changed (first occurrence of a key wins, as in the full model). Most
-        // snapshots list the same objects in the same order with a few replaced in place: then
-        // only those positions are looked at. Otherwise every object is keyed and compared.
-        let incoming = match self.replaced_in_place(&objects.services) {
-            Some(changed) => {
+        // snapshots list the same objects in the same order with a few added, removed or
+        // replaced: then only the span that differs is looked at. Otherwise every object is
+        // keyed and compared.
+        let incoming = match self.changed_in_span(&objects.services) {
+            Some(Incoming::Changed { changed, removed }) => {
                 dirty.extend(changed.keys().cloned());
-                Incoming::Changed(changed)
+                dirty.extend(removed.iter().cloned());
+                Incoming::Changed { changed, removed }
             }
-            None => {
+            _ => {
                 let all = self.key_all(&objects.services);
                 for (k, s) in &all {
                     if self.raw.get(k).is_none_or(|old| !Arc::ptr_eq(old, s)) {
@@ -358,8 +376,9 @@ impl ServiceIndex {
             }
             let new = match &incoming {
                 Incoming::All(all) => all.get(&k).cloned(),
+                Incoming::Changed { removed, .. } if removed.contains(&k) => None,
                 // Not replaced: the object stays (it was taken out of `raw` just above).
-                Incoming::Changed(c) => c.get(&k).cloned().or(old),
+                Incoming::Changed { changed, .. } => changed.get(&k).cloned().or(old),
             };
             if let Some(new) = &new {
                 self.raw.insert(k.clone(), Arc::clone(new));

@@ -12,6 +12,8 @@ struct Spec {
     ports: Vec<(u16, bool)>,
     cluster_ip: u8,
     lb: bool,
+    /// Named as the next slot's Service: the same key listed twice.
+    alias: bool,
 }
 
 fn ip(n: u8) -> String {
@@ -27,7 +29,7 @@ fn service(slot: usize, s: &Spec) -> core::Service {
         )
         .collect();
     let mut v = serde_json::json!({
-        "metadata": {"name": format!("s{slot}"), "namespace": "ns", "creationTimestamp": format!("2026-01-01T00:00:0{slot}Z")},
+        "metadata": {"name": format!("s{}", if s.alias { (slot + 1) % 5 } else { slot }), "namespace": "ns", "creationTimestamp": format!("2026-01-01T00:00:0{slot}Z")},
         "spec": {"type": if s.lb { "LoadBalancer" } else { "ClusterIP" }, "clusterIP": ip(s.cluster_ip), "ports": ports},
     });
     let vips: Vec<String> = s.vips.iter().map(|n| ip(*n)).collect();
@@ -50,12 +52,14 @@ fn spec() -> impl Strategy<Value = Spec> {
         ),
         0u8..8,
         any::<bool>(),
+        prop::bool::weighted(0.1),
     )
-        .prop_map(|(vips, ports, cluster_ip, lb)| Spec {
+        .prop_map(|(vips, ports, cluster_ip, lb, alias)| Spec {
             vips,
             ports,
             cluster_ip,
             lb,
+            alias,
         })
 }
 
@@ -153,6 +157,7 @@ fn a_change_touches_only_its_own_flows() {
                     ports: vec![(80, false)],
                     cluster_ip: 7,
                     lb: false,
+                    alias: false,
                 },
             ))
         })
@@ -175,6 +180,7 @@ fn a_change_touches_only_its_own_flows() {
             ports: vec![(443, false)],
             cluster_ip: 7,
             lb: false,
+            alias: false,
         },
     )));
     let d = p.update(&objects);

@@ -59,7 +59,7 @@ impl Objects {
             let mut changed = 0;
             for o in now.iter_mut() {
                 match index.get(&key(o)) {
-                    Some(old) if ***old == **o => *o = Arc::clone(old),
+                    Some(old) if Arc::ptr_eq(old, o) || ***old == **o => *o = Arc::clone(old),
                     _ => changed += 1,
                 }
             }

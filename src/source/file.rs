@@ -19,7 +19,8 @@
 //! left so longer than [`SETTLE`] reads as a smaller snapshot: write such files to a temporary
 //! name and rename them into place.
 
-pub use super::objects_text::parse;
+use super::item_cache::ItemCache;
+pub use super::objects_text::{parse, parse_cached};
 use crate::model::{Objects, Problem};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,7 +117,8 @@ pub fn watch_bounded(
 ) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
     let stamp = Stamp::of(&path);
     let text = read_bounded(&path, max_bytes)?;
-    let first = parse(&text).map_err(|detail| FileError::Parse {
+    let mut cache = ItemCache::default();
+    let (first, _) = parse_cached(&text, &mut cache).map_err(|detail| FileError::Parse {
         path: path.clone(),
         detail,
     })?;
@@ -126,8 +128,8 @@ pub fn watch_bounded(
         interval,
         max_bytes,
         tx,
-        Digest::of(text.as_bytes()),
-        stamp,
+        (Digest::of(text.as_bytes()), stamp),
+        cache,
     ));
     Ok((rx, task))
 }
@@ -187,20 +189,25 @@ impl Digest {
 /// How long a changed file must stay the same before it is read as a snapshot.
 pub const SETTLE: Duration = Duration::from_millis(100);
 
+/// A parsed file version: its objects, how many objects are new or changed, and how many of
+/// its items were taken unchanged from the version before.
+type Parsed = Result<(Loaded, usize, usize), String>;
+
 /// Poll `path` every `interval`; send a new [`Loaded`] whenever its content differs from
-/// `last` and stayed so for the settle time. A read or parse failure is logged and the previous
-/// objects stay in force. Ends when every receiver is gone.
+/// the last and stayed so for the settle time. A read or parse failure is logged and the
+/// previous objects stay in force. Ends when every receiver is gone.
 async fn poll(
     path: PathBuf,
     interval: Duration,
     max_bytes: u64,
     tx: watch::Sender<Arc<Loaded>>,
-    last: Digest,
-    stamp: Option<Stamp>,
+    (last, stamp): (Digest, Option<Stamp>),
+    cache: ItemCache,
 ) {
     let mut last = last;
     let mut last_stamp = stamp;
     let mut last_err: Option<String> = None;
+    let mut cache = cache;
     let read = |p: PathBuf| async move {
         tokio::task::spawn_blocking(move || read_bounded(&p, max_bytes))
             .await
@@ -215,18 +222,37 @@ async fn poll(
         let stamp = Stamp::of(&path);
         let unchanged =
             stamp.is_some() && stamp == last_stamp && stamp.as_ref().is_some_and(Stamp::settled);
-        let got = if unchanged {
+        let got: Result<Option<(Parsed, Digest)>, FileError> = if unchanged {
             Ok(None)
         } else {
             last_stamp = stamp;
             match read(path.clone()).await {
                 Ok(text) if Digest::of(text.as_bytes()) != last => {
-                    // A writer may still be at work: take the text only if it stays the same.
                     let digest = Digest::of(text.as_bytes());
+                    // Parsed while the file settles, off the async workers (a big file must
+                    // not hold up shutdown). What did not change keeps its previous
+                    // allocation: the planner re-plans only the rest.
+                    let previous = Arc::clone(&tx.borrow());
+                    let mut c = std::mem::take(&mut cache);
+                    let parsing = tokio::task::spawn_blocking(move || {
+                        let parsed = parse_cached(&text, &mut c).map(|(mut loaded, reused)| {
+                            let changed = loaded.objects.share_unchanged(&previous.objects);
+                            (loaded, changed, reused)
+                        });
+                        (parsed, c)
+                    });
+                    // A writer may still be at work: take the text only if it stays the same.
                     tokio::time::sleep(SETTLE).await;
                     let again = read(path.clone()).await.map(|t| Digest::of(t.as_bytes()));
+                    let parsed = match parsing.await {
+                        Ok((parsed, c)) => {
+                            cache = c;
+                            parsed
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
                     match again {
-                        Ok(again) if again == digest => Ok(Some((text, digest))),
+                        Ok(again) if again == digest => Ok(Some((parsed, digest))),
                         Ok(_) => Ok(None),
                         Err(e) => Err(e),
                     }
@@ -236,23 +262,11 @@ async fn poll(
             }
         };
         match got {
-            Ok(Some((text, digest))) => {
-                // Off the async workers: a big file must not hold up shutdown.
-                // What did not change keeps its previous allocation: the planner re-plans
-                // only the rest.
-                let previous = Arc::clone(&tx.borrow());
-                let parsed = tokio::task::spawn_blocking(move || {
-                    parse(&text).map(|mut loaded| {
-                        let changed = loaded.objects.share_unchanged(&previous.objects);
-                        (loaded, changed)
-                    })
-                })
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+            Ok(Some((parsed, digest))) => {
                 match parsed {
-                    Ok((loaded, changed)) => {
+                    Ok((loaded, changed, reused)) => {
                         tracing::info!(file = %path.display(), services = loaded.objects.services.len(),
-                            slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), changed, "objects loaded");
+                            slices = loaded.objects.endpoint_slices.len(), nodes = loaded.objects.nodes.len(), changed, reused, "objects loaded");
                         last_err = None;
                         if tx.send(Arc::new(loaded)).is_err() {
                             return;

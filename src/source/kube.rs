@@ -9,7 +9,9 @@
 //! - Nodes: only this node's Node unless this instance may write Northbound rows (node-scoped
 //!   rows need every node), so N agents do not each watch N nodes for nothing;
 //! - a burst of changes (a rollout touching hundreds of EndpointSlices) is coalesced into one
-//!   new snapshot after a short quiet period (`debounce`), so the planner runs once per burst;
+//!   new snapshot after a short quiet period (`debounce`, a few milliseconds: a lone change
+//!   goes on at once) or at most `max_delay` after its first change, so the planner runs a few
+//!   times per burst, not once per object;
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
@@ -39,6 +41,8 @@ pub struct KubeSourceConfig {
     pub page_size: u32,
     /// Quiet period that ends a burst of changes.
     pub debounce: Duration,
+    /// The longest a change waits for the rest of its burst.
+    pub max_delay: Duration,
 }
 
 impl Default for KubeSourceConfig {
@@ -47,7 +51,8 @@ impl Default for KubeSourceConfig {
             node_name: String::new(),
             all_nodes: false,
             page_size: 500,
-            debounce: Duration::from_millis(100),
+            debounce: Duration::from_millis(3),
+            max_delay: Duration::from_millis(100),
         }
     }
 }
@@ -275,9 +280,12 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Change::Subnet(e) => subnet_store.apply(*e),
         };
         apply(first);
-        // Coalesce the burst: keep taking changes until it is quiet for `debounce`.
+        // Coalesce the burst: keep taking changes until it is quiet for `debounce`, or
+        // `max_delay` has passed since its first change.
+        let until = tokio::time::Instant::now() + cfg.max_delay;
         loop {
-            match tokio::time::timeout(cfg.debounce, crx.recv()).await {
+            let quiet = (tokio::time::Instant::now() + cfg.debounce).min(until);
+            match tokio::time::timeout_at(quiet, crx.recv()).await {
                 Ok(Some(c)) => apply(c),
                 Ok(None) => break,
                 Err(_) => break,

@@ -1,4 +1,8 @@
 pub mod file;
+mod item_cache;
 pub mod kube;
 mod object_decode;
 pub mod objects_text;
+mod yaml_items;
+
+pub use item_cache::ItemCache;

@@ -14,7 +14,9 @@
 //! What makes a file a complete snapshot is decided here as well; see [`super::file`].
 
 use super::file::{Loaded, MAX_DEPTH};
+use super::item_cache::{Decoded, ItemCache, ItemId};
 use super::object_decode::{add_item, problem};
+use super::yaml_items::split_block_list;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -24,13 +26,31 @@ use std::fmt;
 /// mapping, or that cannot be a complete snapshot is an error; problems with single items are
 /// returned in [`Loaded::problems`].
 pub fn parse(text: &str) -> Result<Loaded, String> {
+    parse_cached(text, &mut ItemCache::default()).map(|(loaded, _)| loaded)
+}
+
+/// [`parse`], taking from `cache` every item of a block-style YAML List that the previous
+/// version of the file had too, and leaving this version's items in it. Returns how many
+/// items were taken from the cache.
+pub fn parse_cached(text: &str, cache: &mut ItemCache) -> Result<(Loaded, usize), String> {
+    let r = parse_with(text, cache);
+    match r {
+        Ok(loaded) => Ok((loaded, cache.finish())),
+        Err(e) => {
+            cache.abandon();
+            Err(e)
+        }
+    }
+}
+
+fn parse_with(text: &str, cache: &mut ItemCache) -> Result<Loaded, String> {
     check_depth(text, MAX_DEPTH)?;
     if text.trim_start().starts_with('{')
         && let Some(done) = parse_json_by_item(text)
     {
         return done;
     }
-    if let Some(done) = parse_yaml_by_item(text) {
+    if let Some(done) = parse_yaml_by_item(text, cache) {
         return done;
     }
     parse_whole_unchecked(text)
@@ -113,7 +133,7 @@ fn parse_json_by_item(text: &str) -> Option<Result<Loaded, String>> {
 
 /// A block-style YAML List, item by item. `None` when the text is not one (see
 /// [`split_block_list`]) or an item does not parse on its own.
-fn parse_yaml_by_item(text: &str) -> Option<Result<Loaded, String>> {
+fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
     let split = split_block_list(text)?;
     let mut root = match serde_yaml_ng::from_str::<Doc>(&split.root).ok()? {
         Doc::Map(d) => d,
@@ -123,12 +143,29 @@ fn parse_yaml_by_item(text: &str) -> Option<Result<Loaded, String>> {
     if let Err(e) = root.complete(0) {
         return Some(Err(e));
     }
-    for item in split.items {
+    let one = |item: &str| {
         let mut one = serde_yaml_ng::from_str::<Vec<Value>>(item).ok()?;
         match (one.pop(), one.is_empty()) {
-            (Some(v), true) => root.item(v),
-            _ => return None,
+            (Some(v), true) => Some(v),
+            _ => None,
         }
+    };
+    for item in split.items {
+        if !root.takes_items_at_once() {
+            root.item(one(item)?);
+            continue;
+        }
+        // Decoded on its own: what the last version of the file had is not decoded again.
+        let id = ItemId::of(&split.root, item);
+        let decoded = match cache.take(id) {
+            Some(d) => d,
+            None => {
+                let d = root.decode_alone(one(item)?);
+                cache.put(id, d.clone());
+                d
+            }
+        };
+        decoded.add_to(&mut root.staged);
     }
     Some(finish(vec![root]))
 }
@@ -138,204 +175,6 @@ fn not_a_mapping(i: usize) -> String {
         "document {}: not a mapping (a Kubernetes object or List)",
         i + 1
     )
-}
-
-/// A single-document YAML List split at its items: the root's own lines (the items replaced
-/// by `items: []`) and each item's text, starting with its `- `.
-struct BlockList<'a> {
-    root: String,
-    items: Vec<&'a str>,
-}
-
-/// Cut `text` into a [`BlockList`], or `None` when it is not one, and the whole-document
-/// path must read it.
-///
-/// Inside a block sequence every line of an item is indented deeper than the item's `- `,
-/// except blank lines and comments; a line back at the `- ` column starts the next item, one
-/// at column 0 the next root key. That holds for every emitter's output; what does not fit
-/// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
-fn split_block_list(text: &str) -> Option<BlockList<'_>> {
-    // Lines are cut at `\n` below; YAML also breaks lines at a lone `\r` and (libyaml) at
-    // NEL, LS and PS.
-    let b = text.as_bytes();
-    let other_break = (0..b.len()).any(|i| match b[i] {
-        b'\r' => b.get(i + 1) != Some(&b'\n'),
-        0xc2 => b.get(i + 1) == Some(&0x85),
-        0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
-        _ => false,
-    });
-    if other_break {
-        return None;
-    }
-    enum At {
-        Root,
-        ItemsKey,
-        Items { indent: usize, start: usize },
-    }
-    let mut root = String::new();
-    let mut items = Vec::new();
-    let mut at = At::Root;
-    let mut seen_content = false;
-    let mut found = false;
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let start = offset;
-        offset += line.len();
-        let body = line.trim_end_matches(['\n', '\r']);
-        let content = body.trim_start_matches([' ', '\t']);
-        if content.is_empty() || content.starts_with('#') {
-            // Part of whatever it sits in; kept only where it cannot be in a block scalar.
-            match at {
-                At::Root => root.push_str(line),
-                // Dropped: it must not hide what would make the whole text fail (a character
-                // YAML refuses, a tab where YAML reads indentation).
-                At::ItemsKey if !printable(line) || line.contains('\t') => return None,
-                _ => {}
-            }
-            continue;
-        }
-        let indent = body.len() - body.trim_start_matches(' ').len();
-        if body[indent..].starts_with('\t') || body.starts_with('%') {
-            return None;
-        }
-        let marker = |m: &str| {
-            body.strip_prefix(m)
-                .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
-        };
-        if marker("---") || marker("...") {
-            if seen_content {
-                return None;
-            }
-            root.push_str(line);
-            continue;
-        }
-        // The root must be a block mapping; a flow one (`{`), a bare scalar or anything
-        // fancier is read whole.
-        if !seen_content && body.starts_with(['{', '[', '"', '\'', '?', '!', '&', '*', '|', '>']) {
-            return None;
-        }
-        seen_content = true;
-        let rest = &body[indent..];
-        let entry = rest.starts_with("- ");
-        if rest == "-" {
-            return None;
-        }
-        // A quoted scalar that goes on to the next lines may hold a line that looks like a key
-        // or an item at any column: only a whole parse knows where it ends.
-        if matches!(at, At::Root) && unclosed_quote(rest) {
-            return None;
-        }
-        loop {
-            match at {
-                At::Root => {
-                    // `items:` alone, or followed by a comment (`#` after a space: `items:#x`
-                    // is a plain scalar, not a key).
-                    let key = body.strip_prefix("items:").is_some_and(|r| {
-                        let t = r.trim_start_matches([' ', '\t']);
-                        t.is_empty() || (t.len() < r.len() && t.starts_with('#'))
-                    });
-                    if key {
-                        if found || !printable(line) {
-                            return None;
-                        }
-                        found = true;
-                        at = At::ItemsKey;
-                    } else {
-                        root.push_str(line);
-                    }
-                }
-                At::ItemsKey if entry => {
-                    root.push_str("items: []\n");
-                    at = At::Items { indent, start };
-                }
-                At::ItemsKey if indent == 0 => {
-                    // `items:` with nothing under it (null): the root says so.
-                    root.push_str("items:\n");
-                    at = At::Root;
-                    continue;
-                }
-                At::ItemsKey => return None,
-                At::Items {
-                    indent: k,
-                    start: s,
-                } => {
-                    if indent > k {
-                    } else if indent == k && entry {
-                        items.push(&text[s..start]);
-                        at = At::Items { indent: k, start };
-                    } else if indent == 0 {
-                        items.push(&text[s..start]);
-                        at = At::Root;
-                        continue;
-                    } else {
-                        return None;
-                    }
-                }
-            }
-            break;
-        }
-    }
-    match at {
-        At::Items { start, .. } => items.push(&text[start..]),
-        At::ItemsKey => root.push_str("items:\n"),
-        At::Root => {}
-    }
-    found.then_some(BlockList { root, items })
-}
-
-/// Whether a line's value (after any `- ` and `key: `) opens a quoted scalar it does not
-/// close.
-fn unclosed_quote(content: &str) -> bool {
-    let mut v = content.trim_end();
-    while let Some(r) = v.strip_prefix("- ") {
-        v = r.trim_start();
-    }
-    if !v.starts_with(['"', '\'']) {
-        match v.find(": ") {
-            Some(i) => v = v[i + 2..].trim_start(),
-            None => return false,
-        }
-    }
-    let mut chars = v.chars();
-    match chars.next() {
-        Some('"') => {
-            let mut escaped = false;
-            for c in chars {
-                match (escaped, c) {
-                    (true, _) => escaped = false,
-                    (false, '\\') => escaped = true,
-                    (false, '"') => return false,
-                    _ => {}
-                }
-            }
-            true
-        }
-        Some('\'') => {
-            // `''` inside is an escaped quote; a single one closes.
-            let rest = chars.as_str();
-            let mut it = rest.chars().peekable();
-            while let Some(c) = it.next() {
-                if c == '\'' {
-                    if it.peek() == Some(&'\'') {
-                        it.next();
-                    } else {
-                        return false;
-                    }
-                }
-            }
-            true
-        }
-        _ => false,
-    }
-}
-
-/// Whether every character of `text` may appear in YAML (the parser refuses the others
-/// anywhere, comments included).
-fn printable(text: &str) -> bool {
-    text.chars().all(|c| {
-        matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
-            || c >= '\u{10000}'
-    })
 }
 
 /// One top-level document: a mapping read field by field, its `items` (if any) one at a time.
@@ -383,6 +222,22 @@ impl DocReader {
         } else {
             self.pending.push(item);
         }
+    }
+
+    /// Whether an item is decoded as soon as it is read, with nothing of it or of later items
+    /// needed first: the List's kind is known and no earlier item waits.
+    fn takes_items_at_once(&self) -> bool {
+        self.pending.is_empty()
+            && self.kind().is_some_and(|k| {
+                k == "List" || (k.ends_with("List") && self.fields.contains_key("apiVersion"))
+            })
+    }
+
+    /// What `item` decodes to in this List, on its own.
+    fn decode_alone(&self, item: Value) -> Decoded {
+        let mut one = Loaded::default();
+        add_item(self.with_list_defaults(item), &mut one);
+        Decoded::from_one(one)
     }
 
     fn kind(&self) -> Option<&str> {

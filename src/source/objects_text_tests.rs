@@ -2,13 +2,20 @@
 //! for what kubectl and YAML emitters write.
 
 use super::*;
+use crate::source::yaml_items::unclosed_quote;
 use proptest::prelude::*;
 use serde_json::json;
+use std::sync::Arc;
 
 fn same_as_whole(text: &str) -> String {
     let by_item = format!("{:?}", parse(text));
     let whole = format!("{:?}", parse_whole(text));
     assert_eq!(by_item, whole, "by item and whole differ for:\n{text}");
+    // Read again with what the first read left in the cache: the same.
+    let mut cache = ItemCache::default();
+    let _ = parse_cached(text, &mut cache);
+    let again = format!("{:?}", parse_cached(text, &mut cache).map(|(l, _)| l));
+    assert_eq!(by_item, again, "a cached read differs for:\n{text}");
     by_item
 }
 
@@ -28,6 +35,32 @@ fn kubectl_yaml(v: &Value) -> String {
 }
 
 #[test]
+fn items_unchanged_since_the_last_version_are_not_decoded_again() {
+    let v1 = list(vec![
+        service("web", "192.0.2.1"),
+        service("api", "192.0.2.2"),
+        service("db", "192.0.2.3"),
+    ]);
+    let mut v2 = v1.clone();
+    v2["items"][1] = service("api", "192.0.2.9");
+    let (y1, y2) = (kubectl_yaml(&v1), kubectl_yaml(&v2));
+    let mut cache = ItemCache::default();
+    let (first, reused) = parse_cached(&y1, &mut cache).unwrap();
+    assert_eq!(reused, 0);
+    let (second, reused) = parse_cached(&y2, &mut cache).unwrap();
+    assert_eq!(reused, 2, "web and db taken as they were");
+    let s = |l: &Loaded, i: usize| Arc::clone(&l.objects.services[i]);
+    assert!(Arc::ptr_eq(&s(&first, 0), &s(&second, 0)));
+    assert!(!Arc::ptr_eq(&s(&first, 1), &s(&second, 1)));
+    assert!(Arc::ptr_eq(&s(&first, 2), &s(&second, 2)));
+    assert_eq!(format!("{second:?}"), format!("{:?}", parse(&y2).unwrap()));
+    // A version that is no snapshot changes nothing: the next read still finds v2's items.
+    assert!(parse_cached(&y2[..y2.find("kind: List").unwrap()], &mut cache).is_err());
+    let (_, reused) = parse_cached(&y2, &mut cache).unwrap();
+    assert_eq!(reused, 3);
+}
+
+#[test]
 fn kubectl_yaml_and_json_are_read_item_by_item() {
     let v = list(vec![
         service("web", "192.0.2.1"),
@@ -35,7 +68,10 @@ fn kubectl_yaml_and_json_are_read_item_by_item() {
     ]);
     let yaml = kubectl_yaml(&v);
     assert!(yaml.contains("\nitems:\n- "), "{yaml}");
-    assert!(parse_yaml_by_item(&yaml).is_some(), "YAML by item");
+    assert!(
+        parse_yaml_by_item(&yaml, &mut ItemCache::default()).is_some(),
+        "YAML by item"
+    );
     for json in [
         serde_json::to_string(&v).unwrap(),
         serde_json::to_string_pretty(&v).unwrap(),
@@ -154,7 +190,7 @@ fn a_list_cut_short_is_refused_before_its_items_are_read() {
     ]);
     let yaml = kubectl_yaml(&v);
     let cut = &yaml[..yaml.find("kind: List").unwrap()];
-    let e = parse_yaml_by_item(cut)
+    let e = parse_yaml_by_item(cut, &mut ItemCache::default())
         .expect("cut into items")
         .expect_err("not a snapshot");
     assert!(e.contains("has items but no kind"), "{e}");
@@ -256,7 +292,7 @@ proptest! {
                 .join("\n");
         }
         let nonempty = v["items"].as_array().is_some_and(|a| !a.is_empty());
-        prop_assert!(!nonempty || parse_yaml_by_item(&yaml).is_some(), "not cut:\n{}", yaml);
+        prop_assert!(!nonempty || parse_yaml_by_item(&yaml, &mut ItemCache::default()).is_some(), "not cut:\n{}", yaml);
         same_as_whole(&yaml);
         let json = serde_json::to_string_pretty(&v).unwrap();
         prop_assert!(parse_json_by_item(&json).is_some());

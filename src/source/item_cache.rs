@@ -1,0 +1,120 @@
+//! What each item of the last version of an objects file decoded to, by its text: when the
+//! file changes, an item whose text did not change is not parsed or decoded again, and keeps
+//! its allocation (so the planner, which tells changes by allocation, passes over it).
+//!
+//! Parsing YAML is what a file version costs; hashing its items costs a small part of that.
+//! An item is named by two independent 64-bit hashes of its text and of the List around it
+//! (a typed List lends its items their kind), so two different items are never taken for one.
+
+use super::file::Loaded;
+use crate::model::{KubeOvnSubnet, Problem};
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// An item's text in its List, hashed twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct ItemId(u64, u64, usize);
+
+impl ItemId {
+    pub(super) fn of(list: &str, item: &str) -> ItemId {
+        let hash = |seed: u8| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            seed.hash(&mut h);
+            list.hash(&mut h);
+            item.hash(&mut h);
+            h.finish()
+        };
+        ItemId(hash(0), hash(1), item.len())
+    }
+}
+
+/// What one item added to a [`Loaded`]: at most one object, and its problems.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Decoded {
+    object: Option<Object>,
+    problems: Vec<Problem>,
+}
+
+#[derive(Debug, Clone)]
+enum Object {
+    Service(Arc<core::Service>),
+    Slice(Arc<discovery::EndpointSlice>),
+    Node(Arc<core::Node>),
+    Subnet(Box<KubeOvnSubnet>),
+}
+
+impl Decoded {
+    /// What `one` (a [`Loaded`] that one item was decoded into) holds.
+    pub(super) fn from_one(one: Loaded) -> Decoded {
+        let o = one.objects;
+        let object = o
+            .services
+            .into_iter()
+            .next()
+            .map(Object::Service)
+            .or_else(|| o.endpoint_slices.into_iter().next().map(Object::Slice))
+            .or_else(|| o.nodes.into_iter().next().map(Object::Node))
+            .or_else(|| {
+                o.subnets
+                    .into_iter()
+                    .next()
+                    .map(|s| Object::Subnet(Box::new(s)))
+            });
+        Decoded {
+            object,
+            problems: one.problems,
+        }
+    }
+
+    /// Add what the item decoded to to `out`, as decoding it again would.
+    pub(super) fn add_to(&self, out: &mut Loaded) {
+        match &self.object {
+            Some(Object::Service(s)) => out.objects.services.push(Arc::clone(s)),
+            Some(Object::Slice(s)) => out.objects.endpoint_slices.push(Arc::clone(s)),
+            Some(Object::Node(n)) => out.objects.nodes.push(Arc::clone(n)),
+            Some(Object::Subnet(s)) => out.objects.subnets.push((**s).clone()),
+            None => {}
+        }
+        out.problems.extend(self.problems.iter().cloned());
+    }
+}
+
+/// The items of the last version read, and those of the version being read.
+#[derive(Debug, Default)]
+pub struct ItemCache {
+    last: HashMap<ItemId, Decoded>,
+    now: HashMap<ItemId, Decoded>,
+    /// Items of the version being read found in the last one.
+    reused: usize,
+}
+
+impl ItemCache {
+    /// The item, if the last version had it; remembered for the next version either way.
+    pub(super) fn take(&mut self, id: ItemId) -> Option<Decoded> {
+        let d = self.last.get(&id)?.clone();
+        self.now.insert(id, d.clone());
+        self.reused += 1;
+        Some(d)
+    }
+
+    pub(super) fn put(&mut self, id: ItemId, d: Decoded) {
+        self.now.insert(id, d);
+    }
+
+    /// The version being read is complete: it becomes the last. Returns how many of its
+    /// items were taken from the one before.
+    pub(super) fn finish(&mut self) -> usize {
+        self.last = std::mem::take(&mut self.now);
+        std::mem::take(&mut self.reused)
+    }
+
+    /// The version being read was not taken (it does not parse, or is no snapshot): the last
+    /// one stays the reference.
+    pub(super) fn abandon(&mut self) {
+        self.now.clear();
+        self.reused = 0;
+    }
+}

@@ -1,0 +1,200 @@
+//! Cutting a block-style YAML List into its items, so each is parsed on its own (see
+//! [`super::objects_text`]).
+
+/// A single-document YAML List split at its items: the root's own lines (the items replaced
+/// by `items: []`) and each item's text, starting with its `- `.
+pub(super) struct BlockList<'a> {
+    pub(super) root: String,
+    pub(super) items: Vec<&'a str>,
+}
+
+/// Cut `text` into a [`BlockList`], or `None` when it is not one, and the whole-document
+/// path must read it.
+///
+/// Inside a block sequence every line of an item is indented deeper than the item's `- `,
+/// except blank lines and comments; a line back at the `- ` column starts the next item, one
+/// at column 0 the next root key. That holds for every emitter's output; what does not fit
+/// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
+pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
+    // Lines are cut at `\n` below; YAML also breaks lines at a lone `\r` and (libyaml) at
+    // NEL, LS and PS.
+    let b = text.as_bytes();
+    let other_break = (0..b.len()).any(|i| match b[i] {
+        b'\r' => b.get(i + 1) != Some(&b'\n'),
+        0xc2 => b.get(i + 1) == Some(&0x85),
+        0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
+        _ => false,
+    });
+    if other_break {
+        return None;
+    }
+    enum At {
+        Root,
+        ItemsKey,
+        Items { indent: usize, start: usize },
+    }
+    let mut root = String::new();
+    let mut items = Vec::new();
+    let mut at = At::Root;
+    let mut seen_content = false;
+    let mut found = false;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let start = offset;
+        offset += line.len();
+        let body = line.trim_end_matches(['\n', '\r']);
+        let content = body.trim_start_matches([' ', '\t']);
+        if content.is_empty() || content.starts_with('#') {
+            // Part of whatever it sits in; kept only where it cannot be in a block scalar.
+            match at {
+                At::Root => root.push_str(line),
+                // Dropped: it must not hide what would make the whole text fail (a character
+                // YAML refuses, a tab where YAML reads indentation).
+                At::ItemsKey if !printable(line) || line.contains('\t') => return None,
+                _ => {}
+            }
+            continue;
+        }
+        let indent = body.len() - body.trim_start_matches(' ').len();
+        if body[indent..].starts_with('\t') || body.starts_with('%') {
+            return None;
+        }
+        let marker = |m: &str| {
+            body.strip_prefix(m)
+                .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
+        };
+        if marker("---") || marker("...") {
+            if seen_content {
+                return None;
+            }
+            root.push_str(line);
+            continue;
+        }
+        // The root must be a block mapping; a flow one (`{`), a bare scalar or anything
+        // fancier is read whole.
+        if !seen_content && body.starts_with(['{', '[', '"', '\'', '?', '!', '&', '*', '|', '>']) {
+            return None;
+        }
+        seen_content = true;
+        let rest = &body[indent..];
+        let entry = rest.starts_with("- ");
+        if rest == "-" {
+            return None;
+        }
+        // A quoted scalar that goes on to the next lines may hold a line that looks like a key
+        // or an item at any column: only a whole parse knows where it ends.
+        if matches!(at, At::Root) && unclosed_quote(rest) {
+            return None;
+        }
+        loop {
+            match at {
+                At::Root => {
+                    // `items:` alone, or followed by a comment (`#` after a space: `items:#x`
+                    // is a plain scalar, not a key).
+                    let key = body.strip_prefix("items:").is_some_and(|r| {
+                        let t = r.trim_start_matches([' ', '\t']);
+                        t.is_empty() || (t.len() < r.len() && t.starts_with('#'))
+                    });
+                    if key {
+                        if found || !printable(line) {
+                            return None;
+                        }
+                        found = true;
+                        at = At::ItemsKey;
+                    } else {
+                        root.push_str(line);
+                    }
+                }
+                At::ItemsKey if entry => {
+                    root.push_str("items: []\n");
+                    at = At::Items { indent, start };
+                }
+                At::ItemsKey if indent == 0 => {
+                    // `items:` with nothing under it (null): the root says so.
+                    root.push_str("items:\n");
+                    at = At::Root;
+                    continue;
+                }
+                At::ItemsKey => return None,
+                At::Items {
+                    indent: k,
+                    start: s,
+                } => {
+                    if indent > k {
+                    } else if indent == k && entry {
+                        items.push(&text[s..start]);
+                        at = At::Items { indent: k, start };
+                    } else if indent == 0 {
+                        items.push(&text[s..start]);
+                        at = At::Root;
+                        continue;
+                    } else {
+                        return None;
+                    }
+                }
+            }
+            break;
+        }
+    }
+    match at {
+        At::Items { start, .. } => items.push(&text[start..]),
+        At::ItemsKey => root.push_str("items:\n"),
+        At::Root => {}
+    }
+    found.then_some(BlockList { root, items })
+}
+
+/// Whether a line's value (after any `- ` and `key: `) opens a quoted scalar it does not
+/// close.
+pub(super) fn unclosed_quote(content: &str) -> bool {
+    let mut v = content.trim_end();
+    while let Some(r) = v.strip_prefix("- ") {
+        v = r.trim_start();
+    }
+    if !v.starts_with(['"', '\'']) {
+        match v.find(": ") {
+            Some(i) => v = v[i + 2..].trim_start(),
+            None => return false,
+        }
+    }
+    let mut chars = v.chars();
+    match chars.next() {
+        Some('"') => {
+            let mut escaped = false;
+            for c in chars {
+                match (escaped, c) {
+                    (true, _) => escaped = false,
+                    (false, '\\') => escaped = true,
+                    (false, '"') => return false,
+                    _ => {}
+                }
+            }
+            true
+        }
+        Some('\'') => {
+            // `''` inside is an escaped quote; a single one closes.
+            let rest = chars.as_str();
+            let mut it = rest.chars().peekable();
+            while let Some(c) = it.next() {
+                if c == '\'' {
+                    if it.peek() == Some(&'\'') {
+                        it.next();
+                    } else {
+                        return false;
+                    }
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Whether every character of `text` may appear in YAML (the parser refuses the others
+/// anywhere, comments included).
+fn printable(text: &str) -> bool {
+    text.chars().all(|c| {
+        matches!(c, '\t' | '\n' | '\r' | ' '..='~' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    })
+}

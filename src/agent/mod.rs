@@ -22,7 +22,7 @@ use observer::observe_agent;
 pub use oneshot::{Drift, SyncReport, check, objects_path, sync_once, verify, verify_northbound};
 pub use planner_task::ORDER_WAIT;
 use planner_task::{PlanInfo, PlannerTask, Received, kubeovn_subnets, report};
-use status::{BridgeDoc, NorthboundDoc, StatusDoc, VipDoc};
+use status::{BridgeDoc, NorthboundDoc, StatusDoc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -4,6 +4,10 @@
 use super::*;
 use crate::reconcile::error::ReconcileError;
 
+/// How often Events are handed to the sink again while nothing changed, so that those its
+/// rate limit dropped are published once it has room.
+const EVENTS_RETRY: Duration = Duration::from_secs(5);
+
 /// What one reconciler reports that the observer counts.
 struct Report<'a> {
     syncs: u64,
@@ -73,6 +77,9 @@ pub(super) async fn observe_agent(
     let mut seen_nb = Seen::default();
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
+    // The plan and applied state the Events were last updated for.
+    let mut events_for: Option<(u64, bool)> = None;
+    let mut events_at = std::time::Instant::now();
     loop {
         let plan = plans.borrow_and_update().clone();
         let arrived = |g: Option<u64>| {
@@ -80,8 +87,7 @@ pub(super) async fn observe_agent(
             g.and_then(|g| r.get(&g).copied())
         };
         if let Some(p) = &plan {
-            m.vips
-                .set(i64::try_from(p.model.vips().len()).unwrap_or(i64::MAX));
+            m.vips.set(i64::try_from(p.vips.len()).unwrap_or(i64::MAX));
             m.problems
                 .set(i64::try_from(p.problems.len()).unwrap_or(i64::MAX));
         }
@@ -178,31 +184,22 @@ pub(super) async fn observe_agent(
         });
         if let Some(p) = &plan {
             let applied_here = min_applied.is_some_and(|g| g >= p.generation);
-            if let Some(ev) = &opts.events {
-                let st =
-                    crate::events::statements(&p.model, &p.problems, &cfg.node_name, applied_here);
-                let mut st = crate::events::hold_programmed(st, applied_here, &mut programmed);
-                st.extend(crate::events::not_excluded(&p.model, &p.not_excluded));
+            // Events change only with the plan or with whether it is applied here; now and
+            // then they are handed on again, so those the rate limit held back are retried.
+            if let Some(ev) = &opts.events
+                && (events_for != Some((p.generation, applied_here))
+                    || events_at.elapsed() >= EVENTS_RETRY)
+            {
+                events_for = Some((p.generation, applied_here));
+                events_at = std::time::Instant::now();
+                let mut st = p.warnings.clone();
+                if applied_here {
+                    st.extend(p.programmed.iter().cloned());
+                }
+                let st = crate::events::hold_programmed(st, applied_here, &mut programmed);
                 ev.update(st);
             }
-            let vips: Vec<VipDoc> = p
-                .model
-                .vips()
-                .into_iter()
-                .map(|(vip, svcs)| {
-                    let ports: Vec<String> = p
-                        .model
-                        .vip_ports()
-                        .filter(|(_, vp)| vp.vip == vip)
-                        .map(|(_, vp)| format!("{}/{}", vp.port, vp.protocol))
-                        .collect();
-                    VipDoc {
-                        vip: vip.to_string(),
-                        services: svcs.iter().map(ToString::to_string).collect(),
-                        ports,
-                    }
-                })
-                .collect();
+            let vips = p.vips.clone();
             let _ = json.send(Some(StatusDoc {
                 node: cfg.node_name.clone(),
                 generation: p.generation,

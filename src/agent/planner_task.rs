@@ -143,10 +143,53 @@ impl PlannerTask {
 /// What the planner produced for one generation, for the observer.
 pub(super) struct PlanInfo {
     pub generation: u64,
-    pub model: Model,
+    /// Every VIP, its ports and Services, for the status document.
+    pub vips: Vec<crate::agent::status::VipDoc>,
     pub problems: Vec<Problem>,
-    /// Kube-OVN findings: VIP and what is wrong.
-    pub not_excluded: Vec<(std::net::IpAddr, String)>,
+    /// The Events that say a Service's VIPs are programmed (once every bridge applied this
+    /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
+    pub programmed: BTreeSet<crate::events::ServiceEvent>,
+    pub warnings: BTreeSet<crate::events::ServiceEvent>,
+}
+
+impl PlanInfo {
+    /// What the report task says about one snapshot: built off the async workers, once per
+    /// plan, so the observer only picks from it.
+    fn of(cfg: &Config, generation: u64, loaded: &Loaded) -> PlanInfo {
+        let (model, problems) = build_model(cfg, loaded);
+        let vip_set: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+        let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
+        let programmed = crate::events::statements(&model, &[], &cfg.node_name, true);
+        let mut warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
+        warnings.extend(crate::events::not_excluded(&model, &not_excluded));
+        PlanInfo {
+            generation,
+            vips: vip_docs(&model),
+            problems,
+            programmed,
+            warnings,
+        }
+    }
+}
+
+/// Every VIP of `model` with its ports and Services, in VIP order.
+fn vip_docs(model: &Model) -> Vec<crate::agent::status::VipDoc> {
+    let mut ports: BTreeMap<std::net::IpAddr, Vec<String>> = BTreeMap::new();
+    for (_, vp) in model.vip_ports() {
+        ports
+            .entry(vp.vip)
+            .or_default()
+            .push(format!("{}/{}", vp.port, vp.protocol));
+    }
+    model
+        .vips()
+        .into_iter()
+        .map(|(vip, svcs)| crate::agent::status::VipDoc {
+            vip: vip.to_string(),
+            services: svcs.iter().map(ToString::to_string).collect(),
+            ports: ports.remove(&vip).unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// How long the planner waits for the other side of a make-before-break step (plan::order)
@@ -199,21 +242,19 @@ pub(super) async fn report(
         let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
             continue;
         };
-        let (model, problems) = build_model(&cfg, &loaded);
+        let c = cfg.clone();
+        let Ok(info) =
+            tokio::task::spawn_blocking(move || PlanInfo::of(&c, generation, &loaded)).await
+        else {
+            continue;
+        };
         // Report each problem once while it lasts, not on every re-plan.
-        let now: BTreeSet<String> = problems.iter().map(|p| p.to_string()).collect();
+        let now: BTreeSet<String> = info.problems.iter().map(|p| p.to_string()).collect();
         for p in now.difference(&reported) {
             tracing::warn!(problem = %p, "skipped");
         }
         reported = now;
-        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-        let not_excluded = kubeovn_findings(&loaded.objects, &vips);
-        let _ = plans.send(Some(Arc::new(PlanInfo {
-            generation,
-            model,
-            problems,
-            not_excluded,
-        })));
+        let _ = plans.send(Some(Arc::new(info)));
     }
 }
 

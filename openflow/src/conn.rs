@@ -147,10 +147,7 @@ enum Waiter {
     Reply(oneshot::Sender<Result<Message, ConnError>>),
     Multipart(Parts, oneshot::Sender<Result<MultipartReply, ConnError>>),
     /// Each part handed on as it arrives; `Parts` only counts (its `parts` stay empty).
-    Stream(
-        Parts,
-        mpsc::UnboundedSender<Result<MultipartReply, ConnError>>,
-    ),
+    Stream(Parts, mpsc::Sender<Result<MultipartReply, ConnError>>),
 }
 
 impl Waiter {
@@ -163,11 +160,15 @@ impl Waiter {
                 let _ = tx.send(Err(e));
             }
             Waiter::Stream(_, tx) => {
-                let _ = tx.send(Err(e));
+                // Room or not: the receiver learns the connection is gone when the sender is.
+                let _ = tx.try_send(Err(e));
             }
         }
     }
 }
+
+/// Parts of a streamed multipart reply decoded ahead of its caller.
+const STREAM_PARTS: usize = 4;
 
 /// A multipart reply being reassembled, with its size on the wire so far.
 #[derive(Default)]
@@ -558,7 +559,7 @@ impl Connection {
         mut each: impl FnMut(FlowStats),
     ) -> Result<(), ConnError> {
         let xid = self.xids(1).start;
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mpsc::channel(STREAM_PARTS);
         self.register(xid, Waiter::Stream(Parts::default(), tx))?;
         let msg = Message::MultipartRequest(MultipartRequest::new(MultipartRequestBody::Flow(req)));
         if let Err(e) = self.write(msg.encode(xid)).await {
@@ -858,13 +859,29 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
             .await;
         return;
     }
+    if let Some((tx, item)) = route(inner, &h, msg) {
+        // A bounded channel: the reader waits for the caller, so a large reply is never
+        // decoded faster than it is consumed and held whole in between.
+        let _ = tx.send(item).await;
+    }
+}
+
+/// The part of a streamed reply and where it goes.
+type StreamPart = (
+    mpsc::Sender<Result<MultipartReply, ConnError>>,
+    Result<MultipartReply, ConnError>,
+);
+
+/// Hand `msg` to whoever waits for it (under the lock); a part of a streamed reply is
+/// returned, to be sent once the lock is let go.
+fn route(inner: &Inner, h: &Header, msg: Message) -> Option<StreamPart> {
     let mut s = lock(&inner.shared);
     if let Message::Error(e) = &msg
         && let Some(w) = s.watches.iter_mut().find(|w| w.xids.contains(&h.xid))
     {
         let idx = (h.xid - w.xids.start) as usize;
         w.errors.push((idx, e.clone()));
-        return;
+        return None;
     }
     match s.waiters.remove(&h.xid) {
         Some(Waiter::Reply(tx)) => {
@@ -874,6 +891,7 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
                 m => Ok(m),
             };
             let _ = tx.send(r);
+            None
         }
         Some(Waiter::Multipart(mut parts, tx)) => match msg {
             Message::MultipartReply(part) => {
@@ -902,14 +920,17 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
                     drop(s);
                     let _ = tx.send(MultipartReply::merge(parts.parts).map_err(ConnError::from));
                 }
+                None
             }
             Message::Error(e) => {
                 drop(s);
                 let _ = tx.send(Err(ConnError::Switch(e)));
+                None
             }
             other => {
                 drop(s);
                 let _ = tx.send(Err(unexpected("MULTIPART_REQUEST", &other)));
+                None
             }
         },
         Some(Waiter::Stream(mut parts, tx)) => match msg {
@@ -929,31 +950,27 @@ async fn dispatch(inner: &Inner, frame: &[u8]) {
                         bytes: parts.bytes,
                         parts: parts.count,
                     };
-                    let _ = tx.send(Err(e.clone()));
+                    let _ = tx.try_send(Err(e.clone()));
                     inner.close(e);
+                    None
                 } else {
                     // The receiver may be gone (its caller gave up): the rest is dropped.
                     if more && !tx.is_closed() {
                         s.waiters.insert(h.xid, Waiter::Stream(parts, tx.clone()));
                     }
                     drop(s);
-                    let _ = tx.send(Ok(part));
+                    Some((tx, Ok(part)))
                 }
             }
-            Message::Error(e) => {
-                drop(s);
-                let _ = tx.send(Err(ConnError::Switch(e)));
-            }
-            other => {
-                drop(s);
-                let _ = tx.send(Err(unexpected("MULTIPART_REQUEST", &other)));
-            }
+            Message::Error(e) => Some((tx, Err(ConnError::Switch(e)))),
+            other => Some((tx, Err(unexpected("MULTIPART_REQUEST", &other)))),
         },
         None => {
             drop(s);
             if !matches!(msg, Message::EchoReply(_)) {
-                let _ = inner.events.send(Event::Message(h, msg));
+                let _ = inner.events.send(Event::Message(*h, msg));
             }
+            None
         }
     }
 }

@@ -243,11 +243,15 @@ pub(super) async fn report(
             continue;
         };
         let c = cfg.clone();
+        let began = std::time::Instant::now();
         let Ok(info) =
             tokio::task::spawn_blocking(move || PlanInfo::of(&c, generation, &loaded)).await
         else {
             continue;
         };
+        // At most a fifth of a core: in a stream of changes the report skips to the latest
+        // plan, and the planner and the reconcilers keep the rest.
+        let rest = began.elapsed() * REPORT_IDLE;
         // Report each problem once while it lasts, not on every re-plan.
         let now: BTreeSet<String> = info.problems.iter().map(|p| p.to_string()).collect();
         for p in now.difference(&reported) {
@@ -255,8 +259,12 @@ pub(super) async fn report(
         }
         reported = now;
         let _ = plans.send(Some(Arc::new(info)));
+        tokio::time::sleep(rest).await;
     }
 }
+
+/// How long the report task rests after a report, as a multiple of what the report took.
+const REPORT_IDLE: u32 = 4;
 
 /// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
 pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnetIpam> {

@@ -80,6 +80,40 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
     Ok(text)
 }
 
+/// The [`Digest`] of `path`'s content, read in pieces: checking that a file stayed the same
+/// holds no second copy of it.
+fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
+    use std::hash::Hasher;
+    use std::io::Read;
+    let rd = |source| FileError::Read {
+        path: path.into(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(rd)?;
+    let mut h = std::hash::DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut len = 0usize;
+    loop {
+        let n = f.read(&mut buf).map_err(rd)?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len as u64 > max {
+            return Err(FileError::TooLarge {
+                path: path.into(),
+                size: len as u64,
+                limit: max,
+            });
+        }
+        h.write(&buf[..n]);
+    }
+    Ok(Digest {
+        len,
+        hash: h.finish(),
+    })
+}
+
 /// Objects read from a file, with what was wrong in it.
 #[derive(Debug, Clone, Default)]
 pub struct Loaded {
@@ -243,7 +277,15 @@ async fn poll(
                     });
                     // A writer may still be at work: take the text only if it stays the same.
                     tokio::time::sleep(SETTLE).await;
-                    let again = read(path.clone()).await.map(|t| Digest::of(t.as_bytes()));
+                    let p = path.clone();
+                    let again = tokio::task::spawn_blocking(move || digest_bounded(&p, max_bytes))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(FileError::Read {
+                                path: PathBuf::new(),
+                                source: std::io::Error::other(e.to_string()),
+                            })
+                        });
                     let parsed = match parsing.await {
                         Ok((parsed, c)) => {
                             cache = c;

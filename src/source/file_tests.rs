@@ -573,3 +573,22 @@ async fn the_watcher_hands_on_unchanged_objects_as_the_same_allocations() {
     assert!(!Arc::ptr_eq(&a[1], &b[1]));
     task.abort();
 }
+
+#[test]
+fn a_file_read_in_pieces_has_the_digest_of_its_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("objects.yaml");
+    // Longer than one piece, and not a multiple of one.
+    let text: String = (0..200_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    std::fs::write(&path, &text).unwrap();
+    assert_eq!(
+        digest_bounded(&path, DEFAULT_MAX_BYTES).unwrap(),
+        Digest::of(text.as_bytes())
+    );
+    assert!(matches!(
+        digest_bounded(&path, 1000),
+        Err(FileError::TooLarge { .. })
+    ));
+}

@@ -1,0 +1,469 @@
+//! The whole agent as a user runs it, at 10,000 Services: the release binary against a real
+//! ovs-vswitchd and OVN Northbound database, driven by a file (file mode) and by the Kubernetes
+//! API test server (cluster mode), printed beside the figures issue 12 measured before.
+//!
+//! Run: `cargo bench --bench agent_whole` (optionally `-- SERVICES CHANGES`, defaults 10000
+//! and 1000).
+//!
+//! Per mode:
+//! - first full sync: from the agent's start to both the bridge and the Northbound database
+//!   synced (its log says so), for SERVICES LoadBalancer Services with an EndpointSlice each,
+//!   as `kubectl get svc,endpointslices -A -o yaml` prints them (80,000 flows, 10,000 rows);
+//! - steady-state peak RSS (VmHWM) after the first sync;
+//! - CHANGES single-Service changes (a port moved from 80 to 81 and back), each timed from the
+//!   change (the file renamed into place; the API server's write) to the new flow on br-ex,
+//!   as the switch's own flow monitor reports it to a second OpenFlow connection;
+//! - peak RSS and CPU seconds after the changes.
+//!
+//! File mode polls every 20 ms (`--poll-interval-ms 20`); a new file version is taken once it
+//! has stayed the same for 100 ms (the settle time that keeps a half-written file out), so
+//! that much of each change's time is the wait for the file to settle.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use openflow::monitor::{FlowEvent, FlowMonitorRequest, FlowUpdate, MonitorEvent, flags};
+use openflow::{Connection, Event};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use testkit::Sandbox;
+use testkit::kube_server::KubeServer;
+use vipflow::model::Protocol;
+use vipflow::plan::flows::{FlowKey, cookie};
+
+const COOKIE_PREFIX: u16 = 0x7f1f;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Nearest-rank percentile.
+fn percentile(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    testkit::proc_status_kib(pid, field)
+}
+
+/// User + system CPU seconds of `pid`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the ')'.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// The agent, its log, stopped on drop.
+struct Agent {
+    child: Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+impl Agent {
+    fn spawn(sb: &Sandbox, mode_args: &[String]) -> Agent {
+        let log = sb.path().join("agent.log");
+        let f = std::fs::File::create(&log).expect("agent log");
+        let child = Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .arg("agent")
+            .args(mode_args)
+            .args(["--node-name", "node-a"])
+            .arg("--ovs-rundir")
+            .arg(sb.path())
+            .arg("--nb-remote")
+            .arg(format!("unix:{}", sb.nb_sock().display()))
+            .args(["--node-router", "GR_{node}"])
+            .env("VIPFLOW_LOG", "info")
+            .env_remove("OVN_NB_DB")
+            .env_remove("VIPFLOW_OBJECTS")
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().expect("log"))
+            .stderr(f)
+            .spawn()
+            .expect("spawn the agent");
+        Agent {
+            child,
+            log,
+            started: Instant::now(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Time from the start until the bridge and the Northbound database both synced.
+    fn wait_first_sync(&self) -> Duration {
+        loop {
+            let log = self.log();
+            if log.contains("synced bridge=br-ex generation=1")
+                && log.contains("Northbound synced generation=1")
+            {
+                return self.started.elapsed();
+            }
+            assert!(
+                self.started.elapsed() < Duration::from_secs(120),
+                "no first sync within 2 minutes:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A second OpenFlow connection to br-ex whose flow monitor reports every flow the agent adds.
+struct Watcher {
+    rt: tokio::runtime::Runtime,
+    _conn: Connection,
+    events: openflow::Events,
+}
+
+impl Watcher {
+    fn new(sb: &Sandbox) -> Watcher {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let target = format!("unix:{}", sb.mgmt_sock("br-ex").display());
+        let (conn, events) = rt
+            .block_on(Connection::connect(&target, openflow::Config::default()))
+            .expect("connect to br-ex");
+        let req = FlowMonitorRequest {
+            id: 7,
+            flags: flags::ADD,
+            out_port: openflow::monitor::PORT_ANY,
+            table_id: 0,
+            match_: openflow::Match::new(),
+        };
+        rt.block_on(conn.multipart(req.to_multipart()))
+            .expect("flow monitor");
+        Watcher {
+            rt,
+            _conn: conn,
+            events,
+        }
+    }
+
+    /// Drop what was reported so far.
+    fn drain(&mut self) {
+        while self.events.try_recv().is_ok() {}
+    }
+
+    /// Wait until a flow with `cookie` is added; when it was reported.
+    fn added(&mut self, cookie: u64, limit: Duration) -> Instant {
+        let events = &mut self.events;
+        self.rt.block_on(async {
+            let deadline = tokio::time::Instant::now() + limit;
+            loop {
+                let ev = tokio::time::timeout_at(deadline, events.recv())
+                    .await
+                    .unwrap_or_else(|_| panic!("flow {cookie:#x} not added within {limit:?}"))
+                    .expect("br-ex connection open");
+                let Event::Message(_, m) = ev else {
+                    panic!("br-ex connection closed")
+                };
+                if let Some(Ok(MonitorEvent::Updates(ups))) = openflow::monitor::monitor_event(&m)
+                    && ups.iter().any(|u| {
+                        matches!(u, FlowUpdate::Full { event: FlowEvent::Added, cookie: c, .. } if *c == cookie)
+                    })
+                {
+                    return Instant::now();
+                }
+            }
+        })
+    }
+}
+
+/// The dump cut into its items (each starting with `- `), with the text before them.
+struct Dump {
+    head: String,
+    items: Vec<String>,
+    tail: String,
+}
+
+impl Dump {
+    fn of(text: &str) -> Dump {
+        let start = text.find("\n- ").expect("items") + 1;
+        let (head, body) = text.split_at(start);
+        let end = body.find("\nkind: List").map_or(body.len(), |i| i + 1);
+        let (body, tail) = body.split_at(end);
+        let mut items = Vec::new();
+        for part in body.split_inclusive('\n') {
+            if part.starts_with("- ") || items.is_empty() {
+                items.push(String::new());
+            }
+            items.last_mut().expect("an item").push_str(part);
+        }
+        Dump {
+            head: head.into(),
+            items,
+            tail: tail.into(),
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut s = String::with_capacity(self.head.len() + self.items.len() * 2048);
+        s.push_str(&self.head);
+        self.items.iter().for_each(|i| s.push_str(i));
+        s.push_str(&self.tail);
+        s
+    }
+
+    /// The items that are Services, by index into `items`.
+    fn services(&self) -> Vec<usize> {
+        (0..self.items.len())
+            .filter(|&i| self.items[i].contains("\n  kind: Service\n"))
+            .collect()
+    }
+}
+
+/// A Service's VIP in the dump's text.
+fn vip_of(item: &str) -> std::net::IpAddr {
+    let at = item.find("- ip: ").expect("an ingress IP") + 6;
+    item[at..]
+        .lines()
+        .next()
+        .expect("a line")
+        .trim()
+        .parse()
+        .expect("an IP")
+}
+
+/// The cookie of the steer flow of `vip:port/TCP`.
+fn steer_cookie(vip: std::net::IpAddr, port: u16) -> u64 {
+    cookie(
+        COOKIE_PREFIX,
+        &FlowKey::Steer(vip, port, Protocol::Tcp).to_string(),
+    )
+}
+
+/// What one mode measured.
+struct Figures {
+    first_sync: Duration,
+    steady_peak_mib: u64,
+    changes: Vec<Duration>,
+    after_peak_mib: u64,
+    cpu_per_1000: f64,
+}
+
+fn file_mode(services: usize, changes: usize) -> Figures {
+    let sb = Sandbox::start();
+    let path = sb.path().join("objects.yaml");
+    let mut dump = Dump::of(&common::kubectl_dump(services, false));
+    common::write_objects(&path, &dump.text());
+    let mut watcher = Watcher::new(&sb);
+    let agent = Agent::spawn(
+        &sb,
+        &[
+            "--objects".into(),
+            path.to_string_lossy().into_owned(),
+            "--poll-interval-ms".into(),
+            "20".into(),
+        ],
+    );
+    let first_sync = agent.wait_first_sync();
+    std::thread::sleep(Duration::from_secs(1));
+    let steady_peak_mib = proc_status_kib(agent.pid(), "VmHWM:") / 1024;
+    let cpu_before = cpu_seconds(agent.pid());
+    let svc = dump.services();
+    let mut times = Vec::with_capacity(changes);
+    for k in 0..changes {
+        let i = svc[(k * 7919) % svc.len()];
+        let item = &mut dump.items[i];
+        let (from, to) = if item.contains("      port: 80\n") {
+            (80, 81)
+        } else {
+            (81, 80)
+        };
+        *item = item.replacen(
+            &format!("      port: {from}\n"),
+            &format!("      port: {to}\n"),
+            1,
+        );
+        let want = steer_cookie(vip_of(item), to);
+        let text = dump.text();
+        watcher.drain();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &text).expect("write");
+        let t0 = Instant::now();
+        std::fs::rename(&tmp, &path).expect("rename");
+        let t1 = watcher.added(want, Duration::from_secs(30));
+        times.push(t1 - t0);
+    }
+    let cpu = cpu_seconds(agent.pid()) - cpu_before;
+    Figures {
+        first_sync,
+        steady_peak_mib,
+        after_peak_mib: proc_status_kib(agent.pid(), "VmHWM:") / 1024,
+        cpu_per_1000: cpu * 1000.0 / changes.max(1) as f64,
+        changes: times,
+    }
+}
+
+fn cluster_mode(services: usize, changes: usize) -> Figures {
+    let sb = Sandbox::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let kube = rt.block_on(KubeServer::start());
+    kube.apply_yaml(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: node-a}\nstatus:\n  addresses: [{type: InternalIP, address: 192.168.10.11}]\n",
+    );
+    let dump = common::kubectl_dump(services, false);
+    kube.apply_yaml(&dump);
+    let names: Vec<(String, String)> = kube
+        .list("v1", "Service")
+        .iter()
+        .map(|s| {
+            let m = &s["metadata"];
+            (
+                m["namespace"].as_str().unwrap_or_default().to_string(),
+                m["name"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let mut watcher = Watcher::new(&sb);
+    let agent = Agent::spawn(
+        &sb,
+        &[
+            "--kubeconfig".into(),
+            kube.kubeconfig_path().to_string_lossy().into_owned(),
+            "--identity".into(),
+            "bench".into(),
+            "--lease-namespace".into(),
+            "default".into(),
+        ],
+    );
+    let first_sync = agent.wait_first_sync();
+    std::thread::sleep(Duration::from_secs(1));
+    let steady_peak_mib = proc_status_kib(agent.pid(), "VmHWM:") / 1024;
+    let cpu_before = cpu_seconds(agent.pid());
+    let mut times = Vec::with_capacity(changes);
+    for k in 0..changes {
+        let (ns, name) = &names[(k * 7919) % names.len()];
+        let mut s: Value = kube.get("v1", "Service", ns, name).expect("the Service");
+        let port = &mut s["spec"]["ports"][0]["port"];
+        let to = if port.as_u64() == Some(80) { 81 } else { 80 };
+        *port = Value::from(to);
+        let vip: std::net::IpAddr = s["status"]["loadBalancer"]["ingress"][0]["ip"]
+            .as_str()
+            .expect("an ingress IP")
+            .parse()
+            .expect("an IP");
+        let want = steer_cookie(vip, to);
+        watcher.drain();
+        let t0 = Instant::now();
+        kube.apply(s);
+        let t1 = watcher.added(want, Duration::from_secs(30));
+        times.push(t1 - t0);
+    }
+    let cpu = cpu_seconds(agent.pid()) - cpu_before;
+    let f = Figures {
+        first_sync,
+        steady_peak_mib,
+        after_peak_mib: proc_status_kib(agent.pid(), "VmHWM:") / 1024,
+        cpu_per_1000: cpu * 1000.0 / changes.max(1) as f64,
+        changes: times,
+    };
+    drop(agent);
+    drop(kube);
+    f
+}
+
+fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
+    let p = |q| ms(percentile(&f.changes, q));
+    println!("\n{mode}");
+    println!(
+        "  {:<40} {:>22} {:>16} {:>12}",
+        "", "before (issue 12)", "now", "target"
+    );
+    let row = |what: &str, before: &str, now: String, target: &str| {
+        println!("  {what:<40} {before:>22} {now:>16} {target:>12}");
+    };
+    row(
+        "first full sync (start to both synced)",
+        before[0],
+        format!("{:.2} s", f.first_sync.as_secs_f64()),
+        "<= 1 s",
+    );
+    row(
+        "peak RSS, steady state",
+        before[1],
+        format!("{} MiB", f.steady_peak_mib),
+        "<= 64 MiB",
+    );
+    row(
+        &format!("peak RSS after {} changes", f.changes.len()),
+        before[2],
+        format!("{} MiB", f.after_peak_mib),
+        "<= 96 MiB",
+    );
+    row(
+        "one change to bridge synced, p50",
+        before[3],
+        format!("{:.1} ms", p(50.0)),
+        "",
+    );
+    row(
+        "one change to bridge synced, p99",
+        before[3],
+        format!("{:.1} ms", p(99.0)),
+        change_target,
+    );
+    row(
+        "CPU seconds per 1,000 changes",
+        before[4],
+        format!("{:.1} s", f.cpu_per_1000),
+        "",
+    );
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let services = args.first().copied().unwrap_or(10_000);
+    let changes = args.get(1).copied().unwrap_or(1_000);
+    println!(
+        "the whole vipflow agent (release binary), {services} LoadBalancer Services with an \
+         EndpointSlice each ({} flows on br-ex, {services} Northbound rows), {changes} \
+         single-Service changes per mode; real ovs-vswitchd, OVN NB and northd",
+        services * 8
+    );
+    let f = file_mode(services, changes);
+    print(
+        "file mode (objects file, polled every 20 ms)",
+        &f,
+        ["2-3.4 s", "490 MB", "0.9-1.0 GB", "1.3-3 s", "~2,500 s"],
+        "<= 200 ms",
+    );
+    let c = cluster_mode(services, changes);
+    print(
+        "cluster mode (Kubernetes API test server)",
+        &c,
+        ["-", "-", "-", "-", "-"],
+        "<= 20 ms",
+    );
+}

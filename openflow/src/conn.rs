@@ -167,6 +167,9 @@ impl Waiter {
     }
 }
 
+/// How many bytes of a batch or bundle are encoded before they are written.
+const WRITE_CHUNK: usize = 256 << 10;
+
 /// Parts of a streamed multipart reply decoded ahead of its caller.
 const STREAM_PARTS: usize = 4;
 
@@ -608,7 +611,7 @@ impl Connection {
     pub async fn apply_each(
         &self,
         count: usize,
-        mut message: impl FnMut(usize) -> Message,
+        mut message: impl FnMut(usize) -> Message + Send,
     ) -> Result<(), ConnError> {
         self.apply_with(count, |i, xid, buf| message(i).encode_into(xid, buf))
             .await
@@ -617,18 +620,14 @@ impl Connection {
     async fn apply_with(
         &self,
         count: usize,
-        mut encode: impl FnMut(usize, u32, &mut Vec<u8>),
+        mut encode: impl FnMut(usize, u32, &mut Vec<u8>) + Send,
     ) -> Result<(), ConnError> {
         if count == 0 {
             return Ok(());
         }
         let n = u32::try_from(count).map_err(|_| ConnError::Protocol("batch too large".into()))?;
         let xids = self.xids(n);
-        let mut buf = Vec::with_capacity(count * 96);
-        for (i, xid) in xids.clone().enumerate() {
-            encode(i, xid, &mut buf);
-        }
-        let errors = self.watched(xids, buf).await?;
+        let errors = self.watched(xids, &mut encode).await?;
         if errors.is_empty() {
             Ok(())
         } else {
@@ -641,7 +640,7 @@ impl Connection {
     async fn watched(
         &self,
         xids: Range<u32>,
-        buf: Vec<u8>,
+        encode: &mut (dyn FnMut(usize, u32, &mut Vec<u8>) + Send),
     ) -> Result<Vec<(usize, ErrorMsg)>, ConnError> {
         {
             let mut s = lock(&self.inner.shared);
@@ -654,7 +653,22 @@ impl Connection {
             });
         }
         let res = async {
-            self.write(buf).await?;
+            // Written a chunk at a time as it is encoded: the switch works on the first
+            // messages while the rest are made.
+            let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
+            for (i, xid) in xids.clone().enumerate() {
+                encode(i, xid, &mut buf);
+                if buf.len() >= WRITE_CHUNK {
+                    self.write(std::mem::replace(
+                        &mut buf,
+                        Vec::with_capacity(WRITE_CHUNK + 4096),
+                    ))
+                    .await?;
+                }
+            }
+            if !buf.is_empty() {
+                self.write(buf).await?;
+            }
             self.barrier().await
         }
         .await;
@@ -682,7 +696,7 @@ impl Connection {
     pub async fn bundle_each(
         &self,
         count: usize,
-        mut message: impl FnMut(usize) -> Message,
+        mut message: impl FnMut(usize) -> Message + Send,
     ) -> Result<(), ConnError> {
         self.bundle_with(count, |i, f| f(&message(i))).await
     }
@@ -690,7 +704,7 @@ impl Connection {
     async fn bundle_with(
         &self,
         count: usize,
-        mut with: impl FnMut(usize, &mut dyn FnMut(&Message)),
+        mut with: impl FnMut(usize, &mut dyn FnMut(&Message)) + Send,
     ) -> Result<(), ConnError> {
         if count == 0 {
             return Ok(());
@@ -715,12 +729,11 @@ impl Connection {
         }
         let n = u32::try_from(count).map_err(|_| ConnError::Protocol("bundle too large".into()))?;
         let xids = self.xids(n);
-        let mut buf = Vec::with_capacity(count * 112);
-        for (i, xid) in xids.clone().enumerate() {
-            // Encoded in place: the same bytes as BundleAdd::new(..) without cloning the message.
-            with(i, &mut |m| encode_bundle_add(id, flags, m, xid, &mut buf));
-        }
-        let add_errors = self.watched(xids.clone(), buf).await?;
+        // Encoded in place: the same bytes as BundleAdd::new(..) without cloning the message.
+        let mut encode = |i: usize, xid: u32, buf: &mut Vec<u8>| {
+            with(i, &mut |m| encode_bundle_add(id, flags, m, xid, buf));
+        };
+        let add_errors = self.watched(xids.clone(), &mut encode).await?;
         if !add_errors.is_empty() {
             let _ = self.request(&ctrl(BundleCtrlType::DiscardRequest)).await;
             return Err(ConnError::Bundle {

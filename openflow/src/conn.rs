@@ -182,6 +182,22 @@ struct Parts {
     count: usize,
 }
 
+impl Parts {
+    /// Count one more part of `h.length` bytes; the error once the reply is over the limits
+    /// (the peer is not to be trusted with more: the caller drops the connection).
+    fn count_in(&mut self, h: &Header, config: &Config) -> Option<ConnError> {
+        self.bytes += usize::from(h.length);
+        self.count += 1;
+        let (limit_bytes, limit_parts) = (config.max_multipart_bytes, config.max_multipart_parts);
+        (self.bytes > limit_bytes || self.count > limit_parts).then_some(ConnError::ReplyTooLarge {
+            limit_bytes,
+            limit_parts,
+            bytes: self.bytes,
+            parts: self.count,
+        })
+    }
+}
+
 /// Errors collected for a contiguous range of xids (a batch or a bundle's messages).
 struct Watch {
     xids: Range<u32>,
@@ -910,20 +926,8 @@ fn route(inner: &Inner, h: &Header, msg: Message) -> Option<StreamPart> {
             Message::MultipartReply(part) => {
                 let more = part.more();
                 parts.parts.push(part);
-                parts.bytes += usize::from(h.length);
-                parts.count += 1;
-                let (limit_bytes, limit_parts) = (
-                    inner.config.max_multipart_bytes,
-                    inner.config.max_multipart_parts,
-                );
-                if parts.bytes > limit_bytes || parts.count > limit_parts {
+                if let Some(e) = parts.count_in(h, &inner.config) {
                     drop(s);
-                    let e = ConnError::ReplyTooLarge {
-                        limit_bytes,
-                        limit_parts,
-                        bytes: parts.bytes,
-                        parts: parts.count,
-                    };
                     let _ = tx.send(Err(e.clone()));
                     // The peer is not to be trusted with more: drop the connection.
                     inner.close(e);
@@ -949,20 +953,8 @@ fn route(inner: &Inner, h: &Header, msg: Message) -> Option<StreamPart> {
         Some(Waiter::Stream(mut parts, tx)) => match msg {
             Message::MultipartReply(part) => {
                 let more = part.more();
-                parts.bytes += usize::from(h.length);
-                parts.count += 1;
-                let (limit_bytes, limit_parts) = (
-                    inner.config.max_multipart_bytes,
-                    inner.config.max_multipart_parts,
-                );
-                if parts.bytes > limit_bytes || parts.count > limit_parts {
+                if let Some(e) = parts.count_in(h, &inner.config) {
                     drop(s);
-                    let e = ConnError::ReplyTooLarge {
-                        limit_bytes,
-                        limit_parts,
-                        bytes: parts.bytes,
-                        parts: parts.count,
-                    };
                     let _ = tx.try_send(Err(e.clone()));
                     inner.close(e);
                     None

@@ -9,15 +9,16 @@
 //! Folders read left to right along the pipeline, with [`agent`] as the wiring and the
 //! binary's `cli` as the shell:
 //! - [`source`]: the objects file (`file` watches it, `objects_text` parses it one item at a
-//!   time, `object_decode` types one object) and the Kubernetes watchers (`kube`).
+//!   time, `yaml_items` cuts a YAML List into its items, `item_cache` remembers what each item
+//!   decoded to, `object_decode` types one object) and the Kubernetes watchers (`kube`).
 //! - [`model`]: the model's types (`mod.rs`), validation of each object (`validate`), typed
 //!   problems (`problem`).
 //! - [`plan`]: pure builders (`flows`, `northbound`, `exclude/`), and the one
 //!   [`plan::planner::Planner`] that keeps the incremental model (`service_index`) and the rows
 //!   per Service (`row_table`) for the agent, the tests and the benchmarks alike.
-//! - [`reconcile`]: per target, a pure core tested in memory (`bridge/state.rs`,
-//!   `northbound/{observed,diff,session}.rs`) and its I/O in `task.rs`; `error` types what a
-//!   reconciler last failed on.
+//! - [`reconcile`]: per target, a pure core tested in memory
+//!   (`bridge/{state,applied,heard}.rs`, `northbound/{observed,diff,session}.rs`) and its I/O in
+//!   `task.rs` and `conn.rs`; `error` types what a reconciler last failed on.
 //! - [`agent`]: wiring (`mod.rs`), the planner task, the observer (metrics, readiness, Events,
 //!   the typed status document of `status.rs`), the one-shot commands.
 //!
@@ -31,6 +32,10 @@
 //!   two files apart from the flow index it updates in the same pass.
 //! - The bridge's view of the OVS database (`DbFeed`) lives with the database watcher in
 //!   `reconcile/ovs.rs`, the one file that does that I/O.
+//! - A plan hands the bridge reconciler flow *keys* and a maker (`plan::flows::FlowMaker`), not
+//!   flows: a flow is a pure function of its key and the bridge's config, so neither the plan
+//!   nor the applied state holds tens of thousands of match and instruction trees; each flow is
+//!   made again when it is written or compared, which costs less than keeping it.
 
 pub mod agent;
 pub mod config;

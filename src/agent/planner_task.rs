@@ -143,8 +143,8 @@ impl PlannerTask {
 /// What the planner produced for one generation, for the observer.
 pub(super) struct PlanInfo {
     pub generation: u64,
-    /// Every VIP, its ports and Services, for the status document.
-    pub vips: Vec<crate::agent::status::VipDoc>,
+    /// Every VIP, its ports and Services, for the status document (shared with it).
+    pub vips: Arc<Vec<crate::agent::status::VipDoc>>,
     pub problems: Vec<Problem>,
     /// The Events that say a Service's VIPs are programmed (once every bridge applied this
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
@@ -164,7 +164,7 @@ impl PlanInfo {
         warnings.extend(crate::events::not_excluded(&model, &not_excluded));
         PlanInfo {
             generation,
-            vips: vip_docs(&model),
+            vips: Arc::new(vip_docs(&model)),
             problems,
             programmed,
             warnings,
@@ -238,15 +238,13 @@ pub(super) async fn report(
     plans: watch::Sender<Option<Arc<PlanInfo>>>,
 ) {
     let mut reported: BTreeSet<String> = BTreeSet::new();
+    let reporter = Reporter::start(&cfg);
     while snapshots.changed().await.is_ok() {
         let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
             continue;
         };
-        let c = cfg.clone();
         let began = std::time::Instant::now();
-        let Ok(info) =
-            tokio::task::spawn_blocking(move || PlanInfo::of(&c, generation, &loaded)).await
-        else {
+        let Some(info) = reporter.report(generation, loaded).await else {
             continue;
         };
         // At most a fifth of a core: in a stream of changes the report skips to the latest
@@ -260,6 +258,64 @@ pub(super) async fn report(
         reported = now;
         let _ = plans.send(Some(Arc::new(info)));
         tokio::time::sleep(rest).await;
+    }
+}
+
+/// Where reports are built: a thread of their own at the lowest scheduling priority, so that
+/// on a busy node the planner and the reconcilers, which move traffic, always go first.
+enum Reporter {
+    Thread(std::sync::mpsc::Sender<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>),
+    /// The thread could not be started: the runtime's blocking threads.
+    Blocking(Box<Config>),
+}
+
+impl Reporter {
+    fn start(cfg: &Config) -> Reporter {
+        let (tx, rx) =
+            std::sync::mpsc::channel::<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>(
+            );
+        let c = cfg.clone();
+        let spawned = std::thread::Builder::new()
+            .name("vipflow-report".into())
+            .spawn(move || {
+                lowest_priority();
+                while let Ok((generation, loaded, reply)) = rx.recv() {
+                    let _ = reply.send(PlanInfo::of(&c, generation, &loaded));
+                }
+            });
+        match spawned {
+            Ok(_) => Reporter::Thread(tx),
+            Err(e) => {
+                tracing::warn!(error = %e, "no thread for reports; they share the blocking threads");
+                Reporter::Blocking(Box::new(cfg.clone()))
+            }
+        }
+    }
+
+    async fn report(&self, generation: u64, loaded: Arc<Loaded>) -> Option<PlanInfo> {
+        match self {
+            Reporter::Thread(tx) => {
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                tx.send((generation, loaded, reply)).ok()?;
+                rx.await.ok()
+            }
+            Reporter::Blocking(cfg) => {
+                let c = (**cfg).clone();
+                tokio::task::spawn_blocking(move || PlanInfo::of(&c, generation, &loaded))
+                    .await
+                    .ok()
+            }
+        }
+    }
+}
+
+/// Give the calling thread the lowest scheduling priority (nice 19); best effort.
+fn lowest_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority only read and set this thread's scheduling attributes.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
 

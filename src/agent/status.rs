@@ -14,7 +14,7 @@ pub struct StatusDoc {
     pub ready: bool,
     /// Whether this agent writes the Northbound database; absent without leader election.
     pub leader: Option<bool>,
-    pub vips: Vec<VipDoc>,
+    pub vips: std::sync::Arc<Vec<VipDoc>>,
     /// Problems with the objects, as sentences.
     pub problems: Vec<String>,
     pub bridges: Vec<BridgeDoc>,
@@ -88,7 +88,7 @@ impl fmt::Display for StatusDoc {
             writeln!(f, "northbound writer: {who}")?;
         }
         writeln!(f, "\nVIPs ({})", self.vips.len())?;
-        for v in &self.vips {
+        for v in self.vips.iter() {
             writeln!(
                 f,
                 "  {:<28} {:<24} {}",
@@ -150,11 +150,11 @@ mod tests {
             generation: 7,
             ready: true,
             leader: Some(false),
-            vips: vec![VipDoc {
+            vips: std::sync::Arc::new(vec![VipDoc {
                 vip: "172.18.0.100".into(),
                 ports: vec!["80/TCP".into()],
                 services: vec!["shop/web".into()],
-            }],
+            }]),
             problems: vec!["Service shop/x: no ports".into()],
             bridges: vec![BridgeDoc {
                 name: "br-ex".into(),

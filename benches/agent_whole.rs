@@ -3,7 +3,7 @@
 //! API test server (cluster mode), printed beside the figures issue 12 measured before.
 //!
 //! Run: `cargo bench --bench agent_whole` (optionally `-- SERVICES CHANGES`, defaults 10000
-//! and 1000).
+//! and 1000, and `file` or `cluster` for one mode only).
 //!
 //! Per mode:
 //! - first full sync: from the agent's start to both the bridge and the Northbound database
@@ -473,10 +473,12 @@ fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<usize> = words.iter().filter_map(|a| a.parse().ok()).collect();
+    // `file` or `cluster` among the arguments runs that mode only.
+    let only = |m: &str| {
+        !words.iter().any(|w| w == "file" || w == "cluster") || words.iter().any(|w| w == m)
+    };
     let services = args.first().copied().unwrap_or(10_000);
     let changes = args.get(1).copied().unwrap_or(1_000);
     println!(
@@ -485,13 +487,18 @@ fn main() {
          single-Service changes per mode; real ovs-vswitchd, OVN NB and northd",
         services * 8
     );
-    let f = file_mode(services, changes);
-    print(
-        "file mode (objects file, polled every 20 ms)",
-        &f,
-        ["2-3.4 s", "490 MB", "0.9-1.0 GB", "1.3-3 s", "~2,500 s"],
-        "<= 200 ms",
-    );
+    if only("file") {
+        let f = file_mode(services, changes);
+        print(
+            "file mode (objects file, polled every 20 ms)",
+            &f,
+            ["2-3.4 s", "490 MB", "0.9-1.0 GB", "1.3-3 s", "~2,500 s"],
+            "<= 200 ms",
+        );
+    }
+    if !only("cluster") {
+        return;
+    }
     let c = cluster_mode(services, changes, true);
     print(
         "cluster mode (Kubernetes API test server)",

@@ -507,6 +507,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // As Go's net package does for kube-apiserver: without it, a watch event
+                    // written right after another waits for the client's delayed ACK (40 ms).
+                    let _ = stream.set_nodelay(true);
                     let shared = shared.clone();
                     conns.spawn(async move {
                         let svc = service_fn(move |req| handler::handle(shared.clone(), req));

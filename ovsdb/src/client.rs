@@ -891,7 +891,11 @@ enum Served {
 
 /// Rows of one table of a monitor's cache by uuid (a convenience for consumers and tests).
 pub fn table_rows(m: &Monitor, table: &str) -> BTreeMap<Uuid, crate::value::Row> {
-    m.cache().table(table).cloned().unwrap_or_default()
+    use crate::value::Row;
+    m.cache()
+        .table(table)
+        .map(|t| t.iter().map(|(u, r)| (*u, Row::clone(r))).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

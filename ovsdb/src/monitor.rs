@@ -222,18 +222,18 @@ pub enum Event {
     Insert {
         table: String,
         uuid: Uuid,
-        new: Row,
+        new: Arc<Row>,
     },
     Modify {
         table: String,
         uuid: Uuid,
-        old: Row,
-        new: Row,
+        old: Arc<Row>,
+        new: Arc<Row>,
     },
     Delete {
         table: String,
         uuid: Uuid,
-        old: Row,
+        old: Arc<Row>,
     },
 }
 
@@ -245,7 +245,9 @@ pub struct Cache {
     requested: MonitorSpec,
     /// With column lists filled in and columns the schema lacks left out.
     spec: MonitorSpec,
-    tables: BTreeMap<String, BTreeMap<Uuid, Row>>,
+    /// Rows are shared with the events that report them: a snapshot of thousands of rows is
+    /// held once, not once in the cache and again in its events.
+    tables: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>>,
     last_txn_id: Option<Uuid>,
 }
 
@@ -305,16 +307,19 @@ impl Cache {
         self.last_txn_id = id;
     }
 
-    pub fn table(&self, name: &str) -> Option<&BTreeMap<Uuid, Row>> {
+    pub fn table(&self, name: &str) -> Option<&BTreeMap<Uuid, Arc<Row>>> {
         self.tables.get(name)
     }
 
-    pub fn tables(&self) -> &BTreeMap<String, BTreeMap<Uuid, Row>> {
+    pub fn tables(&self) -> &BTreeMap<String, BTreeMap<Uuid, Arc<Row>>> {
         &self.tables
     }
 
     pub fn row(&self, table: &str, uuid: &Uuid) -> Option<&Row> {
-        self.tables.get(table).and_then(|t| t.get(uuid))
+        self.tables
+            .get(table)
+            .and_then(|t| t.get(uuid))
+            .map(|r| r.as_ref())
     }
 
     /// Monitored columns of `table` with their types.
@@ -362,8 +367,8 @@ impl Cache {
             for (uuid, ru) in rows {
                 match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
-                        let new = Self::complete(&col_list, r);
-                        match t.insert(uuid, new.clone()) {
+                        let new = Arc::new(Self::complete(&col_list, r));
+                        match t.insert(uuid, Arc::clone(&new)) {
                             // A re-sent row (e.g. an initial after reconnect): a modify.
                             Some(old) if old != new => events.push(Event::Modify {
                                 table: table.clone(),
@@ -392,12 +397,13 @@ impl Cache {
                         });
                     }
                     RowUpdate::Modify(diff) => {
-                        let row = t.get_mut(&uuid).ok_or(MonitorError::UnknownRow {
+                        let entry = t.get_mut(&uuid).ok_or(MonitorError::UnknownRow {
                             table: table.clone(),
                             uuid,
                             op: "modify",
                         })?;
-                        let old = row.clone();
+                        let old = Arc::clone(entry);
+                        let mut row: Row = (*old).clone();
                         for (col, d) in diff {
                             // Only maps and sets that may hold more than one element carry
                             // a diff; other columns carry their new value.
@@ -408,11 +414,13 @@ impl Cache {
                             });
                             row.insert(col, if scalar { d } else { apply_diff(cur, d) });
                         }
+                        let new = Arc::new(row);
+                        *entry = Arc::clone(&new);
                         events.push(Event::Modify {
                             table: table.clone(),
                             uuid,
                             old,
-                            new: row.clone(),
+                            new,
                         });
                     }
                 }
@@ -424,7 +432,7 @@ impl Cache {
     /// Replace the whole cache with a fresh initial state (monitor_cond_since answered
     /// found=false); events describe the difference from what the cache held.
     pub fn replace(&mut self, initial: TableUpdates) -> Result<Vec<Event>, MonitorError> {
-        let mut fresh: BTreeMap<String, BTreeMap<Uuid, Row>> = self
+        let mut fresh: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>> = self
             .spec
             .tables
             .keys()
@@ -439,7 +447,7 @@ impl Cache {
             for (uuid, ru) in rows {
                 match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
-                        f.insert(uuid, Self::complete(&cols, r));
+                        f.insert(uuid, Arc::new(Self::complete(&cols, r)));
                     }
                     _ => {
                         return Err(MonitorError::UnknownRow {
@@ -460,13 +468,13 @@ impl Cache {
                     None => events.push(Event::Insert {
                         table: table.clone(),
                         uuid: *uuid,
-                        new: new.clone(),
+                        new: Arc::clone(new),
                     }),
                     Some(o) if o != new => events.push(Event::Modify {
                         table: table.clone(),
                         uuid: *uuid,
-                        old: o.clone(),
-                        new: new.clone(),
+                        old: Arc::clone(o),
+                        new: Arc::clone(new),
                     }),
                     Some(_) => {}
                 }

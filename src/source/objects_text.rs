@@ -150,24 +150,56 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
             _ => None,
         }
     };
-    for item in split.items {
-        if !root.takes_items_at_once() {
+    if !root.takes_items_at_once() {
+        for item in split.items {
             root.item(one(item)?);
-            continue;
         }
-        // Decoded on its own: what the last version of the file had is not decoded again.
-        let id = ItemId::of(&split.root, item);
-        let decoded = match cache.take(id) {
-            Some(d) => d,
-            None => {
-                let d = root.decode_alone(one(item)?);
-                cache.put(id, d.clone());
-                d
-            }
-        };
-        decoded.add_to(&mut root.staged);
+        return Some(finish(vec![root]));
+    }
+    // Each item decoded on its own: what the last version of the file had is not decoded
+    // again, and many new items (a first read) are decoded on several cores.
+    let ids: Vec<ItemId> = split
+        .items
+        .iter()
+        .map(|item| ItemId::of(&split.root, item))
+        .collect();
+    let mut decoded: Vec<Option<Decoded>> = ids.iter().map(|id| cache.take(*id)).collect();
+    let missing: Vec<usize> = (0..ids.len()).filter(|&i| decoded[i].is_none()).collect();
+    let made = decode_split(&missing, |&i| Some(root.decode_alone(one(split.items[i])?)));
+    for (i, d) in missing.into_iter().zip(made) {
+        let d = d?;
+        cache.put(ids[i], d.clone());
+        decoded[i] = Some(d);
+    }
+    for d in decoded.into_iter().flatten() {
+        d.add_to(&mut root.staged);
     }
     Some(finish(vec![root]))
+}
+
+/// From this many items on, decoding is split across cores.
+const PARALLEL_ITEMS: usize = 2048;
+
+/// `f` over `items`, results in order; split across up to 4 cores when there are many.
+fn decode_split<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    if items.len() < PARALLEL_ITEMS || cores < 2 {
+        return items.iter().map(f).collect();
+    }
+    let chunk = items.len().div_ceil(cores);
+    std::thread::scope(|s| {
+        let f = &f;
+        let parts: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| s.spawn(move || c.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        // A part that panicked is decoded again here, so its panic surfaces as it would have.
+        parts
+            .into_iter()
+            .zip(items.chunks(chunk))
+            .flat_map(|(p, c)| p.join().unwrap_or_else(|_| c.iter().map(f).collect()))
+            .collect()
+    })
 }
 
 fn not_a_mapping(i: usize) -> String {

@@ -345,3 +345,25 @@ fn a_quoted_value_running_over_lines_is_read_whole() {
     assert!(!unclosed_quote("- name: plain, with 'quotes' inside"));
     assert!(unclosed_quote("- \"open"));
 }
+
+#[test]
+fn a_list_of_many_items_decoded_on_several_cores_reads_as_the_whole_document() {
+    // Past PARALLEL_ITEMS, items are decoded in parts on several threads: the same objects,
+    // problems and order as one parse of the whole document.
+    let mut items: Vec<Value> = (0..PARALLEL_ITEMS + 500)
+        .map(|i| {
+            service(
+                &format!("s{i}"),
+                &format!("192.0.{}.{}", i / 250, i % 250 + 1),
+            )
+        })
+        .collect();
+    items[1000]["spec"]["ports"] = json!("not a list");
+    items[2100]["spec"]["unknownField"] = json!(1);
+    let yaml = kubectl_yaml(&list(items));
+    let text = same_as_whole(&yaml);
+    assert!(text.contains("s2547"), "the last item is there");
+    let loaded = parse(&yaml).unwrap();
+    assert_eq!(loaded.objects.services.len(), PARALLEL_ITEMS + 499);
+    assert_eq!(loaded.problems.len(), 2, "{:?}", loaded.problems);
+}

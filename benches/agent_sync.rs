@@ -26,6 +26,9 @@
 //! part (a) runs, the count after each change in part (b)), so no figure comes from a run that
 //! silently installed nothing.
 
+mod support;
+use support::{median, ms, percentile};
+
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
 };
@@ -101,22 +104,6 @@ fn objects(services: u32) -> Objects {
             .collect(),
         ..Default::default()
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn median(v: &[Duration]) -> Duration {
-    percentile(v, 50.0)
-}
-
-/// Nearest-rank percentile.
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
 }
 
 struct Bench {

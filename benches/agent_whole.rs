@@ -22,6 +22,9 @@
 //! has stayed the same for 100 ms (the settle time that keeps a half-written file out), so
 //! that much of each change's time is the wait for the file to settle.
 
+mod support;
+use support::{ms, percentile};
+
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -37,18 +40,6 @@ use vipflow::model::Protocol;
 use vipflow::plan::flows::{FlowKey, cookie};
 
 const COOKIE_PREFIX: u16 = 0x7f1f;
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// Nearest-rank percentile.
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
 
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
     testkit::proc_status_kib(pid, field)

@@ -34,6 +34,9 @@
 //! both sides on a small machine; neither side waits for it (`ovn-nbctl` runs with its default
 //! `--wait=none`).
 
+mod support;
+use support::{median, ms, percentile};
+
 use k8s_openapi::api::core::v1::{
     LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
 };
@@ -142,22 +145,6 @@ fn objects(n: u32) -> Objects {
         endpoint_slices: (0..n).map(|i| std::sync::Arc::new(slice(i, 0))).collect(),
         ..Default::default()
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-/// Nearest-rank percentile.
-fn percentile(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-fn median(v: &[Duration]) -> Duration {
-    percentile(v, 50.0)
 }
 
 /// A sandbox with only what the NB side needs running.

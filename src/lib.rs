@@ -43,6 +43,7 @@ pub mod events;
 pub mod leader;
 pub mod metrics;
 pub mod model;
+mod parallel;
 pub mod plan;
 pub mod reconcile;
 pub mod source;

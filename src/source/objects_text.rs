@@ -165,7 +165,8 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
         .collect();
     let mut decoded: Vec<Option<Decoded>> = ids.iter().map(|id| cache.take(*id)).collect();
     let missing: Vec<usize> = (0..ids.len()).filter(|&i| decoded[i].is_none()).collect();
-    let made = decode_split(&missing, |&i| Some(root.decode_alone(one(split.items[i])?)));
+    let made =
+        crate::parallel::map_split(&missing, |&i| Some(root.decode_alone(one(split.items[i])?)));
     for (i, d) in missing.into_iter().zip(made) {
         let d = d?;
         cache.put(ids[i], d.clone());
@@ -175,31 +176,6 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
         d.add_to(&mut root.staged);
     }
     Some(finish(vec![root]))
-}
-
-/// From this many items on, decoding is split across cores.
-const PARALLEL_ITEMS: usize = 2048;
-
-/// `f` over `items`, results in order; split across up to 4 cores when there are many.
-fn decode_split<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-    if items.len() < PARALLEL_ITEMS || cores < 2 {
-        return items.iter().map(f).collect();
-    }
-    let chunk = items.len().div_ceil(cores);
-    std::thread::scope(|s| {
-        let f = &f;
-        let parts: Vec<_> = items
-            .chunks(chunk)
-            .map(|c| s.spawn(move || c.iter().map(f).collect::<Vec<R>>()))
-            .collect();
-        // A part that panicked is decoded again here, so its panic surfaces as it would have.
-        parts
-            .into_iter()
-            .zip(items.chunks(chunk))
-            .flat_map(|(p, c)| p.join().unwrap_or_else(|_| c.iter().map(f).collect()))
-            .collect()
-    })
 }
 
 fn not_a_mapping(i: usize) -> String {

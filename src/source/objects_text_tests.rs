@@ -348,9 +348,9 @@ fn a_quoted_value_running_over_lines_is_read_whole() {
 
 #[test]
 fn a_list_of_many_items_decoded_on_several_cores_reads_as_the_whole_document() {
-    // Past PARALLEL_ITEMS, items are decoded in parts on several threads: the same objects,
+    // Past PARALLEL_MIN, items are decoded in parts on several threads: the same objects,
     // problems and order as one parse of the whole document.
-    let mut items: Vec<Value> = (0..PARALLEL_ITEMS + 500)
+    let mut items: Vec<Value> = (0..crate::parallel::PARALLEL_MIN + 500)
         .map(|i| {
             service(
                 &format!("s{i}"),
@@ -364,6 +364,9 @@ fn a_list_of_many_items_decoded_on_several_cores_reads_as_the_whole_document() {
     let text = same_as_whole(&yaml);
     assert!(text.contains("s2547"), "the last item is there");
     let loaded = parse(&yaml).unwrap();
-    assert_eq!(loaded.objects.services.len(), PARALLEL_ITEMS + 499);
+    assert_eq!(
+        loaded.objects.services.len(),
+        crate::parallel::PARALLEL_MIN + 499
+    );
     assert_eq!(loaded.problems.len(), 2, "{:?}", loaded.problems);
 }

@@ -622,15 +622,20 @@ impl Connection {
             .await
     }
 
-    /// [`Connection::apply`] for `count` messages made one at a time by `message` (index,
-    /// xid, buffer to encode into): many messages cost their bytes, not their typed form.
+    /// [`Connection::apply`] for `count` messages made one at a time by `message`: many
+    /// messages cost their bytes, not their typed form. An index whose `message` is `None`
+    /// sends nothing (errors still name messages by index).
     pub async fn apply_each(
         &self,
         count: usize,
-        mut message: impl FnMut(usize) -> Message + Send,
+        mut message: impl FnMut(usize) -> Option<Message> + Send,
     ) -> Result<(), ConnError> {
-        self.apply_with(count, |i, xid, buf| message(i).encode_into(xid, buf))
-            .await
+        self.apply_with(count, |i, xid, buf| {
+            if let Some(m) = message(i) {
+                m.encode_into(xid, buf);
+            }
+        })
+        .await
     }
 
     async fn apply_with(
@@ -708,13 +713,19 @@ impl Connection {
     }
 
     /// [`Connection::bundle`] for `count` messages made one at a time by `message`: a bundle
-    /// of many flows costs their encoded bytes, not their typed form as well.
+    /// of many flows costs their encoded bytes, not their typed form as well. An index whose
+    /// `message` is `None` adds nothing (errors still name messages by index).
     pub async fn bundle_each(
         &self,
         count: usize,
-        mut message: impl FnMut(usize) -> Message + Send,
+        mut message: impl FnMut(usize) -> Option<Message> + Send,
     ) -> Result<(), ConnError> {
-        self.bundle_with(count, |i, f| f(&message(i))).await
+        self.bundle_with(count, |i, f| {
+            if let Some(m) = message(i) {
+                f(&m);
+            }
+        })
+        .await
     }
 
     async fn bundle_with(

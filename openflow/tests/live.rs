@@ -100,7 +100,7 @@ async fn flows_made_one_at_a_time_land_and_stream_back_part_by_part() {
     let sb = Sandbox::openflow_only();
     let conn = connect(&sb).await;
     let n = 20_000;
-    conn.bundle_each(n as usize, |i| Message::FlowMod(arp_bypass(i as u32)))
+    conn.bundle_each(n as usize, |i| Some(Message::FlowMod(arp_bypass(i as u32))))
         .await
         .expect("bundle_each");
     let req = || FlowStatsRequest::by_cookie(COOKIE_PREFIX, COOKIE_MASK);
@@ -130,11 +130,14 @@ async fn flows_made_one_at_a_time_land_and_stream_back_part_by_part() {
     );
     // And the batch form made one at a time: the same flows again, deleted and re-added.
     conn.apply_each(1, |_| {
-        Message::FlowMod(FlowMod::delete_by_cookie(COOKIE_PREFIX, COOKIE_MASK))
+        Some(Message::FlowMod(FlowMod::delete_by_cookie(
+            COOKIE_PREFIX,
+            COOKIE_MASK,
+        )))
     })
     .await
     .unwrap();
-    conn.apply_each(n as usize, |i| Message::FlowMod(arp_bypass(i as u32)))
+    conn.apply_each(n as usize, |i| Some(Message::FlowMod(arp_bypass(i as u32))))
         .await
         .unwrap();
     assert_eq!(shape(&conn.flow_stats(req()).await.unwrap()), shape(&whole));

@@ -42,6 +42,12 @@ impl Making {
         self.roles.resolve(&self.maker.flow(key))
     }
 
+    /// The ADD that writes the flow `key` names (`None` when it cannot be resolved).
+    fn add(&self, key: &FlowKey) -> Option<Message> {
+        let (id, body) = self.resolve(key).ok()?;
+        Some(add(id, body))
+    }
+
     /// Whether `other` makes every key into the same flow.
     fn same(&self, other: &Making) -> bool {
         self.maker.same(&other.maker) && self.roles == other.roles
@@ -158,10 +164,7 @@ impl Applied {
     /// of one, or a literal `Delete`).
     pub fn message(&self, op: &FlowOp) -> Option<Message> {
         match op {
-            FlowOp::Add(key) => {
-                let (id, body) = self.making.as_ref()?.resolve(key).ok()?;
-                Some(add(id, body))
-            }
+            FlowOp::Add(key) => self.making.as_ref()?.add(key),
             FlowOp::Remove(key) => {
                 let (id, body) = self.on_switch(key)?;
                 Some(delete(&id, body.cookie))
@@ -315,10 +318,7 @@ impl DeltaPlan {
     /// The message for op `i`: an add as the new plan makes it, a remove as `before` had it.
     pub fn message(&self, i: usize, before: &Applied) -> Option<Message> {
         match self.ops.get(i)? {
-            FlowOp::Add(key) => {
-                let (id, body) = self.making.as_ref()?.resolve(key).ok()?;
-                Some(add(id, body))
-            }
+            FlowOp::Add(key) => self.making.as_ref()?.add(key),
             op => before.message(op),
         }
     }

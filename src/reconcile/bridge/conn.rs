@@ -63,7 +63,8 @@ pub async fn apply_bundle(conn: &Connection, msgs: Vec<Message>) -> Result<Vec<S
 }
 
 /// [`apply_bundle`] for `count` messages made one at a time by `message` (`None`: nothing to
-/// send for that index). Returns the indices the switch rejected, each with a description.
+/// send for that index), each made when it is encoded and not before. Returns the indices
+/// the switch rejected, each with a description.
 pub async fn apply_each(
     conn: &Connection,
     count: usize,
@@ -71,15 +72,20 @@ pub async fn apply_each(
 ) -> Result<Vec<(usize, String)>, ConnError> {
     let mut rejected = Vec::new();
     // The indices still to send: made again for every try, never held as messages.
-    let mut live: Vec<usize> = (0..count).filter(|&i| message(i).is_some()).collect();
-    let made = |i: usize| message(i).unwrap_or(Message::BarrierRequest);
+    let mut live: Vec<usize> = (0..count).collect();
+    let described = |i: usize, e: &openflow::ErrorMsg| {
+        message(i).map_or_else(
+            || format!("message {i}: rejected by the switch: {e}"),
+            |m| describe(&m, e),
+        )
+    };
     // Each retry removes at least one message, so this ends; the cap only bounds the worst
     // case of a switch rejecting flow after flow.
     for _ in 0..8 {
         if live.is_empty() {
             return Ok(rejected);
         }
-        match conn.bundle_each(live.len(), |j| made(live[j])).await {
+        match conn.bundle_each(live.len(), |j| message(live[j])).await {
             Ok(()) => return Ok(rejected),
             Err(ConnError::Bundle { messages, control }) if !messages.is_empty() => {
                 let mut bad: Vec<usize> = messages
@@ -90,7 +96,7 @@ pub async fn apply_each(
                 bad.sort_unstable();
                 bad.dedup();
                 for (j, e) in messages.iter().filter(|(j, _)| *j < live.len()) {
-                    rejected.push((live[*j], describe(&made(live[*j]), e)));
+                    rejected.push((live[*j], described(live[*j], e)));
                 }
                 if bad.is_empty() {
                     return Err(ConnError::Bundle { messages, control });
@@ -103,13 +109,13 @@ pub async fn apply_each(
         }
     }
     // Still failing: fall back to a non-atomic batch so the good flows land.
-    match conn.apply_each(live.len(), |j| made(live[j])).await {
+    match conn.apply_each(live.len(), |j| message(live[j])).await {
         Ok(()) => Ok(rejected),
         Err(ConnError::Batch(errs)) => {
             rejected.extend(
                 errs.into_iter()
                     .filter(|(j, _)| *j < live.len())
-                    .map(|(j, e)| (live[j], describe(&made(live[j]), &e))),
+                    .map(|(j, e)| (live[j], described(live[j], &e))),
             );
             Ok(rejected)
         }

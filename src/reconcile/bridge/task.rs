@@ -238,14 +238,13 @@ impl Session {
                     .generation
                     .checked_sub(1)
                     .is_some_and(|g| self.applied.generation == Some(g));
+                let same_making = self.applied.made_as(&making);
                 let touched: Vec<FlowKey> = match &plan.delta {
                     // Made the same way: only the keys that changed. The plan right after the
                     // one on the switch names them; otherwise the two plans are compared
                     // (without visiting what they share).
-                    Some(d) if follows && self.applied.made_as(&making) => d.touched.clone(),
-                    _ if self.applied.made_as(&making) => {
-                        changed_keys(self.applied.planned(), &plan.flows)
-                    }
+                    Some(d) if follows && same_making => d.touched.clone(),
+                    _ if same_making => changed_keys(self.applied.planned(), &plan.flows),
                     // A new gateway router MAC changes every flow into OVN: every key.
                     _ => {
                         let mut all: Vec<FlowKey> = self

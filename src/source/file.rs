@@ -223,6 +223,19 @@ impl Digest {
 /// How long a changed file must stay the same before it is read as a snapshot.
 pub const SETTLE: Duration = Duration::from_millis(100);
 
+/// Run `f` on a blocking thread, off the async workers; one that could not finish is a read
+/// error.
+async fn off_workers<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, FileError> + Send + 'static,
+) -> Result<T, FileError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(FileError::Read {
+            path: PathBuf::new(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    })
+}
+
 /// A parsed file version: its objects, how many objects are new or changed, and how many of
 /// its items were taken unchanged from the version before.
 type Parsed = Result<(Loaded, usize, usize), String>;
@@ -242,16 +255,7 @@ async fn poll(
     let mut last_stamp = stamp;
     let mut last_err: Option<String> = None;
     let mut cache = cache;
-    let read = |p: PathBuf| async move {
-        tokio::task::spawn_blocking(move || read_bounded(&p, max_bytes))
-            .await
-            .unwrap_or_else(|e| {
-                Err(FileError::Read {
-                    path: PathBuf::new(),
-                    source: std::io::Error::other(e.to_string()),
-                })
-            })
-    };
+    let read = |p: PathBuf| off_workers(move || read_bounded(&p, max_bytes));
     loop {
         let stamp = Stamp::of(&path);
         let unchanged =
@@ -260,9 +264,11 @@ async fn poll(
             Ok(None)
         } else {
             last_stamp = stamp;
-            match read(path.clone()).await {
-                Ok(text) if Digest::of(text.as_bytes()) != last => {
-                    let digest = Digest::of(text.as_bytes());
+            match read(path.clone())
+                .await
+                .map(|text| (Digest::of(text.as_bytes()), text))
+            {
+                Ok((digest, text)) if digest != last => {
                     // Parsed while the file settles, off the async workers (a big file must
                     // not hold up shutdown). What did not change keeps its previous
                     // allocation: the planner re-plans only the rest.
@@ -278,14 +284,7 @@ async fn poll(
                     // A writer may still be at work: take the text only if it stays the same.
                     tokio::time::sleep(SETTLE).await;
                     let p = path.clone();
-                    let again = tokio::task::spawn_blocking(move || digest_bounded(&p, max_bytes))
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(FileError::Read {
-                                path: PathBuf::new(),
-                                source: std::io::Error::other(e.to_string()),
-                            })
-                        });
+                    let again = off_workers(move || digest_bounded(&p, max_bytes)).await;
                     let parsed = match parsing.await {
                         Ok((parsed, c)) => {
                             cache = c;

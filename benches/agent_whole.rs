@@ -3,7 +3,8 @@
 //! API test server (cluster mode), printed beside the figures issue 12 measured before.
 //!
 //! Run: `cargo bench --bench agent_whole` (optionally `-- SERVICES CHANGES`, defaults 10000
-//! and 1000, and `file` or `cluster` for one mode only).
+//! and 1000, and `file` or `cluster` for one mode only). `VIPFLOW_BENCH_WRAP=heaptrack` runs
+//! the agent under that command (a profiler); its figures are then the profiler's, not the agent's.
 //!
 //! Per mode:
 //! - first full sync: from the agent's start to both the bridge and the Northbound database
@@ -67,7 +68,18 @@ impl Agent {
     fn spawn(sb: &Sandbox, mode_args: &[String]) -> Agent {
         let log = sb.path().join("agent.log");
         let f = std::fs::File::create(&log).expect("agent log");
-        let child = Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        // VIPFLOW_BENCH_WRAP runs the agent under a profiler, e.g. `heaptrack`.
+        let wrap = std::env::var("VIPFLOW_BENCH_WRAP").unwrap_or_default();
+        let mut words = wrap.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(words).arg(env!("CARGO_BIN_EXE_vipflow"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_vipflow")),
+        };
+        let child = cmd
             .arg("agent")
             .args(mode_args)
             .args(["--node-name", "node-a"])

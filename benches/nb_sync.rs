@@ -53,8 +53,8 @@ use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKe
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    DB, DesiredRows, Observed, Session, absorb_queued, describe_drift, monitor_spec, new_token,
-    send, take_over, write_plan,
+    DB, DesiredRows, LbDigest, Observed, Session, absorb_queued, describe_drift, monitor_spec,
+    new_token, send, take_over, write_plan,
 };
 
 /// Runs per side for the medians of (a).
@@ -244,7 +244,7 @@ fn check_exact(rt: &Runtime, sb: &Sandbox, rows: &[LbRow], who: &str) {
         let m = c.monitor(monitor_spec()).await.expect("monitor");
         let o = Observed::from_cache(&m.cache());
         assert_eq!(o.len(), rows.len(), "{who}: rows with our external_ids");
-        describe_drift(&o, rows)
+        describe_drift(&o, &m.cache(), rows)
     });
     assert!(
         drift.is_empty(),
@@ -564,9 +564,8 @@ fn main() {
         let desired = hand_over(&mut planner, &objs);
         s.plan = t.elapsed();
         let key = ServiceKey::new("bench", &format!("svc-{i}"));
-        let want = desired.rows.get(&key).expect("planned rows of the Service")[0]
-            .vips
-            .clone();
+        let want =
+            LbDigest::planned(&desired.rows.get(&key).expect("planned rows of the Service")[0]);
         monitor = rt.block_on(async {
             let t = Instant::now();
             let changes = session.changes(&desired);
@@ -583,8 +582,8 @@ fn main() {
                     .observed()
                     .lbs()
                     .find(|o| o.uuid == uuid)
-                    .map(|o| o.vips.clone());
-                if have.as_ref() == Some(&want) {
+                    .map(|o| o.content);
+                if have == Some(want) {
                     break;
                 }
                 let ev = next_event(&mut monitor).await;

@@ -343,7 +343,7 @@ pub(super) fn emit_attach(txn: &mut Transaction, ops: AttachOps) {
 /// Human-readable drift: rows missing, different, duplicated or orphaned, and attachments;
 /// `!` lines: attachment targets that do not exist and Services whose rows are attached
 /// nowhere.
-pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
+pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec<String> {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     for (owner, rows) in index_rows(rows.iter().cloned()) {
@@ -365,9 +365,12 @@ pub fn describe_drift(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
             }
             Some([o, rest @ ..]) => {
                 if !same_content(o, d) {
+                    let have = cache.row(LB, &o.uuid);
                     out.push(format!(
                         "~ {}: differs (vips {:?}, want {:?})",
-                        d.name, o.vips, d.vips
+                        d.name,
+                        map_of(have.and_then(|r| r.get("vips"))),
+                        d.vips
                     ));
                 }
                 if !rest.is_empty() {

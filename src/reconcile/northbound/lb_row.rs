@@ -47,20 +47,26 @@ pub(super) fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) 
     })
 }
 
+/// The string pairs of a map column, in order; other atoms are skipped (as [`map_of`] does).
+pub(super) fn str_pairs(v: Option<&Value>) -> impl Iterator<Item = (&str, &str)> + Clone {
+    v.and_then(Value::as_map)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str()?, v.as_str()?)))
+}
+
 /// One of our rows from its columns; `None` if it is not ours (or ours but unreadable: left
 /// alone).
 pub(super) fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
     let external_ids = map_of(row.get("external_ids"));
     let protocol = str_of(row.get("protocol"));
     let key = parse_key(&external_ids, protocol.as_deref())?;
+    let name = str_of(row.get("name")).unwrap_or_default();
     Some(ObservedLb {
         uuid,
         key,
-        name: str_of(row.get("name")).unwrap_or_default(),
-        vips: map_of(row.get("vips")),
-        options: map_of(row.get("options")),
-        external_ids,
-        ip_port_mappings: map_of(row.get("ip_port_mappings")),
+        content: LbDigest::observed(&name, row),
+        name,
     })
 }
 
@@ -95,11 +101,7 @@ pub(super) fn insert_columns(d: &LbRow) -> Row {
 }
 
 pub(super) fn same_content(o: &ObservedLb, d: &LbRow) -> bool {
-    o.name == d.name
-        && o.vips == d.vips
-        && o.options == d.options
-        && o.external_ids == d.external_ids
-        && o.ip_port_mappings == d.ip_port_mappings
+    o.content == LbDigest::planned(d)
 }
 
 /// Conditions selecting the rows with `key`'s identity.

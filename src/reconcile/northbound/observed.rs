@@ -2,17 +2,70 @@
 //! once from the monitor's cache and kept current from its events.
 
 use super::*;
+use std::hash::{Hash, Hasher};
 
-/// One of our rows as the database has it.
+/// One of our rows as the database has it: its identity, name and a digest of what a diff
+/// compares. The columns themselves stay in the monitor's cache; a second copy of tens of
+/// thousands of rows would cost more than everything else the writer keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedLb {
     pub uuid: Uuid,
     pub key: LbKey,
     pub name: String,
-    pub vips: BTreeMap<String, String>,
-    pub options: BTreeMap<String, String>,
-    pub external_ids: BTreeMap<String, String>,
-    pub ip_port_mappings: BTreeMap<String, String>,
+    pub content: LbDigest,
+}
+
+/// Two independent 64-bit hashes of the columns a diff compares (name, vips, options,
+/// external_ids, ip_port_mappings): equal digests of different contents are practically
+/// impossible, and a digest is all an observed row needs to keep of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LbDigest(u64, u64);
+
+impl LbDigest {
+    /// `maps` in column order, each one's pairs in key order.
+    fn of<'a, M, P>(name: &str, maps: M) -> LbDigest
+    where
+        M: IntoIterator<Item = P> + Clone,
+        P: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let hash = |seed: u8| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            seed.hash(&mut h);
+            name.hash(&mut h);
+            for m in maps.clone() {
+                // A marker between maps: pairs cannot move from one map to the next unseen.
+                0xffu8.hash(&mut h);
+                for (k, v) in m {
+                    k.hash(&mut h);
+                    v.hash(&mut h);
+                }
+            }
+            h.finish()
+        };
+        LbDigest(hash(0), hash(1))
+    }
+
+    /// The digest of a planned row.
+    pub fn planned(d: &LbRow) -> LbDigest {
+        fn pairs(m: &BTreeMap<String, String>) -> impl Iterator<Item = (&str, &str)> + Clone {
+            m.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+        }
+        LbDigest::of(
+            &d.name,
+            [
+                pairs(&d.vips),
+                pairs(&d.options),
+                pairs(&d.external_ids),
+                pairs(&d.ip_port_mappings),
+            ],
+        )
+    }
+
+    /// The digest of a row as the database has it.
+    pub(super) fn observed(name: &str, row: &Row) -> LbDigest {
+        let cols = ["vips", "options", "external_ids", "ip_port_mappings"];
+        LbDigest::of(name, cols.map(|c| str_pairs(row.get(c))))
+    }
 }
 
 /// A logical switch's IPAM columns as observed.
@@ -218,5 +271,47 @@ impl Observed {
             }
         }
         targets_changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::collection::btree_map;
+    use proptest::prelude::*;
+
+    fn small_map() -> impl Strategy<Value = BTreeMap<String, String>> {
+        btree_map("[a-c]{0,2}", "[a-c]{0,2}", 0..4)
+    }
+
+    fn row_of(maps: [BTreeMap<String, String>; 4]) -> LbRow {
+        let [vips, options, external_ids, ip_port_mappings] = maps;
+        LbRow {
+            key: LbKey {
+                owner: ServiceKey::new("ns", "svc"),
+                protocol: Protocol::Tcp,
+                scope: Scope::Cluster,
+            },
+            name: "lb".into(),
+            vips,
+            options,
+            external_ids,
+            ip_port_mappings,
+            attach: Attach::default(),
+        }
+    }
+
+    proptest! {
+        /// A row as written and read back has the digest of its plan, and any other content
+        /// (a pair changed, moved to another column, added or dropped) has another.
+        #[test]
+        fn digest_tells_rows_apart(
+            a in [small_map(), small_map(), small_map(), small_map()],
+            b in [small_map(), small_map(), small_map(), small_map()],
+        ) {
+            let (ra, rb) = (row_of(a.clone()), row_of(b.clone()));
+            prop_assert_eq!(LbDigest::observed(&ra.name, &lb_columns(&ra)), LbDigest::planned(&ra));
+            prop_assert_eq!(LbDigest::planned(&ra) == LbDigest::planned(&rb), a == b);
+        }
     }
 }

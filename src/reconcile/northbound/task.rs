@@ -478,8 +478,8 @@ pub async fn drift(
     group: Option<&GroupPlan>,
     exclude_vips: Option<&BTreeSet<IpAddr>>,
 ) -> Result<Vec<String>, ovsdb::Error> {
-    let (_client, _monitor, observed) = snapshot(remotes).await?;
-    let mut lines = describe_drift(&observed, rows);
+    let (_client, monitor, observed) = snapshot(remotes).await?;
+    let mut lines = describe_drift(&observed, &monitor.cache(), rows);
     if let Some(g) = group {
         lines.extend(group::describe(&observed, g));
     }

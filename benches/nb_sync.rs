@@ -166,7 +166,7 @@ fn q(s: &str) -> String {
     serde_json::to_string(s).expect("string to JSON")
 }
 
-fn nbctl_map(m: &BTreeMap<String, String>) -> String {
+fn nbctl_map(m: &vipflow::plan::str_map::StrMap) -> String {
     let kv: Vec<String> = m
         .iter()
         .map(|(k, v)| format!("{}={}", q(k), q(v)))

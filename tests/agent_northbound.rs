@@ -496,7 +496,7 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
     let model = Model::build(&loaded.objects, &agent::model_options(&cfg));
     let want: BTreeMap<String, BTreeMap<String, String>> = agent::plan_northbound(&cfg, &model)
         .into_iter()
-        .map(|r| (r.name, r.vips))
+        .map(|r| (r.name, r.vips.to_btree()))
         .collect();
     let out = cluster.nbctl(&[
         "--format=json",

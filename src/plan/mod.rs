@@ -9,6 +9,7 @@ pub mod planner;
 pub mod ports;
 pub mod row_table;
 pub mod service_index;
+pub mod str_map;
 
 pub(crate) use crate::parallel::map_split;
 

@@ -30,6 +30,7 @@
 //!   unique in the schema) and never touches anyone else's. `vipflow.io/managed=true` marks
 //!   them all at once.
 
+use super::str_map::StrMap;
 use crate::model::{EndpointSlice, Model, Protocol, Service, ServiceKey, TrafficPolicy, VipPort};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -197,10 +198,10 @@ impl Attach {
 pub struct LbRow {
     pub key: LbKey,
     pub name: String,
-    pub vips: BTreeMap<String, String>,
-    pub options: BTreeMap<String, String>,
-    pub external_ids: BTreeMap<String, String>,
-    pub ip_port_mappings: BTreeMap<String, String>,
+    pub vips: StrMap,
+    pub options: StrMap,
+    pub external_ids: StrMap,
+    pub ip_port_mappings: StrMap,
     pub attach: Attach,
 }
 
@@ -213,11 +214,11 @@ impl fmt::Display for LbRow {
             "{} ({}, {})",
             self.name, self.key.protocol, self.key.scope
         )?;
-        for (vip, backends) in &self.vips {
+        for (vip, backends) in self.vips.iter() {
             let b = if backends.is_empty() {
                 "(no backends: reject)"
             } else {
-                backends.as_str()
+                backends
             };
             writeln!(f, "    {vip:<24} {b}")?;
         }
@@ -445,18 +446,18 @@ fn rows_for(
         if cfg.kube_ovn && prefer_local {
             options.insert("prefer_local_backend".into(), "true".into());
         }
-        let external_ids = BTreeMap::from([
-            (MANAGED_KEY.to_string(), "true".to_string()),
-            (OWNER_KEY.to_string(), key.owner.to_string()),
-            (SCOPE_KEY.to_string(), key.scope.to_string()),
+        let external_ids = StrMap::from([
+            (MANAGED_KEY, "true".to_string()),
+            (OWNER_KEY, key.owner.to_string()),
+            (SCOPE_KEY, key.scope.to_string()),
         ]);
         LbRow {
             name: row_name(&key),
             key,
-            vips,
-            options,
+            vips: StrMap::from(&vips),
+            options: StrMap::from(&options),
             external_ids,
-            ip_port_mappings: mappings,
+            ip_port_mappings: StrMap::from(&mappings),
             attach,
         }
     };

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::model::{Model, ModelOptions};
+use crate::plan::str_map::StrMap;
 use crate::source::file;
 
 fn model(yaml: &str) -> Model {
@@ -68,11 +69,8 @@ fn rows(yaml: &str, cfg: &NorthboundConfig) -> BTreeMap<String, LbRow> {
         .collect()
 }
 
-fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+fn m(pairs: &[(&str, &str)]) -> StrMap {
+    pairs.iter().copied().collect()
 }
 
 #[test]
@@ -105,7 +103,7 @@ fn cluster_rows_one_per_protocol_with_ready_backends_of_the_vips_family() {
         ])
     );
     assert_eq!(
-        r["vipflow/shop/web/udp"].vips["172.18.0.100:53"],
+        &r["vipflow/shop/web/udp"].vips["172.18.0.100:53"],
         "10.244.1.5:5353,10.244.2.7:5353"
     );
     assert_eq!(tcp.options, m(&[("reject", "true")]));
@@ -135,7 +133,7 @@ fn serving_terminating_endpoints_stand_in_when_none_is_ready_and_none_means_reje
     ]);
     let r = rows(&y, &NorthboundConfig::default());
     assert_eq!(
-        r["vipflow/shop/web/tcp"].vips["172.18.0.100:80"], "10.244.1.5:8080",
+        &r["vipflow/shop/web/tcp"].vips["172.18.0.100:80"], "10.244.1.5:8080",
         "serving while terminating, as kube-proxy"
     );
     let y = list(&[
@@ -144,10 +142,10 @@ fn serving_terminating_endpoints_stand_in_when_none_is_ready_and_none_means_reje
     ]);
     let r = rows(&y, &NorthboundConfig::default());
     assert_eq!(
-        r["vipflow/shop/web/tcp"].vips["172.18.0.100:80"], "",
+        &r["vipflow/shop/web/tcp"].vips["172.18.0.100:80"], "",
         "no backend: empty, and reject=true resets"
     );
-    assert_eq!(r["vipflow/shop/web/tcp"].options["reject"], "true");
+    assert_eq!(&r["vipflow/shop/web/tcp"].options["reject"], "true");
 }
 
 #[test]
@@ -186,8 +184,8 @@ fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_r
     );
     let a = &r["vipflow/shop/web/tcp/node-a"];
     let b = &r["vipflow/shop/web/tcp/node-b"];
-    assert_eq!(a.vips["172.18.0.100:80"], "10.244.1.5:8080");
-    assert_eq!(b.vips["172.18.0.100:80"], "");
+    assert_eq!(&a.vips["172.18.0.100:80"], "10.244.1.5:8080");
+    assert_eq!(&b.vips["172.18.0.100:80"], "");
     assert_eq!(
         a.options,
         m(&[
@@ -197,7 +195,7 @@ fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_r
         ])
     );
     assert_eq!(a.key.scope, Scope::Node("node-a".into()));
-    assert_eq!(a.external_ids[SCOPE_KEY], "node/node-a");
+    assert_eq!(&a.external_ids[SCOPE_KEY], "node/node-a");
     // The node's gateway router only: its pods' traffic must not be limited to local endpoints.
     assert_eq!(
         a.attach,
@@ -218,7 +216,7 @@ fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_r
         ])
     );
     assert_eq!(
-        sw.vips["172.18.0.100:80"],
+        &sw.vips["172.18.0.100:80"],
         "10.244.1.5:8080,10.244.3.9:8080"
     );
     assert_eq!(
@@ -282,7 +280,7 @@ fn cluster_rows_join_vipflows_own_group_when_only_node_templates_say_where_traff
     let r = rows(&y, &cfg);
     let tcp = &r["vipflow/shop/web/tcp"];
     assert_eq!(tcp.attach.group.as_deref(), Some(OWN_GROUP));
-    assert_eq!(tcp.options["neighbor_responder"], "none");
+    assert_eq!(&tcp.options["neighbor_responder"], "none");
     let nodes = model(&y).nodes.keys().cloned().collect();
     assert_eq!(
         own_group(&cfg, &nodes),
@@ -373,7 +371,7 @@ fn prefer_local_uses_local_endpoints_else_all_and_no_skip_snat() {
     };
     let r = rows(&y, &templates);
     assert_eq!(
-        r["vipflow/shop/web/tcp/node-a"].vips["172.18.0.100:80"],
+        &r["vipflow/shop/web/tcp/node-a"].vips["172.18.0.100:80"],
         "10.244.1.5:8080"
     );
     // Router and switch of the node: both carry only that node's traffic.
@@ -386,7 +384,7 @@ fn prefer_local_uses_local_endpoints_else_all_and_no_skip_snat() {
         }
     );
     assert_eq!(
-        r["vipflow/shop/web/tcp/node-b"].vips["172.18.0.100:80"],
+        &r["vipflow/shop/web/tcp/node-b"].vips["172.18.0.100:80"],
         "10.244.1.5:8080,10.244.3.9:8080"
     );
     assert!(
@@ -465,7 +463,7 @@ fn kube_ovn_dialect_is_one_cluster_row_with_prefer_local_backend_and_ip_port_map
         m(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")])
     );
     assert_eq!(
-        tcp.vips["172.18.0.100:80"],
+        &tcp.vips["172.18.0.100:80"],
         "10.244.1.5:8080,10.244.2.7:8080"
     );
     assert_eq!(tcp.attach.group.as_deref(), Some("clusterLBGroup"));
@@ -510,6 +508,6 @@ fn options_follow_the_attachment_and_config() {
         },
     );
     let o = &routers["vipflow/shop/web/tcp"].options;
-    assert_eq!(o["neighbor_responder"], "none");
-    assert_eq!(o["hairpin_snat_ip"], "169.254.0.5");
+    assert_eq!(&o["neighbor_responder"], "none");
+    assert_eq!(&o["hairpin_snat_ip"], "169.254.0.5");
 }

@@ -30,9 +30,9 @@ pub fn make_rows(prev: &RowIndex, next: &RowIndex, touched: &[ServiceKey]) -> Op
         for o in old.iter() {
             match merged.iter_mut().find(|n| n.key == o.key) {
                 Some(n) => {
-                    for (vip, backends) in &o.vips {
+                    for (vip, backends) in o.vips.iter() {
                         if !n.vips.contains_key(vip) {
-                            n.vips.insert(vip.clone(), backends.clone());
+                            n.vips.insert(vip, backends);
                             kept = true;
                         }
                     }
@@ -62,6 +62,7 @@ mod tests {
     use super::*;
     use crate::model::Protocol;
     use crate::plan::northbound::{Attach, LbKey, Scope};
+    use crate::plan::str_map::StrMap;
     use std::collections::BTreeMap;
 
     fn key(name: &str) -> ServiceKey {
@@ -76,13 +77,10 @@ mod tests {
                 scope: Scope::Cluster,
             },
             name: format!("vipflow/ns/{svc}/{proto}"),
-            vips: vips
-                .iter()
-                .map(|(v, b)| (v.to_string(), b.to_string()))
-                .collect(),
-            options: BTreeMap::new(),
-            external_ids: BTreeMap::new(),
-            ip_port_mappings: BTreeMap::new(),
+            vips: vips.iter().copied().collect(),
+            options: StrMap::new(),
+            external_ids: StrMap::new(),
+            ip_port_mappings: StrMap::new(),
             attach: Attach::default(),
         }
     }

@@ -159,9 +159,9 @@ pub fn expected_rows(cfg: &Config, yaml: &str) -> LbView {
                 r.name.clone(),
                 (
                     r.key.protocol.as_str().to_string(),
-                    r.vips,
-                    r.options,
-                    r.external_ids,
+                    r.vips.to_btree(),
+                    r.options.to_btree(),
+                    r.external_ids.to_btree(),
                 ),
             )
         })

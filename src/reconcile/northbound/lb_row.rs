@@ -2,6 +2,7 @@
 //! planned row, and the identity a guarded insert waits on.
 
 use super::*;
+use crate::plan::str_map::StrMap;
 
 pub(super) fn str_of(v: Option<&Value>) -> Option<String> {
     match v? {
@@ -74,10 +75,14 @@ pub(super) fn smap(m: &BTreeMap<String, String>) -> Value {
     Value::map(m.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
+fn strmap(m: &StrMap) -> Value {
+    Value::map(m.iter())
+}
+
 pub(super) fn lb_columns(d: &LbRow) -> Row {
     let mut row = insert_columns(d);
     // An update must clear mappings that are no longer planned.
-    row.insert("ip_port_mappings".to_string(), smap(&d.ip_port_mappings));
+    row.insert("ip_port_mappings".to_string(), strmap(&d.ip_port_mappings));
     row
 }
 
@@ -90,12 +95,12 @@ pub(super) fn insert_columns(d: &LbRow) -> Row {
             "protocol".to_string(),
             Value::set([d.key.protocol.as_str()]),
         ),
-        ("vips".to_string(), smap(&d.vips)),
-        ("options".to_string(), smap(&d.options)),
-        ("external_ids".to_string(), smap(&d.external_ids)),
+        ("vips".to_string(), strmap(&d.vips)),
+        ("options".to_string(), strmap(&d.options)),
+        ("external_ids".to_string(), strmap(&d.external_ids)),
     ]);
     if !d.ip_port_mappings.is_empty() {
-        row.insert("ip_port_mappings".to_string(), smap(&d.ip_port_mappings));
+        row.insert("ip_port_mappings".to_string(), strmap(&d.ip_port_mappings));
     }
     row
 }

@@ -47,16 +47,13 @@ impl LbDigest {
 
     /// The digest of a planned row.
     pub fn planned(d: &LbRow) -> LbDigest {
-        fn pairs(m: &BTreeMap<String, String>) -> impl Iterator<Item = (&str, &str)> + Clone {
-            m.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-        }
         LbDigest::of(
             &d.name,
             [
-                pairs(&d.vips),
-                pairs(&d.options),
-                pairs(&d.external_ids),
-                pairs(&d.ip_port_mappings),
+                d.vips.iter(),
+                d.options.iter(),
+                d.external_ids.iter(),
+                d.ip_port_mappings.iter(),
             ],
         )
     }
@@ -277,6 +274,7 @@ impl Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::str_map::StrMap;
     use proptest::collection::btree_map;
     use proptest::prelude::*;
 
@@ -285,7 +283,7 @@ mod tests {
     }
 
     fn row_of(maps: [BTreeMap<String, String>; 4]) -> LbRow {
-        let [vips, options, external_ids, ip_port_mappings] = maps;
+        let [vips, options, external_ids, ip_port_mappings] = maps.map(|m| StrMap::from(&m));
         LbRow {
             key: LbKey {
                 owner: ServiceKey::new("ns", "svc"),

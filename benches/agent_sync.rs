@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use testkit::Sandbox;
 use tokio::runtime::Runtime;
 use vipflow::config::{BridgeConfig, Config};
-use vipflow::model::{Model, ModelOptions, Objects};
+use vipflow::model::{KeptService, Model, ModelOptions, Objects};
 use vipflow::plan::flows::{PlanInput, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::bridge::{
@@ -62,7 +62,12 @@ const FLOWS_PER_SERVICE: usize = 4 + 2 * PORTS.len();
 const EXTRA_BASE: u32 = 100_000;
 
 /// A LoadBalancer Service with one ingress VIP taken from 198.18.0.0/15 (benchmarking range).
-fn service(i: u32) -> Service {
+fn service(i: u32) -> KeptService {
+    k8s_service(i).into()
+}
+
+/// The same as the API server would send it.
+fn k8s_service(i: u32) -> Service {
     let vip = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + i);
     Service {
         metadata: ObjectMeta {

@@ -141,8 +141,12 @@ fn slice(i: u32, generation: u32) -> EndpointSlice {
 
 fn objects(n: u32) -> Objects {
     Objects {
-        services: (0..n).map(|i| std::sync::Arc::new(service(i))).collect(),
-        endpoint_slices: (0..n).map(|i| std::sync::Arc::new(slice(i, 0))).collect(),
+        services: (0..n)
+            .map(|i| std::sync::Arc::new(service(i).into()))
+            .collect(),
+        endpoint_slices: (0..n)
+            .map(|i| std::sync::Arc::new(slice(i, 0).into()))
+            .collect(),
         ..Default::default()
     }
 }
@@ -556,7 +560,8 @@ fn main() {
         // Spread over the table: nothing cached from a neighbour's change.
         let i = ((k as u64 * 7919) % n as u64) as u32;
         generation[i as usize] += 1;
-        objs.endpoint_slices[i as usize] = std::sync::Arc::new(slice(i, generation[i as usize]));
+        objs.endpoint_slices[i as usize] =
+            std::sync::Arc::new(slice(i, generation[i as usize]).into());
         let uuid = uuid_of(session.observed(), i);
 
         let mut s = Update::default();

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use testkit::{Options, Sandbox};
-use vipflow::model::{ModelOptions, Objects, ServiceKey};
+use vipflow::model::{KeptService, KeptSlice, ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
@@ -27,27 +27,29 @@ fn nb() -> Sandbox {
     sb
 }
 
-fn service(i: usize) -> Arc<core::Service> {
+fn service(i: usize) -> Arc<KeptService> {
     Arc::new(
-        serde_json::from_value(serde_json::json!({
+        serde_json::from_value::<core::Service>(serde_json::json!({
             "metadata": {"name": format!("svc-{i}"), "namespace": "t"},
             "spec": {"type": "ClusterIP", "externalIPs": [format!("198.18.{}.{}", i / 250, i % 250 + 1)],
                      "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]},
         }))
-        .unwrap(),
+        .unwrap()
+        .into(),
     )
 }
 
-fn slice(i: usize, backend: u8) -> Arc<discovery::EndpointSlice> {
+fn slice(i: usize, backend: u8) -> Arc<KeptSlice> {
     Arc::new(
-        serde_json::from_value(serde_json::json!({
+        serde_json::from_value::<discovery::EndpointSlice>(serde_json::json!({
             "metadata": {"name": format!("svc-{i}-x"), "namespace": "t",
                          "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
             "addressType": "IPv4",
             "ports": [{"port": 8080, "protocol": "TCP"}],
             "endpoints": [{"addresses": [format!("10.{}.{}.{backend}", i / 250, i % 250)]}],
         }))
-        .unwrap(),
+        .unwrap()
+        .into(),
     )
 }
 

@@ -14,14 +14,18 @@
 //!   Problem.
 
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+mod kept;
 mod problem;
+pub use kept::{
+    KeptEndpoint, KeptIngress, KeptLoadBalancerStatus, KeptMeta, KeptService, KeptServicePort,
+    KeptServiceSpec, KeptServiceStatus, KeptSlice, KeptSlicePort,
+};
 pub use problem::{Problem, ProblemKind, Subject};
 
 /// Annotation that turns on prefer-local for one Service.
@@ -36,8 +40,8 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// not change between two snapshots is the same allocation, which the incremental planner
 /// uses to skip it.
 pub struct Objects {
-    pub services: Vec<Arc<core::Service>>,
-    pub endpoint_slices: Vec<Arc<discovery::EndpointSlice>>,
+    pub services: Vec<Arc<KeptService>>,
+    pub endpoint_slices: Vec<Arc<KeptSlice>>,
     pub nodes: Vec<Arc<core::Node>>,
     /// Kube-OVN `Subnet`s (kubeovn.io/v1), when the cluster runs Kube-OVN.
     pub subnets: Vec<KubeOvnSubnet>,
@@ -65,16 +69,13 @@ impl Objects {
             }
             changed
         }
-        fn meta(
-            m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-        ) -> (Option<&str>, Option<&str>) {
-            (m.namespace.as_deref(), m.name.as_deref())
-        }
         share(&mut self.services, &previous.services, |o| {
-            meta(&o.metadata)
+            (o.metadata.namespace.as_deref(), o.metadata.name.as_deref())
         }) + share(&mut self.endpoint_slices, &previous.endpoint_slices, |o| {
-            meta(&o.metadata)
-        }) + share(&mut self.nodes, &previous.nodes, |o| meta(&o.metadata))
+            (o.namespace.as_deref(), o.name.as_deref())
+        }) + share(&mut self.nodes, &previous.nodes, |o| {
+            (o.metadata.namespace.as_deref(), o.metadata.name.as_deref())
+        })
     }
 }
 

@@ -5,7 +5,7 @@
 use super::*;
 
 /// The cluster IPs a Service object holds (clusterIP and clusterIPs), parsed, each once.
-pub(crate) fn cluster_ips_of(s: &core::Service) -> Vec<IpAddr> {
+pub(crate) fn cluster_ips_of(s: &KeptService) -> Vec<IpAddr> {
     let Some(sp) = s.spec.as_ref() else {
         return Vec::new();
     };
@@ -21,9 +21,7 @@ pub(crate) fn cluster_ips_of(s: &core::Service) -> Vec<IpAddr> {
     v
 }
 
-pub(crate) fn meta_key(
-    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<ServiceKey> {
+pub(crate) fn meta_key(m: &KeptMeta) -> Option<ServiceKey> {
     Some(ServiceKey::new(
         m.namespace.as_deref().unwrap_or("default"),
         m.name.as_deref()?,
@@ -117,7 +115,7 @@ pub(crate) fn build_nodes(
 }
 
 pub(crate) fn build_service(
-    svc: &core::Service,
+    svc: &KeptService,
     opts: &ModelOptions,
     node_ips: &BTreeSet<IpAddr>,
     cluster_ips: &BTreeSet<IpAddr>,
@@ -367,16 +365,16 @@ pub(crate) fn resolve_conflicts(
 
 /// The Service an EndpointSlice belongs to (by its `kubernetes.io/service-name` label).
 /// Slices without it are not managed for a Service (custom controllers): not ours to use.
-pub(crate) fn slice_service_key(s: &discovery::EndpointSlice) -> Option<ServiceKey> {
-    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+pub(crate) fn slice_service_key(s: &KeptSlice) -> Option<ServiceKey> {
+    let svc = s.service_name.as_deref()?;
     Some(ServiceKey::new(
-        s.metadata.namespace.as_deref().unwrap_or("default"),
+        s.namespace.as_deref().unwrap_or("default"),
         svc,
     ))
 }
 
 pub(crate) fn build_slices<'a>(
-    slices: impl IntoIterator<Item = &'a Arc<discovery::EndpointSlice>>,
+    slices: impl IntoIterator<Item = &'a Arc<KeptSlice>>,
     problems: &mut Vec<Problem>,
 ) -> BTreeMap<ServiceKey, Vec<EndpointSlice>> {
     let mut out: BTreeMap<ServiceKey, Vec<EndpointSlice>> = BTreeMap::new();
@@ -384,7 +382,7 @@ pub(crate) fn build_slices<'a>(
         let Some(key) = slice_service_key(s) else {
             continue;
         };
-        let name = s.metadata.name.clone().unwrap_or_default();
+        let name = s.name.clone().unwrap_or_default();
         let object = || Subject::EndpointSlice {
             namespace: key.namespace.to_string(),
             name: name.clone(),

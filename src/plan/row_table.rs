@@ -17,8 +17,7 @@
 
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
 use super::service_index::ServiceIndex;
-use crate::model::{Objects, ServiceKey, build_slices, slice_service_key};
-use k8s_openapi::api::discovery::v1 as discovery;
+use crate::model::{KeptSlice, Objects, ServiceKey, build_slices, slice_service_key};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -39,7 +38,7 @@ pub struct NbDelta {
 struct SeenSlice {
     owner: Option<ServiceKey>,
     count: usize,
-    _held: Arc<discovery::EndpointSlice>,
+    _held: Arc<KeptSlice>,
 }
 
 pub struct RowTable {
@@ -48,7 +47,7 @@ pub struct RowTable {
     order: Vec<usize>,
     seen: HashMap<usize, SeenSlice>,
     /// Each Service's slices, by allocation (a Service has one or a few).
-    slices_of: HashMap<ServiceKey, Vec<(usize, Arc<discovery::EndpointSlice>)>>,
+    slices_of: HashMap<ServiceKey, Vec<(usize, Arc<KeptSlice>)>>,
     rows: RowIndex,
     /// The number of rows in `rows`.
     count: usize,
@@ -135,12 +134,8 @@ impl RowTable {
 
     /// Follow the slices: the Services of those that appeared or went are `dirty`. Only the
     /// span of the list that differs from last time is looked at.
-    fn track_slices(
-        &mut self,
-        slices: &[Arc<discovery::EndpointSlice>],
-        dirty: &mut HashSet<ServiceKey>,
-    ) {
-        let ptr = |s: &Arc<discovery::EndpointSlice>| Arc::as_ptr(s) as usize;
+    fn track_slices(&mut self, slices: &[Arc<KeptSlice>], dirty: &mut HashSet<ServiceKey>) {
+        let ptr = |s: &Arc<KeptSlice>| Arc::as_ptr(s) as usize;
         let (start, old_end, new_end) =
             super::changed_span(self.order.len(), slices.len(), |i, j| {
                 self.order[i] == ptr(&slices[j])
@@ -196,7 +191,7 @@ impl RowTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Model, ModelOptions};
+    use crate::model::{KeptService, Model, ModelOptions};
     use crate::plan::northbound::plan;
     use k8s_openapi::api::core::v1 as core;
     use proptest::prelude::*;
@@ -219,7 +214,7 @@ mod tests {
         endpoints: Vec<(u8, u8, bool)>,
     }
 
-    fn service(slot: usize, s: &Spec) -> core::Service {
+    fn service(slot: usize, s: &Spec) -> KeptService {
         let mut ann = serde_json::Map::new();
         if s.prefer_local {
             ann.insert("vipflow.io/prefer-local".into(), "true".into());
@@ -231,10 +226,11 @@ mod tests {
                      "externalTrafficPolicy": if s.local { "Local" } else { "Cluster" },
                      "ports": [{"port": s.port, "targetPort": 8080, "protocol": "TCP"}]},
         }))
+        .map(|s: core::Service| s.into())
         .unwrap()
     }
 
-    fn slice(slot: usize, n: usize, s: &SliceSpec) -> discovery::EndpointSlice {
+    fn slice(slot: usize, n: usize, s: &SliceSpec) -> KeptSlice {
         let eps: Vec<serde_json::Value> = s
             .endpoints
             .iter()
@@ -250,6 +246,7 @@ mod tests {
             "ports": [{"port": 8080, "protocol": "TCP"}],
             "endpoints": eps,
         }))
+        .map(|s: k8s_openapi::api::discovery::v1::EndpointSlice| s.into())
         .unwrap()
     }
 
@@ -328,8 +325,8 @@ mod tests {
     /// Keeps the allocation of what did not change, as sources do.
     #[derive(Default)]
     struct Reuse {
-        services: HashMap<usize, (Spec, Arc<core::Service>)>,
-        slices: HashMap<(usize, usize), (SliceSpec, Arc<discovery::EndpointSlice>)>,
+        services: HashMap<usize, (Spec, Arc<KeptService>)>,
+        slices: HashMap<(usize, usize), (SliceSpec, Arc<KeptSlice>)>,
         nodes: HashMap<u8, Arc<core::Node>>,
     }
 

@@ -19,8 +19,8 @@
 use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
 use crate::config::BridgeConfig;
 use crate::model::{
-    ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes, build_service,
-    cluster_ips_of, meta_key, rank,
+    KeptService, ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes,
+    build_service, cluster_ips_of, meta_key, rank,
 };
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -71,9 +71,9 @@ pub struct ServiceIndex {
     cluster_ip_refs: HashMap<IpAddr, usize>,
     cluster_ips: BTreeSet<IpAddr>,
     /// The objects last seen, by key.
-    raw: HashMap<ServiceKey, Arc<core::Service>>,
+    raw: HashMap<ServiceKey, Arc<KeptService>>,
     /// The last snapshot's Services in order, with their keys; whether a key was listed twice.
-    order: Vec<(Arc<core::Service>, Option<ServiceKey>)>,
+    order: Vec<(Arc<KeptService>, Option<ServiceKey>)>,
     duplicates: bool,
     /// Each valid Service as validated (before conflicts), with its rank and claims.
     built: HashMap<ServiceKey, Built>,
@@ -129,10 +129,10 @@ struct Built {
 /// The Services of a snapshot, as far as they need looking at.
 enum Incoming {
     /// Every Service, by key (first occurrence wins).
-    All(HashMap<ServiceKey, Arc<core::Service>>),
+    All(HashMap<ServiceKey, Arc<KeptService>>),
     /// Only these Services are new, replaced or gone; the others are unchanged.
     Changed {
-        changed: HashMap<ServiceKey, Arc<core::Service>>,
+        changed: HashMap<ServiceKey, Arc<KeptService>>,
         removed: HashSet<ServiceKey>,
     },
 }
@@ -141,7 +141,7 @@ enum Incoming {
 const IN_PLACE_MAX: usize = 256;
 
 /// Every address a Service object names as a VIP, whether valid or not.
-fn raw_vips_of(s: &core::Service) -> Vec<IpAddr> {
+fn raw_vips_of(s: &KeptService) -> Vec<IpAddr> {
     let ext = s
         .spec
         .iter()
@@ -196,7 +196,7 @@ impl ServiceIndex {
     /// differs ([`super::changed_span`]): those listed there now (new or replaced) and those
     /// listed there before and no longer. `None` when the span is long, or a key is or would
     /// be listed twice: then every object is keyed.
-    fn changed_in_span(&mut self, services: &[Arc<core::Service>]) -> Option<Incoming> {
+    fn changed_in_span(&mut self, services: &[Arc<KeptService>]) -> Option<Incoming> {
         if self.duplicates {
             return None;
         }
@@ -211,7 +211,7 @@ impl ServiceIndex {
             .iter()
             .filter_map(|(_, k)| k.as_ref())
             .collect();
-        let mut now: Vec<(Arc<core::Service>, Option<ServiceKey>)> =
+        let mut now: Vec<(Arc<KeptService>, Option<ServiceKey>)> =
             Vec::with_capacity(new_end - start);
         let mut changed = HashMap::new();
         for s in &services[start..new_end] {
@@ -236,10 +236,7 @@ impl ServiceIndex {
     }
 
     /// Key every Service of a snapshot (first occurrence of a key wins) and remember the order.
-    fn key_all(
-        &mut self,
-        services: &[Arc<core::Service>],
-    ) -> HashMap<ServiceKey, Arc<core::Service>> {
+    fn key_all(&mut self, services: &[Arc<KeptService>]) -> HashMap<ServiceKey, Arc<KeptService>> {
         let mut all = HashMap::with_capacity(services.len());
         self.order.clear();
         self.duplicates = false;

@@ -20,7 +20,7 @@ fn ip(n: u8) -> String {
     format!("10.0.0.{}", n % 8)
 }
 
-fn service(slot: usize, s: &Spec) -> core::Service {
+fn service(slot: usize, s: &Spec) -> KeptService {
     let ports: Vec<serde_json::Value> = s
         .ports
         .iter()
@@ -40,7 +40,7 @@ fn service(slot: usize, s: &Spec) -> core::Service {
     } else {
         v["spec"]["externalIPs"] = serde_json::json!(vips);
     }
-    serde_json::from_value(v).unwrap()
+    serde_json::from_value::<core::Service>(v).unwrap().into()
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -89,7 +89,7 @@ proptest! {
     ) {
         let bridges = bridges();
         let mut planner = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
-        let mut last: Vec<Option<(Spec, Arc<core::Service>)>> = vec![None; 5];
+        let mut last: Vec<Option<(Spec, Arc<KeptService>)>> = vec![None; 5];
         let mut last_node: Option<(u8, Arc<core::Node>)> = None;
         let mut prev: Vec<std::collections::BTreeMap<FlowKey, crate::plan::flows::PlannedFlow>> = vec![Default::default(); bridges.len()];
         for (slots, node) in steps {
@@ -148,7 +148,7 @@ proptest! {
 fn a_change_touches_only_its_own_flows() {
     let bridges = vec![BridgeConfig::default()];
     let mut p = ServiceIndex::new(ModelOptions::default(), &bridges, 0x7f1f);
-    let base: Vec<Arc<core::Service>> = (0..5)
+    let base: Vec<Arc<KeptService>> = (0..5)
         .map(|i| {
             Arc::new(service(
                 i,

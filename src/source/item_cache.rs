@@ -7,9 +7,8 @@
 //! (a typed List lends its items their kind), so two different items are never taken for one.
 
 use super::file::Loaded;
-use crate::model::{KubeOvnSubnet, Problem};
+use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Problem};
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::discovery::v1 as discovery;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -40,8 +39,8 @@ pub(super) struct Decoded {
 
 #[derive(Debug, Clone)]
 enum Object {
-    Service(Arc<core::Service>),
-    Slice(Arc<discovery::EndpointSlice>),
+    Service(Arc<KeptService>),
+    Slice(Arc<KeptSlice>),
     Node(Arc<core::Node>),
     Subnet(Box<KubeOvnSubnet>),
 }

@@ -15,7 +15,7 @@
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
-use crate::model::{KubeOvnSubnet, Objects};
+use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects};
 use crate::source::file::Loaded;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -95,8 +95,8 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Kube
 /// One change from any watcher, keyed by kind.
 // Boxed: objects are large and vary in size; the channel moves pointers.
 enum Change {
-    Service(Box<WatchEvent<core::Service>>),
-    Slice(Box<WatchEvent<discovery::EndpointSlice>>),
+    Service(Box<WatchEvent<KeptService>>),
+    Slice(Box<WatchEvent<KeptSlice>>),
     Node(Box<WatchEvent<core::Node>>),
     Subnet(Box<WatchEvent<DynamicObject>>),
 }
@@ -110,6 +110,42 @@ enum WatchEvent<K> {
     Ready,
 }
 
+/// What a store is keyed by: namespace and name.
+trait Keyed {
+    fn key(&self) -> (String, String);
+}
+
+fn key_of(namespace: &Option<String>, name: &Option<String>) -> (String, String) {
+    (
+        namespace.clone().unwrap_or_default(),
+        name.clone().unwrap_or_default(),
+    )
+}
+
+impl Keyed for KeptService {
+    fn key(&self) -> (String, String) {
+        key_of(&self.metadata.namespace, &self.metadata.name)
+    }
+}
+
+impl Keyed for KeptSlice {
+    fn key(&self) -> (String, String) {
+        key_of(&self.namespace, &self.name)
+    }
+}
+
+impl Keyed for core::Node {
+    fn key(&self) -> (String, String) {
+        key_of(&self.metadata.namespace, &self.metadata.name)
+    }
+}
+
+impl Keyed for DynamicObject {
+    fn key(&self) -> (String, String) {
+        key_of(&self.metadata.namespace, &self.metadata.name)
+    }
+}
+
 /// A store per kind, keyed by namespace/name; `ready` once its first list completed.
 struct Store<K> {
     objects: BTreeMap<(String, String), Arc<K>>,
@@ -118,7 +154,7 @@ struct Store<K> {
     ready: bool,
 }
 
-impl<K: Resource + Clone> Store<K> {
+impl<K: Keyed> Store<K> {
     fn new() -> Self {
         Store {
             objects: BTreeMap::new(),
@@ -127,22 +163,15 @@ impl<K: Resource + Clone> Store<K> {
         }
     }
 
-    fn key(o: &K) -> (String, String) {
-        (
-            o.meta().namespace.clone().unwrap_or_default(),
-            o.meta().name.clone().unwrap_or_default(),
-        )
-    }
-
     fn apply(&mut self, ev: WatchEvent<K>) {
         match ev {
             WatchEvent::Restart => self.pending = Some(BTreeMap::new()),
             WatchEvent::Apply(o) => {
                 let target = self.pending.as_mut().unwrap_or(&mut self.objects);
-                target.insert(Self::key(&o), Arc::new(o));
+                target.insert(o.key(), Arc::new(o));
             }
             WatchEvent::Delete(o) => {
-                self.objects.remove(&Self::key(&o));
+                self.objects.remove(&o.key());
             }
             WatchEvent::Ready => {
                 if let Some(p) = self.pending.take() {
@@ -161,10 +190,12 @@ impl<K: Resource + Clone> Store<K> {
 
 type Boxed = Pin<Box<dyn Stream<Item = Change> + Send>>;
 
-fn stream<K, F>(api: Api<K>, cfg: watcher::Config, wrap: F) -> Boxed
+/// Watch `api`, keeping of each object what `keep` makes of it.
+fn stream<K, T, F>(api: Api<K>, cfg: watcher::Config, keep: fn(K) -> T, wrap: F) -> Boxed
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    F: Fn(WatchEvent<K>) -> Change + Send + Sync + 'static,
+    T: 'static,
+    F: Fn(WatchEvent<T>) -> Change + Send + Sync + 'static,
 {
     watcher::watcher(api, cfg)
         .default_backoff()
@@ -174,9 +205,9 @@ where
                 Ok(Event::InitApply(mut o)) | Ok(Event::Apply(mut o)) => {
                     // managedFields are large and useless to us.
                     o.meta_mut().managed_fields = None;
-                    Some(WatchEvent::Apply(o))
+                    Some(WatchEvent::Apply(keep(o)))
                 }
-                Ok(Event::Delete(o)) => Some(WatchEvent::Delete(o)),
+                Ok(Event::Delete(o)) => Some(WatchEvent::Delete(keep(o))),
                 Ok(Event::InitDone) => Some(WatchEvent::Ready),
                 Err(e) => {
                     tracing::warn!(error = %e, "watch error; backing off");
@@ -224,12 +255,14 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         stream(
             Api::<core::Service>::all(client.clone()),
             list(watcher::Config::default()),
+            KeptService::from,
             |e| Change::Service(Box::new(e)),
         ),
         // Slices not managed for a Service are of no use: filter on the server.
         stream(
             Api::<discovery::EndpointSlice>::all(client.clone()),
             list(watcher::Config::default().labels(crate::model::SERVICE_NAME_LABEL)),
+            KeptSlice::from,
             |e| Change::Slice(Box::new(e)),
         ),
     ];
@@ -241,6 +274,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     streams.push(stream(
         Api::<core::Node>::all(client.clone()),
         list(nodes),
+        |n| n,
         |e| Change::Node(Box::new(e)),
     ));
     let subnets = has_subnets(&client).await;
@@ -249,6 +283,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         streams.push(stream(
             Api::<DynamicObject>::all_with(client.clone(), &subnet_resource()),
             list(watcher::Config::default()),
+            |o| o,
             |e| Change::Subnet(Box::new(e)),
         ));
     }
@@ -267,8 +302,8 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     }
     drop(ctx);
 
-    let mut services = Store::<core::Service>::new();
-    let mut slices = Store::<discovery::EndpointSlice>::new();
+    let mut services = Store::<KeptService>::new();
+    let mut slices = Store::<KeptSlice>::new();
     let mut nodes = Store::<core::Node>::new();
     let mut subnet_store = Store::<DynamicObject>::new();
     loop {

@@ -3,7 +3,7 @@
 //! What cannot be used is a [`Problem`]; the rest of the file still applies.
 
 use super::file::Loaded;
-use crate::model::{Problem, ProblemKind, Subject};
+use crate::model::{KeptService, KeptSlice, Problem, ProblemKind, Subject};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use serde_json::Value;
@@ -68,7 +68,7 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
     let mut unknown = Vec::new();
     let res = match kind.as_str() {
         "Service" => decode::<core::Service>(item, &mut unknown)
-            .map(|o| out.objects.services.push(Arc::new(o))),
+            .map(|o| out.objects.services.push(Arc::new(KeptService::from(o)))),
         "Node" => {
             decode::<core::Node>(item, &mut unknown).map(|o| out.objects.nodes.push(Arc::new(o)))
         }
@@ -76,8 +76,11 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
         "Subnet" => serde_json::from_value::<crate::model::KubeOvnSubnet>(item)
             .map(|o| out.objects.subnets.push(o))
             .map_err(|e| e.to_string()),
-        _ => decode::<discovery::EndpointSlice>(item, &mut unknown)
-            .map(|o| out.objects.endpoint_slices.push(Arc::new(o))),
+        _ => decode::<discovery::EndpointSlice>(item, &mut unknown).map(|o| {
+            out.objects
+                .endpoint_slices
+                .push(Arc::new(KeptSlice::from(o)))
+        }),
     };
     match res {
         Ok(()) => {

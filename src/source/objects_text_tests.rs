@@ -100,7 +100,7 @@ fn items_indented_under_their_key_are_read_item_by_item() {
 fn block_scalars_comments_and_blank_lines_stay_inside_their_item() {
     // A block scalar whose text has blank lines and lines that look like items, a comment at
     // column 0 inside an item, CRLF line ends: none of it cuts an item.
-    let text = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n    namespace: s\n    annotations:\n      note: |\n        first\n\n        - not an item\n        kind: not a key\n# a comment at column 0\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: s}\n  spec: {externalIPs: [192.0.2.2], ports: [{port: 80}]}\nkind: List\n";
+    let text = "apiVersion: v1\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata:\n    name: a\n    namespace: s\n    annotations:\n      vipflow.io/note: |\n        first\n\n        - not an item\n        kind: not a key\n# a comment at column 0\n  spec: {externalIPs: [192.0.2.1], ports: [{port: 80}]}\n\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: s}\n  spec: {externalIPs: [192.0.2.2], ports: [{port: 80}]}\nkind: List\n";
     assert_eq!(split_block_list(text).map(|s| s.items.len()), Some(2));
     let l = parse(text).unwrap();
     assert_eq!(l.objects.services.len(), 2);
@@ -108,7 +108,8 @@ fn block_scalars_comments_and_blank_lines_stay_inside_their_item() {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get("note"))
+        // Only vipflow's own annotations are kept.
+        .and_then(|a| a.get("vipflow.io/note"))
         .cloned();
     assert_eq!(
         note.as_deref(),
@@ -202,6 +203,7 @@ fn unread_fields_are_dropped_before_decoding() {
     svc["metadata"]["annotations"] = json!({
         "kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Service\"}",
         "k8s.ovn.org/prefer-local": "true",
+        "vipflow.io/prefer-local": "true",
     });
     // A managedFields entry that would not even decode is not ours to refuse the Service for.
     svc["metadata"]["managedFields"] = json!([{"manager": 7}]);
@@ -210,10 +212,10 @@ fn unread_fields_are_dropped_before_decoding() {
                    "addresses": [{"type": "InternalIP", "address": "192.168.0.1"}]}});
     let l = parse(&kubectl_yaml(&list(vec![svc, node]))).unwrap();
     assert!(l.problems.is_empty(), "{:?}", l.problems);
+    // Only vipflow's own annotations are kept: no other is read.
     let meta = &l.objects.services[0].metadata;
-    assert!(meta.managed_fields.is_none());
     let ann = meta.annotations.as_ref().unwrap();
-    assert_eq!(ann.keys().collect::<Vec<_>>(), ["k8s.ovn.org/prefer-local"]);
+    assert_eq!(ann.keys().collect::<Vec<_>>(), ["vipflow.io/prefer-local"]);
     let status = l.objects.nodes[0].status.as_ref().unwrap();
     assert!(status.images.is_none());
     assert_eq!(status.addresses.as_ref().map(Vec::len), Some(1));

@@ -1,0 +1,281 @@
+//! What vipflow keeps of each Service and EndpointSlice: the fields its plans read, in the
+//! shape the Kubernetes types give them, and nothing else.
+//!
+//! Sources decode whole Kubernetes objects (so unknown or mistyped fields are still noticed)
+//! and keep only this. A `k8s-openapi` Service is 824 bytes before its strings and maps, an
+//! EndpointSlice endpoint 352; most of it is fields no plan reads (selectors, labels, target
+//! references, node ports...). At 10,000 Services the whole objects were the largest thing the
+//! agent held.
+//!
+//! Only annotations under `vipflow.io/` are kept: no other annotation is read, and some are
+//! large (`kubectl.kubernetes.io/last-applied-configuration` holds the whole object again).
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::discovery::v1 as discovery;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+
+/// The annotations vipflow reads all start with this.
+const KEPT_ANNOTATIONS: &str = "vipflow.io/";
+
+/// A Service's name, namespace, age and vipflow's own annotations.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptMeta {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub creation_timestamp: Option<Time>,
+    /// `vipflow.io/` annotations only; `None` when there are none.
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+impl From<ObjectMeta> for KeptMeta {
+    fn from(m: ObjectMeta) -> KeptMeta {
+        let annotations: BTreeMap<String, String> = m
+            .annotations
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.starts_with(KEPT_ANNOTATIONS))
+            .collect();
+        KeptMeta {
+            name: m.name,
+            namespace: m.namespace,
+            creation_timestamp: m.creation_timestamp,
+            annotations: (!annotations.is_empty()).then_some(annotations),
+        }
+    }
+}
+
+/// What vipflow reads of a Service.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptService {
+    pub metadata: KeptMeta,
+    pub spec: Option<KeptServiceSpec>,
+    pub status: Option<KeptServiceStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptServiceSpec {
+    pub type_: Option<String>,
+    pub external_ips: Option<Vec<String>>,
+    pub load_balancer_class: Option<String>,
+    pub ports: Option<Vec<KeptServicePort>>,
+    pub cluster_ip: Option<String>,
+    pub cluster_ips: Option<Vec<String>>,
+    pub external_traffic_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptServicePort {
+    pub name: Option<String>,
+    pub port: i32,
+    pub protocol: Option<String>,
+    pub target_port: Option<IntOrString>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptServiceStatus {
+    pub load_balancer: Option<KeptLoadBalancerStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptLoadBalancerStatus {
+    pub ingress: Option<Vec<KeptIngress>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptIngress {
+    pub ip: Option<String>,
+    pub ip_mode: Option<String>,
+}
+
+impl From<core::Service> for KeptService {
+    fn from(s: core::Service) -> KeptService {
+        KeptService {
+            metadata: s.metadata.into(),
+            spec: s.spec.map(|sp| KeptServiceSpec {
+                type_: sp.type_,
+                external_ips: sp.external_ips,
+                load_balancer_class: sp.load_balancer_class,
+                ports: sp.ports.map(|ps| {
+                    ps.into_iter()
+                        .map(|p| KeptServicePort {
+                            name: p.name,
+                            port: p.port,
+                            protocol: p.protocol,
+                            target_port: p.target_port,
+                        })
+                        .collect()
+                }),
+                cluster_ip: sp.cluster_ip,
+                cluster_ips: sp.cluster_ips,
+                external_traffic_policy: sp.external_traffic_policy,
+            }),
+            status: s.status.map(|st| KeptServiceStatus {
+                load_balancer: st.load_balancer.map(|lb| KeptLoadBalancerStatus {
+                    ingress: lb.ingress.map(|is| {
+                        is.into_iter()
+                            .map(|i| KeptIngress {
+                                ip: i.ip,
+                                ip_mode: i.ip_mode,
+                            })
+                            .collect()
+                    }),
+                }),
+            }),
+        }
+    }
+}
+
+/// What vipflow reads of an EndpointSlice.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptSlice {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    /// Its `kubernetes.io/service-name` label: the Service it belongs to.
+    pub service_name: Option<String>,
+    pub endpoints: Vec<KeptEndpoint>,
+    pub ports: Option<Vec<KeptSlicePort>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptEndpoint {
+    pub addresses: Vec<String>,
+    pub conditions: Option<discovery::EndpointConditions>,
+    pub node_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KeptSlicePort {
+    pub name: Option<String>,
+    pub port: Option<i32>,
+    pub protocol: Option<String>,
+}
+
+impl From<discovery::EndpointSlice> for KeptSlice {
+    fn from(s: discovery::EndpointSlice) -> KeptSlice {
+        let service_name = s
+            .metadata
+            .labels
+            .and_then(|mut l| l.remove(super::SERVICE_NAME_LABEL));
+        KeptSlice {
+            name: s.metadata.name,
+            namespace: s.metadata.namespace,
+            service_name,
+            endpoints: s
+                .endpoints
+                .into_iter()
+                .map(|e| KeptEndpoint {
+                    addresses: e.addresses,
+                    conditions: e.conditions,
+                    node_name: e.node_name,
+                })
+                .collect(),
+            ports: s.ports.map(|ps| {
+                ps.into_iter()
+                    .map(|p| KeptSlicePort {
+                        name: p.name,
+                        port: p.port,
+                        protocol: p.protocol,
+                    })
+                    .collect()
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_service_keeps_what_plans_read() {
+        let s: core::Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "shop", "uid": "u", "resourceVersion": "7",
+                         "creationTimestamp": "2026-01-10T08:00:00Z",
+                         "labels": {"app": "web"},
+                         "annotations": {"vipflow.io/prefer-local": "true",
+                                         "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"type": "LoadBalancer", "externalIPs": ["192.0.2.1"],
+                     "loadBalancerClass": "c", "clusterIP": "10.96.0.1",
+                     "clusterIPs": ["10.96.0.1"], "externalTrafficPolicy": "Local",
+                     "selector": {"app": "web"},
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP",
+                                "targetPort": "web", "nodePort": 30080}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.2", "ipMode": "VIP"}]}}
+        }))
+        .unwrap();
+        let k = KeptService::from(s);
+        assert_eq!(k.metadata.name.as_deref(), Some("web"));
+        assert_eq!(k.metadata.namespace.as_deref(), Some("shop"));
+        assert!(k.metadata.creation_timestamp.is_some());
+        assert_eq!(
+            k.metadata.annotations,
+            Some(BTreeMap::from([(
+                "vipflow.io/prefer-local".to_string(),
+                "true".to_string()
+            )]))
+        );
+        let sp = k.spec.unwrap();
+        assert_eq!(sp.type_.as_deref(), Some("LoadBalancer"));
+        assert_eq!(sp.external_ips, Some(vec!["192.0.2.1".to_string()]));
+        assert_eq!(sp.load_balancer_class.as_deref(), Some("c"));
+        assert_eq!(sp.cluster_ip.as_deref(), Some("10.96.0.1"));
+        assert_eq!(sp.external_traffic_policy.as_deref(), Some("Local"));
+        assert_eq!(
+            sp.ports,
+            Some(vec![KeptServicePort {
+                name: Some("http".into()),
+                port: 80,
+                protocol: Some("TCP".into()),
+                target_port: Some(IntOrString::String("web".into())),
+            }])
+        );
+        let ingress = k
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress);
+        assert_eq!(
+            ingress,
+            Some(vec![KeptIngress {
+                ip: Some("192.0.2.2".into()),
+                ip_mode: Some("VIP".into()),
+            }])
+        );
+    }
+
+    #[test]
+    fn a_slice_keeps_its_service_endpoints_and_ports() {
+        let s: discovery::EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "web-x", "namespace": "shop",
+                         "labels": {"kubernetes.io/service-name": "web", "other": "x"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.1"], "nodeName": "n1",
+                           "conditions": {"ready": false, "serving": true},
+                           "targetRef": {"kind": "Pod", "name": "p"}}],
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        }))
+        .unwrap();
+        let k = KeptSlice::from(s);
+        assert_eq!(k.name.as_deref(), Some("web-x"));
+        assert_eq!(k.namespace.as_deref(), Some("shop"));
+        assert_eq!(k.service_name.as_deref(), Some("web"));
+        assert_eq!(k.endpoints.len(), 1);
+        assert_eq!(k.endpoints[0].addresses, ["10.0.0.1"]);
+        assert_eq!(k.endpoints[0].node_name.as_deref(), Some("n1"));
+        let c = k.endpoints[0].conditions.as_ref().unwrap();
+        assert_eq!(
+            (c.ready, c.serving, c.terminating),
+            (Some(false), Some(true), None)
+        );
+        assert_eq!(
+            k.ports,
+            Some(vec![KeptSlicePort {
+                name: Some("http".into()),
+                port: Some(8080),
+                protocol: Some("TCP".into()),
+            }])
+        );
+    }
+}

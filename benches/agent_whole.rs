@@ -79,6 +79,8 @@ impl Agent {
             }
             None => Command::new(env!("CARGO_BIN_EXE_vipflow")),
         };
+        // Its own process group: a wrapper's child is stopped with it ([`Agent::drop`]).
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd
             .arg("agent")
             .args(mode_args)
@@ -131,6 +133,23 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        // The whole group: under VIPFLOW_BENCH_WRAP the agent is the wrapper's child. Asked to
+        // stop first, so that a profiler writes out what it saw.
+        let group = i32::try_from(self.child.id()).map(|pid| -pid);
+        let signal = |sig| {
+            if let Ok(g) = group {
+                // SAFETY: kill(2) on the group this bench made for the agent.
+                unsafe {
+                    libc::kill(g, sig);
+                }
+            }
+        };
+        signal(libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

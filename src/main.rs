@@ -230,7 +230,8 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
 /// large transient buffers (a file version's text, a database snapshot) now and then:
 /// - each thread that allocates gets its own arena (up to 8 per core), and an arena keeps what
 ///   it freed: every blocking thread that parsed a file version or planned a snapshot would
-///   keep that much. One arena: the agent's threads rarely allocate at the same moment.
+///   keep that much. Two arenas: one saves a little more, but then the file parse's two
+///   threads wait on each other's allocations and the first sync takes longer.
 /// - buffers above the mmap threshold are mapped and unmapped on their own, so their pages go
 ///   back at once; glibc raises that threshold (up to 32 MiB) each time such a buffer is freed,
 ///   after which large buffers come from the heap, where the long-lived state around them
@@ -242,7 +243,7 @@ fn tune_malloc() {
     // SAFETY: called first in main, before any other thread exists; mallopt only sets
     // parameters of the allocator.
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
         libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
     }

@@ -274,6 +274,8 @@ pub(crate) fn build_service(
         })
         .collect();
     vip_ports.sort();
+    // Kept for as long as the Service is unchanged.
+    vip_ports.shrink_to_fit();
 
     let traffic_policy = match spec.external_traffic_policy.as_deref() {
         Some("Local") => TrafficPolicy::Local,

@@ -19,6 +19,14 @@ use std::collections::BTreeMap;
 /// The annotations vipflow reads all start with this.
 const KEPT_ANNOTATIONS: &str = "vipflow.io/";
 
+/// `v` mapped into a new vector of exactly its length. Collecting `into_iter().map(..)` would
+/// reuse `v`'s buffer, sized for the larger Kubernetes type, for as long as the object lives.
+fn remade<T, U>(v: Vec<T>, f: impl FnMut(T) -> U) -> Vec<U> {
+    let mut out = Vec::with_capacity(v.len());
+    out.extend(v.into_iter().map(f));
+    out
+}
+
 /// A Service's name, namespace, age and vipflow's own annotations.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptMeta {
@@ -98,14 +106,12 @@ impl From<core::Service> for KeptService {
                 external_ips: sp.external_ips,
                 load_balancer_class: sp.load_balancer_class,
                 ports: sp.ports.map(|ps| {
-                    ps.into_iter()
-                        .map(|p| KeptServicePort {
-                            name: p.name,
-                            port: p.port,
-                            protocol: p.protocol,
-                            target_port: p.target_port,
-                        })
-                        .collect()
+                    remade(ps, |p| KeptServicePort {
+                        name: p.name,
+                        port: p.port,
+                        protocol: p.protocol,
+                        target_port: p.target_port,
+                    })
                 }),
                 cluster_ip: sp.cluster_ip,
                 cluster_ips: sp.cluster_ips,
@@ -114,12 +120,10 @@ impl From<core::Service> for KeptService {
             status: s.status.map(|st| KeptServiceStatus {
                 load_balancer: st.load_balancer.map(|lb| KeptLoadBalancerStatus {
                     ingress: lb.ingress.map(|is| {
-                        is.into_iter()
-                            .map(|i| KeptIngress {
-                                ip: i.ip,
-                                ip_mode: i.ip_mode,
-                            })
-                            .collect()
+                        remade(is, |i| KeptIngress {
+                            ip: i.ip,
+                            ip_mode: i.ip_mode,
+                        })
                     }),
                 }),
             }),
@@ -162,23 +166,17 @@ impl From<discovery::EndpointSlice> for KeptSlice {
             name: s.metadata.name,
             namespace: s.metadata.namespace,
             service_name,
-            endpoints: s
-                .endpoints
-                .into_iter()
-                .map(|e| KeptEndpoint {
-                    addresses: e.addresses,
-                    conditions: e.conditions,
-                    node_name: e.node_name,
-                })
-                .collect(),
+            endpoints: remade(s.endpoints, |e| KeptEndpoint {
+                addresses: e.addresses,
+                conditions: e.conditions,
+                node_name: e.node_name,
+            }),
             ports: s.ports.map(|ps| {
-                ps.into_iter()
-                    .map(|p| KeptSlicePort {
-                        name: p.name,
-                        port: p.port,
-                        protocol: p.protocol,
-                    })
-                    .collect()
+                remade(ps, |p| KeptSlicePort {
+                    name: p.name,
+                    port: p.port,
+                    protocol: p.protocol,
+                })
             }),
         }
     }

@@ -693,13 +693,18 @@ impl Driver {
             remote: conn.remote().to_owned(),
             source,
         };
-        let (found, txn, updates) = match conn.call("monitor_cond_since", params).await {
-            Ok(r) => monitor::parse_since_reply(&r, &self.schema).map_err(merr)?,
+        // The reply holds every monitored row: decoded from its text one row at a time.
+        let (found, txn, updates) = match conn.call_raw("monitor_cond_since", params).await {
+            Ok(r) => monitor::utf8(&r)
+                .and_then(|t| monitor::parse_since_reply_text(t, &self.schema))
+                .map_err(merr)?,
             // Servers before monitor_cond_since: a plain monitor_cond and a full load.
             Err(Error::Rpc { error, .. }) if error == "unknown method" => {
                 let params = json!([self.opts.database, m.id, spec]);
-                let r = conn.call("monitor_cond", params).await?;
-                let u = monitor::parse_table_updates2(&r, &self.schema).map_err(merr)?;
+                let r = conn.call_raw("monitor_cond", params).await?;
+                let u = monitor::utf8(&r)
+                    .and_then(|t| monitor::parse_table_updates2_text(t, &self.schema))
+                    .map_err(merr)?;
                 (false, Uuid::nil(), u)
             }
             Err(e) => return Err(e),

@@ -70,11 +70,10 @@ impl Notification {
 /// How a call ended, from the session task's point of view.
 #[derive(Debug)]
 enum Reply {
-    Ok(Json),
+    /// The result, serialized.
+    Ok(Bytes),
     /// The server answered with an error.
-    Err {
-        error: Json,
-    },
+    Err { error: Json },
     /// The session ended after the request was handed to the socket: it may have run.
     Lost(String),
     /// The session ended before the request was written: it certainly did not run.
@@ -179,13 +178,31 @@ impl Connection {
 
     /// Send a request and wait for its result.
     pub async fn call(&self, method: &str, params: Json) -> Result<Json, Error> {
+        let r = self.call_inner(method, to_bytes(&params), None).await?;
+        self.tree(method, &r)
+    }
+
+    /// [`Connection::call`] with the result as the server wrote it (valid JSON): for results
+    /// too large to hold as a JSON tree, decoded piece by piece by the caller.
+    pub async fn call_raw(&self, method: &str, params: Json) -> Result<Bytes, Error> {
         self.call_inner(method, to_bytes(&params), None).await
+    }
+
+    /// A result as a JSON tree. The reader checked it is JSON; only a tree too deep for the
+    /// parser fails here.
+    fn tree(&self, method: &str, result: &Bytes) -> Result<Json, Error> {
+        serde_json::from_slice(result).map_err(|e| Error::Lost {
+            remote: self.remote.to_string(),
+            method: method.to_owned(),
+            reason: format!("unreadable result: {e}"),
+        })
     }
 
     /// Send a request whose params are already serialized (a JSON array), e.g. a large
     /// transaction: it is not copied into a JSON tree again, and a retry reuses the bytes.
     pub async fn call_serialized(&self, method: &str, params: Bytes) -> Result<Json, Error> {
-        self.call_inner(method, params, None).await
+        let r = self.call_inner(method, params, None).await?;
+        self.tree(method, &r)
     }
 
     /// Send a request; `id` receives its JSON-RPC id once written (for `cancel`).
@@ -195,7 +212,8 @@ impl Connection {
         params: Json,
         id: oneshot::Sender<u64>,
     ) -> Result<Json, Error> {
-        self.call_inner(method, to_bytes(&params), Some(id)).await
+        let r = self.call_inner(method, to_bytes(&params), Some(id)).await?;
+        self.tree(method, &r)
     }
 
     async fn call_inner(
@@ -203,7 +221,7 @@ impl Connection {
         method: &str,
         params: Bytes,
         id_tx: Option<oneshot::Sender<u64>>,
-    ) -> Result<Json, Error> {
+    ) -> Result<Bytes, Error> {
         let (reply_tx, reply_rx) = oneshot::channel();
         let cmd = Command::Call {
             method: method.to_owned(),
@@ -347,6 +365,12 @@ impl Session {
                         Err(IncomingError::Protocol(e)) => break e.to_string(),
                     };
                     self.dispatch(msg, &out_tx);
+                    // A big frame (a monitor's snapshot) grew the read buffer: give it back
+                    // once read rather than keep that much for the connection's life.
+                    let buf = reader.read_buffer();
+                    if buf.is_empty() && buf.capacity() > KEEP_READ_BUFFER {
+                        *reader.read_buffer_mut() = bytes::BytesMut::new();
+                    }
                 }
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break "closed by client".into() };
@@ -440,28 +464,11 @@ impl Session {
                 let _ = self.notify.send(Notification { method, params });
                 return;
             }
+            Incoming::Response { id, result, error } => return self.respond(id, result, error),
             Incoming::Message(m) => m,
         };
         match msg {
-            Message::Response { id, result, error } => {
-                let Some(n) = id.as_u64() else {
-                    // Our probe's answer ("echo" id) or a stray id: nothing waits for it.
-                    return;
-                };
-                match self.pending.remove(&n) {
-                    Some(tx) => {
-                        let r = if error.is_null() {
-                            Reply::Ok(result)
-                        } else {
-                            Reply::Err { error }
-                        };
-                        let _ = tx.send(r);
-                    }
-                    None => {
-                        tracing::debug!(remote = %self.remote, id = n, "response to no request")
-                    }
-                }
-            }
+            Message::Response { id, result, error } => self.respond(id, to_bytes(&result), error),
             Message::Request { id, method, params } => {
                 let reply = if method == "echo" {
                     json!({"id": id, "result": params, "error": null})
@@ -480,10 +487,34 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Hand a response to the request waiting for it.
+    fn respond(&mut self, id: Json, result: Bytes, error: Json) {
+        let Some(n) = id.as_u64() else {
+            // Our probe's answer ("echo" id) or a stray id: nothing waits for it.
+            return;
+        };
+        match self.pending.remove(&n) {
+            Some(tx) => {
+                let r = if error.is_null() {
+                    Reply::Ok(result)
+                } else {
+                    Reply::Err { error }
+                };
+                let _ = tx.send(r);
+            }
+            None => tracing::debug!(remote = %self.remote, id = n, "response to no request"),
+        }
+    }
+}
+
 fn to_bytes(j: &Json) -> Bytes {
     // Serializing a JSON tree cannot fail (its map keys are strings).
     Bytes::from(serde_json::to_vec(j).unwrap_or_default())
 }
+
+/// The read buffer's capacity kept between frames.
+const KEEP_READ_BUFFER: usize = 1 << 20;
 
 /// Messages from this size on are written straight to the socket, not copied into the
 /// writer's buffer (and their params not copied into one frame first).

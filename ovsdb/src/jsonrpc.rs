@@ -96,7 +96,18 @@ impl Message {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
     Message(Message),
-    Notification { method: String, params: Bytes },
+    Notification {
+        method: String,
+        params: Bytes,
+    },
+    /// A response whose `result` stays serialized (valid JSON, shared with the frame): a
+    /// monitor's snapshot of tens of thousands of rows is decoded row by row by whoever asked,
+    /// never held whole as a JSON tree.
+    Response {
+        id: Json,
+        result: Bytes,
+        error: Json,
+    },
 }
 
 /// Why a frame is not a JSON-RPC message.
@@ -114,7 +125,7 @@ struct Envelope<'a> {
     id: Option<Json>,
     method: Option<Json>,
     params: Option<&'a RawValue>,
-    result: Option<Json>,
+    result: Option<&'a RawValue>,
     error: Option<Json>,
 }
 
@@ -175,11 +186,15 @@ pub fn parse_frame(frame: &Bytes) -> Result<Incoming, IncomingError> {
         return Ok(Incoming::Message(Message::Request { id, method, params }));
     }
     if env.result.is_some() || env.error.is_some() {
-        return Ok(Incoming::Message(Message::Response {
+        let result = match env.result {
+            None => Bytes::from_static(b"null"),
+            Some(r) => sub_bytes(frame, r.get().as_bytes()),
+        };
+        return Ok(Incoming::Response {
             id,
-            result: env.result.unwrap_or(Json::Null),
+            result,
             error: env.error.unwrap_or(Json::Null),
-        }));
+        });
     }
     // Rare: read it again as a tree for the error's excerpt.
     let mut o: Map<String, Json> = serde_json::from_slice(frame)?;
@@ -215,7 +230,8 @@ mod tests {
         assert_eq!(Message::from_json(r.to_json()).unwrap(), r);
     }
 
-    /// `parse_frame` agrees with a JSON tree and `Message::from_json`, notifications aside.
+    /// `parse_frame` agrees with a JSON tree and `Message::from_json`, serialized notification
+    /// params and response results aside.
     #[test]
     fn frames_like_trees() {
         let frames = [
@@ -245,6 +261,17 @@ mod tests {
                 ) => {
                     assert_eq!(method, m2);
                     assert_eq!(params, serde_json::from_slice::<Json>(&p2).unwrap(), "{f}");
+                }
+                (
+                    Ok(Message::Response { id, result, error }),
+                    Ok(Incoming::Response {
+                        id: i2,
+                        result: r2,
+                        error: e2,
+                    }),
+                ) => {
+                    assert_eq!((id, error), (i2, e2), "{f}");
+                    assert_eq!(result, serde_json::from_slice::<Json>(&r2).unwrap(), "{f}");
                 }
                 (Ok(a), Ok(Incoming::Message(b))) => assert_eq!(a, b, "{f}"),
                 (Err(a), Err(IncomingError::Protocol(b))) => assert_eq!(a, b, "{f}"),

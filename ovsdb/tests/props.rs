@@ -197,7 +197,12 @@ proptest! {
         for (u, (a, _, _)) in uuids.iter().zip(&rows) {
             init.insert(u.to_string(), json!({"initial": initial_json(&s, a)}));
         }
-        cache.apply(monitor::parse_table_updates2(&json!({"T": init}), &s).unwrap()).unwrap();
+        let init = json!({"T": init});
+        // Read from its text, row by row, a snapshot decodes as its tree does.
+        let from_text = monitor::parse_since_reply_text(&json!([false, Uuid::nil().to_string(), init]).to_string(), &s);
+        prop_assert_eq!(&from_text, &monitor::parse_since_reply(&json!([false, Uuid::nil().to_string(), init]), &s));
+        prop_assert!(from_text.is_ok());
+        cache.apply(monitor::parse_table_updates2(&init, &s).unwrap()).unwrap();
         let mut upd = serde_json::Map::new();
         for (u, (a, b, delete)) in uuids.iter().zip(&rows) {
             prop_assert_eq!(cache.row("T", u).unwrap(), a);
@@ -268,6 +273,15 @@ proptest! {
         let _ = monitor::parse_notification("update2", &j, &s);
         let _ = monitor::parse_notification("update3", &j, &s);
         let _ = monitor::parse_since_reply(&j, &s);
+        // From text, the same outcome as from a tree, errors included.
+        let text = j.to_string();
+        prop_assert_eq!(monitor::parse_table_updates2_text(&text, &s), monitor::parse_table_updates2(&j, &s));
+        prop_assert_eq!(monitor::parse_since_reply_text(&text, &s), monitor::parse_since_reply(&j, &s));
+        let nested = json!([true, Uuid::nil().to_string(), {"T": j.clone()}]);
+        prop_assert_eq!(
+            monitor::parse_since_reply_text(&nested.to_string(), &s),
+            monitor::parse_since_reply(&nested, &s)
+        );
         let _ = DatabaseSchema::from_json(&j);
         let _ = s.decode_row("T", &j);
         let ops = vec![

@@ -11,9 +11,11 @@
 //! - [`source`]: the objects file (`file` watches it, `objects_text` parses it one item at a
 //!   time, `yaml_items` cuts a YAML List into its items, `item_cache` remembers what each item
 //!   decoded to, `object_decode` types one object) and the Kubernetes watchers (`kube`).
-//! - [`model`]: the model's types (`mod.rs`), validation of each object (`validate`), typed
+//! - [`model`]: the model's types (`mod.rs`), what is kept of each Service and EndpointSlice
+//!   (`kept`: only the fields plans read), validation of each object (`validate`), typed
 //!   problems (`problem`).
-//! - [`plan`]: pure builders (`flows`, `northbound`, `exclude/`), and the one
+//! - [`plan`]: pure builders (`flows`, `northbound`, `exclude/`; `str_map` is the compact map
+//!   a planned row's columns are held in), and the one
 //!   [`plan::planner::Planner`] that keeps the incremental model (`service_index`) and the rows
 //!   per Service (`row_table`) for the agent, the tests and the benchmarks alike.
 //! - [`reconcile`]: per target, a pure core tested in memory
@@ -22,7 +24,7 @@
 //! - [`agent`]: wiring (`mod.rs`), the planner task, the observer (metrics, readiness, Events,
 //!   the typed status document of `status.rs`), the one-shot commands.
 //!
-//! This follows the review's target layout (shared/REVIEW.md, section 4) with three
+//! This follows the review's target layout (shared/REVIEW.md, section 4) with these
 //! differences, each for a reason:
 //! - The one-shot commands (`agent/oneshot.rs`) sit beside the agent, not under `reconcile/`:
 //!   they plan from the whole configuration with the agent's own helpers, then call both
@@ -36,6 +38,8 @@
 //!   flows: a flow is a pure function of its key and the bridge's config, so neither the plan
 //!   nor the applied state holds tens of thousands of match and instruction trees; each flow is
 //!   made again when it is written or compared, which costs less than keeping it.
+//! - The Northbound writer's view of its rows (`Observed`) keeps a digest of each row's
+//!   content, not its columns: the monitor's cache has them, and a diff compares digests.
 
 pub mod agent;
 pub mod config;

@@ -244,7 +244,7 @@ fn tune_malloc() {
     // parameters of the allocator.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
     }
 }

@@ -27,15 +27,19 @@ impl LbDigest {
     where
         M: IntoIterator<Item = P> + Clone,
         P: IntoIterator<Item = (&'a str, &'a str)>,
+        P::IntoIter: Clone,
     {
         let hash = |seed: u8| {
             let mut h = std::collections::hash_map::DefaultHasher::new();
             seed.hash(&mut h);
             name.hash(&mut h);
             for m in maps.clone() {
-                // A marker between maps: pairs cannot move from one map to the next unseen.
-                0xffu8.hash(&mut h);
-                for (k, v) in m {
+                // Each map's length first: with each string ended by a byte UTF-8 never has,
+                // no two different contents give the same input (a marker between maps could
+                // be read as an empty key).
+                let pairs = m.into_iter();
+                pairs.clone().count().hash(&mut h);
+                for (k, v) in pairs {
                     k.hash(&mut h);
                     v.hash(&mut h);
                 }
@@ -311,5 +315,20 @@ mod tests {
             prop_assert_eq!(LbDigest::observed(&ra.name, &lb_columns(&ra)), LbDigest::planned(&ra));
             prop_assert_eq!(LbDigest::planned(&ra) == LbDigest::planned(&rb), a == b);
         }
+    }
+
+    #[test]
+    fn a_pair_cannot_move_between_columns_unseen() {
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = BTreeMap::new;
+        // With a bare marker between maps these two hashed the same input.
+        let a = row_of([m(&[("", "a")]), e(), e(), e()]);
+        let b = row_of([e(), m(&[("a", "")]), e(), e()]);
+        assert_ne!(LbDigest::planned(&a), LbDigest::planned(&b));
     }
 }

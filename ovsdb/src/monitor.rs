@@ -11,7 +11,7 @@ use serde_json::{Value as Json, json};
 
 use crate::schema::{ColumnType, DatabaseSchema, SchemaError};
 use crate::txn::Condition;
-use crate::value::{Atom, Row, Uuid, Value};
+use crate::value::{AtomMap, Row, Uuid, Value, merge};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MonitorError {
@@ -568,31 +568,17 @@ impl Cache {
     }
 }
 
-/// Apply an update2 "modify" diff to a set or map value.
+/// Apply an update2 "modify" diff to a set or map value: a map's keys in the diff are added,
+/// replaced, or removed when the diff repeats their value; a set's elements are toggled.
 pub fn apply_diff(cur: Value, diff: Value) -> Value {
     match (cur, diff) {
-        (Value::Map(mut m), Value::Map(d)) => {
-            for (k, v) in d {
-                match m.get(&k) {
-                    Some(old) if *old == v => {
-                        m.remove(&k);
-                    }
-                    _ => {
-                        m.insert(k, v);
-                    }
-                }
-            }
-            Value::Map(m)
-        }
-        (cur, diff) => {
-            let mut s = cur.to_set();
-            for a in diff.to_set() {
-                if !s.remove(&a) {
-                    s.insert(a);
-                }
-            }
-            Value::Set(s)
-        }
+        (Value::Map(m), Value::Map(d)) => Value::Map(AtomMap::from_sorted(merge(
+            m,
+            d,
+            |a, b| a.0.cmp(&b.0),
+            |old, new| (old.1 != new.1).then_some(new),
+        ))),
+        (cur, diff) => Value::Set(cur.into_set().symmetric_difference(diff.into_set())),
     }
 }
 
@@ -600,34 +586,15 @@ pub fn apply_diff(cur: Value, diff: Value) -> Value {
 /// composite column (see [`ColumnType::is_composite`]).
 pub fn make_diff(old: &Value, new: &Value) -> Value {
     match (old, new) {
-        (Value::Map(o), Value::Map(n)) => {
-            let mut d = BTreeMap::new();
-            for (k, v) in o {
-                match n.get(k) {
-                    None => {
-                        d.insert(k.clone(), v.clone());
-                    }
-                    Some(nv) if nv != v => {
-                        d.insert(k.clone(), nv.clone());
-                    }
-                    _ => {}
-                }
-            }
-            for (k, v) in n {
-                if !o.contains_key(k) {
-                    d.insert(k.clone(), v.clone());
-                }
-            }
-            Value::Map(d)
-        }
-        _ => {
-            let (o, n) = (old.to_set(), new.to_set());
-            Value::Set(
-                o.symmetric_difference(&n)
-                    .cloned()
-                    .collect::<std::collections::BTreeSet<Atom>>(),
-            )
-        }
+        // Keys only in `old` are removed by repeating their value; keys in `new` (not in `old`
+        // or with another value there) carry their new value.
+        (Value::Map(o), Value::Map(n)) => Value::Map(AtomMap::from_sorted(merge(
+            o.as_slice().iter().cloned(),
+            n.as_slice().iter().cloned(),
+            |a, b| a.0.cmp(&b.0),
+            |old, new| (old.1 != new.1).then_some(new),
+        ))),
+        _ => Value::Set(old.to_set().symmetric_difference(new.to_set())),
     }
 }
 

@@ -1,10 +1,10 @@
 //! Database schemas (RFC 7047 §3.2) as returned by `get_schema`, and value checks against them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::Value as Json;
 
-use crate::value::{Atom, Value, ValueError};
+use crate::value::{Atom, AtomSet, Value, ValueError};
 
 /// A schema that does not parse, or a value that does not fit a column.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -73,7 +73,7 @@ impl AtomicType {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BaseType {
     pub atomic: AtomicType,
-    pub enumeration: Option<BTreeSet<Atom>>,
+    pub enumeration: Option<AtomSet>,
     pub min_integer: Option<i64>,
     pub max_integer: Option<i64>,
     pub min_real: Option<f64>,
@@ -272,7 +272,7 @@ impl ColumnType {
     pub fn normalize(&self, v: Value) -> Result<Value, String> {
         if let Some(vt) = &self.value {
             return match v {
-                // Only reals coerce: other maps keep their tree rather than being rebuilt.
+                // Only reals coerce: other maps are kept rather than rebuilt.
                 Value::Map(m)
                     if self.key.atomic != AtomicType::Real && vt.atomic != AtomicType::Real =>
                 {
@@ -290,7 +290,7 @@ impl ColumnType {
         match v {
             Value::Map(_) => Err(format!("expected {:?}, got a map", self.key.atomic)),
             Value::Atom(a) if self.is_scalar() => Ok(Value::Atom(self.key.coerce(a))),
-            Value::Atom(a) => Ok(Value::Set(BTreeSet::from([self.key.coerce(a)]))),
+            Value::Atom(a) => Ok(Value::Set(AtomSet::from([self.key.coerce(a)]))),
             Value::Set(s) if self.is_scalar() => match s.len() {
                 1 => Ok(Value::Atom(
                     self.key

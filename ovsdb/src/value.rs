@@ -1,12 +1,18 @@
 //! OVSDB values (RFC 7047 §5.1): atoms, sets and maps, with their JSON encodings.
 //!
-//! Sets and maps are kept in `BTreeSet`/`BTreeMap` so that equality is order-free and the
-//! monitor cache can apply symmetric differences cheaply. A set of one element is emitted as a
-//! bare atom, as the RFC allows and ovsdb-server does.
+//! Sets and maps are sorted by atom ([`AtomSet`], [`AtomMap`]) so that equality is order-free
+//! and the monitor cache can apply symmetric differences in one pass. A set of one element is
+//! emitted as a bare atom, as the RFC allows and ovsdb-server does.
+
+mod set;
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::{Hash, Hasher};
+
+pub(crate) use set::merge;
+pub use set::{AtomMap, AtomSet};
 
 use serde_json::{Value as Json, json};
 pub use uuid::Uuid;
@@ -70,6 +76,14 @@ impl Atom {
         }
     }
 
+    /// How this atom orders against the string atom `s`, without making one of it.
+    pub(crate) fn cmp_str(&self, s: &str) -> Ordering {
+        match self {
+            Atom::String(a) => a.as_str().cmp(s),
+            _ => self.rank().cmp(&Atom::String(String::new()).rank()),
+        }
+    }
+
     pub fn as_uuid(&self) -> Option<Uuid> {
         match self {
             Atom::Uuid(u) => Some(*u),
@@ -125,7 +139,7 @@ impl Atom {
     }
 }
 
-// Total order so atoms can live in BTreeSet/BTreeMap; reals use IEEE total order.
+// Total order so atoms can be sorted in sets and maps; reals use IEEE total order.
 impl Ord for Atom {
     fn cmp(&self, other: &Self) -> Ordering {
         match (self, other) {
@@ -153,6 +167,20 @@ impl PartialEq for Atom {
 }
 
 impl Eq for Atom {}
+
+// Equal atoms hash alike: reals compare by their bits' total order, so hash their bits.
+impl Hash for Atom {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.rank().hash(h);
+        match self {
+            Atom::Integer(i) => i.hash(h),
+            Atom::Real(r) => r.to_bits().hash(h),
+            Atom::Boolean(b) => b.hash(h),
+            Atom::String(s) | Atom::NamedUuid(s) => s.hash(h),
+            Atom::Uuid(u) => u.hash(h),
+        }
+    }
+}
 
 impl fmt::Display for Atom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -202,20 +230,20 @@ impl From<Uuid> for Atom {
 ///
 /// Without a schema a bare atom on the wire may be a one-element set; [`Value::normalize`]
 /// (from the schema module) turns decoded values into the column's canonical shape.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Value {
     Atom(Atom),
-    Set(BTreeSet<Atom>),
-    Map(BTreeMap<Atom, Atom>),
+    Set(AtomSet),
+    Map(AtomMap),
 }
 
 impl Value {
     pub fn empty_set() -> Value {
-        Value::Set(BTreeSet::new())
+        Value::Set(AtomSet::new())
     }
 
     pub fn empty_map() -> Value {
-        Value::Map(BTreeMap::new())
+        Value::Map(AtomMap::new())
     }
 
     pub fn set<I: IntoIterator<Item = A>, A: Into<Atom>>(items: I) -> Value {
@@ -239,7 +267,7 @@ impl Value {
     pub fn as_atom(&self) -> Option<&Atom> {
         match self {
             Value::Atom(a) => Some(a),
-            Value::Set(s) if s.len() == 1 => s.iter().next(),
+            Value::Set(s) if s.len() == 1 => s.first(),
             _ => None,
         }
     }
@@ -248,28 +276,35 @@ impl Value {
         self.as_atom().and_then(Atom::as_str)
     }
 
-    pub fn as_map(&self) -> Option<&BTreeMap<Atom, Atom>> {
+    pub fn as_map(&self) -> Option<&AtomMap> {
         match self {
             Value::Map(m) => Some(m),
             _ => None,
         }
     }
 
-    /// Elements of a set (or the single atom) as a set.
-    pub fn to_set(&self) -> BTreeSet<Atom> {
+    /// Elements of a set (or the single atom) as a set; a map gives the empty set.
+    pub fn to_set(&self) -> AtomSet {
         match self {
-            Value::Atom(a) => BTreeSet::from([a.clone()]),
+            Value::Atom(a) => AtomSet::from([a.clone()]),
             Value::Set(s) => s.clone(),
-            Value::Map(_) => BTreeSet::new(),
+            Value::Map(_) => AtomSet::new(),
+        }
+    }
+
+    /// [`Value::to_set`] without copying.
+    pub fn into_set(self) -> AtomSet {
+        match self {
+            Value::Atom(a) => AtomSet::from([a]),
+            Value::Set(s) => s,
+            Value::Map(_) => AtomSet::new(),
         }
     }
 
     pub fn to_json(&self) -> Json {
         match self {
             Value::Atom(a) => a.to_json(),
-            Value::Set(s) if s.len() == 1 => {
-                s.iter().next().map(Atom::to_json).unwrap_or(Json::Null)
-            }
+            Value::Set(s) if s.len() == 1 => s.first().map(Atom::to_json).unwrap_or(Json::Null),
             Value::Set(s) => json!(["set", s.iter().map(Atom::to_json).collect::<Vec<_>>()]),
             Value::Map(m) => json!([
                 "map",
@@ -291,15 +326,13 @@ impl Value {
                     return Ok(Value::Set(set));
                 }
                 [Json::String(tag), Json::Array(pairs)] if tag == "map" => {
-                    let mut map = BTreeMap::new();
-                    for p in pairs {
-                        match p.as_array().map(Vec::as_slice) {
-                            Some([k, v]) => {
-                                map.insert(Atom::from_json(k)?, Atom::from_json(v)?);
-                            }
-                            _ => return Err(ValueError::new("map pair must be [key, value]", p)),
-                        }
-                    }
+                    let map = pairs
+                        .iter()
+                        .map(|p| match p.as_array().map(Vec::as_slice) {
+                            Some([k, v]) => Ok((Atom::from_json(k)?, Atom::from_json(v)?)),
+                            _ => Err(ValueError::new("map pair must be [key, value]", p)),
+                        })
+                        .collect::<Result<_, _>>()?;
                     return Ok(Value::Map(map));
                 }
                 _ => {}
@@ -333,7 +366,7 @@ impl serde::Serialize for Atom {
     }
 }
 
-struct Pairs<'a>(&'a BTreeMap<Atom, Atom>);
+struct Pairs<'a>(&'a AtomMap);
 
 impl serde::Serialize for Pairs<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -345,7 +378,7 @@ impl serde::Serialize for Value {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Value::Atom(a) => a.serialize(s),
-            Value::Set(set) if set.len() == 1 => match set.iter().next() {
+            Value::Set(set) if set.len() == 1 => match set.first() {
                 Some(a) => a.serialize(s),
                 None => s.serialize_unit(),
             },

@@ -43,8 +43,8 @@ fn typed_value() -> impl Strategy<Value = (ColumnType, Value)> {
         let val: BoxedStrategy<Value> = match shape {
             0 => atom_of(k).prop_map(Value::Atom).boxed(),
             1 => proptest::option::of(atom_of(k)).prop_map(|a| Value::Set(a.into_iter().collect())).boxed(),
-            2 => proptest::collection::btree_set(atom_of(k), 0..6).prop_map(Value::Set).boxed(),
-            _ => proptest::collection::btree_map(atom_of(k), atom_of(v), 0..6).prop_map(Value::Map).boxed(),
+            2 => proptest::collection::btree_set(atom_of(k), 0..6).prop_map(|s| Value::Set(s.into())).boxed(),
+            _ => proptest::collection::btree_map(atom_of(k), atom_of(v), 0..6).prop_map(|m| Value::Map(m.into())).boxed(),
         };
         (Just(ty), val)
     })

@@ -330,7 +330,7 @@ fn resolve(schema: &DatabaseSchema, spec: &MonitorSpec) -> MonitorSpec {
     for (t, sel) in out.tables.iter_mut() {
         let Ok(ts) = schema.table(t) else { continue };
         sel.columns = Some(match sel.columns.take() {
-            None => ts.columns.keys().cloned().collect(),
+            None => ts.columns.keys().map(|c| c.to_string()).collect(),
             Some(cols) => cols.into_iter().filter(|c| ts.column(c).is_ok()).collect(),
         });
     }
@@ -394,8 +394,8 @@ impl Cache {
             .map(|r| r.as_ref())
     }
 
-    /// Monitored columns of `table` with their types.
-    fn columns(&self, table: &str) -> Result<Vec<(String, ColumnType)>, MonitorError> {
+    /// Monitored columns of `table` with their (shared) names and types.
+    fn columns(&self, table: &str) -> Result<Vec<(Arc<str>, ColumnType)>, MonitorError> {
         let sel = self
             .spec
             .tables
@@ -407,24 +407,30 @@ impl Cache {
         Ok(match &sel.columns {
             Some(cols) => cols
                 .iter()
-                .map(|c| Ok((c.clone(), ts.column(c)?.clone())))
+                .map(|c| {
+                    let (name, ty) = ts.column_named(c)?;
+                    Ok((Arc::clone(name), ty.clone()))
+                })
                 .collect::<Result<_, SchemaError>>()?,
             None => ts
                 .columns
                 .iter()
-                .map(|(k, c)| (k.clone(), c.ty.clone()))
+                .map(|(k, c)| (Arc::clone(k), c.ty.clone()))
                 .collect(),
         })
     }
 
     /// A full row: the server omits columns that hold their default value.
-    fn complete(cols: &[(String, ColumnType)], mut row: Row) -> Row {
-        for (col, ty) in cols {
-            if !row.contains_key(col) {
-                row.insert(col.clone(), ty.default_value());
-            }
+    fn complete(cols: &[(Arc<str>, ColumnType)], row: Row) -> Row {
+        let missing = |(c, _): &&(Arc<str>, ColumnType)| !row.contains_key(c);
+        if !cols.iter().any(|c| missing(&c)) {
+            return row;
         }
-        row
+        let defaults: Vec<_> = (cols.iter().filter(missing))
+            .map(|(c, ty)| (Arc::clone(c), ty.default_value()))
+            .collect();
+        // Made anew in one piece: inserting one column at a time would reallocate each time.
+        row.into_iter().chain(defaults).collect()
     }
 
     /// Apply one notification or initial reply; returns the resulting events.
@@ -434,7 +440,7 @@ impl Cache {
             // Looked up once per table, not per row: a bulk insert brings thousands.
             let col_list = self.columns(&table)?;
             let cols: BTreeMap<&str, &ColumnType> =
-                col_list.iter().map(|(c, t)| (c.as_str(), t)).collect();
+                col_list.iter().map(|(c, t)| (&**c, t)).collect();
             let t = self.tables.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {
@@ -479,12 +485,16 @@ impl Cache {
                         for (col, d) in diff {
                             // Only maps and sets that may hold more than one element carry
                             // a diff; other columns carry their new value.
-                            let ty = cols.get(col.as_str());
+                            let ty = cols.get(&*col);
                             let scalar = ty.is_none_or(|t| !t.is_composite());
-                            let cur = row.remove(&col).unwrap_or_else(|| {
-                                ty.map(|t| t.default_value()).unwrap_or(Value::empty_set())
-                            });
-                            row.insert(col, if scalar { d } else { apply_diff(cur, d) });
+                            let new = |cur| if scalar { d } else { apply_diff(cur, d) };
+                            match row.get_mut(&col) {
+                                Some(v) => *v = new(std::mem::replace(v, Value::empty_set())),
+                                None => {
+                                    let cur = ty.map_or(Value::empty_set(), |t| t.default_value());
+                                    row.insert(col, new(cur));
+                                }
+                            }
                         }
                         let new = Arc::new(row);
                         *entry = Arc::clone(&new);

@@ -1,10 +1,11 @@
 //! Database schemas (RFC 7047 §3.2) as returned by `get_schema`, and value checks against them.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value as Json;
 
-use crate::value::{Atom, AtomSet, Value, ValueError};
+use crate::value::{Atom, AtomSet, Row, Value, ValueError};
 
 /// A schema that does not parse, or a value that does not fit a column.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -380,7 +381,8 @@ pub struct ColumnSchema {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableSchema {
     pub name: String,
-    pub columns: BTreeMap<String, ColumnSchema>,
+    /// By name; rows decoded with this schema share these names.
+    pub columns: BTreeMap<Arc<str>, ColumnSchema>,
     pub max_rows: Option<u64>,
     pub is_root: bool,
     pub indexes: Vec<Vec<String>>,
@@ -400,9 +402,28 @@ impl TableSchema {
                 column: name.to_owned(),
             })
     }
+
+    /// [`TableSchema::column`] with the column's shared name, for rows to hold.
+    pub fn column_named(&self, name: &str) -> Result<(&Arc<str>, &ColumnType), SchemaError> {
+        match name {
+            "_uuid" => return Ok((&UUID_NAME, &UUID_COLUMN.ty)),
+            "_version" => return Ok((&VERSION_NAME, &UUID_COLUMN.ty)),
+            _ => {}
+        }
+        self.columns
+            .get_key_value(name)
+            .map(|(k, c)| (k, &c.ty))
+            .ok_or_else(|| SchemaError::UnknownColumn {
+                table: self.name.clone(),
+                column: name.to_owned(),
+            })
+    }
 }
 
-static UUID_COLUMN: std::sync::LazyLock<ColumnSchema> = std::sync::LazyLock::new(|| ColumnSchema {
+static UUID_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("_uuid"));
+static VERSION_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from("_version"));
+
+static UUID_COLUMN: LazyLock<ColumnSchema> = LazyLock::new(|| ColumnSchema {
     ty: ColumnType {
         key: BaseType::simple(AtomicType::Uuid),
         value: None,
@@ -449,7 +470,7 @@ impl DatabaseSchema {
                 let path = format!("{tname}.{cname}");
                 let ty = ColumnType::parse(c.get("type").unwrap_or(&Json::Null), &path)?;
                 columns.insert(
-                    cname.clone(),
+                    Arc::from(cname.as_str()),
                     ColumnSchema {
                         ty,
                         ephemeral: c.get("ephemeral").and_then(Json::as_bool).unwrap_or(false),
@@ -498,15 +519,15 @@ impl DatabaseSchema {
     }
 
     /// Decode a row from JSON into canonical shapes using the table's column types.
-    pub fn decode_row(&self, table: &str, j: &Json) -> Result<crate::value::Row, SchemaError> {
+    pub fn decode_row(&self, table: &str, j: &Json) -> Result<Row, SchemaError> {
         let t = self.table(table)?;
         let obj = j.as_object().ok_or_else(|| SchemaError::BadOperation {
             table: table.to_owned(),
             reason: "row must be a JSON object".into(),
         })?;
-        let mut row = BTreeMap::new();
+        let mut row = Vec::with_capacity(obj.len());
         for (col, v) in obj {
-            let ty = t.column(col)?;
+            let (name, ty) = t.column_named(col)?;
             let bad = |reason: String| SchemaError::BadValue {
                 table: table.to_owned(),
                 column: col.clone(),
@@ -516,9 +537,9 @@ impl DatabaseSchema {
             let val = Value::from_json(v).map_err(|e| bad(e.reason.to_owned()))?;
             let val = ty.normalize(val).map_err(bad)?;
             ty.check_elements(&val).map_err(bad)?;
-            row.insert(col.clone(), val);
+            row.push((Arc::clone(name), val));
         }
-        Ok(row)
+        Ok(row.into_iter().collect())
     }
 }
 

@@ -347,14 +347,14 @@ fn check_row(t: &TableSchema, row: &Row, update: bool) -> Result<(), SchemaError
         if col.starts_with('_') {
             return Err(SchemaError::Immutable {
                 table: t.name.clone(),
-                column: col.clone(),
+                column: col.to_owned(),
             });
         }
         let ty = t.column(col)?;
         if update && t.columns.get(col).is_some_and(|c| !c.mutable) {
             return Err(SchemaError::Immutable {
                 table: t.name.clone(),
-                column: col.clone(),
+                column: col.to_owned(),
             });
         }
         ty.check(v).map_err(|r| bad(t, col, v, r))?;
@@ -395,7 +395,7 @@ fn check_conditions(t: &TableSchema, conds: &[Condition]) -> Result<(), SchemaEr
 
 fn check_mutation(t: &TableSchema, m: &Mutation) -> Result<(), SchemaError> {
     let ty = t.column(&m.column)?;
-    if m.column.starts_with('_') || t.columns.get(&m.column).is_some_and(|c| !c.mutable) {
+    if m.column.starts_with('_') || t.columns.get(m.column.as_str()).is_some_and(|c| !c.mutable) {
         return Err(SchemaError::Immutable {
             table: t.name.clone(),
             column: m.column.clone(),
@@ -605,7 +605,6 @@ impl Transaction {
             let values = row
                 .into_iter()
                 .flatten()
-                .map(|(c, v)| (c.as_str(), v))
                 .chain(mutations.iter().map(|m| (m.column.as_str(), &m.value)));
             for (col, v) in values {
                 let check = |a: &Atom| match a {
@@ -948,7 +947,7 @@ mod tests {
     #[test]
     fn builds_and_decodes() {
         let mut t = Transaction::new("DB");
-        let lb = t.insert("LB", Row::from([("name".into(), Value::from("a"))]));
+        let lb = t.insert("LB", Row::from([("name", Value::from("a"))]));
         t.mutate(
             "LS",
             vec![Condition::eq("name", "sw")],

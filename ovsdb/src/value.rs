@@ -4,13 +4,14 @@
 //! and the monitor cache can apply symmetric differences in one pass. A set of one element is
 //! emitted as a bare atom, as the RFC allows and ovsdb-server does.
 
+mod row;
 mod set;
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+pub use row::Row;
 pub(crate) use set::merge;
 pub use set::{AtomMap, AtomSet};
 
@@ -394,21 +395,22 @@ impl fmt::Display for Value {
     }
 }
 
-/// A row: column name to value.
-pub type Row = BTreeMap<String, Value>;
-
 /// Decode a JSON object of column values (as in a `<row>`).
 pub fn row_from_json(j: &Json) -> Result<Row, ValueError> {
     let obj = j
         .as_object()
         .ok_or_else(|| ValueError::new("row must be an object", j))?;
     obj.iter()
-        .map(|(k, v)| Ok((k.clone(), Value::from_json(v)?)))
+        .map(|(k, v)| Ok((k.as_str(), Value::from_json(v)?)))
         .collect()
 }
 
 pub fn row_to_json(row: &Row) -> Json {
-    Json::Object(row.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+    Json::Object(
+        row.iter()
+            .map(|(k, v)| (k.to_owned(), v.to_json()))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

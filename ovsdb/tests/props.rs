@@ -78,16 +78,13 @@ fn row_strategy() -> impl Strategy<Value = Row> {
     )
         .prop_map(|(name, n, r, opt, tags, ids, refs)| {
             let mut row = Row::new();
-            row.insert("name".into(), Value::from(name));
-            row.insert("n".into(), Value::from(n));
-            row.insert("r".into(), Value::from(r));
-            row.insert("opt".into(), Value::set(opt));
-            row.insert("tags".into(), Value::set(tags));
-            row.insert("ids".into(), Value::map(ids));
-            row.insert(
-                "refs".into(),
-                Value::set(refs.into_iter().map(Uuid::from_u128)),
-            );
+            row.insert("name", Value::from(name));
+            row.insert("n", Value::from(n));
+            row.insert("r", Value::from(r));
+            row.insert("opt", Value::set(opt));
+            row.insert("tags", Value::set(tags));
+            row.insert("ids", Value::map(ids));
+            row.insert("refs", Value::set(refs.into_iter().map(Uuid::from_u128)));
             row
         })
 }
@@ -98,7 +95,7 @@ fn initial_json(schema: &DatabaseSchema, row: &Row) -> Json {
     let mut o = serde_json::Map::new();
     for (k, v) in row {
         if *v != t.column(k).unwrap().default_value() {
-            o.insert(k.clone(), v.to_json());
+            o.insert(k.to_owned(), v.to_json());
         }
     }
     Json::Object(o)
@@ -117,7 +114,7 @@ fn modify_json(schema: &DatabaseSchema, old: &Row, new: &Row) -> Json {
             } else {
                 nv.clone()
             };
-            o.insert(k.clone(), d.to_json());
+            o.insert(k.to_owned(), d.to_json());
         }
     }
     Json::Object(o)

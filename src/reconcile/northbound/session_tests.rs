@@ -89,7 +89,7 @@ fn a_first_sync_repairs_deletes_and_inserts_only_what_is_ours() {
     let d = plan();
     let web = row_of(&d, "shop", "web");
     let mut wrong = insert_columns(web);
-    wrong.insert("vips".into(), Value::map([("192.0.2.10:80", "10.9.9.9:1")]));
+    wrong.insert("vips", Value::map([("192.0.2.10:80", "10.9.9.9:1")]));
     let mut gone = web.clone();
     gone.external_ids.insert(OWNER_KEY, "shop/gone");
     gone.name = "vipflow/shop/gone/tcp".into();

@@ -14,10 +14,24 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// The annotations vipflow reads all start with this.
 const KEPT_ANNOTATIONS: &str = "vipflow.io/";
+
+/// Text that nearly always is one of a few values (a protocol, a Service type, a policy): a
+/// known value is kept as a static string, not one more small allocation per object.
+pub type Word = Option<Cow<'static, str>>;
+
+fn word(s: Option<String>, known: &[&'static str]) -> Word {
+    s.map(|s| match known.iter().find(|k| **k == s) {
+        Some(k) => Cow::Borrowed(*k),
+        None => Cow::Owned(s),
+    })
+}
+
+const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
 
 /// `v` mapped into a new vector of exactly its length. Collecting `into_iter().map(..)` would
 /// reuse `v`'s buffer, sized for the larger Kubernetes type, for as long as the object lives.
@@ -64,20 +78,20 @@ pub struct KeptService {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptServiceSpec {
-    pub type_: Option<String>,
+    pub type_: Word,
     pub external_ips: Option<Vec<String>>,
     pub load_balancer_class: Option<String>,
     pub ports: Option<Vec<KeptServicePort>>,
     pub cluster_ip: Option<String>,
     pub cluster_ips: Option<Vec<String>>,
-    pub external_traffic_policy: Option<String>,
+    pub external_traffic_policy: Word,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptServicePort {
     pub name: Option<String>,
     pub port: i32,
-    pub protocol: Option<String>,
+    pub protocol: Word,
     pub target_port: Option<IntOrString>,
 }
 
@@ -94,7 +108,7 @@ pub struct KeptLoadBalancerStatus {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptIngress {
     pub ip: Option<String>,
-    pub ip_mode: Option<String>,
+    pub ip_mode: Word,
 }
 
 impl From<core::Service> for KeptService {
@@ -102,27 +116,30 @@ impl From<core::Service> for KeptService {
         KeptService {
             metadata: s.metadata.into(),
             spec: s.spec.map(|sp| KeptServiceSpec {
-                type_: sp.type_,
+                type_: word(
+                    sp.type_,
+                    &["LoadBalancer", "ClusterIP", "NodePort", "ExternalName"],
+                ),
                 external_ips: sp.external_ips,
                 load_balancer_class: sp.load_balancer_class,
                 ports: sp.ports.map(|ps| {
                     remade(ps, |p| KeptServicePort {
                         name: p.name,
                         port: p.port,
-                        protocol: p.protocol,
+                        protocol: word(p.protocol, PROTOCOLS),
                         target_port: p.target_port,
                     })
                 }),
                 cluster_ip: sp.cluster_ip,
                 cluster_ips: sp.cluster_ips,
-                external_traffic_policy: sp.external_traffic_policy,
+                external_traffic_policy: word(sp.external_traffic_policy, &["Cluster", "Local"]),
             }),
             status: s.status.map(|st| KeptServiceStatus {
                 load_balancer: st.load_balancer.map(|lb| KeptLoadBalancerStatus {
                     ingress: lb.ingress.map(|is| {
                         remade(is, |i| KeptIngress {
                             ip: i.ip,
-                            ip_mode: i.ip_mode,
+                            ip_mode: word(i.ip_mode, &["VIP", "Proxy"]),
                         })
                     }),
                 }),
@@ -153,7 +170,7 @@ pub struct KeptEndpoint {
 pub struct KeptSlicePort {
     pub name: Option<String>,
     pub port: Option<i32>,
-    pub protocol: Option<String>,
+    pub protocol: Word,
 }
 
 impl From<discovery::EndpointSlice> for KeptSlice {
@@ -175,7 +192,7 @@ impl From<discovery::EndpointSlice> for KeptSlice {
                 remade(ps, |p| KeptSlicePort {
                     name: p.name,
                     port: p.port,
-                    protocol: p.protocol,
+                    protocol: word(p.protocol, PROTOCOLS),
                 })
             }),
         }

@@ -64,7 +64,7 @@ impl AtomicType {
             AtomicType::Integer => Atom::Integer(0),
             AtomicType::Real => Atom::Real(0.0),
             AtomicType::Boolean => Atom::Boolean(false),
-            AtomicType::String => Atom::String(String::new()),
+            AtomicType::String => Atom::String(Box::default()),
             AtomicType::Uuid => Atom::Uuid(uuid::Uuid::nil()),
         }
     }

@@ -475,7 +475,7 @@ impl Transaction {
             uuid_name: Some(name.clone()),
             uuid: None,
         });
-        Atom::NamedUuid(name)
+        Atom::NamedUuid(name.into())
     }
 
     pub fn select(
@@ -608,7 +608,7 @@ impl Transaction {
                 .chain(mutations.iter().map(|m| (m.column.as_str(), &m.value)));
             for (col, v) in values {
                 let check = |a: &Atom| match a {
-                    Atom::NamedUuid(n) if !defined.contains(n.as_str()) => Err((
+                    Atom::NamedUuid(n) if !defined.contains(&**n) => Err((
                         i,
                         SchemaError::BadValue {
                             table: op.table().unwrap_or_default().to_owned(),

@@ -43,20 +43,23 @@ impl ValueError {
 }
 
 /// One OVSDB atom.
+///
+/// Texts are boxed `str`s, not `String`s: 8 bytes less for every atom, set element and map
+/// pair a cache holds.
 #[derive(Debug, Clone)]
 pub enum Atom {
     Integer(i64),
     Real(f64),
     Boolean(bool),
-    String(String),
+    String(Box<str>),
     Uuid(Uuid),
     /// `["named-uuid", name]`: a row inserted earlier in the same transaction.
-    NamedUuid(String),
+    NamedUuid(Box<str>),
 }
 
 impl Atom {
     pub fn string(s: impl Into<String>) -> Atom {
-        Atom::String(s.into())
+        Atom::String(s.into().into_boxed_str())
     }
 
     fn rank(&self) -> u8 {
@@ -80,8 +83,8 @@ impl Atom {
     /// How this atom orders against the string atom `s`, without making one of it.
     pub(crate) fn cmp_str(&self, s: &str) -> Ordering {
         match self {
-            Atom::String(a) => a.as_str().cmp(s),
-            _ => self.rank().cmp(&Atom::String(String::new()).rank()),
+            Atom::String(a) => (**a).cmp(s),
+            _ => self.rank().cmp(&Atom::String(Box::default()).rank()),
         }
     }
 
@@ -116,7 +119,7 @@ impl Atom {
     pub fn from_json(j: &Json) -> Result<Atom, ValueError> {
         match j {
             Json::Bool(b) => Ok(Atom::Boolean(*b)),
-            Json::String(s) => Ok(Atom::String(s.clone())),
+            Json::String(s) => Ok(Atom::string(s.as_str())),
             Json::Number(n) => {
                 if let Some(i) = n.as_i64() {
                     Ok(Atom::Integer(i))
@@ -131,7 +134,7 @@ impl Atom {
                     .map(Atom::Uuid)
                     .map_err(|_| ValueError::new("malformed uuid", j)),
                 [Json::String(tag), Json::String(s)] if tag == "named-uuid" => {
-                    Ok(Atom::NamedUuid(s.clone()))
+                    Ok(Atom::NamedUuid(s.as_str().into()))
                 }
                 _ => Err(ValueError::new("expected an atom", j)),
             },
@@ -198,12 +201,12 @@ impl fmt::Display for Atom {
 
 impl From<&str> for Atom {
     fn from(s: &str) -> Atom {
-        Atom::String(s.to_owned())
+        Atom::String(s.into())
     }
 }
 impl From<String> for Atom {
     fn from(s: String) -> Atom {
-        Atom::String(s)
+        Atom::String(s.into_boxed_str())
     }
 }
 impl From<i64> for Atom {

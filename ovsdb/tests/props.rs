@@ -21,7 +21,7 @@ fn atom_of(kind: u8) -> BoxedStrategy<Atom> {
             .prop_map(|i| Atom::Real(f64::from(i) / 4.0))
             .boxed(),
         2 => any::<bool>().prop_map(Atom::Boolean).boxed(),
-        3 => ".{0,12}".prop_map(Atom::String).boxed(),
+        3 => ".{0,12}".prop_map(Atom::string).boxed(),
         _ => any::<u128>()
             .prop_map(|u| Atom::Uuid(Uuid::from_u128(u)))
             .boxed(),

@@ -872,12 +872,19 @@ fn apply_notification(
     schema: &DatabaseSchema,
     cache: &Mutex<Cache>,
 ) -> Result<Vec<Event>, MonitorError> {
-    let params: Json = serde_json::from_slice(&n.params).map_err(|e| MonitorError::Malformed {
-        reason: "params are not JSON",
-        excerpt: e.to_string(),
-    })?;
-    let u = monitor::parse_notification(&n.method, &params, schema)?;
-    drop(params);
+    let u = match std::str::from_utf8(&n.params) {
+        // Decoded from the text: a bulk transaction's update is never one JSON tree.
+        Ok(text) => monitor::parse_notification_text(&n.method, text, schema)?,
+        // Not text, so not JSON either: serde_json's error says where.
+        Err(_) => {
+            let params: Json =
+                serde_json::from_slice(&n.params).map_err(|e| MonitorError::Malformed {
+                    reason: "params are not JSON",
+                    excerpt: e.to_string(),
+                })?;
+            monitor::parse_notification(&n.method, &params, schema)?
+        }
+    };
     let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());
     let events = c.apply(u.updates)?;
     if u.last_txn_id.is_some() {

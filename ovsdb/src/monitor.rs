@@ -6,12 +6,20 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::value::RawValue;
 use serde_json::{Value as Json, json};
 
 use crate::schema::{ColumnType, DatabaseSchema, SchemaError};
 use crate::txn::Condition;
 use crate::value::{AtomMap, Row, Uuid, Value, merge};
+
+mod seed;
+mod wire;
+
+pub use wire::{
+    RowUpdate, TableUpdates, Update, parse_notification, parse_notification_text,
+    parse_since_reply, parse_since_reply_text, parse_table_updates2, parse_table_updates2_text,
+    utf8,
+};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MonitorError {
@@ -106,185 +114,6 @@ impl MonitorSpec {
             o.insert(t.clone(), json!([Json::Object(r)]));
         }
         Json::Object(o)
-    }
-}
-
-/// One row's change in an `update2` (`<row-update2>`), values already schema-shaped.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RowUpdate {
-    Initial(Row),
-    Insert(Row),
-    Delete,
-    /// Only changed columns: sets hold the elements to toggle, maps the changed keys.
-    Modify(Row),
-}
-
-pub type TableUpdates = BTreeMap<String, BTreeMap<Uuid, RowUpdate>>;
-
-/// Decode `<table-updates2>` using the schema to shape values.
-pub fn parse_table_updates2(
-    j: &Json,
-    schema: &DatabaseSchema,
-) -> Result<TableUpdates, MonitorError> {
-    let tables = j
-        .as_object()
-        .ok_or_else(|| malformed("table-updates2 is not an object", j))?;
-    let mut out = BTreeMap::new();
-    for (table, rows) in tables {
-        schema.table(table)?;
-        let rows = rows
-            .as_object()
-            .ok_or_else(|| malformed("table-update2 is not an object", rows))?;
-        let mut t = BTreeMap::new();
-        for (uuid, upd) in rows {
-            let (uuid, ru) = row_update2(schema, table, uuid, upd)?;
-            t.insert(uuid, ru);
-        }
-        out.insert(table.clone(), t);
-    }
-    Ok(out)
-}
-
-/// One `<row-update2>` of `table`.
-fn row_update2(
-    schema: &DatabaseSchema,
-    table: &str,
-    uuid: &str,
-    upd: &Json,
-) -> Result<(Uuid, RowUpdate), MonitorError> {
-    let uuid =
-        Uuid::parse_str(uuid).map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
-    let o = upd
-        .as_object()
-        .ok_or_else(|| malformed("row-update2 is not an object", upd))?;
-    let (kind, body) = match o.iter().next() {
-        Some(kv) if o.len() == 1 => kv,
-        _ => return Err(malformed("row-update2 must have exactly one member", upd)),
-    };
-    let ru = match kind.as_str() {
-        "initial" => RowUpdate::Initial(schema.decode_row(table, body)?),
-        "insert" => RowUpdate::Insert(schema.decode_row(table, body)?),
-        "modify" => RowUpdate::Modify(schema.decode_row(table, body)?),
-        "delete" => RowUpdate::Delete,
-        _ => return Err(malformed("unknown row-update2 member", upd)),
-    };
-    Ok((uuid, ru))
-}
-
-/// Tables of rows, each row still serialized: the shape `<table-updates2>` must have.
-type RawUpdates<'a> = BTreeMap<String, BTreeMap<String, &'a RawValue>>;
-
-/// [`parse_table_updates2`] from the text of `<table-updates2>`, one row at a time: a snapshot
-/// of tens of thousands of rows is never held as one JSON tree. Text of another shape is read
-/// as a tree after all, for the same error as [`parse_table_updates2`] gives.
-pub fn parse_table_updates2_text(
-    text: &str,
-    schema: &DatabaseSchema,
-) -> Result<TableUpdates, MonitorError> {
-    let Ok(tables) = serde_json::from_str::<RawUpdates>(text) else {
-        return parse_table_updates2(&tree(text)?, schema);
-    };
-    let mut out = BTreeMap::new();
-    for (table, rows) in tables {
-        schema.table(&table)?;
-        let mut t = BTreeMap::new();
-        for (uuid, upd) in rows {
-            let (uuid, ru) = row_update2(schema, &table, &uuid, &tree(upd.get())?)?;
-            t.insert(uuid, ru);
-        }
-        out.insert(table, t);
-    }
-    Ok(out)
-}
-
-/// A result's bytes as text. The reader checked they are JSON, so UTF-8.
-pub fn utf8(bytes: &[u8]) -> Result<&str, MonitorError> {
-    std::str::from_utf8(bytes).map_err(|e| MonitorError::Malformed {
-        reason: "not UTF-8",
-        excerpt: e.to_string(),
-    })
-}
-
-/// Text the reader already checked is JSON, as a tree.
-fn tree(text: &str) -> Result<Json, MonitorError> {
-    serde_json::from_str(text).map_err(|e| MonitorError::Malformed {
-        reason: "unreadable JSON",
-        excerpt: e.to_string(),
-    })
-}
-
-/// A decoded monitor notification.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Update {
-    pub monitor_id: Json,
-    /// Present in `update3` (monitor_cond_since): the transaction these changes belong to.
-    pub last_txn_id: Option<Uuid>,
-    pub updates: TableUpdates,
-}
-
-/// Decode the params of an `update2` or `update3` notification.
-pub fn parse_notification(
-    method: &str,
-    params: &Json,
-    schema: &DatabaseSchema,
-) -> Result<Update, MonitorError> {
-    let p = params
-        .as_array()
-        .ok_or_else(|| malformed("params is not an array", params))?;
-    match (method, p.as_slice()) {
-        ("update2", [id, u]) => Ok(Update {
-            monitor_id: id.clone(),
-            last_txn_id: None,
-            updates: parse_table_updates2(u, schema)?,
-        }),
-        ("update3", [id, txn, u]) => {
-            let txn = txn
-                .as_str()
-                .and_then(|s| Uuid::parse_str(s).ok())
-                .ok_or_else(|| malformed("last-txn-id is not a uuid", txn))?;
-            Ok(Update {
-                monitor_id: id.clone(),
-                last_txn_id: Some(txn),
-                updates: parse_table_updates2(u, schema)?,
-            })
-        }
-        _ => Err(malformed("not an update2/update3 notification", params)),
-    }
-}
-
-/// Reply of `monitor_cond_since`: `[found, last-txn-id, table-updates2]`.
-pub fn parse_since_reply(
-    j: &Json,
-    schema: &DatabaseSchema,
-) -> Result<(bool, Uuid, TableUpdates), MonitorError> {
-    match j.as_array().map(Vec::as_slice) {
-        Some([Json::Bool(found), Json::String(txn), u]) => {
-            let txn =
-                Uuid::parse_str(txn).map_err(|_| malformed("last-txn-id is not a uuid", j))?;
-            Ok((*found, txn, parse_table_updates2(u, schema)?))
-        }
-        _ => Err(malformed(
-            "monitor_cond_since reply is not [found, txn, updates]",
-            j,
-        )),
-    }
-}
-
-/// [`parse_since_reply`] from the reply's text, its rows decoded one at a time
-/// ([`parse_table_updates2_text`]).
-pub fn parse_since_reply_text(
-    text: &str,
-    schema: &DatabaseSchema,
-) -> Result<(bool, Uuid, TableUpdates), MonitorError> {
-    let parsed = serde_json::from_str::<(bool, String, &RawValue)>(text);
-    match parsed.map(|(found, txn, u)| (found, Uuid::parse_str(&txn), u)) {
-        Ok((found, Ok(txn), updates)) => Ok((
-            found,
-            txn,
-            parse_table_updates2_text(updates.get(), schema)?,
-        )),
-        // Not the shape it must have: read as a tree, for the error a tree gives.
-        _ => parse_since_reply(&tree(text)?, schema),
     }
 }
 

@@ -210,6 +210,8 @@ proptest! {
         let params = json!(["m1", txn.to_string(), {"T": upd}]);
         let u = monitor::parse_notification("update3", &params, &s).unwrap();
         prop_assert_eq!(u.last_txn_id, Some(txn));
+        // From its text, straight to atoms: the same update.
+        prop_assert_eq!(monitor::parse_notification_text("update3", &params.to_string(), &s), Ok(u.clone()));
         cache.apply(u.updates).unwrap();
         for (u, (_, b, delete)) in uuids.iter().zip(&rows) {
             if *delete {
@@ -274,6 +276,12 @@ proptest! {
         let text = j.to_string();
         prop_assert_eq!(monitor::parse_table_updates2_text(&text, &s), monitor::parse_table_updates2(&j, &s));
         prop_assert_eq!(monitor::parse_since_reply_text(&text, &s), monitor::parse_since_reply(&j, &s));
+        for method in ["update2", "update3", "other"] {
+            prop_assert_eq!(
+                monitor::parse_notification_text(method, &text, &s),
+                monitor::parse_notification(method, &j, &s)
+            );
+        }
         let nested = json!([true, Uuid::nil().to_string(), {"T": j.clone()}]);
         prop_assert_eq!(
             monitor::parse_since_reply_text(&nested.to_string(), &s),

@@ -3,14 +3,14 @@
 //!
 //! The input's first byte picks how the rest is cut into reads; the rest is what a server
 //! sends. It goes through what the client does with a server's bytes: the splitter, JSON-RPC
-//! decoding, and for `update2`/`update3` notifications decoding against a schema and applying
-//! to a monitor cache. Nothing may panic, and the messages found must not depend on how the
-//! stream was cut.
+//! decoding, and for `update2`/`update3` notifications decoding against a schema (from the
+//! text as from a tree: the same outcome) and applying to a monitor cache. Nothing may panic,
+//! and the messages found must not depend on how the stream was cut.
 
 use bytes::{Bytes, BytesMut};
 use ovsdb::framing::Splitter;
 use ovsdb::jsonrpc::{Incoming, parse_frame};
-use ovsdb::monitor::{Cache, MonitorSpec, parse_notification};
+use ovsdb::monitor::{Cache, MonitorSpec, parse_notification, parse_notification_text};
 use ovsdb::schema::DatabaseSchema;
 use std::sync::{Arc, OnceLock};
 
@@ -86,7 +86,15 @@ pub fn check_stream(data: &[u8]) {
         let Ok(j) = serde_json::from_slice::<serde_json::Value>(&params) else {
             continue;
         };
-        if let Ok(u) = parse_notification(&method, &j, &schema) {
+        let update = parse_notification(&method, &j, &schema);
+        if let Ok(text) = std::str::from_utf8(&params) {
+            assert_eq!(
+                parse_notification_text(&method, text, &schema),
+                update,
+                "decoded from text, not as from a tree"
+            );
+        }
+        if let Ok(u) = update {
             let _ = cache.apply(u.updates);
         }
     }

@@ -1,0 +1,321 @@
+//! Monitor payloads off the wire: `<table-updates2>`, `update2`/`update3` notifications and
+//! the `monitor_cond_since` reply, from a JSON tree or from their text.
+//!
+//! From text, values are decoded straight into atoms ([`super::seed`]); text the fast path
+//! does not take (a wrong shape, a value the schema rejects, a repeated key) is read as a tree
+//! after all, so both give the same outcome, errors included.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value as Json, json};
+
+use super::{MonitorError, malformed, seed};
+use crate::schema::DatabaseSchema;
+use crate::value::{Row, Uuid};
+
+/// One row's change in an `update2` (`<row-update2>`), values already schema-shaped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowUpdate {
+    Initial(Row),
+    Insert(Row),
+    Delete,
+    /// Only changed columns: sets hold the elements to toggle, maps the changed keys.
+    Modify(Row),
+}
+
+pub type TableUpdates = BTreeMap<String, BTreeMap<Uuid, RowUpdate>>;
+
+/// Decode `<table-updates2>` using the schema to shape values.
+pub fn parse_table_updates2(
+    j: &Json,
+    schema: &DatabaseSchema,
+) -> Result<TableUpdates, MonitorError> {
+    let tables = j
+        .as_object()
+        .ok_or_else(|| malformed("table-updates2 is not an object", j))?;
+    let mut out = BTreeMap::new();
+    for (table, rows) in tables {
+        schema.table(table)?;
+        let rows = rows
+            .as_object()
+            .ok_or_else(|| malformed("table-update2 is not an object", rows))?;
+        let mut t = BTreeMap::new();
+        for (uuid, upd) in rows {
+            let (uuid, ru) = row_update2(schema, table, uuid, upd)?;
+            t.insert(uuid, ru);
+        }
+        out.insert(table.clone(), t);
+    }
+    Ok(out)
+}
+
+/// One `<row-update2>` of `table`.
+fn row_update2(
+    schema: &DatabaseSchema,
+    table: &str,
+    uuid: &str,
+    upd: &Json,
+) -> Result<(Uuid, RowUpdate), MonitorError> {
+    let uuid =
+        Uuid::parse_str(uuid).map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
+    let o = upd
+        .as_object()
+        .ok_or_else(|| malformed("row-update2 is not an object", upd))?;
+    let (kind, body) = match o.iter().next() {
+        Some(kv) if o.len() == 1 => kv,
+        _ => return Err(malformed("row-update2 must have exactly one member", upd)),
+    };
+    let ru = match kind.as_str() {
+        "initial" => RowUpdate::Initial(schema.decode_row(table, body)?),
+        "insert" => RowUpdate::Insert(schema.decode_row(table, body)?),
+        "modify" => RowUpdate::Modify(schema.decode_row(table, body)?),
+        "delete" => RowUpdate::Delete,
+        _ => return Err(malformed("unknown row-update2 member", upd)),
+    };
+    Ok((uuid, ru))
+}
+
+/// A result's bytes as text. The reader checked they are JSON, so UTF-8.
+pub fn utf8(bytes: &[u8]) -> Result<&str, MonitorError> {
+    std::str::from_utf8(bytes).map_err(|e| MonitorError::Malformed {
+        reason: "not UTF-8",
+        excerpt: e.to_string(),
+    })
+}
+
+/// Text the reader already checked is JSON, as a tree.
+fn tree(text: &str) -> Result<Json, MonitorError> {
+    serde_json::from_str(text).map_err(|e| MonitorError::Malformed {
+        reason: "unreadable JSON",
+        excerpt: e.to_string(),
+    })
+}
+
+/// A decoded monitor notification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Update {
+    pub monitor_id: Json,
+    /// Present in `update3` (monitor_cond_since): the transaction these changes belong to.
+    pub last_txn_id: Option<Uuid>,
+    pub updates: TableUpdates,
+}
+
+/// Decode the params of an `update2` or `update3` notification.
+pub fn parse_notification(
+    method: &str,
+    params: &Json,
+    schema: &DatabaseSchema,
+) -> Result<Update, MonitorError> {
+    let p = params
+        .as_array()
+        .ok_or_else(|| malformed("params is not an array", params))?;
+    match (method, p.as_slice()) {
+        ("update2", [id, u]) => Ok(Update {
+            monitor_id: id.clone(),
+            last_txn_id: None,
+            updates: parse_table_updates2(u, schema)?,
+        }),
+        ("update3", [id, txn, u]) => {
+            let txn = txn
+                .as_str()
+                .and_then(|s| Uuid::parse_str(s).ok())
+                .ok_or_else(|| malformed("last-txn-id is not a uuid", txn))?;
+            Ok(Update {
+                monitor_id: id.clone(),
+                last_txn_id: Some(txn),
+                updates: parse_table_updates2(u, schema)?,
+            })
+        }
+        _ => Err(malformed("not an update2/update3 notification", params)),
+    }
+}
+
+/// Reply of `monitor_cond_since`: `[found, last-txn-id, table-updates2]`.
+pub fn parse_since_reply(
+    j: &Json,
+    schema: &DatabaseSchema,
+) -> Result<(bool, Uuid, TableUpdates), MonitorError> {
+    match j.as_array().map(Vec::as_slice) {
+        Some([Json::Bool(found), Json::String(txn), u]) => {
+            let txn =
+                Uuid::parse_str(txn).map_err(|_| malformed("last-txn-id is not a uuid", j))?;
+            Ok((*found, txn, parse_table_updates2(u, schema)?))
+        }
+        _ => Err(malformed(
+            "monitor_cond_since reply is not [found, txn, updates]",
+            j,
+        )),
+    }
+}
+
+/// [`parse_table_updates2`] from the text of `<table-updates2>`: no JSON tree is built, so a
+/// snapshot of tens of thousands of rows costs its decoded rows and little more.
+pub fn parse_table_updates2_text(
+    text: &str,
+    schema: &DatabaseSchema,
+) -> Result<TableUpdates, MonitorError> {
+    match seed::table_updates2(text, schema) {
+        Some(u) => Ok(u),
+        None => parse_table_updates2(&tree(text)?, schema),
+    }
+}
+
+/// [`parse_since_reply`] from the reply's text, decoded as [`parse_table_updates2_text`] does.
+pub fn parse_since_reply_text(
+    text: &str,
+    schema: &DatabaseSchema,
+) -> Result<(bool, Uuid, TableUpdates), MonitorError> {
+    match seed::since_reply(text, schema) {
+        Some(r) => Ok(r),
+        None => parse_since_reply(&tree(text)?, schema),
+    }
+}
+
+/// [`parse_notification`] from the text of the params, decoded as
+/// [`parse_table_updates2_text`] does: a bulk transaction's update is not held as a tree.
+pub fn parse_notification_text(
+    method: &str,
+    text: &str,
+    schema: &DatabaseSchema,
+) -> Result<Update, MonitorError> {
+    if let Some(u) = seed::notification(method, text, schema) {
+        return Ok(u);
+    }
+    let params: Json = serde_json::from_str(text).map_err(|e| MonitorError::Malformed {
+        reason: "params are not JSON",
+        excerpt: e.to_string(),
+    })?;
+    parse_notification(method, &params, schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> DatabaseSchema {
+        let map = |k: &str, v: &str| json!({"key": k, "value": v, "min": 0, "max": "unlimited"});
+        let j = json!({"name": "D", "version": "1", "tables": {"T": {"columns": {
+            "name": {"type": "string"},
+            "n": {"type": "integer"},
+            "r": {"type": "real"},
+            "opt": {"type": {"key": "string", "min": 0, "max": 1}},
+            "tags": {"type": {"key": "string", "min": 0, "max": "unlimited"}},
+            "ids": {"type": map("string", "string")},
+            "weights": {"type": map("real", "integer")},
+            "refs": {"type": {"key": {"type": "uuid", "refTable": "T"}, "min": 0, "max": "unlimited"}}
+        }}}});
+        DatabaseSchema::from_json(&j).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `got` from text is `want` from its tree; `None`: the text is no tree (too deep).
+    fn check<T: PartialEq + std::fmt::Debug>(
+        text: &str,
+        got: Result<T, MonitorError>,
+        want: Option<Result<T, MonitorError>>,
+    ) {
+        match want {
+            Some(want) => assert_eq!(got, want, "{text}"),
+            None => assert!(
+                matches!(&got, Err(MonitorError::Malformed { reason, .. })
+                    if ["unreadable JSON", "params are not JSON"].contains(reason)),
+                "{text}: {got:?}"
+            ),
+        }
+    }
+
+    /// Text decodes as its tree does, errors included; what a server sends takes the fast
+    /// path, and text it would not send (repeated keys, too deep) only gives the same outcome.
+    #[test]
+    fn text_decodes_as_its_tree() {
+        let s = schema();
+        let u = "36bdbd1c-0f30-4b02-b1a3-2ef0b5d16c2b";
+        let upper = u.to_uppercase();
+        let deep = format!("{}{}", "[".repeat(130), "]".repeat(130));
+        let row = |body: &str| format!(r#"{{"T":{{"{u}":{body}}}}}"#);
+        let cases: Vec<(String, Option<bool>)> = vec![
+            ("{}".into(), Some(true)),
+            (r#"{"T":{}}"#.into(), Some(true)),
+            (
+                row(
+                    r#"{"initial":{"name":"a\"\u00e9\n","n":-3,"r":2,"opt":["set",[]],"tags":["set",["b","a","b"]],"ids":["map",[["k","1"],["a","2"],["k","3"]]],"weights":["map",[[1,2],[0.5,-1]]],"refs":["uuid","36bdbd1c-0f30-4b02-b1a3-2ef0b5d16c2b"]}}"#,
+                ),
+                Some(true),
+            ),
+            (
+                row(
+                    r#"{"modify":{"r":1.5e300,"tags":"x","opt":"o","refs":["set",[["uuid","36bdbd1c-0f30-4b02-b1a3-2ef0b5d16c2b"]]]}}"#,
+                ),
+                Some(true),
+            ),
+            (row(r#"{"delete":null}"#), Some(true)),
+            (
+                row(
+                    r#"{"insert":{"name":"x","name":"y","r":18446744073709551615,"n":9223372036854775807}}"#,
+                ),
+                Some(true),
+            ),
+            (row(r#"{"insert":{"n":-0,"r":-0.0}}"#), None),
+            (row(r#"{"insert":{},"delete":null}"#), Some(false)),
+            (row(r#"{"insert":{"n":1},"insert":{"n":2}}"#), Some(false)),
+            (row(r#"{"insert":{"n":"str"}}"#), Some(false)),
+            (row(r#"{"insert":{"n":"bad","n":1}}"#), Some(false)),
+            (row(r#"{"insert":{"refs":["uuid","nope"]}}"#), Some(false)),
+            (
+                row(r#"{"insert":{"refs":["named-uuid","r1"]}}"#),
+                Some(true),
+            ),
+            (row(r#"{"insert":{"tags":["set",["a"],1]}}"#), Some(false)),
+            (row(r#"{"insert":{"ids":["map",[["k"]]]}}"#), Some(false)),
+            (row(r#"{"insert":{"nope":1}}"#), Some(false)),
+            (row(r#"{"upsert":{}}"#), Some(false)),
+            (row(&format!(r#"{{"delete":{deep}}}"#)), Some(false)),
+            (
+                format!(r#"{{"T":{{"{u}":{{"insert":{{}}}},"{u}":{{"delete":null}}}}}}"#),
+                Some(false),
+            ),
+            (
+                format!(r#"{{"T":{{"{upper}":{{"delete":null}},"{u}":{{"insert":{{}}}}}}}}"#),
+                Some(false),
+            ),
+            (
+                format!(r#"{{"T":{{}},"T":{{"{u}":{{"delete":null}}}}}}"#),
+                Some(false),
+            ),
+            (r#"{"Nope":{}}"#.into(), Some(false)),
+            ("[1]".into(), Some(false)),
+        ];
+        for (text, fast) in cases {
+            let tree = serde_json::from_str::<Json>(&text).ok();
+            check(
+                &text,
+                parse_table_updates2_text(&text, &s),
+                tree.as_ref().map(|j| parse_table_updates2(j, &s)),
+            );
+            let reply = format!(r#"[true,"{u}",{text}]"#);
+            let reply_tree = serde_json::from_str::<Json>(&reply).ok();
+            check(
+                &reply,
+                parse_since_reply_text(&reply, &s),
+                reply_tree.as_ref().map(|j| parse_since_reply(j, &s)),
+            );
+            let params = format!(r#"["m1",{text}]"#);
+            let params_tree = serde_json::from_str::<Json>(&params).ok();
+            check(
+                &params,
+                parse_notification_text("update2", &params, &s),
+                params_tree
+                    .as_ref()
+                    .map(|j| parse_notification("update2", j, &s)),
+            );
+            if let Some(fast) = fast {
+                assert_eq!(seed::table_updates2(&text, &s).is_some(), fast, "{text}");
+                assert_eq!(seed::since_reply(&reply, &s).is_some(), fast, "{reply}");
+                assert_eq!(
+                    seed::notification("update2", &params, &s).is_some(),
+                    fast,
+                    "{params}"
+                );
+            }
+        }
+    }
+}

@@ -232,7 +232,8 @@ pub fn start_with(
     let (rtx, rrx) = watch::channel::<Option<(u64, Arc<Loaded>)>>(None);
     let planned_rx = rrx.clone();
     let received: Received = Arc::default();
-    tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx)));
+    let (ready_tx, ready) = watch::channel(false);
+    tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx, ready.clone())));
     tasks.push(tokio::spawn(
         PlannerTask {
             cfg: cfg.clone(),
@@ -248,7 +249,6 @@ pub fn start_with(
         }
         .run(),
     ));
-    let (ready_tx, ready) = watch::channel(false);
     let (json_tx, status_doc) = watch::channel(None);
     tasks.push(tokio::spawn(observe_agent(
         cfg.clone(),

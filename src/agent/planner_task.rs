@@ -232,11 +232,17 @@ pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant
 
 /// Build the full model of the latest snapshot, for problems, Events and the status document.
 /// Off the planning path: a burst of snapshots is reported once, for the latest.
+/// The first report waits for the first sync (`ready`), at most [`FIRST_REPORT_WAIT`]: a
+/// report holds a model of every object while it is built, and at startup, on a busy node, its
+/// low-priority thread would hold that through the whole first sync, on top of what the sync
+/// itself holds.
 pub(super) async fn report(
     cfg: Config,
     mut snapshots: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
     plans: watch::Sender<Option<Arc<PlanInfo>>>,
+    mut ready: watch::Receiver<bool>,
 ) {
+    let _ = tokio::time::timeout(FIRST_REPORT_WAIT, ready.wait_for(|r| *r)).await;
     let mut reported: BTreeSet<String> = BTreeSet::new();
     let reporter = Reporter::start(&cfg);
     while snapshots.changed().await.is_ok() {
@@ -318,6 +324,9 @@ fn lowest_priority() {
         let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
     }
 }
+
+/// How long the first report waits for the first sync.
+const FIRST_REPORT_WAIT: Duration = Duration::from_secs(5);
 
 /// How long the report task rests after a report, as a multiple of what the report took.
 const REPORT_IDLE: u32 = 4;

@@ -373,9 +373,6 @@ pub fn plan(model: &Model, cfg: &NorthboundConfig) -> Vec<LbRow> {
         rows.extend(service_rows(svc, slices, &nodes, cfg));
     }
     rows.sort_by(|a, b| a.key.cmp(&b.key));
-    // Kept for as long as the Service is unchanged, usually one row: without this, the
-    // vector's first growth leaves room for four.
-    rows.shrink_to_fit();
     rows
 }
 

@@ -22,12 +22,13 @@ impl StrMap {
         StrMap::default()
     }
 
-    /// From pairs already sorted by key, each key once.
-    fn from_sorted(pairs: &[(&str, &str)]) -> StrMap {
-        let size: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+    /// From a map's pairs (sorted by key, each key once).
+    fn of<K: AsRef<str>, V: AsRef<str>>(m: &BTreeMap<K, V>) -> StrMap {
+        let pairs = m.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
+        let size: usize = pairs.clone().map(|(k, v)| k.len() + v.len()).sum();
         let mut text = String::with_capacity(size);
-        let mut ends = Vec::with_capacity(pairs.len() * 2);
-        for &(k, v) in pairs {
+        let mut ends = Vec::with_capacity(m.len() * 2);
+        for (k, v) in pairs {
             for s in [k, v] {
                 text.push_str(s);
                 // A row's map is far below 4 GiB: its text is sent in one OVSDB message.
@@ -88,7 +89,7 @@ impl StrMap {
     pub fn insert(&mut self, key: &str, value: &str) {
         let mut m: BTreeMap<&str, &str> = self.iter().collect();
         m.insert(key, value);
-        *self = StrMap::from_sorted(&m.into_iter().collect::<Vec<_>>());
+        *self = StrMap::of(&m);
     }
 
     /// The pairs as owned strings.
@@ -105,7 +106,7 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for StrMap {
             .iter()
             .map(|(k, v)| (k.as_ref(), v.as_ref()))
             .collect();
-        StrMap::from_sorted(&m.into_iter().collect::<Vec<_>>())
+        StrMap::of(&m)
     }
 }
 
@@ -117,8 +118,7 @@ impl<K: AsRef<str>, V: AsRef<str>, const N: usize> From<[(K, V); N]> for StrMap 
 
 impl From<&BTreeMap<String, String>> for StrMap {
     fn from(m: &BTreeMap<String, String>) -> StrMap {
-        let pairs: Vec<(&str, &str)> = m.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        StrMap::from_sorted(&pairs)
+        StrMap::of(m)
     }
 }
 

@@ -134,15 +134,10 @@ impl Keyed for KeptSlice {
     }
 }
 
-impl Keyed for core::Node {
+/// Objects kept whole (Nodes, Kube-OVN Subnets).
+impl<K: Resource> Keyed for K {
     fn key(&self) -> (String, String) {
-        key_of(&self.metadata.namespace, &self.metadata.name)
-    }
-}
-
-impl Keyed for DynamicObject {
-    fn key(&self) -> (String, String) {
-        key_of(&self.metadata.namespace, &self.metadata.name)
+        key_of(&self.meta().namespace, &self.meta().name)
     }
 }
 

@@ -485,9 +485,7 @@ impl Session {
             }
         }
     }
-}
 
-impl Session {
     /// Hand a response to the request waiting for it.
     fn respond(&mut self, id: Json, result: Bytes, error: Json) {
         let Some(n) = id.as_u64() else {

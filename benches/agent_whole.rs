@@ -5,6 +5,9 @@
 //! Run: `cargo bench --bench agent_whole` (optionally `-- SERVICES CHANGES`, defaults 10000
 //! and 1000, and `file` or `cluster` for one mode only). `VIPFLOW_BENCH_WRAP=heaptrack` runs
 //! the agent under that command (a profiler); its figures are then the profiler's, not the agent's.
+//! The whole process group is asked to stop (SIGTERM) at the end: a profiler whose helpers must
+//! outlive the agent is best started by a script that ignores SIGTERM (`trap '' TERM`) and then
+//! execs it; the agent sets its own handler and still stops.
 //!
 //! Per mode:
 //! - first full sync: from the agent's start to both the bridge and the Northbound database
@@ -145,7 +148,13 @@ impl Drop for Agent {
             }
         };
         signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(5);
+        // A profiler writes its data out after the agent stopped, which takes a while.
+        let grace = if std::env::var_os("VIPFLOW_BENCH_WRAP").is_some() {
+            60
+        } else {
+            5
+        };
+        let deadline = Instant::now() + Duration::from_secs(grace);
         while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -255,7 +255,14 @@ async fn poll(
     let mut last_stamp = stamp;
     let mut last_err: Option<String> = None;
     let mut cache = cache;
-    let read = |p: PathBuf| off_workers(move || read_bounded(&p, max_bytes));
+    // A file that may have changed is first hashed in pieces: only a new version is read
+    // whole, so polling a big unchanged file holds no copy of it.
+    let read_if_new = |p: PathBuf, last: Digest| {
+        off_workers(move || match digest_bounded(&p, max_bytes)? {
+            d if d == last => Ok(None),
+            _ => read_bounded(&p, max_bytes).map(Some),
+        })
+    };
     loop {
         let stamp = Stamp::of(&path);
         let unchanged =
@@ -264,11 +271,12 @@ async fn poll(
             Ok(None)
         } else {
             last_stamp = stamp;
-            match read(path.clone())
+            match read_if_new(path.clone(), last)
                 .await
-                .map(|text| (Digest::of(text.as_bytes()), text))
+                .map(|text| text.map(|t| (Digest::of(t.as_bytes()), t)))
             {
-                Ok((digest, text)) if digest != last => {
+                Ok(None) => Ok(None),
+                Ok(Some((digest, text))) if digest != last => {
                     // Parsed while the file settles, off the async workers (a big file must
                     // not hold up shutdown). What did not change keeps its previous
                     // allocation: the planner re-plans only the rest.

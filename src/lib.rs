@@ -45,6 +45,7 @@ pub mod agent;
 pub mod config;
 pub mod events;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 mod parallel;

@@ -33,7 +33,7 @@ fn load_objects(cfg: &Config) -> Result<file::Loaded, String> {
 }
 
 fn main() -> ExitCode {
-    tune_malloc();
+    vipflow::memory::tune();
     let cli = Cli::parse();
     let cfg = match build_config(&cli.global) {
         Ok(c) => c,
@@ -223,28 +223,5 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
             }
             Ok(ExitCode::SUCCESS)
         }
-    }
-}
-
-/// glibc's defaults suit short programs, not an agent that holds a large state and makes
-/// large transient buffers (a file version's text, a database snapshot) now and then:
-/// - each thread that allocates gets its own arena (up to 8 per core), and an arena keeps what
-///   it freed: every blocking thread that parsed a file version or planned a snapshot would
-///   keep that much. Two arenas: one saves a little more, but then the file parse's two
-///   threads wait on each other's allocations and the first sync takes longer.
-/// - buffers above the mmap threshold are mapped and unmapped on their own, so their pages go
-///   back at once; glibc raises that threshold (up to 32 MiB) each time such a buffer is freed,
-///   after which large buffers come from the heap, where the long-lived state around them
-///   keeps the freed pages resident. A fixed threshold stops that.
-/// - the free top of the heap is given back from 128 KiB on (by default that limit grows with
-///   the mmap threshold).
-fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: called first in main, before any other thread exists; mallopt only sets
-    // parameters of the allocator.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
     }
 }

@@ -243,6 +243,8 @@ pub(super) async fn report(
     mut ready: watch::Receiver<bool>,
 ) {
     let _ = tokio::time::timeout(FIRST_REPORT_WAIT, ready.wait_for(|r| *r)).await;
+    // What the first sync built and dropped (a database snapshot, every flow's encoding).
+    let _ = tokio::task::spawn_blocking(crate::memory::give_back).await;
     let mut reported: BTreeSet<String> = BTreeSet::new();
     let reporter = Reporter::start(&cfg);
     while snapshots.changed().await.is_ok() {
@@ -286,7 +288,11 @@ impl Reporter {
             .spawn(move || {
                 lowest_priority();
                 while let Ok((generation, loaded, reply)) = rx.recv() {
-                    let _ = reply.send(PlanInfo::of(&c, generation, &loaded));
+                    let info = PlanInfo::of(&c, generation, &loaded);
+                    // The full model it was built from is gone: its pages go back now, not
+                    // kept resident between what lives on.
+                    crate::memory::give_back();
+                    let _ = reply.send(info);
                 }
             });
         match spawned {

@@ -58,7 +58,12 @@ impl Objects {
             before: &[Arc<T>],
             key: impl Fn(&T) -> (Option<&str>, Option<&str>),
         ) -> usize {
-            let index: std::collections::HashMap<_, &Arc<T>> =
+            // A file's unchanged items come from its item cache already shared: the common
+            // case needs no index.
+            if now.len() == before.len() && now.iter().zip(before).all(|(n, b)| Arc::ptr_eq(n, b)) {
+                return 0;
+            }
+            let index: std::collections::HashMap<_, &Arc<T>, foldhash::fast::RandomState> =
                 before.iter().map(|o| (key(o), o)).collect();
             let mut changed = 0;
             for o in now.iter_mut() {

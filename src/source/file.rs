@@ -83,14 +83,13 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
 /// The [`Digest`] of `path`'s content, read in pieces: checking that a file stayed the same
 /// holds no second copy of it.
 fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
-    use std::hash::Hasher;
     use std::io::Read;
     let rd = |source| FileError::Read {
         path: path.into(),
         source,
     };
     let mut f = std::fs::File::open(path).map_err(rd)?;
-    let mut h = std::hash::DefaultHasher::new();
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut len = 0usize;
     loop {
@@ -106,11 +105,11 @@ fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
                 limit: max,
             });
         }
-        h.write(&buf[..n]);
+        h.update(&buf[..n]);
     }
     Ok(Digest {
         len,
-        hash: h.finish(),
+        hash: h.digest128(),
     })
 }
 
@@ -199,23 +198,21 @@ impl Stamp {
     }
 }
 
-/// What identifies a file's content without keeping it: its length and a 64-bit hash. The
-/// agent keeps this, not the last text, and compares a second read by it, so a big file is
-/// held once, while it is parsed.
+/// What identifies a file's content without keeping it: its length and a 128-bit hash
+/// (XXH3: the file is hashed on every poll while its time stamp is too recent to trust, so the
+/// hash must cost little beside reading it). The agent keeps this, not the last text, and
+/// compares a second read by it, so a big file is held once, while it is parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Digest {
     len: usize,
-    hash: u64,
+    hash: u128,
 }
 
 impl Digest {
     fn of(bytes: &[u8]) -> Digest {
-        use std::hash::Hasher;
-        let mut h = std::hash::DefaultHasher::new();
-        h.write(bytes);
         Digest {
             len: bytes.len(),
-            hash: h.finish(),
+            hash: xxhash_rust::xxh3::xxh3_128(bytes),
         }
     }
 }

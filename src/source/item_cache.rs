@@ -3,32 +3,33 @@
 //! its allocation (so the planner, which tells changes by allocation, passes over it).
 //!
 //! Parsing YAML is what a file version costs; hashing its items costs a small part of that.
-//! An item is named by two independent 64-bit hashes of its text and of the List around it
-//! (a typed List lends its items their kind), so two different items are never taken for one.
+//! An item is named by a 128-bit hash (XXH3) of its text and of the List around it (a typed
+//! List lends its items their kind), and by its length, so two different items are not taken
+//! for one. The hash is not keyed: whoever writes the file chooses its objects anyway.
 
 use super::file::Loaded;
 use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Problem};
 use k8s_openapi::api::core::v1 as core;
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-/// An item's text in its List, hashed twice.
+/// An item's text in its List, hashed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct ItemId(u64, u64, usize);
+pub(super) struct ItemId(u128, usize);
 
 impl ItemId {
     pub(super) fn of(list: &str, item: &str) -> ItemId {
-        let hash = |seed: u8| {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            seed.hash(&mut h);
-            list.hash(&mut h);
-            item.hash(&mut h);
-            h.finish()
-        };
-        ItemId(hash(0), hash(1), item.len())
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        // The List's length first: its text and the item's cannot trade bytes unseen.
+        h.update(&(list.len() as u64).to_le_bytes());
+        h.update(list.as_bytes());
+        h.update(item.as_bytes());
+        ItemId(h.digest128(), item.len())
     }
 }
+
+/// The maps' hasher: their keys are hashes already, so a fast one does.
+type Fast = foldhash::fast::FixedState;
 
 /// What one item added to a [`Loaded`]: at most one object, and its problems.
 #[derive(Debug, Clone, Default)]
@@ -84,8 +85,8 @@ impl Decoded {
 /// The items of the last version read, and those of the version being read.
 #[derive(Debug, Default)]
 pub struct ItemCache {
-    last: HashMap<ItemId, Decoded>,
-    now: HashMap<ItemId, Decoded>,
+    last: HashMap<ItemId, Decoded, Fast>,
+    now: HashMap<ItemId, Decoded, Fast>,
     /// Items of the version being read found in the last one.
     reused: usize,
 }
@@ -93,7 +94,12 @@ pub struct ItemCache {
 impl ItemCache {
     /// The item, if the last version had it; remembered for the next version either way.
     pub(super) fn take(&mut self, id: ItemId) -> Option<Decoded> {
-        let d = self.last.get(&id)?.clone();
+        // Moved over, not copied; an item the version holds twice finds its first copy in
+        // `now`.
+        let d = match self.last.remove(&id) {
+            Some(d) => d,
+            None => self.now.get(&id)?.clone(),
+        };
         self.now.insert(id, d.clone());
         self.reused += 1;
         Some(d)
@@ -113,7 +119,9 @@ impl ItemCache {
     /// The version being read was not taken (it does not parse, or is no snapshot): the last
     /// one stays the reference.
     pub(super) fn abandon(&mut self) {
-        self.now.clear();
+        // What was moved over goes back (with what was new, which is as good).
+        let now = std::mem::take(&mut self.now);
+        self.last.extend(now);
         self.reused = 0;
     }
 }

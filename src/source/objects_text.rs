@@ -57,35 +57,50 @@ fn parse_with(text: &str, cache: &mut ItemCache) -> Result<Loaded, String> {
 }
 
 /// The deepest `[`/`{` nesting of `text` outside double-quoted strings, or an error once it
-/// passes `max`. Linear, so a hostile file is refused before a parser spends time on it.
+/// passes `max`. Linear, so a hostile file is refused before a parser spends time on it; it
+/// runs on every file version, so it skips the bytes that change nothing in a tight loop and
+/// counts lines only for the error.
 pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
-    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
-    let mut line = 1usize;
-    for b in text.bytes() {
-        if b == b'\n' {
-            line += 1;
+    /// The bytes that change the depth or open a string.
+    const SPECIAL: [bool; 256] = {
+        let mut t = [false; 256];
+        t[b'"' as usize] = true;
+        t[b'[' as usize] = true;
+        t[b'{' as usize] = true;
+        t[b']' as usize] = true;
+        t[b'}' as usize] = true;
+        t
+    };
+    let b = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < b.len() {
+        while i < b.len() && !SPECIAL[b[i] as usize] {
+            i += 1;
         }
-        if in_str {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_str = true,
+        let Some(&c) = b.get(i) else { break };
+        i += 1;
+        match c {
+            b'"' => loop {
+                // To the closing quote, past escaped characters.
+                match memchr::memchr2(b'"', b'\\', &b[i..]) {
+                    None => return Ok(()),
+                    Some(k) if b[i + k] == b'\\' => i = (i + k + 2).min(b.len()),
+                    Some(k) => {
+                        i += k + 1;
+                        break;
+                    }
+                }
+            },
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
+                    let line = 1 + memchr::memchr_iter(b'\n', &b[..i]).count();
                     return Err(format!(
                         "line {line}: nested more than {max} levels deep: not a Kubernetes object"
                     ));
                 }
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
+            _ => depth = depth.saturating_sub(1),
         }
     }
     Ok(())

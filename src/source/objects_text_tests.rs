@@ -372,3 +372,48 @@ fn a_list_of_many_items_decoded_on_several_cores_reads_as_the_whole_document() {
     );
     assert_eq!(loaded.problems.len(), 2, "{:?}", loaded.problems);
 }
+
+/// The byte-at-a-time form [`check_depth`] must agree with.
+fn check_depth_reference(text: &str, max: usize) -> Result<(), String> {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    let mut line = 1usize;
+    for b in text.bytes() {
+        if b == b'\n' {
+            line += 1;
+        }
+        if in_str {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Err(format!(
+                        "line {line}: nested more than {max} levels deep: not a Kubernetes object"
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Depth, strings, escapes (one at the very end too) and the line of the error: as the
+    /// byte-at-a-time reference reads them.
+    #[test]
+    fn check_depth_is_the_reference(text in "[\\[\\]{}\"\\\\a\\n]{0,40}", max in 0usize..6) {
+        prop_assert_eq!(check_depth(&text, max), check_depth_reference(&text, max));
+    }
+}

@@ -19,11 +19,10 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
     // Lines are cut at `\n` below; YAML also breaks lines at a lone `\r` and (libyaml) at
     // NEL, LS and PS.
     let b = text.as_bytes();
-    let other_break = (0..b.len()).any(|i| match b[i] {
+    let other_break = memchr::memchr3_iter(b'\r', 0xc2, 0xe2, b).any(|i| match b[i] {
         b'\r' => b.get(i + 1) != Some(&b'\n'),
         0xc2 => b.get(i + 1) == Some(&0x85),
-        0xe2 => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
-        _ => false,
+        _ => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
     });
     if other_break {
         return None;
@@ -39,9 +38,18 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
     let mut seen_content = false;
     let mut found = false;
     let mut offset = 0;
-    for line in text.split_inclusive('\n') {
+    // `split_inclusive('\n')`, by memchr: the lines of a big List are many.
+    let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
+    let ends = ends.chain((b.last().is_some_and(|&c| c != b'\n')).then_some(b.len()));
+    for end in ends {
         let start = offset;
-        offset += line.len();
+        offset = end;
+        let line = &text[start..end];
+        if let At::Items { indent: k, .. } = at
+            && inside_item(line.as_bytes(), k)
+        {
+            continue;
+        }
         let body = line.trim_end_matches(['\n', '\r']);
         let content = body.trim_start_matches([' ', '\t']);
         if content.is_empty() || content.starts_with('#') {
@@ -142,6 +150,19 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         At::Root => {}
     }
     found.then_some(BlockList { root, items })
+}
+
+/// Whether `line` is plainly more of an item whose `- ` is at column `k`: indented deeper by
+/// spaces, then a character that starts content. The lines of an item are most of a List, so
+/// they are told apart here without the general steps below; what this passes over (blank
+/// lines, comments, tabs, a bare `-`) takes those steps.
+fn inside_item(line: &[u8], k: usize) -> bool {
+    let indent = line.iter().take_while(|&&c| c == b' ').count();
+    match line.get(indent) {
+        Some(b'-') => indent > k && !line[indent + 1..].iter().all(|&c| c == b'\r' || c == b'\n'),
+        Some(b'\t' | b'\r' | b'\n' | b'#') | None => false,
+        Some(_) => indent > k,
+    }
 }
 
 /// Whether a line's value (after any `- ` and `key: `) opens a quoted scalar it does not

@@ -21,10 +21,11 @@
 
 use super::item_cache::ItemCache;
 pub use super::objects_text::{parse, parse_cached};
+use super::stamp::Stamp;
 use crate::model::{Objects, Problem};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +150,7 @@ pub fn watch_bounded(
     max_bytes: u64,
 ) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
     let stamp = Stamp::of(&path);
+    let verified = SystemTime::now();
     let text = read_bounded(&path, max_bytes)?;
     let mut cache = ItemCache::default();
     let (first, _) = parse_cached(&text, &mut cache).map_err(|detail| FileError::Parse {
@@ -161,41 +163,10 @@ pub fn watch_bounded(
         interval,
         max_bytes,
         tx,
-        (Digest::of(text.as_bytes()), stamp),
+        (Digest::of(text.as_bytes()), stamp, verified),
         cache,
     ));
     Ok((rx, task))
-}
-
-/// What identifies a file version without reading it: a file whose stamp has not changed
-/// for [`STAMP_TRUSTED_AFTER`] is not read again (a bad 200 MB file is not re-read every
-/// poll). A younger stamp is not trusted: a rewrite of the same size within one timestamp tick
-/// would look the same.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    inode: u64,
-}
-
-const STAMP_TRUSTED_AFTER: Duration = Duration::from_secs(2);
-
-impl Stamp {
-    fn of(path: &Path) -> Option<Stamp> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(Stamp {
-            len: m.len(),
-            modified: m.modified().ok(),
-            inode: m.ino(),
-        })
-    }
-
-    fn settled(&self) -> bool {
-        self.modified
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age >= STAMP_TRUSTED_AFTER)
-    }
 }
 
 /// What identifies a file's content without keeping it: its length and a 128-bit hash
@@ -245,11 +216,13 @@ async fn poll(
     interval: Duration,
     max_bytes: u64,
     tx: watch::Sender<Arc<Loaded>>,
-    (last, stamp): (Digest, Option<Stamp>),
+    (last, stamp, verified): (Digest, Option<Stamp>, SystemTime),
     cache: ItemCache,
 ) {
     let mut last = last;
     let mut last_stamp = stamp;
+    // When the file last held `last`, by a read that began then; `None` when unknown.
+    let mut verified = Some(verified);
     let mut last_err: Option<String> = None;
     let mut cache = cache;
     // A file that may have changed is first hashed in pieces: only a new version is read
@@ -262,17 +235,23 @@ async fn poll(
     };
     loop {
         let stamp = Stamp::of(&path);
-        let unchanged =
-            stamp.is_some() && stamp == last_stamp && stamp.as_ref().is_some_and(Stamp::settled);
+        let unchanged = stamp.is_some()
+            && stamp == last_stamp
+            && stamp.as_ref().is_some_and(|s| s.trusted(verified));
         let got: Result<Option<(Parsed, Digest)>, FileError> = if unchanged {
             Ok(None)
         } else {
             last_stamp = stamp;
+            let began = SystemTime::now();
+            verified = None;
             match read_if_new(path.clone(), last)
                 .await
                 .map(|text| text.map(|t| (Digest::of(t.as_bytes()), t)))
             {
-                Ok(None) => Ok(None),
+                Ok(None) => {
+                    verified = Some(began);
+                    Ok(None)
+                }
                 Ok(Some((digest, text))) if digest != last => {
                     // Parsed while the file settles, off the async workers (a big file must
                     // not hold up shutdown). What did not change keeps its previous
@@ -298,7 +277,10 @@ async fn poll(
                         Err(e) => Err(e.to_string()),
                     };
                     match again {
-                        Ok(again) if again == digest => Ok(Some((parsed, digest))),
+                        Ok(again) if again == digest => {
+                            verified = Some(began);
+                            Ok(Some((parsed, digest)))
+                        }
                         Ok(_) => Ok(None),
                         Err(e) => Err(e),
                     }

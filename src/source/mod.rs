@@ -3,6 +3,7 @@ mod item_cache;
 pub mod kube;
 mod object_decode;
 pub mod objects_text;
+mod stamp;
 mod yaml_items;
 
 pub use item_cache::ItemCache;

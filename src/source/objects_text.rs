@@ -74,8 +74,17 @@ pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
     let b = text.as_bytes();
     let (mut depth, mut i) = (0usize, 0usize);
     while i < b.len() {
-        while i < b.len() && !SPECIAL[b[i] as usize] {
-            i += 1;
+        if depth == 0 {
+            // A closer changes nothing at depth 0: what matters is found by memchr (most of
+            // a kubectl List is at depth 0).
+            match memchr::memchr3(b'"', b'[', b'{', &b[i..]) {
+                Some(k) => i += k,
+                None => break,
+            }
+        } else {
+            while i < b.len() && !SPECIAL[b[i] as usize] {
+                i += 1;
+            }
         }
         let Some(&c) = b.get(i) else { break };
         i += 1;

@@ -170,6 +170,11 @@ impl Waiter {
 /// How many bytes of a batch or bundle are encoded before they are written.
 const WRITE_CHUNK: usize = 256 << 10;
 
+/// Writes queued for the socket. Encoding outruns the switch, so a large batch fills the
+/// queue: its depth, in chunks, is what a batch holds in memory beyond what the switch took
+/// (a few chunks keep the socket busy; more only hold encoded flows longer).
+const WRITE_QUEUE: usize = 8;
+
 /// Parts of a streamed multipart reply decoded ahead of its caller.
 const STREAM_PARTS: usize = 4;
 
@@ -353,7 +358,7 @@ impl Connection {
             )));
         }
 
-        let (wtx, wrx) = mpsc::channel::<Bytes>(64);
+        let (wtx, wrx) = mpsc::channel::<Bytes>(WRITE_QUEUE);
         let (etx, erx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             shared: Mutex::new(Shared::default()),

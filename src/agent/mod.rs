@@ -83,7 +83,22 @@ pub fn model_options(cfg: &Config) -> ModelOptions {
 
 /// The model and every problem found on the way (file and model).
 pub fn build_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
-    let model = Model::build(&loaded.objects, &model_options(cfg));
+    with_problems(
+        cfg,
+        loaded,
+        Model::build(&loaded.objects, &model_options(cfg)),
+    )
+}
+
+/// [`build_model`] without the EndpointSlices (empty; their problems are in): what a report
+/// reads.
+pub fn build_report_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
+    let model = Model::build_without_slices(&loaded.objects, &model_options(cfg));
+    with_problems(cfg, loaded, model)
+}
+
+/// `model` with every problem of `loaded`: the source's, the model's, this node's.
+fn with_problems(cfg: &Config, loaded: &Loaded, model: Model) -> (Model, Vec<Problem>) {
     let mut problems = loaded.problems.clone();
     problems.extend(model.problems.iter().cloned());
     if let Err(p) = crate::model::node_gateway_router_mac(&loaded.objects.nodes, &cfg.node_name) {

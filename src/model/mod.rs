@@ -284,6 +284,17 @@ impl Model {
     }
 
     pub fn build(objects: &Objects, opts: &ModelOptions) -> Model {
+        Model::build_with(objects, opts, true)
+    }
+
+    /// [`Model::build`] with no EndpointSlices kept (their problems are still reported): for
+    /// what reads only Services, VIPs and problems, such as the agent's reports, which then
+    /// hold no model of every endpoint.
+    pub fn build_without_slices(objects: &Objects, opts: &ModelOptions) -> Model {
+        Model::build_with(objects, opts, false)
+    }
+
+    fn build_with(objects: &Objects, opts: &ModelOptions, slices: bool) -> Model {
         let mut problems = Vec::new();
         let nodes = build_nodes(&objects.nodes, &mut problems);
         let node_ips: BTreeSet<IpAddr> = nodes
@@ -316,7 +327,12 @@ impl Model {
         }
 
         resolve_conflicts(&mut candidates, &mut problems);
-        let endpoint_slices = build_slices(&objects.endpoint_slices, &mut problems);
+        let endpoint_slices = if slices {
+            build_slices(&objects.endpoint_slices, &mut problems)
+        } else {
+            slice_problems(&objects.endpoint_slices, &mut problems);
+            BTreeMap::new()
+        };
         problems.sort();
         problems.dedup();
         Model {

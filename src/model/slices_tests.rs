@@ -171,6 +171,50 @@ endpoints: []
 }
 
 #[test]
+fn a_model_without_slices_has_the_same_services_and_problems() {
+    let text = list(&[
+        slice("web-1", WEB, "IPv4", "\n    - {addresses: [10.244.1.5]}"),
+        slice(
+            "web-fqdn",
+            WEB,
+            "FQDN",
+            "\n    - {addresses: [backend.example.com]}",
+        ),
+        slice(
+            "custom",
+            "{app: web}",
+            "IPv4",
+            "\n    - {addresses: [10.244.1.6]}",
+        ),
+    ]);
+    let objects = load(&text);
+    let whole = Model::build(&objects, &ModelOptions::default());
+    let lean = Model::build_without_slices(&objects, &ModelOptions::default());
+    assert_eq!(whole.endpoint_slices.len(), 1);
+    assert!(lean.endpoint_slices.is_empty());
+    assert_eq!(problems(&lean), problems(&whole));
+    assert_eq!(problems(&lean).len(), 1);
+    assert_eq!(
+        Model {
+            endpoint_slices: BTreeMap::new(),
+            ..whole
+        },
+        lean
+    );
+    let example = load(include_str!("../../examples/services.yaml"));
+    let whole = Model::build(&example, &ModelOptions::default());
+    let lean = Model::build_without_slices(&example, &ModelOptions::default());
+    assert!(!whole.endpoint_slices.is_empty());
+    assert_eq!(
+        Model {
+            endpoint_slices: BTreeMap::new(),
+            ..whole
+        },
+        lean
+    );
+}
+
+#[test]
 fn the_example_objects_file_builds_cleanly() {
     let m = build(include_str!("../../examples/services.yaml"));
     assert!(m.problems.is_empty(), "{:?}", m.problems);

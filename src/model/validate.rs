@@ -381,81 +381,101 @@ pub(crate) fn build_slices<'a>(
 ) -> BTreeMap<ServiceKey, Vec<EndpointSlice>> {
     let mut out: BTreeMap<ServiceKey, Vec<EndpointSlice>> = BTreeMap::new();
     for s in slices {
-        let Some(key) = slice_service_key(s) else {
-            continue;
-        };
-        let name = s.name.clone().unwrap_or_default();
-        let object = || Subject::EndpointSlice {
-            namespace: key.namespace.to_string(),
-            name: name.clone(),
-        };
-        let mut ports = Vec::new();
-        for p in s.ports.iter().flatten() {
-            let Some(port) = p
-                .port
-                .and_then(|n| u16::try_from(n).ok())
-                .filter(|&n| n != 0)
-            else {
-                problems.push(Problem::new(
-                    object(),
-                    ProblemKind::Invalid,
-                    format!("port {:?} is not valid; skipped", p.port),
-                ));
-                continue;
-            };
-            let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
-                problems.push(Problem::new(
-                    object(),
-                    ProblemKind::Invalid,
-                    format!("unknown protocol {:?}; skipped", p.protocol),
-                ));
-                continue;
-            };
-            ports.push(EndpointPort {
-                name: p.name.clone(),
-                port,
-                protocol,
-            });
+        if let Some((key, slice)) = build_slice(s, problems) {
+            out.entry(key).or_default().push(slice);
         }
-        let mut endpoints = Vec::new();
-        for e in &s.endpoints {
-            let mut addresses = Vec::new();
-            for a in &e.addresses {
-                match a.parse::<IpAddr>() {
-                    Ok(ip) => addresses.push(ip),
-                    // FQDN slices and garbage alike: not usable as a backend.
-                    Err(_) => problems.push(Problem::new(
-                        object(),
-                        ProblemKind::Invalid,
-                        format!("address {a:?} is not an IP; skipped"),
-                    )),
-                }
-            }
-            if addresses.is_empty() {
-                continue;
-            }
-            let c = e.conditions.as_ref();
-            // Kubernetes (discovery/v1 EndpointConditions): nil ready and nil serving are
-            // interpreted as true, nil terminating as false.
-            let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(true);
-            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
-            endpoints.push(Endpoint {
-                addresses,
-                node: e.node_name.clone(),
-                ready,
-                serving,
-                terminating,
-            });
-        }
-        out.entry(key).or_default().push(EndpointSlice {
-            name,
-            ports,
-            endpoints,
-        });
     }
     for v in out.values_mut() {
         v.sort_by(|a, b| a.name.cmp(&b.name));
     }
     out
+}
+
+/// What [`build_slices`] reports of `slices`, each slice dropped once it is checked: for
+/// what reads only the problems.
+pub(crate) fn slice_problems<'a>(
+    slices: impl IntoIterator<Item = &'a Arc<KeptSlice>>,
+    problems: &mut Vec<Problem>,
+) {
+    for s in slices {
+        let _ = build_slice(s, problems);
+    }
+}
+
+/// One EndpointSlice, validated, with the Service it belongs to; `None` for a slice that
+/// names no Service.
+fn build_slice(s: &KeptSlice, problems: &mut Vec<Problem>) -> Option<(ServiceKey, EndpointSlice)> {
+    let key = slice_service_key(s)?;
+    let name = s.name.clone().unwrap_or_default();
+    let object = || Subject::EndpointSlice {
+        namespace: key.namespace.to_string(),
+        name: name.clone(),
+    };
+    let mut ports = Vec::new();
+    for p in s.ports.iter().flatten() {
+        let Some(port) = p
+            .port
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|&n| n != 0)
+        else {
+            problems.push(Problem::new(
+                object(),
+                ProblemKind::Invalid,
+                format!("port {:?} is not valid; skipped", p.port),
+            ));
+            continue;
+        };
+        let Some(protocol) = Protocol::parse(p.protocol.as_deref()) else {
+            problems.push(Problem::new(
+                object(),
+                ProblemKind::Invalid,
+                format!("unknown protocol {:?}; skipped", p.protocol),
+            ));
+            continue;
+        };
+        ports.push(EndpointPort {
+            name: p.name.clone(),
+            port,
+            protocol,
+        });
+    }
+    let mut endpoints = Vec::new();
+    for e in &s.endpoints {
+        let mut addresses = Vec::new();
+        for a in &e.addresses {
+            match a.parse::<IpAddr>() {
+                Ok(ip) => addresses.push(ip),
+                // FQDN slices and garbage alike: not usable as a backend.
+                Err(_) => problems.push(Problem::new(
+                    object(),
+                    ProblemKind::Invalid,
+                    format!("address {a:?} is not an IP; skipped"),
+                )),
+            }
+        }
+        if addresses.is_empty() {
+            continue;
+        }
+        let c = e.conditions.as_ref();
+        // Kubernetes (discovery/v1 EndpointConditions): nil ready and nil serving are
+        // interpreted as true, nil terminating as false.
+        let ready = c.and_then(|c| c.ready).unwrap_or(true);
+        let serving = c.and_then(|c| c.serving).unwrap_or(true);
+        let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+        endpoints.push(Endpoint {
+            addresses,
+            node: e.node_name.clone(),
+            ready,
+            serving,
+            terminating,
+        });
+    }
+    Some((
+        key,
+        EndpointSlice {
+            name,
+            ports,
+            endpoints,
+        },
+    ))
 }

@@ -79,11 +79,11 @@ pub struct ServiceIndex {
     built: HashMap<ServiceKey, Built>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes.
-    by_raw_vip: HashMap<IpAddr, HashSet<ServiceKey>>,
-    /// The claimants of each claim, best first: the first one wins it.
+    /// A vector each: nearly always one Service, where a set would take a table.
+    by_raw_vip: HashMap<IpAddr, Vec<ServiceKey>>,
+    /// The claimants of each claim, best first: the first one wins it. A claim without
+    /// claimants has no entry, so the claims in the flow index are exactly its keys.
     claimants: HashMap<Claim, Claimants>,
-    /// Claims in the flow index.
-    present: HashSet<Claim>,
     claims_per_vip: HashMap<IpAddr, usize>,
     /// Every VIP with at least one claim (a persistent set: handing it on is O(1)).
     vips: imbl::OrdSet<IpAddr>,
@@ -185,7 +185,6 @@ impl ServiceIndex {
             built: HashMap::new(),
             by_raw_vip: HashMap::new(),
             claimants: HashMap::new(),
-            present: HashSet::new(),
             claims_per_vip: HashMap::new(),
             vips: imbl::OrdSet::new(),
             last: Changes::default(),
@@ -392,9 +391,9 @@ impl ServiceIndex {
                     }
                 }
                 for ip in raw_vips_of(old) {
-                    if let Some(set) = self.by_raw_vip.get_mut(&ip) {
-                        set.remove(&k);
-                        if set.is_empty() {
+                    if let Some(keys) = self.by_raw_vip.get_mut(&ip) {
+                        keys.retain(|x| *x != k);
+                        if keys.is_empty() {
                             self.by_raw_vip.remove(&ip);
                         }
                     }
@@ -416,7 +415,10 @@ impl ServiceIndex {
                     }
                 }
                 for ip in raw_vips_of(new) {
-                    self.by_raw_vip.entry(ip).or_default().insert(k.clone());
+                    let keys = self.by_raw_vip.entry(ip).or_default();
+                    if !keys.contains(&k) {
+                        keys.push(k.clone());
+                    }
                 }
             }
         }
@@ -482,7 +484,7 @@ impl ServiceIndex {
         let mut removed = Vec::new();
         for (c, before) in winner_before {
             let after = self.winner(&c).cloned();
-            match (self.present.contains(&c), after.is_some()) {
+            match (before.is_some(), after.is_some()) {
                 (false, true) => added.push(c),
                 (true, false) => removed.push(c),
                 _ => {}
@@ -512,7 +514,6 @@ impl ServiceIndex {
             .map(|v| self.claims_per_vip.contains_key(v))
             .collect();
         for c in &removed {
-            self.present.remove(c);
             if let Some(n) = self.claims_per_vip.get_mut(&c.0) {
                 *n -= 1;
                 if *n == 0 {
@@ -521,7 +522,6 @@ impl ServiceIndex {
             }
         }
         for c in &added {
-            self.present.insert(*c);
             *self.claims_per_vip.entry(c.0).or_insert(0) += 1;
         }
         let mut vips_added = Vec::new();

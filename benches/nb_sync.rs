@@ -5,8 +5,9 @@
 //!
 //! The rows are the agent's own: LoadBalancer Services built as Kubernetes objects (one ingress
 //! VIP, one TCP port 80 -> targetPort 8080) with an EndpointSlice of 2 ready endpoints each,
-//! which the default Northbound plan (no lb_group, no switches/routers) turns into one cluster
-//! `Load_Balancer` row per Service.
+//! which the Northbound plan turns into one cluster `Load_Balancer` row per Service, each in one
+//! `Load_Balancer_Group` (as ovn-kubernetes attaches its cluster-wide load balancers; a row
+//! attached nowhere serves nothing, and the agent says so).
 //!
 //! Both sides of vipflow run the agent's own code, step by step as its tasks do: the planner
 //! task's `Planner::update`, then the NB writer's `Session` (the
@@ -19,7 +20,7 @@
 //!     transactions of 100 Services, each sent as soon as it is diffed, with the monitor
 //!     cancelled; taking the monitor again and checking against it afterwards is reported
 //!     apart). vs `ovn-nbctl`
-//!     creating the same rows with one `-- create Load_Balancer ...` per row in one invocation
+//!     creating the same rows with one `-- create Load_Balancer ... -- add Load_Balancer_Group ...` per row in one invocation
 //!     (process start included; the argv is built beforehand). Sides alternate, median of RUNS.
 //!     After every run both the row count (`ovn-nbctl list`) and the content (vipflow's drift
 //!     check) must match the plan.
@@ -53,8 +54,8 @@ use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKe
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    DB, DesiredRows, LbDigest, Observed, Session, absorb_queued, describe_drift, monitor_spec,
-    new_token, send, take_over, write_plan,
+    BATCH_OWNERS, DB, DesiredRows, LbDigest, Observed, Session, absorb_queued, describe_drift,
+    monitor_spec, new_token, send, take_over, write_plan,
 };
 
 /// Runs per side for the medians of (a).
@@ -158,8 +159,12 @@ fn fresh_nb() -> Sandbox {
         bridges: false,
     });
     sb.kill("ovn-northd");
+    sb.nbctl(&["create", "Load_Balancer_Group", &format!("name={GROUP}")]);
     sb
 }
+
+/// The Load_Balancer_Group both sides put every row in.
+const GROUP: &str = "bench-lbs";
 
 fn remote(sb: &Sandbox) -> String {
     format!("unix:{}", sb.nb_sock().display())
@@ -178,11 +183,15 @@ fn nbctl_map(m: &vipflow::plan::str_map::StrMap) -> String {
     format!("{{{}}}", kv.join(","))
 }
 
-/// `-- create Load_Balancer ...` for one planned row: the same columns vipflow writes.
-fn create_args(d: &LbRow) -> Vec<String> {
-    assert!(d.ip_port_mappings.is_empty() && d.attach == Default::default());
+/// `-- create Load_Balancer ...` for one planned row, the `i`th, with the same columns
+/// vipflow writes, added to the group as vipflow adds it.
+fn create_args(i: usize, d: &LbRow) -> Vec<String> {
+    assert!(d.ip_port_mappings.is_empty());
+    assert_eq!(d.attach.group.as_deref(), Some(GROUP));
+    assert!(d.attach.switches.is_empty() && d.attach.routers.is_empty());
     vec![
         "--".into(),
+        format!("--id=@lb{i}"),
         "create".into(),
         "Load_Balancer".into(),
         format!("name={}", q(&d.name)),
@@ -190,6 +199,12 @@ fn create_args(d: &LbRow) -> Vec<String> {
         format!("vips={}", nbctl_map(&d.vips)),
         format!("options={}", nbctl_map(&d.options)),
         format!("external_ids={}", nbctl_map(&d.external_ids)),
+        "--".into(),
+        "add".into(),
+        "Load_Balancer_Group".into(),
+        GROUP.into(),
+        "load_balancer".into(),
+        format!("@lb{i}"),
     ]
 }
 
@@ -205,8 +220,8 @@ fn nbctl_invocations(rows: &[LbRow]) -> Vec<Vec<String>> {
         .sum();
     let limit = ARGV_LIMIT - env - 4096;
     let mut out: Vec<Vec<String>> = vec![Vec::new()];
-    for d in rows {
-        let cmd = create_args(d);
+    for (i, d) in rows.iter().enumerate() {
+        let cmd = create_args(i, d);
         let cur = out.last_mut().expect("one invocation");
         if !cur.is_empty() && argv_bytes(cur) + argv_bytes(&cmd) > limit {
             out.push(cmd);
@@ -438,7 +453,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let cfg = NorthboundConfig::default();
+    let cfg = NorthboundConfig {
+        lb_group: Some(GROUP.into()),
+        ..NorthboundConfig::default()
+    };
     let mut objs = objects(n);
     let rows = plan(&Model::build(&objs, &ModelOptions::default()), &cfg);
     assert_eq!(rows.len(), nu, "one row per Service");
@@ -451,7 +469,7 @@ fn main() {
     );
     println!(
         "rows: {n} LoadBalancer Services, 1 VIP x 1 TCP port, 2 ready endpoints each -> \
-         {n} Load_Balancer rows (default Northbound config: no lb_group, no attachments)\n"
+         {n} Load_Balancer rows, each in Load_Balancer_Group {GROUP} (lb-group)\n"
     );
 
     // (a) Initial sync from empty.
@@ -460,12 +478,12 @@ fn main() {
     );
     println!(
         "    vipflow = plan (validate + rows) + connect and take over as writer + monitor \
-         snapshot + diff and write: transactions of 100 Services, each sent as soon as diffed, \
-         pipelined, with the monitor cancelled (so the server replies without first building \
-         a 3 MB update)"
+         snapshot + diff and write: transactions of {BATCH_OWNERS} Services, each sent as soon \
+         as diffed, pipelined, with the monitor cancelled (so the server replies without first \
+         building a 3 MB update)"
     );
     println!(
-        "    ovn-nbctl = {} invocation(s) of `-- create Load_Balancer ...` x {n} \
+        "    ovn-nbctl = {} invocation(s) of `-- create Load_Balancer ... -- add Load_Balancer_Group ...` x {n} \
          (argv {:.1} MiB{})",
         invocations.len(),
         invocations.iter().map(|a| argv_bytes(a)).sum::<usize>() as f64 / (1 << 20) as f64,

@@ -94,6 +94,11 @@ pub struct ItemCache {
 impl ItemCache {
     /// The item, if the last version had it; remembered for the next version either way.
     pub(super) fn take(&mut self, id: ItemId) -> Option<Decoded> {
+        if self.now.is_empty() {
+            // A version is mostly the last one again: one table of its size, not a chain of
+            // doublings.
+            self.now.reserve(self.last.len());
+        }
         // Moved over, not copied; an item the version holds twice finds its first copy in
         // `now`.
         let d = match self.last.remove(&id) {

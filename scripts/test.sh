@@ -6,6 +6,16 @@ cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
 
+# The build takes a few GB (about 2.5 in CI): say how much room there is, so that a full disk
+# reads as that and not only as a compiler's write error.
+avail_kb=$(df -Pk . 2>/dev/null | awk 'NR==2 {print $4}') || true
+if [ -n "${avail_kb:-}" ]; then
+    echo "test.sh: $((avail_kb / 1024)) MiB free for the build"
+    if [ "$avail_kb" -lt $((4 * 1024 * 1024)) ]; then
+        echo "test.sh: warning: less than 4 GiB free; the build may run out of disk" >&2
+    fi
+fi
+
 # A one-shot build (CI, a fresh clone) gains nothing from incremental caches but disk: they were
 # about a quarter of the target directory.
 if [ "${CI:-}" = true ]; then

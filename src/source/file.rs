@@ -221,7 +221,8 @@ async fn poll(
 ) {
     let mut last = last;
     let mut last_stamp = stamp;
-    // When the file last held `last`, by a read that began then; `None` when unknown.
+    // When a read began whose outcome stands for the file (its content was `last`, or it
+    // gave the error last said); `None` when unknown.
     let mut verified = Some(verified);
     let mut last_err: Option<String> = None;
     let mut cache = cache;
@@ -282,11 +283,19 @@ async fn poll(
                             Ok(Some((parsed, digest)))
                         }
                         Ok(_) => Ok(None),
-                        Err(e) => Err(e),
+                        Err(e) => {
+                            verified = Some(began);
+                            Err(e)
+                        }
                     }
                 }
                 Ok(_) => Ok(None),
-                Err(e) => Err(e),
+                Err(e) => {
+                    // What this content gives is known (the error, said once): a file that
+                    // is too large is not read again until it changes.
+                    verified = Some(began);
+                    Err(e)
+                }
             }
         };
         match got {

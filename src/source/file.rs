@@ -149,8 +149,9 @@ pub fn watch_bounded(
     interval: Duration,
     max_bytes: u64,
 ) -> Result<(watch::Receiver<Arc<Loaded>>, tokio::task::JoinHandle<()>), FileError> {
-    let stamp = Stamp::of(&path);
+    // Taken before the stamp: a write after it moves the stamp on (see [`Stamp::trusted`]).
     let verified = SystemTime::now();
+    let stamp = Stamp::of(&path);
     let text = read_bounded(&path, max_bytes)?;
     let mut cache = ItemCache::default();
     let (first, _) = parse_cached(&text, &mut cache).map_err(|detail| FileError::Parse {
@@ -235,6 +236,8 @@ async fn poll(
         })
     };
     loop {
+        // Taken before the stamp, as at the first read.
+        let began = SystemTime::now();
         let stamp = Stamp::of(&path);
         let unchanged = stamp.is_some()
             && stamp == last_stamp
@@ -243,7 +246,6 @@ async fn poll(
             Ok(None)
         } else {
             last_stamp = stamp;
-            let began = SystemTime::now();
             verified = None;
             match read_if_new(path.clone(), last)
                 .await

@@ -36,8 +36,9 @@ impl Stamp {
         })
     }
 
-    /// Whether the content known since `verified` (a time taken before it was read) is the
-    /// content of every file with this stamp.
+    /// Whether what a read found, when it began at `verified` (before this stamp was taken),
+    /// stands for every file with this stamp: a write after `verified` would have moved the
+    /// modification time past this one, since it is at least one clock tick behind.
     pub(super) fn trusted(&self, verified: Option<SystemTime>) -> bool {
         let Some(modified) = self.modified else {
             return false;

@@ -227,27 +227,29 @@ async fn poll(
     let mut verified = Some(verified);
     let mut last_err: Option<String> = None;
     let mut cache = cache;
-    // A file that may have changed is first hashed in pieces: only a new version is read
-    // whole, so polling a big unchanged file holds no copy of it.
-    let read_if_new = |p: PathBuf, last: Digest| {
-        off_workers(move || match digest_bounded(&p, max_bytes)? {
-            d if d == last => Ok(None),
-            _ => read_bounded(&p, max_bytes).map(Some),
+    // A file whose stamp stayed the same but is not trusted yet is first hashed in pieces:
+    // only a new version is read whole, so polling a big unchanged file holds no copy of it.
+    // One whose stamp moved is nearly always a new version: it is read whole at once.
+    let read_if_new = |p: PathBuf, last: Digest, moved: bool| {
+        off_workers(move || {
+            if !moved && digest_bounded(&p, max_bytes)? == last {
+                return Ok(None);
+            }
+            read_bounded(&p, max_bytes).map(Some)
         })
     };
     loop {
         // Taken before the stamp, as at the first read.
         let began = SystemTime::now();
         let stamp = Stamp::of(&path);
-        let unchanged = stamp.is_some()
-            && stamp == last_stamp
-            && stamp.as_ref().is_some_and(|s| s.trusted(verified));
+        let moved = stamp.is_none() || stamp != last_stamp;
+        let unchanged = !moved && stamp.as_ref().is_some_and(|s| s.trusted(verified));
         let got: Result<Option<(Parsed, Digest)>, FileError> = if unchanged {
             Ok(None)
         } else {
             last_stamp = stamp;
             verified = None;
-            match read_if_new(path.clone(), last)
+            match read_if_new(path.clone(), last, moved)
                 .await
                 .map(|text| text.map(|t| (Digest::of(t.as_bytes()), t)))
             {
@@ -271,6 +273,7 @@ async fn poll(
                     // A writer may still be at work: take the text only if it stays the same.
                     tokio::time::sleep(SETTLE).await;
                     let p = path.clone();
+                    let again_began = SystemTime::now();
                     let again = off_workers(move || digest_bounded(&p, max_bytes)).await;
                     let parsed = match parsing.await {
                         Ok((parsed, c)) => {
@@ -281,7 +284,9 @@ async fn poll(
                     };
                     match again {
                         Ok(again) if again == digest => {
-                            verified = Some(began);
+                            // Read again a settle time later: usually late enough past the
+                            // modification time for the stamp to be trusted from now on.
+                            verified = Some(again_began);
                             Ok(Some((parsed, digest)))
                         }
                         Ok(_) => Ok(None),
@@ -291,7 +296,11 @@ async fn poll(
                         }
                     }
                 }
-                Ok(_) => Ok(None),
+                Ok(Some(_)) => {
+                    // Read whole and the same as before (the stamp moved, the content not).
+                    verified = Some(began);
+                    Ok(None)
+                }
                 Err(e) => {
                     // What this content gives is known (the error, said once): a file that
                     // is too large is not read again until it changes.

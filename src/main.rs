@@ -85,10 +85,20 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
             for p in &problems {
                 eprintln!("skipped: {p}");
             }
+            let router_mac = agent::router_mac(&cfg, &loaded.objects);
             for (b, flows) in agent::plan_bridges(&cfg, &model) {
                 println!("# bridge {} ({} flows)", b.name, flows.len());
                 for f in &flows {
                     println!("{}", f.display(&b));
+                }
+                // Known only at the switch: the bridge's own MAC, which decides the rewrite.
+                if let Some(mac) = router_mac.filter(|_| vipflow::plan::flows::steers_to_router(&b))
+                {
+                    let mac = format_mac(&mac);
+                    println!(
+                        "# where {}'s own MAC differs from the OVN gateway router's {mac} (Node {}, annotation k8s.ovn.org/l3-gateway-config), the agent puts set_field:{mac}->eth_dst before every output to the patch port into OVN above",
+                        b.name, cfg.node_name
+                    );
                 }
             }
             let rows = agent::plan_northbound(&cfg, &model);

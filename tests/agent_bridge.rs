@@ -908,6 +908,29 @@ async fn a_gateway_router_mac_other_than_the_bridges_is_reported_and_rewritten_t
         "{tcp}"
     );
 
+    // The offline plan says so too (it cannot know the bridge's MAC, so it names the rule).
+    let file = h.sb.path().join("plan-objects.yaml");
+    std::fs::write(&file, &y).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args(["plan", "--node-name", "node-a", "--objects"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "OVN gateway router's 0a:58:64:40:00:05 (Node node-a, annotation \
+             k8s.ovn.org/l3-gateway-config), the agent puts set_field:0a:58:64:40:00:05->eth_dst \
+             before every output to the patch port into OVN above"
+        ),
+        "{text}"
+    );
+
     // The annotation now equals the bridge MAC: the flows are exactly the plain ones again.
     let same = with_router_mac("02:00:00:00:00:01");
     h.update(&same).await;

@@ -116,11 +116,16 @@ pub fn steer_rewrite(
     router_mac: Option<MacAddr>,
     bridge_mac: Option<MacAddr>,
 ) -> Option<MacAddr> {
-    let steering = b.profile == Profile::Gateway && b.gateway_mode == GatewayMode::Shared;
     match (router_mac, bridge_mac) {
-        (Some(r), Some(m)) if steering && r != m => Some(r),
+        (Some(r), Some(m)) if steers_to_router(b) && r != m => Some(r),
         _ => None,
     }
+}
+
+/// Whether `b` steers VIP traffic into OVN's gateway router (a shared gateway bridge), so
+/// that the router's MAC may have to be written into the frames ([`steer_rewrite`]).
+pub fn steers_to_router(b: &BridgeConfig) -> bool {
+    b.profile == Profile::Gateway && b.gateway_mode == GatewayMode::Shared
 }
 
 impl PortRef {

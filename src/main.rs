@@ -187,7 +187,7 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
             for p in loaded.problems.iter() {
                 tracing::warn!(problem = %p, "skipped");
             }
-            let (_, problems) = agent::build_report_model(&cfg, &loaded);
+            let (_, problems) = agent::build_model_without_slices(&cfg, &loaded);
             for p in problems.iter().skip(loaded.problems.len()) {
                 tracing::warn!(problem = %p, "skipped");
             }

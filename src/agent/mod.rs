@@ -90,9 +90,9 @@ pub fn build_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
     )
 }
 
-/// [`build_model`] without the EndpointSlices (empty; their problems are in): what a report
-/// reads.
-pub fn build_report_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
+/// [`build_model`] without the EndpointSlices (empty; their problems are in): for what reads
+/// only Services, VIPs and problems (reports, `agent --once`'s problem list).
+pub fn build_model_without_slices(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
     let model = Model::build_without_slices(&loaded.objects, &model_options(cfg));
     with_problems(cfg, loaded, model)
 }

@@ -156,7 +156,7 @@ impl PlanInfo {
     /// What the report task says about one snapshot: built off the async workers, once per
     /// plan, so the observer only picks from it.
     fn of(cfg: &Config, generation: u64, loaded: &Loaded) -> PlanInfo {
-        let (model, problems) = build_report_model(cfg, loaded);
+        let (model, problems) = build_model_without_slices(cfg, loaded);
         let vip_set: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
         let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
         let programmed = crate::events::statements(&model, &[], &cfg.node_name, true);

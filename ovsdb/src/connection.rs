@@ -358,6 +358,7 @@ impl Session {
                     };
                     deadline = Instant::now() + interval;
                     probing = false;
+                    let big = f.len() > KEEP_READ_BUFFER;
                     let msg = match parse_frame(&f) {
                         Ok(m) => m,
                         // Worded as when the codec parsed the JSON.
@@ -366,10 +367,15 @@ impl Session {
                     };
                     self.dispatch(msg, &out_tx);
                     // A big frame (a monitor's snapshot) grew the read buffer: give it back
-                    // once read rather than keep that much for the connection's life.
+                    // once read rather than keep that much for the connection's life. The
+                    // frame was split off the same allocation, so what is left reports only
+                    // the tail's capacity while it keeps the whole allocation: decide by the
+                    // frame's size, and copy out what was read past it.
                     let buf = reader.read_buffer();
-                    if buf.is_empty() && buf.capacity() > KEEP_READ_BUFFER {
-                        *reader.read_buffer_mut() = bytes::BytesMut::new();
+                    if big || buf.capacity() > KEEP_READ_BUFFER {
+                        let rest = bytes::BytesMut::from(&buf[..]);
+                        drop(f);
+                        *reader.read_buffer_mut() = rest;
                     }
                 }
                 cmd = rx.recv() => {

@@ -80,11 +80,12 @@ impl PlannerTask {
             let router_mac = router_mac(&cfg, &loaded.objects);
             let send_flows = |bridges: Vec<BridgeFlows>| {
                 for (b, tx) in bridges.into_iter().zip(&senders) {
+                    let delta = kept_delta(b.delta, b.flows.len());
                     let _ = tx.send(Arc::new(DesiredFlows {
                         generation,
                         flows: b.flows,
                         maker: b.maker,
-                        delta: Some(b.delta),
+                        delta,
                         router_mac,
                     }));
                 }
@@ -170,6 +171,17 @@ impl PlanInfo {
             warnings,
         }
     }
+}
+
+/// The delta to hand on with a plan, or `None` when it names a large part of the flows (a
+/// first plan names every one): the plan is kept for as long as it stands, and such a delta
+/// with it, where comparing the two plans (without visiting what they share) costs as much.
+fn kept_delta(
+    delta: crate::plan::service_index::FlowDelta,
+    flows: usize,
+) -> Option<crate::plan::service_index::FlowDelta> {
+    const SMALL: usize = 4096;
+    (delta.touched.len() <= SMALL.max(flows / 4)).then_some(delta)
 }
 
 /// Every VIP of `model` with its ports and Services, in VIP order.

@@ -33,6 +33,20 @@ fn word(s: Option<String>, known: &[&'static str]) -> Word {
 
 const PROTOCOLS: &[&str] = &["TCP", "UDP", "SCTP"];
 
+/// A kept string: up to 24 bytes (names, namespaces, node names, IP addresses) held in place,
+/// longer ones on the heap. Each object has a dozen or more such strings, most a few bytes
+/// long; as `String`s each was an allocation of its own, and those allocations were the
+/// largest part of what the kept objects cost.
+pub type Text = compact_str::CompactString;
+
+fn text(s: Option<String>) -> Option<Text> {
+    s.map(Text::from)
+}
+
+fn texts(v: Vec<String>) -> Vec<Text> {
+    remade(v, Text::from)
+}
+
 /// `v` mapped into a new vector of exactly its length. Collecting `into_iter().map(..)` would
 /// reuse `v`'s buffer, sized for the larger Kubernetes type, for as long as the object lives.
 fn remade<T, U>(v: Vec<T>, f: impl FnMut(T) -> U) -> Vec<U> {
@@ -44,8 +58,8 @@ fn remade<T, U>(v: Vec<T>, f: impl FnMut(T) -> U) -> Vec<U> {
 /// A Service's name, namespace, age and vipflow's own annotations.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptMeta {
-    pub name: Option<String>,
-    pub namespace: Option<String>,
+    pub name: Option<Text>,
+    pub namespace: Option<Text>,
     pub creation_timestamp: Option<Time>,
     /// `vipflow.io/` annotations only; `None` when there are none.
     pub annotations: Option<BTreeMap<String, String>>,
@@ -60,8 +74,8 @@ impl From<ObjectMeta> for KeptMeta {
             .filter(|(k, _)| k.starts_with(KEPT_ANNOTATIONS))
             .collect();
         KeptMeta {
-            name: m.name,
-            namespace: m.namespace,
+            name: text(m.name),
+            namespace: text(m.namespace),
             creation_timestamp: m.creation_timestamp,
             annotations: (!annotations.is_empty()).then_some(annotations),
         }
@@ -79,17 +93,17 @@ pub struct KeptService {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptServiceSpec {
     pub type_: Word,
-    pub external_ips: Option<Vec<String>>,
-    pub load_balancer_class: Option<String>,
+    pub external_ips: Option<Vec<Text>>,
+    pub load_balancer_class: Option<Text>,
     pub ports: Option<Vec<KeptServicePort>>,
-    pub cluster_ip: Option<String>,
-    pub cluster_ips: Option<Vec<String>>,
+    pub cluster_ip: Option<Text>,
+    pub cluster_ips: Option<Vec<Text>>,
     pub external_traffic_policy: Word,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptServicePort {
-    pub name: Option<String>,
+    pub name: Option<Text>,
     pub port: i32,
     pub protocol: Word,
     pub target_port: Option<IntOrString>,
@@ -107,7 +121,7 @@ pub struct KeptLoadBalancerStatus {
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptIngress {
-    pub ip: Option<String>,
+    pub ip: Option<Text>,
     pub ip_mode: Word,
 }
 
@@ -120,25 +134,25 @@ impl From<core::Service> for KeptService {
                     sp.type_,
                     &["LoadBalancer", "ClusterIP", "NodePort", "ExternalName"],
                 ),
-                external_ips: sp.external_ips,
-                load_balancer_class: sp.load_balancer_class,
+                external_ips: sp.external_ips.map(texts),
+                load_balancer_class: text(sp.load_balancer_class),
                 ports: sp.ports.map(|ps| {
                     remade(ps, |p| KeptServicePort {
-                        name: p.name,
+                        name: text(p.name),
                         port: p.port,
                         protocol: word(p.protocol, PROTOCOLS),
                         target_port: p.target_port,
                     })
                 }),
-                cluster_ip: sp.cluster_ip,
-                cluster_ips: sp.cluster_ips,
+                cluster_ip: text(sp.cluster_ip),
+                cluster_ips: sp.cluster_ips.map(texts),
                 external_traffic_policy: word(sp.external_traffic_policy, &["Cluster", "Local"]),
             }),
             status: s.status.map(|st| KeptServiceStatus {
                 load_balancer: st.load_balancer.map(|lb| KeptLoadBalancerStatus {
                     ingress: lb.ingress.map(|is| {
                         remade(is, |i| KeptIngress {
-                            ip: i.ip,
+                            ip: text(i.ip),
                             ip_mode: word(i.ip_mode, &["VIP", "Proxy"]),
                         })
                     }),
@@ -151,24 +165,24 @@ impl From<core::Service> for KeptService {
 /// What vipflow reads of an EndpointSlice.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptSlice {
-    pub name: Option<String>,
-    pub namespace: Option<String>,
+    pub name: Option<Text>,
+    pub namespace: Option<Text>,
     /// Its `kubernetes.io/service-name` label: the Service it belongs to.
-    pub service_name: Option<String>,
+    pub service_name: Option<Text>,
     pub endpoints: Vec<KeptEndpoint>,
     pub ports: Option<Vec<KeptSlicePort>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptEndpoint {
-    pub addresses: Vec<String>,
+    pub addresses: Vec<Text>,
     pub conditions: Option<discovery::EndpointConditions>,
-    pub node_name: Option<String>,
+    pub node_name: Option<Text>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptSlicePort {
-    pub name: Option<String>,
+    pub name: Option<Text>,
     pub port: Option<i32>,
     pub protocol: Word,
 }
@@ -178,19 +192,20 @@ impl From<discovery::EndpointSlice> for KeptSlice {
         let service_name = s
             .metadata
             .labels
-            .and_then(|mut l| l.remove(super::SERVICE_NAME_LABEL));
+            .and_then(|mut l| l.remove(super::SERVICE_NAME_LABEL))
+            .map(Text::from);
         KeptSlice {
-            name: s.metadata.name,
-            namespace: s.metadata.namespace,
+            name: text(s.metadata.name),
+            namespace: text(s.metadata.namespace),
             service_name,
             endpoints: remade(s.endpoints, |e| KeptEndpoint {
-                addresses: e.addresses,
+                addresses: texts(e.addresses),
                 conditions: e.conditions,
-                node_name: e.node_name,
+                node_name: text(e.node_name),
             }),
             ports: s.ports.map(|ps| {
                 remade(ps, |p| KeptSlicePort {
-                    name: p.name,
+                    name: text(p.name),
                     port: p.port,
                     protocol: word(p.protocol, PROTOCOLS),
                 })
@@ -234,7 +249,7 @@ mod tests {
         );
         let sp = k.spec.unwrap();
         assert_eq!(sp.type_.as_deref(), Some("LoadBalancer"));
-        assert_eq!(sp.external_ips, Some(vec!["192.0.2.1".to_string()]));
+        assert_eq!(sp.external_ips, Some(vec![Text::from("192.0.2.1")]));
         assert_eq!(sp.load_balancer_class.as_deref(), Some("c"));
         assert_eq!(sp.cluster_ip.as_deref(), Some("10.96.0.1"));
         assert_eq!(sp.external_traffic_policy.as_deref(), Some("Local"));

@@ -24,7 +24,7 @@ mod kept;
 mod problem;
 pub use kept::{
     KeptEndpoint, KeptIngress, KeptLoadBalancerStatus, KeptMeta, KeptService, KeptServicePort,
-    KeptServiceSpec, KeptServiceStatus, KeptSlice, KeptSlicePort,
+    KeptServiceSpec, KeptServiceStatus, KeptSlice, KeptSlicePort, Text,
 };
 pub use problem::{Problem, ProblemKind, Subject};
 
@@ -181,7 +181,7 @@ impl fmt::Display for ServiceKey {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TargetPort {
     Number(u16),
-    Name(String),
+    Name(Text),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -206,7 +206,7 @@ pub struct VipPort {
     pub protocol: Protocol,
     pub target: TargetPort,
     /// The Service port's name (matches EndpointSlice port names).
-    pub port_name: Option<String>,
+    pub port_name: Option<Text>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,7 +230,7 @@ impl Service {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
     pub addresses: Vec<IpAddr>,
-    pub node: Option<String>,
+    pub node: Option<Text>,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,
@@ -238,14 +238,14 @@ pub struct Endpoint {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointPort {
-    pub name: Option<String>,
+    pub name: Option<Text>,
     pub port: u16,
     pub protocol: Protocol,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointSlice {
-    pub name: String,
+    pub name: Text,
     pub ports: Vec<EndpointPort>,
     pub endpoints: Vec<Endpoint>,
 }

@@ -186,9 +186,9 @@ pub(crate) fn build_service(
     }
 
     // Ports.
-    let mut ports: Vec<(u16, Protocol, TargetPort, Option<String>)> = Vec::new();
+    let mut ports: Vec<(u16, Protocol, TargetPort, Option<Text>)> = Vec::new();
     for p in spec.ports.iter().flatten() {
-        let label = p.name.clone().unwrap_or_else(|| p.port.to_string());
+        let label = p.name.clone().unwrap_or_else(|| p.port.to_string().into());
         let Some(port) = u16::try_from(p.port).ok().filter(|&n| n != 0) else {
             problem(
                 None,
@@ -237,7 +237,7 @@ pub(crate) fn build_service(
                     );
                     continue;
                 }
-                Err(_) => TargetPort::Name(s.clone()),
+                Err(_) => TargetPort::Name(s.as_str().into()),
             },
         };
         if ports
@@ -409,7 +409,7 @@ fn build_slice(s: &KeptSlice, problems: &mut Vec<Problem>) -> Option<(ServiceKey
     let name = s.name.clone().unwrap_or_default();
     let object = || Subject::EndpointSlice {
         namespace: key.namespace.to_string(),
-        name: name.clone(),
+        name: name.to_string(),
     };
     let mut ports = Vec::new();
     for p in s.ports.iter().flatten() {

@@ -31,7 +31,9 @@
 //!   them all at once.
 
 use super::str_map::StrMap;
-use crate::model::{EndpointSlice, Model, Protocol, Service, ServiceKey, TrafficPolicy, VipPort};
+use crate::model::{
+    EndpointSlice, Model, Protocol, Service, ServiceKey, Text, TrafficPolicy, VipPort,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -285,7 +287,7 @@ pub fn socket(ip: IpAddr, port: u16) -> String {
 struct Backend {
     ip: IpAddr,
     port: u16,
-    node: Option<String>,
+    node: Option<Text>,
 }
 
 /// The backends of one VIP:port: ready endpoints, else serving ones (terminating included).
@@ -460,7 +462,7 @@ fn rows_for(
             vips: StrMap::from(&vips),
             options: StrMap::from(&options),
             external_ids,
-            ip_port_mappings: StrMap::from(&mappings),
+            ip_port_mappings: mappings.into_iter().collect(),
             attach,
         }
     };

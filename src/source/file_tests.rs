@@ -546,7 +546,7 @@ fn a_reread_file_shares_every_unchanged_object_with_the_last_version() {
     assert!(!Arc::ptr_eq(&a[1], &b[1]), "api changed: its own");
     assert_eq!(
         a[1].spec.as_ref().unwrap().external_ips.as_deref(),
-        Some(&["192.0.2.12".to_string()][..])
+        Some(&[crate::model::Text::from("192.0.2.12")][..])
     );
     // Nothing in common with an empty previous version.
     let mut again = parse(KUBECTL_LIST).unwrap();

@@ -115,11 +115,13 @@ trait Keyed {
     fn key(&self) -> (String, String);
 }
 
-fn key_of(namespace: &Option<String>, name: &Option<String>) -> (String, String) {
-    (
-        namespace.clone().unwrap_or_default(),
-        name.clone().unwrap_or_default(),
-    )
+fn key_of<S: AsRef<str>>(namespace: &Option<S>, name: &Option<S>) -> (String, String) {
+    let text = |s: &Option<S>| {
+        s.as_ref()
+            .map(|s| s.as_ref().to_owned())
+            .unwrap_or_default()
+    };
+    (text(namespace), text(name))
 }
 
 impl Keyed for KeptService {

@@ -131,7 +131,7 @@ mod tests {
             .unwrap();
         let spec = rx.borrow().objects.services[0].spec.clone();
         let ips = spec.and_then(|s| s.external_ips);
-        assert_eq!(ips, Some(vec!["192.0.2.12".to_string()]));
+        assert_eq!(ips, Some(vec![crate::model::Text::from("192.0.2.12")]));
         task.abort();
     }
 }

@@ -64,7 +64,7 @@ impl AtomicType {
             AtomicType::Integer => Atom::Integer(0),
             AtomicType::Real => Atom::Real(0.0),
             AtomicType::Boolean => Atom::Boolean(false),
-            AtomicType::String => Atom::String(Box::default()),
+            AtomicType::String => Atom::String(Default::default()),
             AtomicType::Uuid => Atom::Uuid(uuid::Uuid::nil()),
         }
     }

@@ -7,6 +7,7 @@
 mod row;
 mod set;
 
+use compact_str::CompactString;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -51,7 +52,10 @@ pub enum Atom {
     Integer(i64),
     Real(f64),
     Boolean(bool),
-    String(Box<str>),
+    /// Held in place up to 24 bytes: a database's strings are mostly short (names, keys,
+    /// addresses, flags), and tens of thousands of them each in an allocation of its own
+    /// cost more than the rows around them.
+    String(CompactString),
     Uuid(Uuid),
     /// `["named-uuid", name]`: a row inserted earlier in the same transaction.
     NamedUuid(Box<str>),
@@ -59,7 +63,7 @@ pub enum Atom {
 
 impl Atom {
     pub fn string(s: impl Into<String>) -> Atom {
-        Atom::String(s.into().into_boxed_str())
+        Atom::String(CompactString::from(s.into()))
     }
 
     fn rank(&self) -> u8 {
@@ -84,7 +88,9 @@ impl Atom {
     pub(crate) fn cmp_str(&self, s: &str) -> Ordering {
         match self {
             Atom::String(a) => (**a).cmp(s),
-            _ => self.rank().cmp(&Atom::String(Box::default()).rank()),
+            _ => self
+                .rank()
+                .cmp(&Atom::String(CompactString::default()).rank()),
         }
     }
 
@@ -110,7 +116,7 @@ impl Atom {
                 .map(Json::Number)
                 .unwrap_or(Json::Null),
             Atom::Boolean(b) => json!(b),
-            Atom::String(s) => json!(s),
+            Atom::String(s) => json!(s.as_str()),
             Atom::Uuid(u) => json!(["uuid", u.to_string()]),
             Atom::NamedUuid(n) => json!(["named-uuid", n]),
         }
@@ -180,7 +186,8 @@ impl Hash for Atom {
             Atom::Integer(i) => i.hash(h),
             Atom::Real(r) => r.to_bits().hash(h),
             Atom::Boolean(b) => b.hash(h),
-            Atom::String(s) | Atom::NamedUuid(s) => s.hash(h),
+            Atom::String(s) => s.as_str().hash(h),
+            Atom::NamedUuid(s) => s.hash(h),
             Atom::Uuid(u) => u.hash(h),
         }
     }
@@ -206,7 +213,7 @@ impl From<&str> for Atom {
 }
 impl From<String> for Atom {
     fn from(s: String) -> Atom {
-        Atom::String(s.into_boxed_str())
+        Atom::String(s.into())
     }
 }
 impl From<i64> for Atom {

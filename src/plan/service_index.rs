@@ -417,6 +417,8 @@ impl ServiceIndex {
                 for ip in raw_vips_of(new) {
                     let keys = self.by_raw_vip.entry(ip).or_default();
                     if !keys.contains(&k) {
+                        // Room for one more only: a first push leaves room for four.
+                        keys.reserve_exact(1);
                         keys.push(k.clone());
                     }
                 }

@@ -20,6 +20,7 @@
 //! name and rename them into place.
 
 use super::item_cache::ItemCache;
+use super::list_stream;
 pub use super::objects_text::{parse, parse_cached};
 use super::stamp::Stamp;
 use crate::model::{Objects, Problem};
@@ -197,12 +198,59 @@ pub const SETTLE: Duration = Duration::from_millis(100);
 async fn off_workers<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, FileError> + Send + 'static,
 ) -> Result<T, FileError> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-        Err(FileError::Read {
-            path: PathBuf::new(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(worker_lost(e)))
+}
+
+fn worker_lost(e: tokio::task::JoinError) -> FileError {
+    FileError::Read {
+        path: PathBuf::new(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// A new version of the file as read: cut into a List's items as it was read, or whole.
+enum Version {
+    List(list_stream::StreamedList),
+    Whole(String),
+}
+
+impl Version {
+    fn digest(&self) -> Digest {
+        match self {
+            Version::List(l) => Digest {
+                len: l.len,
+                hash: l.hash,
+            },
+            Version::Whole(text) => Digest::of(text.as_bytes()),
+        }
+    }
+
+    /// Its objects, taking unchanged items from `cache`. A List that needs its whole text
+    /// after all (see [`super::objects_text::parse_streamed`]) is read again whole; should
+    /// the file have changed since, the check after the settle time finds that the content is
+    /// not the one hashed, and the version is not taken.
+    fn parse(
+        self,
+        path: &Path,
+        max: u64,
+        cache: &mut ItemCache,
+    ) -> Result<(Loaded, usize), String> {
+        match self {
+            Version::Whole(text) => parse_cached(&text, cache),
+            Version::List(list) => {
+                let items = list.list_items();
+                if let Some(r) = super::objects_text::parse_streamed(&list.root, &items, cache) {
+                    return r;
+                }
+                drop(items);
+                drop(list);
+                let text = read_bounded(path, max).map_err(|e| e.to_string())?;
+                parse_cached(&text, cache)
+            }
+        }
+    }
 }
 
 /// A parsed file version: its objects, how many objects are new or changed, and how many of
@@ -228,14 +276,24 @@ async fn poll(
     let mut last_err: Option<String> = None;
     let mut cache = cache;
     // A file whose stamp stayed the same but is not trusted yet is first hashed in pieces:
-    // only a new version is read whole, so polling a big unchanged file holds no copy of it.
-    // One whose stamp moved is nearly always a new version: it is read whole at once.
-    let read_if_new = |p: PathBuf, last: Digest, moved: bool| {
-        off_workers(move || {
-            if !moved && digest_bounded(&p, max_bytes)? == last {
-                return Ok(None);
-            }
-            read_bounded(&p, max_bytes).map(Some)
+    // only a new version is read, so polling a big unchanged file holds no copy of it. One
+    // whose stamp moved is nearly always a new version: it is read at once, cut into items
+    // as it is read (see [`list_stream`]); only what is not read that way is read whole.
+    let read_if_new = |p: PathBuf, last: Digest, moved: bool, cache: ItemCache| {
+        tokio::task::spawn_blocking(move || {
+            let read = || -> Result<Option<Version>, FileError> {
+                if !moved && digest_bounded(&p, max_bytes)? == last {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    match list_stream::read_list(&p, max_bytes, |id| cache.knows(id))? {
+                        Some(list) => Version::List(list),
+                        None => Version::Whole(read_bounded(&p, max_bytes)?),
+                    },
+                ))
+            };
+            let r = read();
+            (r, cache)
         })
     };
     loop {
@@ -249,25 +307,30 @@ async fn poll(
         } else {
             last_stamp = stamp;
             verified = None;
-            match read_if_new(path.clone(), last, moved)
+            let (read, c) = read_if_new(path.clone(), last, moved, std::mem::take(&mut cache))
                 .await
-                .map(|text| text.map(|t| (Digest::of(t.as_bytes()), t)))
-            {
+                .unwrap_or_else(|e| (Err(worker_lost(e)), ItemCache::default()));
+            cache = c;
+            match read.map(|v| v.map(|v| (v.digest(), v))) {
                 Ok(None) => {
                     verified = Some(began);
                     Ok(None)
                 }
-                Ok(Some((digest, text))) if digest != last => {
+                Ok(Some((digest, version))) if digest != last => {
                     // Parsed while the file settles, off the async workers (a big file must
                     // not hold up shutdown). What did not change keeps its previous
                     // allocation: the planner re-plans only the rest.
                     let previous = Arc::clone(&tx.borrow());
                     let mut c = std::mem::take(&mut cache);
+                    let p = path.clone();
                     let parsing = tokio::task::spawn_blocking(move || {
-                        let parsed = parse_cached(&text, &mut c).map(|(mut loaded, reused)| {
-                            let changed = loaded.objects.share_unchanged(&previous.objects);
-                            (loaded, changed, reused)
-                        });
+                        let parsed =
+                            version
+                                .parse(&p, max_bytes, &mut c)
+                                .map(|(mut loaded, reused)| {
+                                    let changed = loaded.objects.share_unchanged(&previous.objects);
+                                    (loaded, changed, reused)
+                                });
                         (parsed, c)
                     });
                     // A writer may still be at work: take the text only if it stays the same.

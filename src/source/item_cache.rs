@@ -3,9 +3,13 @@
 //! its allocation (so the planner, which tells changes by allocation, passes over it).
 //!
 //! Parsing YAML is what a file version costs; hashing its items costs a small part of that.
-//! An item is named by a 128-bit hash (XXH3) of its text and of the List around it (a typed
-//! List lends its items their kind), and by its length, so two different items are not taken
-//! for one. The hash is not keyed: whoever writes the file chooses its objects anyway.
+//! An item is named by a 128-bit hash (XXH3) of its text and by its length, so two different
+//! items are not taken for one; what an item decodes to depends on the List around it too (a
+//! typed List lends its items their kind), so the cache holds the items of one List text
+//! (the root's own lines) and forgets them when that changes. An item's name does not depend
+//! on the root, so a file can be hashed item by item as it is read, before its root is
+//! complete (a kubectl List's `kind` comes after its items). The hash is not keyed: whoever
+//! writes the file chooses its objects anyway.
 
 use super::file::Loaded;
 use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Problem};
@@ -13,18 +17,15 @@ use k8s_openapi::api::core::v1 as core;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// An item's text in its List, hashed.
+/// An item's text, hashed: two 64-bit halves (a `u128` would align the cache's entries to 16
+/// bytes) and its length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) struct ItemId(u128, usize);
+pub(super) struct ItemId([u64; 2], usize);
 
 impl ItemId {
-    pub(super) fn of(list: &str, item: &str) -> ItemId {
-        let mut h = xxhash_rust::xxh3::Xxh3::new();
-        // The List's length first: its text and the item's cannot trade bytes unseen.
-        h.update(&(list.len() as u64).to_le_bytes());
-        h.update(list.as_bytes());
-        h.update(item.as_bytes());
-        ItemId(h.digest128(), item.len())
+    pub(super) fn of(item: &str) -> ItemId {
+        let h = xxhash_rust::xxh3::xxh3_128(item.as_bytes());
+        ItemId([h as u64, (h >> 64) as u64], item.len())
     }
 }
 
@@ -85,6 +86,8 @@ impl Decoded {
 /// The items of the last version read, and those of the version being read.
 #[derive(Debug, Default)]
 pub struct ItemCache {
+    /// The hash of the root text the items were decoded in.
+    root: Option<u128>,
     last: HashMap<ItemId, Decoded, Fast>,
     now: HashMap<ItemId, Decoded, Fast>,
     /// Items of the version being read found in the last one.
@@ -92,6 +95,21 @@ pub struct ItemCache {
 }
 
 impl ItemCache {
+    /// The version being read is a List with this root text: what was decoded in another
+    /// one is forgotten.
+    pub(super) fn in_root(&mut self, root: &str) {
+        let h = xxhash_rust::xxh3::xxh3_128(root.as_bytes());
+        if self.root != Some(h) {
+            self.last.clear();
+            self.root = Some(h);
+        }
+    }
+
+    /// Whether the last version had the item (in whatever root: see [`Self::in_root`]).
+    pub(super) fn knows(&self, id: &ItemId) -> bool {
+        self.last.contains_key(id) || self.now.contains_key(id)
+    }
+
     /// The item, if the last version had it; remembered for the next version either way.
     pub(super) fn take(&mut self, id: ItemId) -> Option<Decoded> {
         if self.now.is_empty() {

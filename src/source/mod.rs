@@ -1,6 +1,7 @@
 pub mod file;
 mod item_cache;
 pub mod kube;
+mod list_stream;
 mod object_decode;
 pub mod objects_text;
 mod stamp;

@@ -61,6 +61,11 @@ fn parse_with(text: &str, cache: &mut ItemCache) -> Result<Loaded, String> {
 /// runs on every file version, so it skips the bytes that change nothing in a tight loop and
 /// counts lines only for the error.
 pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
+    check_depth_from(text, max, 1)
+}
+
+/// [`check_depth`] for text that starts on line `first_line` of its file.
+fn check_depth_from(text: &str, max: usize, first_line: usize) -> Result<(), String> {
     /// The bytes that change the depth or open a string.
     const SPECIAL: [bool; 256] = {
         let mut t = [false; 256];
@@ -103,7 +108,7 @@ pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
             b'[' | b'{' => {
                 depth += 1;
                 if depth > max {
-                    let line = 1 + memchr::memchr_iter(b'\n', &b[..i]).count();
+                    let line = first_line + memchr::memchr_iter(b'\n', &b[..i]).count();
                     return Err(format!(
                         "line {line}: nested more than {max} levels deep: not a Kubernetes object"
                     ));
@@ -159,7 +164,68 @@ fn parse_json_by_item(text: &str) -> Option<Result<Loaded, String>> {
 /// [`split_block_list`]) or an item does not parse on its own.
 fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
     let split = split_block_list(text)?;
-    let mut root = match serde_yaml_ng::from_str::<Doc>(&split.root).ok()? {
+    let items: Vec<ListItem<'_>> = split
+        .items
+        .iter()
+        .map(|item| ListItem {
+            id: ItemId::of(item),
+            text: Some(item),
+            line: 0,
+        })
+        .collect();
+    // The whole text's depth was checked.
+    parse_items(&split.root, &items, cache, false)
+}
+
+/// One item of a block-style List: its name, its text unless the item cache has it, and the
+/// line it starts on (for errors).
+pub(super) struct ListItem<'a> {
+    pub(super) id: ItemId,
+    pub(super) text: Option<&'a str>,
+    pub(super) line: usize,
+}
+
+/// A List read item by item as the file was read ([`super::list_stream`]): `root` is its own
+/// lines, and `items` have their text only where `cache` did not know them. Like
+/// [`parse_cached`], or `None` when the whole text is needed after all (an item not in the
+/// cache, which holds another root's items; a List whose items must be read in order).
+pub(super) fn parse_streamed(
+    root: &str,
+    items: &[ListItem<'_>],
+    cache: &mut ItemCache,
+) -> Option<Result<(Loaded, usize), String>> {
+    match parse_items(root, items, cache, true) {
+        Some(Ok(loaded)) => Some(Ok((loaded, cache.finish()))),
+        Some(Err(e)) => {
+            cache.abandon();
+            Some(Err(e))
+        }
+        None => {
+            cache.abandon();
+            None
+        }
+    }
+}
+
+/// The items of a block-style List with root text `root`; with `check`, each new item's
+/// nesting is checked first (the whole text's was not). `None` when this path cannot take
+/// them (see [`parse_yaml_by_item`], [`parse_streamed`]).
+fn parse_items(
+    root_text: &str,
+    items: &[ListItem<'_>],
+    cache: &mut ItemCache,
+    check: bool,
+) -> Option<Result<Loaded, String>> {
+    if check {
+        let texts = std::iter::once((root_text, 1))
+            .chain(items.iter().filter_map(|i| Some((i.text?, i.line))));
+        for (text, line) in texts {
+            if let Err(e) = check_depth_from(text, MAX_DEPTH, line) {
+                return Some(Err(e));
+            }
+        }
+    }
+    let mut root = match serde_yaml_ng::from_str::<Doc>(root_text).ok()? {
         Doc::Map(d) => d,
         Doc::Null | Doc::NotMapping => return None,
     };
@@ -175,25 +241,24 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
         }
     };
     if !root.takes_items_at_once() {
-        for item in split.items {
-            root.item(one(item)?);
+        for item in items {
+            root.item(one(item.text?)?);
         }
         return Some(finish(vec![root]));
     }
     // Each item decoded on its own: what the last version of the file had is not decoded
     // again, and many new items (a first read) are decoded on several cores.
-    let ids: Vec<ItemId> = split
-        .items
-        .iter()
-        .map(|item| ItemId::of(&split.root, item))
-        .collect();
-    let mut decoded: Vec<Option<Decoded>> = ids.iter().map(|id| cache.take(*id)).collect();
-    let missing: Vec<usize> = (0..ids.len()).filter(|&i| decoded[i].is_none()).collect();
+    cache.in_root(root_text);
+    let mut decoded: Vec<Option<Decoded>> = items.iter().map(|i| cache.take(i.id)).collect();
+    let missing: Vec<usize> = (0..items.len()).filter(|&i| decoded[i].is_none()).collect();
+    if missing.iter().any(|&i| items[i].text.is_none()) {
+        return None;
+    }
     let made =
-        crate::parallel::map_split(&missing, |&i| Some(root.decode_alone(one(split.items[i])?)));
+        crate::parallel::map_split(&missing, |&i| Some(root.decode_alone(one(items[i].text?)?)));
     for (i, d) in missing.into_iter().zip(made) {
         let d = d?;
-        cache.put(ids[i], d.clone());
+        cache.put(items[i].id, d.clone());
         decoded[i] = Some(d);
     }
     for d in decoded.into_iter().flatten() {

@@ -34,6 +34,55 @@ fn kubectl_yaml(v: &Value) -> String {
     serde_yaml_ng::to_string(v).expect("serializes")
 }
 
+/// A version read in pieces ([`crate::source::list_stream`]): its known items are taken from
+/// the cache; when its root changed, the cache's items do not stand for it, and the whole
+/// text is asked for.
+#[test]
+fn a_version_read_in_pieces_takes_known_items_and_asks_for_the_whole_when_its_root_changed() {
+    use crate::source::list_stream::read_list;
+    let read = |text: &str, cache: &ItemCache| {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+        read_list(f.path(), u64::MAX, |id| cache.knows(id))
+            .expect("read")
+            .expect("a block list")
+    };
+    let v1 = list(vec![
+        service("web", "192.0.2.1"),
+        service("api", "192.0.2.2"),
+    ]);
+    let mut v2 = v1.clone();
+    v2["items"][1] = service("api", "192.0.2.9");
+    let mut v3 = v2.clone();
+    v3["kind"] = json!("ServiceList");
+    let (y1, y2, y3) = (kubectl_yaml(&v1), kubectl_yaml(&v2), kubectl_yaml(&v3));
+    let mut cache = ItemCache::default();
+    let (first, _) = parse_cached(&y1, &mut cache).unwrap();
+
+    let l2 = read(&y2, &cache);
+    assert!(l2.items[0].text.is_none(), "web is known: no text kept");
+    assert!(l2.items[1].text.is_some());
+    let (second, reused) = parse_streamed(&l2.root, &l2.list_items(), &mut cache)
+        .expect("taken by items")
+        .unwrap();
+    assert_eq!(reused, 1);
+    assert!(Arc::ptr_eq(
+        &first.objects.services[0],
+        &second.objects.services[0]
+    ));
+    assert_eq!(format!("{second:?}"), format!("{:?}", parse(&y2).unwrap()));
+
+    // Same items, another root (a typed List lends its items their kind).
+    let l3 = read(&y3, &cache);
+    assert!(l3.items.iter().all(|i| i.text.is_none()));
+    assert!(parse_streamed(&l3.root, &l3.list_items(), &mut cache).is_none());
+    let (third, _) = parse_cached(&y3, &mut cache).unwrap();
+    assert_eq!(
+        format!("{third:?}"),
+        format!("{:?}", parse_whole(&y3).unwrap())
+    );
+}
+
 #[test]
 fn items_unchanged_since_the_last_version_are_not_decoded_again() {
     let v1 = list(vec![

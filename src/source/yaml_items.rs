@@ -9,34 +9,16 @@ pub(super) struct BlockList<'a> {
 }
 
 /// Cut `text` into a [`BlockList`], or `None` when it is not one, and the whole-document
-/// path must read it.
-///
-/// Inside a block sequence every line of an item is indented deeper than the item's `- `,
-/// except blank lines and comments; a line back at the `- ` column starts the next item, one
-/// at column 0 the next root key. That holds for every emitter's output; what does not fit
-/// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
+/// path must read it (see [`Splitter`]).
 pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
-    // Lines are cut at `\n` below; YAML also breaks lines at a lone `\r` and (libyaml) at
-    // NEL, LS and PS.
     let b = text.as_bytes();
-    let other_break = memchr::memchr3_iter(b'\r', 0xc2, 0xe2, b).any(|i| match b[i] {
-        b'\r' => b.get(i + 1) != Some(&b'\n'),
-        0xc2 => b.get(i + 1) == Some(&0x85),
-        _ => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
-    });
-    if other_break {
+    if other_break(b) {
         return None;
     }
-    enum At {
-        Root,
-        ItemsKey,
-        Items { indent: usize, start: usize },
-    }
-    let mut root = String::new();
+    let mut split = Splitter::default();
     let mut items = Vec::new();
-    let mut at = At::Root;
-    let mut seen_content = false;
-    let mut found = false;
+    // Where the current item began.
+    let mut open: Option<usize> = None;
     let mut offset = 0;
     // `split_inclusive('\n')`, by memchr: the lines of a big List are many.
     let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
@@ -44,24 +26,92 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
     for end in ends {
         let start = offset;
         offset = end;
-        let line = &text[start..end];
-        if let At::Items { indent: k, .. } = at
+        match split.line(&text[start..end])? {
+            Cut::More => {}
+            Cut::Start => {
+                if let Some(s) = open.replace(start) {
+                    items.push(&text[s..start]);
+                }
+            }
+            Cut::Root | Cut::Skip => {
+                if let Some(s) = open.take() {
+                    items.push(&text[s..start]);
+                }
+            }
+        }
+    }
+    if let Some(s) = open {
+        items.push(&text[s..]);
+    }
+    Some(BlockList {
+        root: split.finish()?,
+        items,
+    })
+}
+
+/// Where one line of a block-style List goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// The root's (the splitter keeps it); an item open before it ended.
+    Root,
+    /// A blank line or comment between `items:` and the first item: part of nothing.
+    Skip,
+    /// The first line of an item; an item open before it ended.
+    Start,
+    /// One more line of the open item.
+    More,
+}
+
+#[derive(Debug, Default)]
+enum At {
+    #[default]
+    Root,
+    ItemsKey,
+    Items {
+        indent: usize,
+    },
+}
+
+/// Cuts a single-document block-style YAML List into the root's own lines and its items, one
+/// line at a time, so that a file is cut as it is read.
+///
+/// Inside a block sequence every line of an item is indented deeper than the item's `- `,
+/// except blank lines and comments; a line back at the `- ` column starts the next item, one
+/// at column 0 the next root key. That holds for every emitter's output; what does not fit
+/// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
+#[derive(Debug, Default)]
+pub(super) struct Splitter {
+    at: At,
+    seen_content: bool,
+    found: bool,
+    root: String,
+}
+
+impl Splitter {
+    /// Where `line` (with its `\n`, unless it is the last) goes; `None` when the text is no
+    /// List this can cut. The caller has found no [`other_break`] in the line: a text is
+    /// checked for those at once, not line by line.
+    pub(super) fn line(&mut self, line: &str) -> Option<Cut> {
+        if let At::Items { indent: k } = self.at
             && inside_item(line.as_bytes(), k)
         {
-            continue;
+            return Some(Cut::More);
         }
         let body = line.trim_end_matches(['\n', '\r']);
         let content = body.trim_start_matches([' ', '\t']);
         if content.is_empty() || content.starts_with('#') {
             // Part of whatever it sits in; kept only where it cannot be in a block scalar.
-            match at {
-                At::Root => root.push_str(line),
+            return match self.at {
+                At::Root => {
+                    self.root.push_str(line);
+                    Some(Cut::Root)
+                }
                 // Dropped: it must not hide what would make the whole text fail (a character
                 // YAML refuses, a tab where YAML reads indentation).
-                At::ItemsKey if !printable(line) || line.contains('\t') => return None,
-                _ => {}
-            }
-            continue;
+                At::ItemsKey if !printable(line) || line.contains('\t') => None,
+                At::ItemsKey => Some(Cut::Skip),
+                At::Items { .. } => Some(Cut::More),
+            };
         }
         let indent = body.len() - body.trim_start_matches(' ').len();
         if body[indent..].starts_with('\t') || body.starts_with('%') {
@@ -72,18 +122,20 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
                 .is_some_and(|r| r.is_empty() || r.starts_with([' ', '\t']))
         };
         if marker("---") || marker("...") {
-            if seen_content {
+            if self.seen_content {
                 return None;
             }
-            root.push_str(line);
-            continue;
+            self.root.push_str(line);
+            return Some(Cut::Root);
         }
         // The root must be a block mapping; a flow one (`{`), a bare scalar or anything
         // fancier is read whole.
-        if !seen_content && body.starts_with(['{', '[', '"', '\'', '?', '!', '&', '*', '|', '>']) {
+        if !self.seen_content
+            && body.starts_with(['{', '[', '"', '\'', '?', '!', '&', '*', '|', '>'])
+        {
             return None;
         }
-        seen_content = true;
+        self.seen_content = true;
         let rest = &body[indent..];
         let entry = rest.starts_with("- ");
         if rest == "-" {
@@ -91,11 +143,11 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
         }
         // A quoted scalar that goes on to the next lines may hold a line that looks like a key
         // or an item at any column: only a whole parse knows where it ends.
-        if matches!(at, At::Root) && unclosed_quote(rest) {
+        if matches!(self.at, At::Root) && unclosed_quote(rest) {
             return None;
         }
         loop {
-            match at {
+            match self.at {
                 At::Root => {
                     // `items:` alone, or followed by a comment (`#` after a space: `items:#x`
                     // is a plain scalar, not a key).
@@ -104,52 +156,61 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
                         t.is_empty() || (t.len() < r.len() && t.starts_with('#'))
                     });
                     if key {
-                        if found || !printable(line) {
+                        if self.found || !printable(line) {
                             return None;
                         }
-                        found = true;
-                        at = At::ItemsKey;
+                        self.found = true;
+                        self.at = At::ItemsKey;
                     } else {
-                        root.push_str(line);
+                        self.root.push_str(line);
                     }
+                    return Some(Cut::Root);
                 }
                 At::ItemsKey if entry => {
-                    root.push_str("items: []\n");
-                    at = At::Items { indent, start };
+                    self.root.push_str("items: []\n");
+                    self.at = At::Items { indent };
+                    return Some(Cut::Start);
                 }
                 At::ItemsKey if indent == 0 => {
                     // `items:` with nothing under it (null): the root says so.
-                    root.push_str("items:\n");
-                    at = At::Root;
-                    continue;
+                    self.root.push_str("items:\n");
+                    self.at = At::Root;
                 }
                 At::ItemsKey => return None,
-                At::Items {
-                    indent: k,
-                    start: s,
-                } => {
+                At::Items { indent: k } => {
                     if indent > k {
+                        return Some(Cut::More);
                     } else if indent == k && entry {
-                        items.push(&text[s..start]);
-                        at = At::Items { indent: k, start };
+                        return Some(Cut::Start);
                     } else if indent == 0 {
-                        items.push(&text[s..start]);
-                        at = At::Root;
-                        continue;
+                        // The item ended; the line is the root's.
+                        self.at = At::Root;
                     } else {
                         return None;
                     }
                 }
             }
-            break;
         }
     }
-    match at {
-        At::Items { start, .. } => items.push(&text[start..]),
-        At::ItemsKey => root.push_str("items:\n"),
-        At::Root => {}
+
+    /// The root's own lines, the items replaced by `items: []`, once every line was given;
+    /// `None` when there was no `items:`.
+    pub(super) fn finish(mut self) -> Option<String> {
+        if let At::ItemsKey = self.at {
+            self.root.push_str("items:\n");
+        }
+        self.found.then_some(self.root)
     }
-    found.then_some(BlockList { root, items })
+}
+
+/// Whether text breaks lines other than at `\n`: at a lone `\r` or (libyaml) at NEL, LS or
+/// PS. Lines are cut at `\n` only, so such a text is read whole.
+pub(super) fn other_break(b: &[u8]) -> bool {
+    memchr::memchr3_iter(b'\r', 0xc2, 0xe2, b).any(|i| match b[i] {
+        b'\r' => b.get(i + 1) != Some(&b'\n'),
+        0xc2 => b.get(i + 1) == Some(&0x85),
+        _ => b.get(i + 1) == Some(&0x80) && matches!(b.get(i + 2), Some(0xa8 | 0xa9)),
+    })
 }
 
 /// Whether `line` is plainly more of an item whose `- ` is at column `k`: indented deeper by

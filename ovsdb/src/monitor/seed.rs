@@ -330,7 +330,7 @@ impl<'de> Visitor<'de> for AtomText {
         Ok(Atom::String(s.into()))
     }
     fn visit_string<E: Error>(self, s: String) -> Result<Atom, E> {
-        Ok(Atom::String(s.into_boxed_str()))
+        Ok(Atom::String(s.into()))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Atom, A::Error> {
         let a = match element(&mut s, std::marker::PhantomData::<String>)?.as_str() {

@@ -1,0 +1,338 @@
+//! An objects file read piece by piece and cut into a block-style YAML List's items as it is
+//! read, keeping the text of new items only.
+//!
+//! A changed file is nearly always the last version with an item or two changed. Reading it
+//! whole held its whole text (tens of MB at 10,000 Services) beside everything the agent
+//! keeps, at every change; here each line is handed to the [`Splitter`], each item is hashed
+//! when it ends, and an item the [`ItemCache`](super::item_cache::ItemCache) knows is kept as
+//! its name alone. The whole file is hashed on the way, as [`super::file`] identifies
+//! versions. A text that is no List this can cut (JSON, several documents, flow style) is
+//! read whole after all, as before.
+
+use super::file::FileError;
+use super::item_cache::ItemId;
+use super::objects_text::ListItem;
+use super::yaml_items::{Cut, Splitter, other_break};
+use std::io::Read;
+use std::path::Path;
+
+/// A block-style List as read: its root's own lines, its items, and the whole content's
+/// length and hash.
+#[derive(Debug)]
+pub(super) struct StreamedList {
+    pub(super) root: String,
+    pub(super) items: Vec<StreamedItem>,
+    pub(super) len: usize,
+    pub(super) hash: u128,
+}
+
+/// One item: its name, its text unless it was known, and the line it starts on.
+#[derive(Debug)]
+pub(super) struct StreamedItem {
+    pub(super) id: ItemId,
+    pub(super) text: Option<String>,
+    pub(super) line: usize,
+}
+
+impl StreamedList {
+    /// The items as [`super::objects_text::parse_streamed`] takes them.
+    pub(super) fn list_items(&self) -> Vec<ListItem<'_>> {
+        self.items
+            .iter()
+            .map(|i| ListItem {
+                id: i.id,
+                text: i.text.as_deref(),
+                line: i.line,
+            })
+            .collect()
+    }
+}
+
+/// Read `path` (at most `max` bytes) as a block-style List; an item for which `known` is true
+/// keeps no text. `Ok(None)`: the content is no List this can cut, and must be read whole.
+pub(super) fn read_list(
+    path: &Path,
+    max: u64,
+    known: impl Fn(&ItemId) -> bool,
+) -> Result<Option<StreamedList>, FileError> {
+    let rd = |source| FileError::Read {
+        path: path.into(),
+        source,
+    };
+    let too_large = |size| FileError::TooLarge {
+        path: path.into(),
+        size,
+        limit: max,
+    };
+    let mut f = std::fs::File::open(path).map_err(rd)?;
+    let size = f.metadata().map_err(rd)?.len();
+    if size > max {
+        return Err(too_large(size));
+    }
+    let mut hash = xxhash_rust::xxh3::Xxh3::new();
+    let mut cutter = Cutter::new(known);
+    let mut buf = vec![0u8; 1 << 16];
+    // The start of a line that the last piece cut.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let n = f.read(&mut buf).map_err(rd)?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len as u64 > max {
+            return Err(too_large(len as u64));
+        }
+        let data = &buf[..n];
+        hash.update(data);
+        let Some(last) = memchr::memrchr(b'\n', data) else {
+            carry.extend_from_slice(data);
+            continue;
+        };
+        // The line the last piece began, then this piece's other whole lines.
+        let (first, rest) = match memchr::memchr(b'\n', data) {
+            Some(i) if !carry.is_empty() => {
+                carry.extend_from_slice(&data[..=i]);
+                (Some(std::mem::take(&mut carry)), &data[i + 1..=last])
+            }
+            _ => (None, &data[..=last]),
+        };
+        for lines in first.as_deref().into_iter().chain([rest]) {
+            if !cutter.lines(lines).map_err(rd)? {
+                return Ok(None);
+            }
+        }
+        if let Some(mut c) = first {
+            // Its allocation is kept for the next piece's cut line.
+            c.clear();
+            carry = c;
+        }
+        carry.extend_from_slice(&data[last + 1..]);
+    }
+    if !carry.is_empty() && !cutter.lines(&carry).map_err(rd)? {
+        return Ok(None);
+    }
+    let (root, items) = match cutter.finish() {
+        Some(r) => r,
+        None => return Ok(None),
+    };
+    Ok(Some(StreamedList {
+        root,
+        items,
+        len,
+        hash: hash.digest128(),
+    }))
+}
+
+/// The [`Splitter`] and the item being read.
+struct Cutter<F> {
+    split: Splitter,
+    known: F,
+    items: Vec<StreamedItem>,
+    /// The open item's line, if one is open, and its text from earlier pieces.
+    open: Option<usize>,
+    spilled: String,
+    lines: usize,
+}
+
+impl<F: Fn(&ItemId) -> bool> Cutter<F> {
+    fn new(known: F) -> Self {
+        Cutter {
+            split: Splitter::default(),
+            known,
+            items: Vec::new(),
+            open: None,
+            spilled: String::new(),
+            lines: 0,
+        }
+    }
+
+    /// Take whole lines (each with its `\n`, but for the file's last); `false` when the text
+    /// is no List this can cut. An item that ends within them is hashed where it lies, and
+    /// copied only if it is new.
+    fn lines(&mut self, bytes: &[u8]) -> Result<bool, std::io::Error> {
+        if other_break(bytes) {
+            return Ok(false);
+        }
+        // As `read_to_string` says it.
+        let text = std::str::from_utf8(bytes).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "stream did not contain valid UTF-8",
+            )
+        })?;
+        let b = text.as_bytes();
+        // Where the open item's text in `text` starts.
+        let mut here = 0;
+        let mut start = 0;
+        let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
+        let ends = ends.chain((b.last().is_some_and(|&c| c != b'\n')).then_some(b.len()));
+        for end in ends {
+            let line = &text[start..end];
+            self.lines += 1;
+            match self.split.line(line) {
+                None => return Ok(false),
+                Some(Cut::More) => {}
+                Some(Cut::Start) => {
+                    self.end_item(&text[here..start]);
+                    self.open = Some(self.lines);
+                    here = start;
+                }
+                Some(Cut::Root | Cut::Skip) => self.end_item(&text[here..start]),
+            }
+            start = end;
+        }
+        if self.open.is_some() {
+            self.spilled.push_str(&text[here..]);
+        }
+        Ok(true)
+    }
+
+    /// End the open item, if any, whose text ends with `tail`.
+    fn end_item(&mut self, tail: &str) {
+        let Some(line) = self.open.take() else { return };
+        let whole = if self.spilled.is_empty() {
+            tail
+        } else {
+            self.spilled.push_str(tail);
+            &self.spilled
+        };
+        let id = ItemId::of(whole);
+        let text = (!(self.known)(&id)).then(|| whole.to_owned());
+        // The buffer is kept for the next item that spans pieces.
+        self.spilled.clear();
+        self.items.push(StreamedItem { id, text, line });
+    }
+
+    fn finish(mut self) -> Option<(String, Vec<StreamedItem>)> {
+        self.end_item("");
+        Some((self.split.finish()?, self.items))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::yaml_items::split_block_list;
+    use proptest::prelude::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+        f
+    }
+
+    fn list(n: usize) -> String {
+        let mut t = String::from("apiVersion: v1\nitems:\n");
+        for i in 0..n {
+            t.push_str(&format!(
+                "- apiVersion: v1\n  kind: Service\n  metadata:\n    name: s{i}\n    # note\n\n  spec:\n    ports:\n    - port: {}\n",
+                80 + i
+            ));
+        }
+        t.push_str("kind: List\nmetadata:\n  resourceVersion: \"\"\n");
+        t
+    }
+
+    #[test]
+    fn a_list_read_in_pieces_is_cut_as_the_whole_text_is() {
+        let text = list(3000);
+        let f = write(&text);
+        let got = read_list(f.path(), u64::MAX, |_| false)
+            .expect("read")
+            .expect("a block list");
+        let whole = split_block_list(&text).expect("a block list");
+        assert_eq!(got.root, whole.root);
+        let texts: Vec<&str> = got.items.iter().filter_map(|i| i.text.as_deref()).collect();
+        assert_eq!(texts, whole.items);
+        assert_eq!(got.len, text.len());
+        assert_eq!(got.hash, xxhash_rust::xxh3::xxh3_128(text.as_bytes()));
+        // Each item starts on its `- ` line.
+        let first = got.items[0].line;
+        assert_eq!(text.lines().nth(first - 1), Some("- apiVersion: v1"));
+    }
+
+    #[test]
+    fn known_items_keep_no_text() {
+        let text = list(10);
+        let f = write(&text);
+        let whole = split_block_list(&text).expect("a block list");
+        let known = ItemId::of(whole.items[4]);
+        let got = read_list(f.path(), u64::MAX, |id| *id == known)
+            .expect("read")
+            .expect("a block list");
+        assert_eq!(got.items.len(), 10);
+        assert!(got.items[4].text.is_none());
+        assert_eq!(got.items[4].id, known);
+        assert!(
+            got.items
+                .iter()
+                .enumerate()
+                .all(|(i, it)| i == 4 || it.text.is_some())
+        );
+    }
+
+    #[test]
+    fn what_is_no_block_list_is_left_to_the_whole_read() {
+        for text in [
+            "{\"kind\": \"List\", \"items\": []}",
+            "kind: List\nitems: [{}]\n",
+            "kind: Service\n---\nkind: Service\n",
+            "kind: List\nitems:\n- a: 1\r- b: 2\n",
+        ] {
+            let f = write(text);
+            assert!(
+                read_list(f.path(), u64::MAX, |_| false)
+                    .expect("read")
+                    .is_none(),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn invalid_utf8_and_size_are_read_errors() {
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        std::io::Write::write_all(&mut f, b"kind: List\nitems:\n- a: \xff\n").expect("write");
+        let e = read_list(f.path(), u64::MAX, |_| false).expect_err("not UTF-8");
+        assert!(e.to_string().contains("valid UTF-8"), "{e}");
+        let f = write(&list(5));
+        let e = read_list(f.path(), 100, |_| false).expect_err("too large");
+        assert!(matches!(e, FileError::TooLarge { .. }), "{e}");
+    }
+
+    proptest! {
+        /// However the text is made of lines (blank lines, comments, a last line without
+        /// its `\n`, lines longer than a read), the pieces give what the whole text gives.
+        #[test]
+        fn pieces_equal_the_whole(
+            items in proptest::collection::vec(("[a-z]{1,8}", 0usize..3, 0usize..70_000, any::<bool>()), 0..12),
+            tail in any::<bool>(),
+        ) {
+            let mut text = String::from("# head\nkind: List\nitems:\n");
+            for (word, blanks, long, comment) in &items {
+                text.push_str(&format!("- name: {word}\n"));
+                for _ in 0..*blanks {
+                    text.push('\n');
+                }
+                if *comment {
+                    text.push_str("  # c\n");
+                }
+                text.push_str(&format!("  v: {}\n", "x".repeat(*long)));
+            }
+            if tail {
+                text.push_str("metadata: {}");
+            }
+            let f = write(&text);
+            let got = read_list(f.path(), u64::MAX, |_| false).expect("read");
+            let whole = split_block_list(&text);
+            prop_assert_eq!(got.is_some(), whole.is_some());
+            if let (Some(got), Some(whole)) = (got, whole) {
+                prop_assert_eq!(&got.root, &whole.root);
+                let texts: Vec<&str> = got.items.iter().filter_map(|i| i.text.as_deref()).collect();
+                prop_assert_eq!(texts, whole.items);
+            }
+        }
+    }
+}

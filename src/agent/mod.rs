@@ -248,7 +248,14 @@ pub fn start_with(
     let planned_rx = rrx.clone();
     let received: Received = Arc::default();
     let (ready_tx, ready) = watch::channel(false);
-    tasks.push(tokio::spawn(report(cfg.clone(), rrx, ptx, ready.clone())));
+    let with_events = opts.events.is_some();
+    tasks.push(tokio::spawn(report(
+        cfg.clone(),
+        with_events,
+        rrx,
+        ptx,
+        ready.clone(),
+    )));
     tasks.push(tokio::spawn(
         PlannerTask {
             cfg: cfg.clone(),

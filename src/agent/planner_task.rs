@@ -155,14 +155,18 @@ pub(super) struct PlanInfo {
 
 impl PlanInfo {
     /// What the report task says about one snapshot: built off the async workers, once per
-    /// plan, so the observer only picks from it.
-    fn of(cfg: &Config, generation: u64, loaded: &Loaded) -> PlanInfo {
+    /// plan, so the observer only picks from it. Without `events` (no Events are sent: the
+    /// file source), no Event statements: one per Service is a lot to keep for nobody.
+    fn of(cfg: &Config, events: bool, generation: u64, loaded: &Loaded) -> PlanInfo {
         let (model, problems) = build_model_without_slices(cfg, loaded);
-        let vip_set: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-        let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
-        let programmed = crate::events::statements(&model, &[], &cfg.node_name, true);
-        let mut warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
-        warnings.extend(crate::events::not_excluded(&model, &not_excluded));
+        let (mut programmed, mut warnings) = (BTreeSet::new(), BTreeSet::new());
+        if events {
+            let vip_set: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+            let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
+            programmed = crate::events::statements(&model, &[], &cfg.node_name, true);
+            warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
+            warnings.extend(crate::events::not_excluded(&model, &not_excluded));
+        }
         PlanInfo {
             generation,
             vips: Arc::new(vip_docs(&model)),
@@ -250,6 +254,7 @@ pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant
 /// itself holds.
 pub(super) async fn report(
     cfg: Config,
+    events: bool,
     mut snapshots: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
     plans: watch::Sender<Option<Arc<PlanInfo>>>,
     mut ready: watch::Receiver<bool>,
@@ -258,7 +263,7 @@ pub(super) async fn report(
     // What the first sync built and dropped (a database snapshot, every flow's encoding).
     let _ = tokio::task::spawn_blocking(crate::memory::give_back).await;
     let mut reported: BTreeSet<String> = BTreeSet::new();
-    let reporter = Reporter::start(&cfg);
+    let reporter = Reporter::start(&cfg, events);
     while snapshots.changed().await.is_ok() {
         let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
             continue;
@@ -286,11 +291,11 @@ pub(super) async fn report(
 enum Reporter {
     Thread(std::sync::mpsc::Sender<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>),
     /// The thread could not be started: the runtime's blocking threads.
-    Blocking(Box<Config>),
+    Blocking(Box<Config>, bool),
 }
 
 impl Reporter {
-    fn start(cfg: &Config) -> Reporter {
+    fn start(cfg: &Config, events: bool) -> Reporter {
         let (tx, rx) =
             std::sync::mpsc::channel::<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>(
             );
@@ -300,7 +305,7 @@ impl Reporter {
             .spawn(move || {
                 lowest_priority();
                 while let Ok((generation, loaded, reply)) = rx.recv() {
-                    let info = PlanInfo::of(&c, generation, &loaded);
+                    let info = PlanInfo::of(&c, events, generation, &loaded);
                     // The full model it was built from is gone: its pages go back now, not
                     // kept resident between what lives on.
                     crate::memory::give_back();
@@ -311,7 +316,7 @@ impl Reporter {
             Ok(_) => Reporter::Thread(tx),
             Err(e) => {
                 tracing::warn!(error = %e, "no thread for reports; they share the blocking threads");
-                Reporter::Blocking(Box::new(cfg.clone()))
+                Reporter::Blocking(Box::new(cfg.clone()), events)
             }
         }
     }
@@ -323,9 +328,9 @@ impl Reporter {
                 tx.send((generation, loaded, reply)).ok()?;
                 rx.await.ok()
             }
-            Reporter::Blocking(cfg) => {
+            &Reporter::Blocking(ref cfg, events) => {
                 let c = (**cfg).clone();
-                tokio::task::spawn_blocking(move || PlanInfo::of(&c, generation, &loaded))
+                tokio::task::spawn_blocking(move || PlanInfo::of(&c, events, generation, &loaded))
                     .await
                     .ok()
             }

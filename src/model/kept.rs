@@ -88,6 +88,20 @@ pub struct KeptService {
     pub metadata: KeptMeta,
     pub spec: Option<KeptServiceSpec>,
     pub status: Option<KeptServiceStatus>,
+    /// Its key, made once: the planners keep it in several indexes, and each key made anew
+    /// would be two more allocations held for as long as the Service lives.
+    key: std::sync::OnceLock<Option<super::ServiceKey>>,
+}
+
+impl KeptService {
+    /// `namespace/name` (namespace `default` when none is set); `None` without a name. Made
+    /// on first use: the metadata must not change after that (kept objects are shared, and
+    /// never changed once made).
+    pub fn key(&self) -> Option<super::ServiceKey> {
+        self.key
+            .get_or_init(|| super::meta_key(&self.metadata))
+            .clone()
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -158,6 +172,7 @@ impl From<core::Service> for KeptService {
                     }),
                 }),
             }),
+            key: std::sync::OnceLock::new(),
         }
     }
 }

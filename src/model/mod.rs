@@ -306,7 +306,7 @@ impl Model {
         let mut keys = std::collections::HashSet::new();
         let mut firsts = Vec::with_capacity(objects.services.len());
         for svc in &objects.services {
-            match meta_key(&svc.metadata) {
+            match svc.key() {
                 Some(k) if !keys.insert(k.clone()) => problems.push(Problem::new(
                     Subject::Service(k),
                     ProblemKind::Duplicate,

@@ -121,7 +121,7 @@ pub(crate) fn build_service(
     cluster_ips: &BTreeSet<IpAddr>,
     problems: &mut Vec<Problem>,
 ) -> Option<Service> {
-    let Some(key) = meta_key(&svc.metadata) else {
+    let Some(key) = svc.key() else {
         problems.push(Problem::new(
             Subject::Unnamed("Service"),
             ProblemKind::Invalid,

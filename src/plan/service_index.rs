@@ -20,7 +20,7 @@ use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
 use crate::config::BridgeConfig;
 use crate::model::{
     KeptService, ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes,
-    build_service, cluster_ips_of, meta_key, rank,
+    build_service, cluster_ips_of, rank,
 };
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -76,7 +76,9 @@ pub struct ServiceIndex {
     order: Vec<(Arc<KeptService>, Option<ServiceKey>)>,
     duplicates: bool,
     /// Each valid Service as validated (before conflicts), with its rank and claims.
-    built: HashMap<ServiceKey, Built>,
+    /// Boxed: a table sized for tens of thousands of entries holds a pointer per slot, not
+    /// a whole validated Service (its free slots are a third of it).
+    built: HashMap<ServiceKey, Box<Built>>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes.
     /// A vector each: nearly always one Service, where a set would take a table.
@@ -214,7 +216,7 @@ impl ServiceIndex {
             Vec::with_capacity(new_end - start);
         let mut changed = HashMap::new();
         for s in &services[start..new_end] {
-            let k = meta_key(&s.metadata);
+            let k = s.key();
             if let Some(k) = &k {
                 // Listed twice now, or also outside the span: the full path says which wins.
                 let elsewhere = !before.contains(k) && self.raw.contains_key(k);
@@ -240,7 +242,7 @@ impl ServiceIndex {
         self.order.clear();
         self.duplicates = false;
         for s in services {
-            let k = meta_key(&s.metadata);
+            let k = s.key();
             if let Some(k) = &k {
                 match all.entry(k.clone()) {
                     std::collections::hash_map::Entry::Occupied(_) => self.duplicates = true,
@@ -473,11 +475,11 @@ impl ServiceIndex {
             }
             self.built.insert(
                 k.clone(),
-                Built {
+                Box::new(Built {
                     service: svc,
                     rank: r,
                     claims,
-                },
+                }),
             );
         }
 

@@ -190,20 +190,25 @@ fn kept_delta(
 
 /// Every VIP of `model` with its ports and Services, in VIP order.
 fn vip_docs(model: &Model) -> Vec<crate::agent::status::VipDoc> {
-    let mut ports: BTreeMap<std::net::IpAddr, Vec<String>> = BTreeMap::new();
+    use crate::agent::status::{PortDoc, VipDoc};
+    let mut ports: BTreeMap<std::net::IpAddr, Vec<PortDoc>> = BTreeMap::new();
     for (_, vp) in model.vip_ports() {
-        ports
-            .entry(vp.vip)
-            .or_default()
-            .push(format!("{}/{}", vp.port, vp.protocol));
+        ports.entry(vp.vip).or_default().push(PortDoc {
+            port: vp.port,
+            protocol: vp.protocol,
+        });
     }
     model
         .vips()
         .into_iter()
-        .map(|(vip, svcs)| crate::agent::status::VipDoc {
-            vip: vip.to_string(),
-            services: svcs.iter().map(ToString::to_string).collect(),
-            ports: ports.remove(&vip).unwrap_or_default(),
+        .map(|(vip, svcs)| {
+            let mut ports = ports.remove(&vip).unwrap_or_default();
+            ports.shrink_to_fit();
+            VipDoc {
+                vip,
+                services: svcs.into_iter().cloned().collect(),
+                ports,
+            }
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! The agent's status document: what `/status` serves and `vipflow status` prints. One type
 //! for both sides, so a renamed field is a compile error, not a blank column.
 
+use crate::model::{Protocol, ServiceKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -22,14 +23,55 @@ pub struct StatusDoc {
     pub northbound: Option<NorthboundDoc>,
 }
 
-/// One VIP: its ports and the Services that have it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// One VIP: its ports and the Services that have it. Typed, and written as text (an address,
+/// `port/protocol`, `namespace/name`): an agent keeps one for each of tens of thousands of
+/// VIPs, and the keys are the planner's own (shared, not copied).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VipDoc {
-    pub vip: String,
-    /// `port/PROTOCOL`.
-    pub ports: Vec<String>,
-    /// `namespace/name`.
-    pub services: Vec<String>,
+    pub vip: std::net::IpAddr,
+    pub ports: Vec<PortDoc>,
+    pub services: Vec<ServiceKey>,
+}
+
+/// `port/protocol` (`80/tcp`), as the status document writes a VIP's port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PortDoc {
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for PortDoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.port, self.protocol)
+    }
+}
+
+impl Serialize for PortDoc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PortDoc, D::Error> {
+        let text = String::deserialize(d)?;
+        let parsed = text.split_once('/').and_then(|(port, proto)| {
+            Some(PortDoc {
+                port: port.parse().ok()?,
+                protocol: Protocol::parse(Some(&proto.to_ascii_uppercase()))?,
+            })
+        });
+        parsed.ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not port/protocol")))
+    }
+}
+
+/// Items joined by `, ` as text.
+fn joined<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One bridge's reconciler.
@@ -92,9 +134,9 @@ impl fmt::Display for StatusDoc {
             writeln!(
                 f,
                 "  {:<28} {:<24} {}",
-                v.vip,
-                v.ports.join(", "),
-                v.services.join(", ")
+                v.vip.to_string(),
+                joined(&v.ports),
+                joined(&v.services)
             )?;
         }
         writeln!(f, "\nbridges")?;
@@ -151,9 +193,12 @@ mod tests {
             ready: true,
             leader: Some(false),
             vips: std::sync::Arc::new(vec![VipDoc {
-                vip: "172.18.0.100".into(),
-                ports: vec!["80/TCP".into()],
-                services: vec!["shop/web".into()],
+                vip: "172.18.0.100".parse().unwrap(),
+                ports: vec![PortDoc {
+                    port: 80,
+                    protocol: Protocol::Tcp,
+                }],
+                services: vec![ServiceKey::new("shop", "web")],
             }]),
             problems: vec!["Service shop/x: no ports".into()],
             bridges: vec![BridgeDoc {
@@ -175,6 +220,8 @@ mod tests {
         assert_eq!(json["northbound"]["transactions"], 0);
         assert_eq!(json["bridges"][0]["applied_generation"], 7);
         assert_eq!(json["vips"][0]["services"][0], "shop/web");
+        assert_eq!(json["vips"][0]["ports"][0], "80/tcp");
+        assert_eq!(json["vips"][0]["vip"], "172.18.0.100");
         assert_eq!(json["leader"], false);
         assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
         let text = doc.to_string();

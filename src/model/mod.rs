@@ -178,6 +178,25 @@ impl fmt::Display for ServiceKey {
     }
 }
 
+/// Written as `namespace/name`.
+impl serde::Serialize for ServiceKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ServiceKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ServiceKey, D::Error> {
+        let text = String::deserialize(d)?;
+        match text.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() => Ok(ServiceKey::new(ns, name)),
+            _ => Err(serde::de::Error::custom(format!(
+                "{text:?} is not namespace/name"
+            ))),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TargetPort {
     Number(u16),

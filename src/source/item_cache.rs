@@ -83,14 +83,18 @@ impl Decoded {
     }
 }
 
-/// The items of the last version read, and those of the version being read.
+/// The items of the last version read, and those of the version being read, in one table:
+/// two tables (the last version's and the new one's, as it was first built) held both at
+/// every change, a few MiB at 10,000 Services.
 #[derive(Debug, Default)]
 pub struct ItemCache {
     /// The hash of the root text the items were decoded in.
     root: Option<u128>,
-    last: HashMap<ItemId, Decoded, Fast>,
-    now: HashMap<ItemId, Decoded, Fast>,
-    /// Items of the version being read found in the last one.
+    /// Each item, and the number of the last version that had it.
+    items: HashMap<ItemId, (Decoded, u64), Fast>,
+    /// The number of the version being read.
+    version: u64,
+    /// Items of the version being read found in the table.
     reused: usize,
 }
 
@@ -100,51 +104,42 @@ impl ItemCache {
     pub(super) fn in_root(&mut self, root: &str) {
         let h = xxhash_rust::xxh3::xxh3_128(root.as_bytes());
         if self.root != Some(h) {
-            self.last.clear();
+            self.items.clear();
             self.root = Some(h);
         }
     }
 
     /// Whether the last version had the item (in whatever root: see [`Self::in_root`]).
     pub(super) fn knows(&self, id: &ItemId) -> bool {
-        self.last.contains_key(id) || self.now.contains_key(id)
+        self.items.contains_key(id)
     }
 
-    /// The item, if the last version had it; remembered for the next version either way.
+    /// The item, if the last version had it (or this one, listing it twice); remembered for
+    /// the next version either way.
     pub(super) fn take(&mut self, id: ItemId) -> Option<Decoded> {
-        if self.now.is_empty() {
-            // A version is mostly the last one again: one table of its size, not a chain of
-            // doublings.
-            self.now.reserve(self.last.len());
-        }
-        // Moved over, not copied; an item the version holds twice finds its first copy in
-        // `now`.
-        let d = match self.last.remove(&id) {
-            Some(d) => d,
-            None => self.now.get(&id)?.clone(),
-        };
-        self.now.insert(id, d.clone());
+        let (d, seen) = self.items.get_mut(&id)?;
+        *seen = self.version;
         self.reused += 1;
-        Some(d)
+        Some(d.clone())
     }
 
     pub(super) fn put(&mut self, id: ItemId, d: Decoded) {
-        self.now.insert(id, d);
+        self.items.insert(id, (d, self.version));
     }
 
-    /// The version being read is complete: it becomes the last. Returns how many of its
-    /// items were taken from the one before.
+    /// The version being read is complete: it becomes the last, and what it did not have
+    /// is forgotten. Returns how many of its items were taken from the table.
     pub(super) fn finish(&mut self) -> usize {
-        self.last = std::mem::take(&mut self.now);
+        let version = self.version;
+        self.items.retain(|_, (_, seen)| *seen == version);
+        self.version += 1;
         std::mem::take(&mut self.reused)
     }
 
     /// The version being read was not taken (it does not parse, or is no snapshot): the last
-    /// one stays the reference.
+    /// one stays the reference (with what was new, which is as good).
     pub(super) fn abandon(&mut self) {
-        // What was moved over goes back (with what was new, which is as good).
-        let now = std::mem::take(&mut self.now);
-        self.last.extend(now);
+        self.version += 1;
         self.reused = 0;
     }
 }

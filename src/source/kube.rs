@@ -15,7 +15,7 @@
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
-use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects};
+use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects, Text};
 use crate::source::file::Loaded;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -110,44 +110,47 @@ enum WatchEvent<K> {
     Ready,
 }
 
-/// What a store is keyed by: namespace and name.
+/// What a store is keyed by: namespace and name, held in place (a store keeps a key per
+/// object, tens of thousands, and most names are short).
+type StoreKey = (Text, Text);
+
 trait Keyed {
-    fn key(&self) -> (String, String);
+    fn key(&self) -> StoreKey;
 }
 
-fn key_of<S: AsRef<str>>(namespace: &Option<S>, name: &Option<S>) -> (String, String) {
+fn key_of<S: AsRef<str>>(namespace: &Option<S>, name: &Option<S>) -> StoreKey {
     let text = |s: &Option<S>| {
         s.as_ref()
-            .map(|s| s.as_ref().to_owned())
+            .map(|s| Text::from(s.as_ref()))
             .unwrap_or_default()
     };
     (text(namespace), text(name))
 }
 
 impl Keyed for KeptService {
-    fn key(&self) -> (String, String) {
+    fn key(&self) -> StoreKey {
         key_of(&self.metadata.namespace, &self.metadata.name)
     }
 }
 
 impl Keyed for KeptSlice {
-    fn key(&self) -> (String, String) {
+    fn key(&self) -> StoreKey {
         key_of(&self.namespace, &self.name)
     }
 }
 
 /// Objects kept whole (Nodes, Kube-OVN Subnets).
 impl<K: Resource> Keyed for K {
-    fn key(&self) -> (String, String) {
+    fn key(&self) -> StoreKey {
         key_of(&self.meta().namespace, &self.meta().name)
     }
 }
 
 /// A store per kind, keyed by namespace/name; `ready` once its first list completed.
 struct Store<K> {
-    objects: BTreeMap<(String, String), Arc<K>>,
+    objects: BTreeMap<StoreKey, Arc<K>>,
     /// Objects of a relist in progress (swapped in at `Ready`).
-    pending: Option<BTreeMap<(String, String), Arc<K>>>,
+    pending: Option<BTreeMap<StoreKey, Arc<K>>>,
     ready: bool,
 }
 

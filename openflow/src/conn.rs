@@ -1,6 +1,6 @@
 //! An async OpenFlow 1.3 connection: the thin tokio shell around the wire layer.
 //!
-//! Three pieces share one [`Shared`] table under a short-held mutex:
+//! Three pieces share one `Shared` table under a short-held mutex:
 //! - a **writer task** that writes pre-encoded buffers in order (callers encode on their own
 //!   task, so a 50k-flow bundle is one buffer and one write);
 //! - a **reader task** that frames ([`OfCodec`]), decodes and routes each message by xid: to the

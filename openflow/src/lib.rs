@@ -3,7 +3,7 @@
 //!
 //! Design (after smoltcp's `wire` and netlink-packet-route):
 //! - Every structure has an owned representation with `emit` (append to a `Vec<u8>`) and a
-//!   `parse` that reads through a bounds-checked [`wire`] reader, so malformed peer bytes give a
+//!   `parse` that reads through a bounds-checked `wire` reader, so malformed peer bytes give a
 //!   [`DecodeError`] and never a panic. Lengths are checked once per structure.
 //! - What we do not interpret is kept raw (unknown OXM fields, actions, instructions, message
 //!   and multipart types) and re-emitted byte for byte.

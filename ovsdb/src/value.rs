@@ -239,8 +239,9 @@ impl From<Uuid> for Atom {
 
 /// An OVSDB value: a single atom, a set or a map.
 ///
-/// Without a schema a bare atom on the wire may be a one-element set; [`Value::normalize`]
-/// (from the schema module) turns decoded values into the column's canonical shape.
+/// Without a schema a bare atom on the wire may be a one-element set;
+/// [`ColumnType::normalize`](crate::schema::ColumnType::normalize) turns decoded values into the
+/// column's canonical shape.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Value {
     Atom(Atom),

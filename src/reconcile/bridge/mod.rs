@@ -10,7 +10,7 @@
 //!   resolution.
 //! - **Memory**: the plan is a persistent set of flow keys shared with the planner; a flow is
 //!   made from its key ([`crate::plan::flows::FlowMaker`]) whenever it is written or compared,
-//!   and what is applied keeps only a hashed slot -> key index ([`applied`]). Reads are handed
+//!   and what is applied keeps only a hashed slot -> key index (`applied.rs`). Reads are handed
 //!   on one flow at a time and writes encoded one message at a time, so even a full sync of
 //!   tens of thousands of flows never holds them in typed form.
 //! - **Full sync** (after connecting, and whenever a port number or the bridge MAC changes):

@@ -13,18 +13,18 @@ use std::time::{Duration, Instant};
 pub const CLIENT_V4: &str = "172.18.0.2";
 pub const CLIENT_V6: &str = "fd00:18::2";
 
-/// node<i>'s IPv4 and IPv6 address (on br-ex, shared with its gateway router).
+/// node *i*'s IPv4 and IPv6 address (on br-ex, shared with its gateway router).
 pub fn node_ip(i: usize) -> String {
     format!("172.18.0.1{i}")
 }
 pub fn node_ip6(i: usize) -> String {
     format!("fd00:18::1{i}")
 }
-/// node<i>'s br-ex MAC (= its gateway router's external MAC).
+/// node *i*'s br-ex MAC (= its gateway router's external MAC).
 pub fn node_mac(i: usize) -> String {
     format!("0a:58:ac:12:00:{:02x}", 0x10 + i)
 }
-/// The pod addresses: pod<i>a is .10, pod<i>b is .11.
+/// The pod addresses: pod *i* a is .10, pod *i* b is .11.
 pub fn pod_ip(i: usize, pod: char) -> String {
     format!("10.244.{i}.1{}", pod_index(pod))
 }
@@ -134,12 +134,12 @@ impl Testbed {
         self.dir.path()
     }
 
-    /// Namespace of `client`, `wire`, `node<i>` or `pod<i><a|b>`.
+    /// Namespace of `client`, `wire`, `node *i*` or `pod<i><a|b>`.
     pub fn ns(&self, name: &str) -> String {
         format!("{}-{name}", self.tag)
     }
 
-    /// node<i>'s directory: its OVS_RUNDIR (br-ex.mgmt, db.sock, logs).
+    /// node *i*'s directory: its OVS_RUNDIR (br-ex.mgmt, db.sock, logs).
     pub fn node_dir(&self, i: usize) -> PathBuf {
         self.path().join(format!("node{i}"))
     }
@@ -175,7 +175,7 @@ impl Testbed {
         self.run("ovn-sbctl", &all, &[])
     }
 
-    /// `ovs-ofctl -O OpenFlow13 ARGS` against node<i>'s bridges.
+    /// `ovs-ofctl -O OpenFlow13 ARGS` against node *i*'s bridges.
     pub fn ofctl(&self, node: usize, args: &[&str]) -> String {
         let mut all = vec!["-O", "OpenFlow13"];
         all.extend_from_slice(args);
@@ -186,7 +186,7 @@ impl Testbed {
         )
     }
 
-    /// `ovs-vsctl ARGS` against node<i>'s database.
+    /// `ovs-vsctl ARGS` against node *i*'s database.
     pub fn vsctl(&self, node: usize, args: &[&str]) -> String {
         let db = format!(
             "--db=unix:{}",
@@ -217,7 +217,7 @@ impl Testbed {
         self.run("ip", &all, &[])
     }
 
-    /// Packet count of node<i>'s br-ex flows whose text holds every one of `needles`, after
+    /// Packet count of node *i*'s br-ex flows whose text holds every one of `needles`, after
     /// the datapath's counters were pushed to the flows.
     pub fn flow_packets(&self, node: usize, needles: &[&str]) -> u64 {
         self.appctl(node, &["revalidator/wait"]);
@@ -238,7 +238,7 @@ impl Testbed {
             .and_then(|s| s.trim().parse().ok())
     }
 
-    /// SIGKILL node<i>'s ovs-vswitchd and wait until it is gone.
+    /// SIGKILL node *i*'s ovs-vswitchd and wait until it is gone.
     pub fn kill_vswitchd(&self, node: usize) {
         let pid = self.vswitchd_pid(node).expect("ovs-vswitchd pid");
         let _ = Command::new("kill")
@@ -252,7 +252,7 @@ impl Testbed {
         let _ = std::fs::remove_file(self.node_dir(node).join("br-ex.mgmt"));
     }
 
-    /// Start node<i>'s ovs-vswitchd again (bridges come back from its database, with no flows
+    /// Start node *i*'s ovs-vswitchd again (bridges come back from its database, with no flows
     /// but the ones ovn-controller puts back).
     pub fn start_vswitchd(&self, node: usize) {
         let d = self.node_dir(node);
@@ -273,7 +273,7 @@ impl Testbed {
         check("ovs-vswitchd", &[], out);
     }
 
-    /// Start `vipflow agent` for node<i> on `objects` with `args`, as a user runs it; logs go to
+    /// Start `vipflow agent` for node *i* on `objects` with `args`, as a user runs it; logs go to
     /// `<node dir>/vipflow.log` (appended, so restarts keep the history).
     pub fn agent(&self, bin: &Path, node: usize, objects: &Path, args: &[String]) -> AgentProcess {
         let d = self.node_dir(node);

@@ -25,7 +25,9 @@ pub struct ServiceEvent {
     pub warning: bool,
     /// PascalCase reason: VipProgrammed, VipSkipped, VipConflict, VipNotExcluded.
     pub reason: &'static str,
-    pub note: String,
+    /// Shared: the statements are copied between the report, the observer and the sink,
+    /// one per Service each.
+    pub note: std::sync::Arc<str>,
 }
 
 /// What to say about each Service for a plan that this node has applied: programmed VIPs
@@ -47,7 +49,7 @@ pub fn statements(
                 service: s.key.clone(),
                 warning: false,
                 reason: "VipProgrammed",
-                note: format!("VIPs {} programmed on node {node}", vips.join(", ")),
+                note: format!("VIPs {} programmed on node {node}", vips.join(", ")).into(),
             });
         }
     }
@@ -67,7 +69,7 @@ pub fn statements(
             service: key.clone(),
             warning: true,
             reason,
-            note,
+            note: note.into(),
         });
     }
     out
@@ -107,7 +109,7 @@ pub fn not_excluded(
                 service: (*svc).clone(),
                 warning: true,
                 reason: "VipNotExcluded",
-                note: text.clone(),
+                note: text.as_str().into(),
             });
         }
     }

@@ -52,3 +52,4 @@ mod parallel;
 pub mod plan;
 pub mod reconcile;
 pub mod source;
+mod vec_set;

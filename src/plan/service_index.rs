@@ -22,6 +22,7 @@ use crate::model::{
     KeptService, ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes,
     build_service, cluster_ips_of, rank,
 };
+use crate::vec_set::VecSet;
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -92,34 +93,8 @@ pub struct ServiceIndex {
     last: Changes,
 }
 
-/// The claimants of one claim, best first. Nearly always one: a sorted vector holds it in one
-/// small allocation where a B-tree set takes a node of eleven, for each of tens of thousands
-/// of claims.
-#[derive(Default)]
-struct Claimants(Vec<Rank>);
-
-impl Claimants {
-    fn insert(&mut self, r: Rank) {
-        if let Err(i) = self.0.binary_search(&r) {
-            self.0.reserve_exact(1);
-            self.0.insert(i, r);
-        }
-    }
-
-    fn remove(&mut self, r: &Rank) {
-        if let Ok(i) = self.0.binary_search(r) {
-            self.0.remove(i);
-        }
-    }
-
-    fn first(&self) -> Option<&Rank> {
-        self.0.first()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
+/// The claimants of one claim, best first (nearly always one).
+type Claimants = VecSet<Rank>;
 
 /// A valid Service as validated (before conflicts), its rank and its claims, sorted.
 struct Built {

@@ -2,6 +2,7 @@
 //! once from the monitor's cache and kept current from its events.
 
 use super::*;
+use crate::vec_set::VecSet;
 use std::hash::{Hash, Hasher};
 
 /// One of our rows as the database has it: its identity, name and a digest of what a diff
@@ -92,9 +93,8 @@ pub(super) struct Holder {
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
     pub(super) lbs: HashMap<Uuid, ObservedLb>,
-    /// Each Service's rows, sorted: nearly always one or two, where a set would take a node
-    /// of eleven for each of tens of thousands of Services.
-    pub(super) by_owner: HashMap<ServiceKey, Vec<Uuid>>,
+    /// Each Service's rows (nearly always one or two).
+    pub(super) by_owner: HashMap<ServiceKey, VecSet<Uuid>>,
     /// Logical switches' IPAM settings: uuid, raw values, full other_config and external_ids.
     pub ipam: Vec<SwitchIpam>,
     pub(super) groups: BTreeMap<String, Holder>,
@@ -179,11 +179,7 @@ impl Observed {
     pub(super) fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
         let o = read_lb(uuid, row)?;
         let owner = o.key.owner.clone();
-        let uuids = self.by_owner.entry(owner.clone()).or_default();
-        if let Err(i) = uuids.binary_search(&uuid) {
-            uuids.reserve_exact(1);
-            uuids.insert(i, uuid);
-        }
+        self.by_owner.entry(owner.clone()).or_default().insert(uuid);
         self.lbs.insert(uuid, o);
         Some(owner)
     }
@@ -192,9 +188,7 @@ impl Observed {
     pub(super) fn remove_lb(&mut self, uuid: &Uuid) -> Option<ServiceKey> {
         let o = self.lbs.remove(uuid)?;
         if let Some(uuids) = self.by_owner.get_mut(&o.key.owner) {
-            if let Ok(i) = uuids.binary_search(uuid) {
-                uuids.remove(i);
-            }
+            uuids.remove(uuid);
             if uuids.is_empty() {
                 self.by_owner.remove(&o.key.owner);
             }

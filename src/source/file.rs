@@ -82,22 +82,25 @@ fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
     Ok(text)
 }
 
-/// The [`Digest`] of `path`'s content, read in pieces: checking that a file stayed the same
-/// holds no second copy of it.
-fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
+/// Read `path` in 64 KiB pieces, at most `max` bytes, handing each piece to `piece` until it
+/// returns `false`; an error it returns is a read error. Returns how many bytes were read.
+pub(super) fn read_pieces(
+    path: &Path,
+    max: u64,
+    mut piece: impl FnMut(&[u8]) -> std::io::Result<bool>,
+) -> Result<usize, FileError> {
     use std::io::Read;
     let rd = |source| FileError::Read {
         path: path.into(),
         source,
     };
     let mut f = std::fs::File::open(path).map_err(rd)?;
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0u8; 1 << 16];
     let mut len = 0usize;
     loop {
         let n = f.read(&mut buf).map_err(rd)?;
         if n == 0 {
-            break;
+            return Ok(len);
         }
         len += n;
         if len as u64 > max {
@@ -107,8 +110,20 @@ fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
                 limit: max,
             });
         }
-        h.update(&buf[..n]);
+        if !piece(&buf[..n]).map_err(rd)? {
+            return Ok(len);
+        }
     }
+}
+
+/// The [`Digest`] of `path`'s content, read in pieces: checking that a file stayed the same
+/// holds no second copy of it.
+fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let len = read_pieces(path, max, |piece| {
+        h.update(piece);
+        Ok(true)
+    })?;
     Ok(Digest {
         len,
         hash: h.digest128(),

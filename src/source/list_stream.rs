@@ -9,11 +9,10 @@
 //! versions. A text that is no List this can cut (JSON, several documents, flow style) is
 //! read whole after all, as before.
 
-use super::file::FileError;
+use super::file::{FileError, read_pieces};
 use super::item_cache::ItemId;
 use super::objects_text::ListItem;
 use super::yaml_items::{Cut, Splitter, other_break};
-use std::io::Read;
 use std::path::Path;
 
 /// A block-style List as read: its root's own lines, its items, and the whole content's
@@ -59,36 +58,24 @@ pub(super) fn read_list(
         path: path.into(),
         source,
     };
-    let too_large = |size| FileError::TooLarge {
-        path: path.into(),
-        size,
-        limit: max,
-    };
-    let mut f = std::fs::File::open(path).map_err(rd)?;
-    let size = f.metadata().map_err(rd)?.len();
+    let size = std::fs::metadata(path).map_err(rd)?.len();
     if size > max {
-        return Err(too_large(size));
+        return Err(FileError::TooLarge {
+            path: path.into(),
+            size,
+            limit: max,
+        });
     }
     let mut hash = xxhash_rust::xxh3::Xxh3::new();
     let mut cutter = Cutter::new(known);
-    let mut buf = vec![0u8; 1 << 16];
     // The start of a line that the last piece cut.
     let mut carry: Vec<u8> = Vec::new();
-    let mut len = 0usize;
-    loop {
-        let n = f.read(&mut buf).map_err(rd)?;
-        if n == 0 {
-            break;
-        }
-        len += n;
-        if len as u64 > max {
-            return Err(too_large(len as u64));
-        }
-        let data = &buf[..n];
+    let mut cuttable = true;
+    let len = read_pieces(path, max, |data| {
         hash.update(data);
         let Some(last) = memchr::memrchr(b'\n', data) else {
             carry.extend_from_slice(data);
-            continue;
+            return Ok(true);
         };
         // The line the last piece began, then this piece's other whole lines.
         let (first, rest) = match memchr::memchr(b'\n', data) {
@@ -99,8 +86,9 @@ pub(super) fn read_list(
             _ => (None, &data[..=last]),
         };
         for lines in first.as_deref().into_iter().chain([rest]) {
-            if !cutter.lines(lines).map_err(rd)? {
-                return Ok(None);
+            if !cutter.lines(lines)? {
+                cuttable = false;
+                return Ok(false);
             }
         }
         if let Some(mut c) = first {
@@ -109,8 +97,9 @@ pub(super) fn read_list(
             carry = c;
         }
         carry.extend_from_slice(&data[last + 1..]);
-    }
-    if !carry.is_empty() && !cutter.lines(&carry).map_err(rd)? {
+        Ok(true)
+    })?;
+    if !cuttable || (!carry.is_empty() && !cutter.lines(&carry).map_err(rd)?) {
         return Ok(None);
     }
     let (root, items) = match cutter.finish() {

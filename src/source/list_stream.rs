@@ -12,7 +12,7 @@
 use super::file::{FileError, read_pieces};
 use super::item_cache::ItemId;
 use super::objects_text::ListItem;
-use super::yaml_items::{Cut, Splitter, other_break};
+use super::yaml_items::{Splitter, other_break};
 use std::path::Path;
 
 /// A block-style List as read: its root's own lines, its items, and the whole content's
@@ -114,15 +114,13 @@ pub(super) fn read_list(
     }))
 }
 
-/// The [`Splitter`] and the item being read.
+/// The [`Splitter`] and the items read.
 struct Cutter<F> {
     split: Splitter,
     known: F,
     items: Vec<StreamedItem>,
-    /// The open item's line, if one is open, and its text from earlier pieces.
-    open: Option<usize>,
+    /// The open item's text from earlier pieces.
     spilled: String,
-    lines: usize,
 }
 
 impl<F: Fn(&ItemId) -> bool> Cutter<F> {
@@ -131,9 +129,7 @@ impl<F: Fn(&ItemId) -> bool> Cutter<F> {
             split: Splitter::default(),
             known,
             items: Vec::new(),
-            open: None,
             spilled: String::new(),
-            lines: 0,
         }
     }
 
@@ -151,53 +147,60 @@ impl<F: Fn(&ItemId) -> bool> Cutter<F> {
                 "stream did not contain valid UTF-8",
             )
         })?;
-        let b = text.as_bytes();
-        // Where the open item's text in `text` starts.
-        let mut here = 0;
-        let mut start = 0;
-        let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
-        let ends = ends.chain((b.last().is_some_and(|&c| c != b'\n')).then_some(b.len()));
-        for end in ends {
-            let line = &text[start..end];
-            self.lines += 1;
-            match self.split.line(line) {
-                None => return Ok(false),
-                Some(Cut::More) => {}
-                Some(Cut::Start) => {
-                    self.end_item(&text[here..start]);
-                    self.open = Some(self.lines);
-                    here = start;
+        let Cutter {
+            split,
+            known,
+            items,
+            spilled,
+        } = self;
+        match split.lines(text, |tail, line| {
+            end_item(known, items, spilled, tail, line)
+        }) {
+            None => Ok(false),
+            Some(open) => {
+                if let Some(here) = open {
+                    spilled.push_str(&text[here..]);
                 }
-                Some(Cut::Root | Cut::Skip) => self.end_item(&text[here..start]),
+                Ok(true)
             }
-            start = end;
         }
-        if self.open.is_some() {
-            self.spilled.push_str(&text[here..]);
-        }
-        Ok(true)
     }
 
-    /// End the open item, if any, whose text ends with `tail`.
-    fn end_item(&mut self, tail: &str) {
-        let Some(line) = self.open.take() else { return };
-        let whole = if self.spilled.is_empty() {
-            tail
-        } else {
-            self.spilled.push_str(tail);
-            &self.spilled
-        };
-        let id = ItemId::of(whole);
-        let text = (!(self.known)(&id)).then(|| whole.to_owned());
-        // The buffer is kept for the next item that spans pieces.
-        self.spilled.clear();
-        self.items.push(StreamedItem { id, text, line });
+    fn finish(self) -> Option<(String, Vec<StreamedItem>)> {
+        let Cutter {
+            split,
+            known,
+            mut items,
+            mut spilled,
+        } = self;
+        let (root, open) = split.finish()?;
+        if let Some(line) = open {
+            end_item(&known, &mut items, &mut spilled, "", line);
+        }
+        Some((root, items))
     }
+}
 
-    fn finish(mut self) -> Option<(String, Vec<StreamedItem>)> {
-        self.end_item("");
-        Some((self.split.finish()?, self.items))
-    }
+/// End the item that began on `line` and whose text is `spilled` then `tail`: hashed, and
+/// kept unless `known`.
+fn end_item(
+    known: &impl Fn(&ItemId) -> bool,
+    items: &mut Vec<StreamedItem>,
+    spilled: &mut String,
+    tail: &str,
+    line: usize,
+) {
+    let whole = if spilled.is_empty() {
+        tail
+    } else {
+        spilled.push_str(tail);
+        spilled.as_str()
+    };
+    let id = ItemId::of(whole);
+    let text = (!known(&id)).then(|| whole.to_owned());
+    // The buffer is kept for the next item that spans pieces.
+    spilled.clear();
+    items.push(StreamedItem { id, text, line });
 }
 
 #[cfg(test)]

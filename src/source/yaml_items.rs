@@ -17,41 +17,18 @@ pub(super) fn split_block_list(text: &str) -> Option<BlockList<'_>> {
     }
     let mut split = Splitter::default();
     let mut items = Vec::new();
-    // Where the current item began.
-    let mut open: Option<usize> = None;
-    let mut offset = 0;
-    // `split_inclusive('\n')`, by memchr: the lines of a big List are many.
-    let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
-    let ends = ends.chain((b.last().is_some_and(|&c| c != b'\n')).then_some(b.len()));
-    for end in ends {
-        let start = offset;
-        offset = end;
-        match split.line(&text[start..end])? {
-            Cut::More => {}
-            Cut::Start => {
-                if let Some(s) = open.replace(start) {
-                    items.push(&text[s..start]);
-                }
-            }
-            Cut::Root | Cut::Skip => {
-                if let Some(s) = open.take() {
-                    items.push(&text[s..start]);
-                }
-            }
-        }
-    }
-    if let Some(s) = open {
+    if let Some(s) = split.lines(text, |item, _| items.push(item))? {
         items.push(&text[s..]);
     }
     Some(BlockList {
-        root: split.finish()?,
+        root: split.finish()?.0,
         items,
     })
 }
 
 /// Where one line of a block-style List goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Cut {
+enum Cut {
     /// The root's (the splitter keeps it); an item open before it ended.
     Root,
     /// A blank line or comment between `items:` and the first item: part of nothing.
@@ -85,13 +62,55 @@ pub(super) struct Splitter {
     seen_content: bool,
     found: bool,
     root: String,
+    /// Lines taken so far.
+    lines: usize,
+    /// The line the open item began on, while one is open.
+    item_line: Option<usize>,
 }
 
 impl Splitter {
+    /// Take whole lines (each with its `\n`, but for a text's last), which hold no
+    /// [`other_break`] (a text is checked for those at once, not line by line). `ended` gets
+    /// each item that ends within them: its text in `text` (from the start of `text` when the
+    /// item began in earlier lines) and the line it began on. Returns where in `text` the item
+    /// still open begins (0 when it began earlier), or `None` when the text is no List this can
+    /// cut.
+    pub(super) fn lines<'t>(
+        &mut self,
+        text: &'t str,
+        mut ended: impl FnMut(&'t str, usize),
+    ) -> Option<Option<usize>> {
+        let b = text.as_bytes();
+        // Where the open item's text in `text` starts.
+        let mut here = 0;
+        let mut start = 0;
+        // `split_inclusive('\n')`, by memchr: the lines of a big List are many.
+        let ends = memchr::memchr_iter(b'\n', b).map(|i| i + 1);
+        let ends = ends.chain((b.last().is_some_and(|&c| c != b'\n')).then_some(b.len()));
+        for end in ends {
+            self.lines += 1;
+            match self.line(&text[start..end])? {
+                Cut::More => {}
+                Cut::Start => {
+                    if let Some(line) = self.item_line.replace(self.lines) {
+                        ended(&text[here..start], line);
+                    }
+                    here = start;
+                }
+                Cut::Root | Cut::Skip => {
+                    if let Some(line) = self.item_line.take() {
+                        ended(&text[here..start], line);
+                    }
+                }
+            }
+            start = end;
+        }
+        Some(self.item_line.map(|_| here))
+    }
+
     /// Where `line` (with its `\n`, unless it is the last) goes; `None` when the text is no
-    /// List this can cut. The caller has found no [`other_break`] in the line: a text is
-    /// checked for those at once, not line by line.
-    pub(super) fn line(&mut self, line: &str) -> Option<Cut> {
+    /// List this can cut.
+    fn line(&mut self, line: &str) -> Option<Cut> {
         if let At::Items { indent: k } = self.at
             && inside_item(line.as_bytes(), k)
         {
@@ -193,13 +212,13 @@ impl Splitter {
         }
     }
 
-    /// The root's own lines, the items replaced by `items: []`, once every line was given;
-    /// `None` when there was no `items:`.
-    pub(super) fn finish(mut self) -> Option<String> {
+    /// The root's own lines, the items replaced by `items: []`, once every line was given,
+    /// and the line the item still open began on; `None` when there was no `items:`.
+    pub(super) fn finish(mut self) -> Option<(String, Option<usize>)> {
         if let At::ItemsKey = self.at {
             self.root.push_str("items:\n");
         }
-        self.found.then_some(self.root)
+        self.found.then_some((self.root, self.item_line))
     }
 }
 

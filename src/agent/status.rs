@@ -58,7 +58,7 @@ impl<'de> Deserialize<'de> for PortDoc {
         let parsed = text.split_once('/').and_then(|(port, proto)| {
             Some(PortDoc {
                 port: port.parse().ok()?,
-                protocol: Protocol::parse(Some(&proto.to_ascii_uppercase()))?,
+                protocol: Protocol::from_name(proto)?,
             })
         });
         parsed.ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not port/protocol")))

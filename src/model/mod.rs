@@ -131,6 +131,16 @@ impl Protocol {
         }
     }
 
+    /// The protocol [`Protocol::as_str`] names (lower case, as OVN writes it).
+    pub fn from_name(s: &str) -> Option<Protocol> {
+        match s {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
     /// Lower-case name, as OVN and ovs-ofctl write it.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -29,13 +29,9 @@ pub(super) fn uuids_of(v: Option<&Value>) -> BTreeSet<Uuid> {
         .unwrap_or_default()
 }
 
+/// A row's `protocol` (empty: TCP, as OVN reads it).
 pub(super) fn parse_protocol(s: Option<&str>) -> Option<Protocol> {
-    match s.unwrap_or("tcp") {
-        "tcp" => Some(Protocol::Tcp),
-        "udp" => Some(Protocol::Udp),
-        "sctp" => Some(Protocol::Sctp),
-        _ => None,
-    }
+    Protocol::from_name(s.unwrap_or("tcp"))
 }
 
 pub(super) fn parse_key(ext: &BTreeMap<String, String>, protocol: Option<&str>) -> Option<LbKey> {

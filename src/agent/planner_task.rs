@@ -70,6 +70,11 @@ impl PlannerTask {
                 }
             };
             let generation = plans.generation;
+            tracing::debug!(
+                generation,
+                took_ms = received.elapsed().as_millis() as u64,
+                "planned"
+            );
             {
                 let mut s = stamps.lock().unwrap_or_else(|p| p.into_inner());
                 s.insert(generation, received);

@@ -174,6 +174,9 @@ pub fn watch_bounded(
         path: path.clone(),
         detail,
     })?;
+    tracing::info!(file = %path.display(), services = first.objects.services.len(),
+        slices = first.objects.endpoint_slices.len(), nodes = first.objects.nodes.len(),
+        took_ms = verified.elapsed().unwrap_or_default().as_millis() as u64, "objects loaded");
     let (tx, rx) = watch::channel(Arc::new(first));
     let task = tokio::spawn(poll(
         path,

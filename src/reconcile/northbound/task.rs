@@ -30,7 +30,7 @@ pub async fn send(
         }
         drop(tx);
         let out = stream_batches(client.clone(), monitor, session.token.clone(), rx).await;
-        return finish_batches(session, client, plan, out).await;
+        return finish_batches(session, client, plan, out, &mut |_, _| {}).await;
     }
     let token = session.token.clone();
     let mut sent = 0u64;
@@ -64,6 +64,19 @@ pub async fn write_plan(
     client: &Client,
     monitor: ovsdb::Monitor,
     plan: &DesiredRows,
+) -> Sent {
+    write_plan_reporting(session, client, monitor, plan, &mut |_, _| {}).await
+}
+
+/// [`write_plan`], calling `committed` with the session and the number of transactions as soon
+/// as a first sync's batches all committed, before the monitor is taken again: the rows are in
+/// the database from then on, and the bridges waiting for them need not wait for the snapshot.
+pub async fn write_plan_reporting(
+    session: &mut Session,
+    client: &Client,
+    monitor: ovsdb::Monitor,
+    plan: &DesiredRows,
+    committed: &mut (dyn FnMut(&Session, u64) + Send),
 ) -> Sent {
     if let Err(e) = group::ensure(session, client, plan).await {
         tracing::warn!(error = %e, "cannot create vipflow's Load_Balancer_Group; will retry");
@@ -100,7 +113,7 @@ pub async fn write_plan(
             written: std::time::Instant::now(),
         }
     });
-    finish_batches(session, client, plan, out).await
+    finish_batches(session, client, plan, out, committed).await
 }
 
 /// The monitor as the batch writer leaves it.
@@ -191,12 +204,17 @@ pub(super) async fn finish_batches(
     client: &Client,
     plan: &DesiredRows,
     out: Batches,
+    committed: &mut (dyn FnMut(&Session, u64) + Send),
 ) -> Sent {
     session.done(plan, &out.result);
+    if out.result.is_ok() {
+        committed(session, out.transactions);
+    }
     let monitor = match out.monitor {
         Some(Monitored::Open(m)) => Some(m),
         Some(Monitored::Cancelled) => match client.monitor(monitor_spec()).await {
             Ok(m) => {
+                tracing::debug!(since_written = ?out.written.elapsed(), "Northbound monitored again after the first sync");
                 session.resubscribed(Observed::from_cache(&m.cache()));
                 Some(m)
             }
@@ -303,12 +321,19 @@ pub async fn run(
                     continue;
                 }
                 let started = std::time::Instant::now();
+                // A first sync reports its rows as soon as they are committed (see
+                // `write_plan_reporting`); anything else once the write is over.
+                let mut published = false;
                 let Sent {
                     monitor: m,
                     transactions: sent,
                     result,
                     ..
-                } = write_plan(&mut s, &client, monitor, &plan).await;
+                } = write_plan_reporting(&mut s, &client, monitor, &plan, &mut |s, sent| {
+                    publish(&status, &plan, sent, started, s.problems(), &Ok(()));
+                    published = true;
+                })
+                .await;
                 let Some(m) = m else { continue 'connect };
                 monitor = m;
                 if let Err(e) = &result
@@ -323,40 +348,10 @@ pub async fn run(
                 let ok = result.is_ok();
                 if ok {
                     backoff = settings.backoff_min;
-                    if sent > 0 {
-                        tracing::info!(
-                            generation = plan.generation,
-                            transactions = sent,
-                            rows = plan.row_count,
-                            "Northbound synced"
-                        );
-                    }
                 }
-                let problems = s.problems();
-                let failed = result
-                    .err()
-                    .map(|e| ReconcileError::new(ReconcileErrorKind::Northbound, e));
-                status.send_if_modified(|st| {
-                    let before = st.clone();
-                    st.connected = true;
-                    st.transactions += sent;
-                    if sent > 0 {
-                        st.syncs += 1;
-                        st.last_sync = started.elapsed();
-                    }
-                    st.problems = problems;
-                    if ok {
-                        st.applied_step = Some(plan.step);
-                        if plan.complete {
-                            st.applied_generation = Some(plan.generation);
-                        }
-                        st.rows = plan.row_count;
-                        st.last_error = None;
-                    } else {
-                        st.last_error = failed;
-                    }
-                    *st != before
-                });
+                if !published {
+                    publish(&status, &plan, sent, started, s.problems(), &result);
+                }
                 // Wait for a new plan, a change in the database, or (after a failure) the
                 // backoff.
                 let retry = async {
@@ -377,6 +372,52 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Say what one write of `plan` did: the INFO line once rows went out, and the status the
+/// planner (make before break) and `/status` read.
+fn publish(
+    status: &watch::Sender<NorthboundStatus>,
+    plan: &DesiredRows,
+    sent: u64,
+    started: std::time::Instant,
+    problems: Vec<String>,
+    result: &Result<(), ovsdb::Error>,
+) {
+    let ok = result.is_ok();
+    if ok && sent > 0 {
+        tracing::info!(
+            generation = plan.generation,
+            transactions = sent,
+            rows = plan.row_count,
+            "Northbound synced"
+        );
+    }
+    let failed = result
+        .as_ref()
+        .err()
+        .map(|e| ReconcileError::new(ReconcileErrorKind::Northbound, e));
+    status.send_if_modified(|st| {
+        let before = st.clone();
+        st.connected = true;
+        st.transactions += sent;
+        if sent > 0 {
+            st.syncs += 1;
+            st.last_sync = started.elapsed();
+        }
+        st.problems = problems;
+        if ok {
+            st.applied_step = Some(plan.step);
+            if plan.complete {
+                st.applied_generation = Some(plan.generation);
+            }
+            st.rows = plan.row_count;
+            st.last_error = None;
+        } else {
+            st.last_error = failed;
+        }
+        *st != before
+    });
 }
 
 /// After this session's fence failed: who holds the token now, and what to do about it.

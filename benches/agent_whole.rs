@@ -316,6 +316,10 @@ struct Figures {
     changes: Vec<Duration>,
     after_peak_mib: u64,
     cpu_per_1000: f64,
+    /// The agent's own read and parse of the objects file at its start (file mode).
+    parse: Option<Duration>,
+    /// `ovs-ofctl --bundle add-flows` of the same flows on an idle switch (file mode).
+    floor: Option<Duration>,
 }
 
 impl Figures {
@@ -328,6 +332,8 @@ impl Figures {
             after_peak_mib: proc_status_kib(agent.pid(), "VmHWM:") / 1024,
             cpu_per_1000: cpu * 1000.0 / times.len().max(1) as f64,
             changes: times,
+            parse: None,
+            floor: None,
         }
     }
 }
@@ -373,7 +379,60 @@ fn file_mode(services: usize, changes: usize) -> Figures {
         let t1 = watcher.added(want, Duration::from_secs(30));
         times.push(t1 - t0);
     }
-    Figures::after(&agent, steady, times)
+    let mut f = Figures::after(&agent, steady, times);
+    f.parse = loaded_took(&agent.log());
+    drop(agent);
+    f.floor = Some(add_flows_floor(&sb));
+    f
+}
+
+/// How long the agent took to read and parse the objects file at its start (its log says).
+fn loaded_took(log: &str) -> Option<Duration> {
+    let line = log.lines().find(|l| l.contains("objects loaded"))?;
+    let at = line.find("took_ms=")? + "took_ms=".len();
+    let ms: u64 = line[at..].split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// What ovs-vswitchd alone takes to accept br-ex's flows: `ovs-ofctl --bundle add-flows` of
+/// the same flows onto an empty bridge of the same switch, with nothing else running (the
+/// agent stopped, its database idle). The bridge part of a first sync cannot beat it.
+fn add_flows_floor(sb: &Sandbox) -> Duration {
+    let flows = sb.ofctl(&[
+        "-O",
+        "OpenFlow13",
+        "--no-names",
+        "dump-flows",
+        "br-ex",
+        "--no-stats",
+    ]);
+    let file = sb.path().join("floor.flows");
+    let ours: String = flows
+        .lines()
+        .filter(|l| l.contains("cookie=0x7f1f"))
+        .flat_map(|l| [l.trim(), "\n"])
+        .collect();
+    std::fs::write(&file, &ours).expect("write the flows");
+    sb.vsctl(&[
+        "add-br",
+        "br-floor",
+        "--",
+        "set",
+        "bridge",
+        "br-floor",
+        "datapath_type=netdev",
+    ]);
+    let path = file.to_string_lossy().into_owned();
+    let t0 = Instant::now();
+    sb.ofctl(&[
+        "--bundle",
+        "-O",
+        "OpenFlow13",
+        "add-flows",
+        "br-floor",
+        &path,
+    ]);
+    t0.elapsed()
 }
 
 fn cluster_mode(services: usize, changes: usize, northd: bool) -> Figures {
@@ -471,6 +530,31 @@ fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
         format!("{:.2} s", f.first_sync.as_secs_f64()),
         "<= 1 s",
     );
+    if let Some(d) = f.parse {
+        row(
+            "  of which: objects file read and parsed",
+            "",
+            format!("{:.2} s", d.as_secs_f64()),
+            "",
+        );
+    }
+    if let Some(d) = f.floor {
+        row(
+            "  beside: ovs-ofctl --bundle add-flows",
+            "",
+            format!("{:.2} s", d.as_secs_f64()),
+            "",
+        );
+        println!(
+            "  {:<40} {:>22} {:>16}",
+            "    (same flows, idle switch: the floor)",
+            "",
+            format!(
+                "first sync {:.1}x",
+                f.first_sync.as_secs_f64() / d.as_secs_f64()
+            )
+        );
+    }
     row(
         "peak RSS, steady state",
         before[1],

@@ -44,6 +44,7 @@
 pub mod agent;
 pub mod config;
 pub mod events;
+pub mod ipam;
 pub mod leader;
 pub mod memory;
 pub mod metrics;

@@ -261,7 +261,10 @@ fn every_object_is_labelled_and_namespaced_objects_live_in_vipflows_namespace() 
             o.name(),
             o.file
         );
-        let cluster_scoped = matches!(o.kind(), "Namespace" | "ClusterRole" | "ClusterRoleBinding");
+        let cluster_scoped = matches!(
+            o.kind(),
+            "Namespace" | "ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition"
+        );
         assert_eq!(
             meta["namespace"].as_str(),
             (!cluster_scoped).then_some(NAMESPACE),

@@ -12,8 +12,10 @@ pub mod allocator;
 mod allocator_tests;
 pub mod free_space;
 pub mod pool;
+pub mod pool_object;
 pub mod request;
 pub mod selector;
+pub mod service;
 
 pub use allocator::Allocator;
 pub use pool::{AllocationRules, Family, Pool, PoolProblem, PoolSpec};

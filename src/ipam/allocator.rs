@@ -132,7 +132,7 @@ impl Allocator {
     }
 
     /// The usable pool that contains `ip`.
-    fn pool_of(&self, ip: IpAddr) -> Option<&str> {
+    pub fn pool_of(&self, ip: IpAddr) -> Option<&str> {
         self.usable
             .values()
             .find(|s| s.pool.contains(ip))
@@ -157,27 +157,27 @@ impl Allocator {
         let Some(st) = self.usable.get(pool) else {
             return Usage::default();
         };
-        let assigned = self
-            .holders
-            .keys()
-            .filter(|ip| Family::of(**ip) == family && st.pool.contains(**ip))
-            .count() as u128;
+        let ranges = || {
+            st.pool
+                .ranges
+                .iter()
+                .filter(move |r| Family::of(r.start()) == family)
+        };
+        // Held addresses in the pool are exactly those not free in it.
+        let assigned: u128 = ranges()
+            .map(|r| self.holders.range(r.start()..=r.end()).count() as u128)
+            .sum();
         let free = match family {
             Family::V4 => st.free_v4.count(),
             Family::V6 => st.free_v6.count(),
         };
         let avoided = if st.pool.spec.avoid_buggy_ips && family == Family::V4 {
-            let total: u128 = st
-                .pool
-                .ranges
-                .iter()
-                .filter(|r| r.start().is_ipv4())
+            let total: u128 = ranges()
                 .map(|r| buggy_in(num(r.start()), num(r.end())))
                 .sum();
-            let held = self
-                .holders
-                .keys()
-                .filter(|ip| is_buggy(**ip) && st.pool.contains(**ip))
+            let held = ranges()
+                .flat_map(|r| self.holders.range(r.start()..=r.end()))
+                .filter(|(ip, _)| is_buggy(**ip))
                 .count() as u128;
             total.saturating_sub(held)
         } else {

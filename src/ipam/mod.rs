@@ -10,6 +10,9 @@
 pub mod allocator;
 #[cfg(test)]
 mod allocator_tests;
+pub mod controller;
+#[cfg(test)]
+mod controller_tests;
 pub mod free_space;
 pub mod pool;
 pub mod pool_object;

@@ -1,0 +1,285 @@
+//! The elected instance's allocation loop, without I/O: it takes what the watches see
+//! (Services as [`service::read`] reads them, pools, namespace labels) and says what to write
+//! (a Service's addresses with the [`Record`] of what they were decided on), what to tell (one
+//! statement per Service, for Events) and each pool's status. The shell (`ipam::task`) does
+//! the writes and reports each outcome back ([`Allocations::written`]).
+
+use super::allocator::Allocator;
+use super::pool::PoolSpec;
+use super::pool_object::VipPoolStatus;
+use super::request::{AllocError, Assigned, Terms};
+use super::service::{AskError, Record, ServiceAsk};
+use crate::events::ServiceEvent;
+use crate::model::ServiceKey;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// A Service as last read.
+#[derive(Debug, Clone)]
+pub enum Seen {
+    Ask(Box<ServiceAsk>),
+    /// Its request could not be read; what it holds stays.
+    Bad(AskError),
+}
+
+/// A status to write: the Service's addresses and what they were decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusWrite {
+    pub service: ServiceKey,
+    pub ips: Vec<IpAddr>,
+    pub record: Record,
+}
+
+/// The allocation state of the elected instance.
+#[derive(Debug)]
+pub struct Allocations {
+    alloc: Allocator,
+    services: BTreeMap<ServiceKey, Seen>,
+    namespaces: HashMap<String, BTreeMap<String, String>>,
+    /// Decisions handed out whose write is not confirmed yet.
+    pending: HashMap<ServiceKey, Assigned>,
+    /// Services whose last write failed, to decide again on [`Allocations::retry`].
+    unwritten: BTreeSet<ServiceKey>,
+    /// What there is to say about each Service.
+    said: BTreeMap<ServiceKey, Vec<ServiceEvent>>,
+    /// Each pool's status as last handed out.
+    pool_status: BTreeMap<String, VipPoolStatus>,
+}
+
+impl Allocations {
+    /// Start from a complete listing: every address a status names is reserved (oldest
+    /// Service first) before anything is decided; then every Service is decided.
+    pub fn start(
+        pools: Vec<PoolSpec>,
+        namespaces: HashMap<String, BTreeMap<String, String>>,
+        services: Vec<(ServiceKey, Seen)>,
+    ) -> (Allocations, Vec<StatusWrite>) {
+        let mut a = Allocations {
+            alloc: Allocator::new(pools),
+            services: services.into_iter().collect(),
+            namespaces,
+            pending: HashMap::new(),
+            unwritten: BTreeSet::new(),
+            said: BTreeMap::new(),
+            pool_status: BTreeMap::new(),
+        };
+        let mut asks: Vec<&ServiceAsk> = a
+            .services
+            .values()
+            .filter_map(|s| match s {
+                Seen::Ask(a) => Some(&**a),
+                Seen::Bad(_) => None,
+            })
+            .collect();
+        asks.sort_by(|x, y| {
+            (x.created.as_ref().map(|t| t.0), &x.request.service)
+                .cmp(&(y.created.as_ref().map(|t| t.0), &y.request.service))
+        });
+        let conflicts = a.alloc.reserve_all(
+            asks.iter()
+                .map(|s| (&s.request, s.current.as_slice(), s.written.as_ref())),
+        );
+        for (service, c) in conflicts {
+            tracing::warn!(%service, ip = %c.ip, holder = %c.holder, why = %c.why, "address in two statuses; the older keeps it");
+        }
+        let keys: Vec<ServiceKey> = a.services.keys().cloned().collect();
+        let writes = keys.into_iter().filter_map(|k| a.decide(&k)).collect();
+        (a, writes)
+    }
+
+    /// A Service was added or changed (`None`: it is not a LoadBalancer of vipflow's, or it
+    /// went: what it held goes back).
+    pub fn service(&mut self, key: ServiceKey, seen: Option<Seen>) -> Option<StatusWrite> {
+        match seen {
+            None => {
+                self.services.remove(&key);
+                self.said.remove(&key);
+                self.unwritten.remove(&key);
+                if let Some(a) = self.pending.remove(&key) {
+                    self.alloc.undo(a);
+                }
+                self.alloc.release(&key);
+                None
+            }
+            Some(seen) => {
+                // A Service seen for the first time with addresses (it became vipflow's):
+                // what its status names is reserved before it is decided.
+                if let Seen::Ask(ask) = &seen
+                    && !self.services.contains_key(&key)
+                    && self.alloc.held(&key).is_empty()
+                    && !ask.current.is_empty()
+                {
+                    let req = self.with_labels(ask);
+                    for (_, c) in self.alloc.reserve_all([(
+                        &req,
+                        ask.current.as_slice(),
+                        ask.written.as_ref(),
+                    )]) {
+                        tracing::warn!(service = %key, ip = %c.ip, holder = %c.holder, why = %c.why, "address held by another Service");
+                    }
+                }
+                self.services.insert(key.clone(), seen);
+                self.decide(&key)
+            }
+        }
+    }
+
+    /// New pools: every Service is decided again (addresses held stay held).
+    pub fn pools(&mut self, pools: Vec<PoolSpec>) -> Vec<StatusWrite> {
+        self.alloc.set_pools(pools);
+        self.decide_all(|_| true)
+    }
+
+    /// A namespace's labels changed: its Services are decided again.
+    pub fn namespace(
+        &mut self,
+        name: &str,
+        labels: Option<BTreeMap<String, String>>,
+    ) -> Vec<StatusWrite> {
+        match labels {
+            Some(l) => self.namespaces.insert(name.to_string(), l),
+            None => self.namespaces.remove(name),
+        };
+        self.decide_all(|k| &*k.namespace == name)
+    }
+
+    /// Services whose last decision or write failed are tried again (an address may have
+    /// freed, the API server may be back).
+    pub fn retry(&mut self) -> Vec<StatusWrite> {
+        let mut again: BTreeSet<ServiceKey> = std::mem::take(&mut self.unwritten);
+        again.extend(
+            self.said
+                .iter()
+                .filter(|(_, s)| s.iter().any(|e| e.warning))
+                .map(|(k, _)| k.clone()),
+        );
+        self.decide_all(|k| again.contains(k))
+    }
+
+    /// How the write of a Service's decision went: a failed one is taken back, so what its
+    /// status still names stays held, and it is decided again on the next change or retry.
+    pub fn written(&mut self, key: &ServiceKey, ok: bool) {
+        if let Some(a) = self.pending.remove(key)
+            && !ok
+        {
+            self.alloc.undo(a);
+            self.unwritten.insert(key.clone());
+        }
+    }
+
+    /// Every statement about every Service (the Event sink publishes what is new).
+    pub fn statements(&self) -> BTreeSet<ServiceEvent> {
+        self.said.values().flatten().cloned().collect()
+    }
+
+    /// The pools whose status changed since the last call.
+    pub fn pool_statuses(&mut self) -> Vec<(String, VipPoolStatus)> {
+        let now: Vec<(String, VipPoolStatus)> = self
+            .alloc
+            .pools()
+            .map(|p| {
+                let st = VipPoolStatus::of(p, |f| self.alloc.usage(p.name(), f));
+                (p.name().to_string(), st)
+            })
+            .collect();
+        let mut changed = Vec::new();
+        let mut next = BTreeMap::new();
+        for (name, st) in now {
+            if self.pool_status.get(&name) != Some(&st) {
+                changed.push((name.clone(), st.clone()));
+            }
+            next.insert(name, st);
+        }
+        self.pool_status = next;
+        changed
+    }
+
+    /// The allocator, for reports.
+    pub fn allocator(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    fn decide_all(&mut self, pick: impl Fn(&ServiceKey) -> bool) -> Vec<StatusWrite> {
+        let keys: Vec<ServiceKey> = self.services.keys().filter(|k| pick(k)).cloned().collect();
+        keys.iter().filter_map(|k| self.decide(k)).collect()
+    }
+
+    fn with_labels(&self, ask: &ServiceAsk) -> super::request::AllocRequest {
+        let mut req = ask.request.clone();
+        if let Some(l) = self.namespaces.get(&*req.service.namespace) {
+            req.namespace_labels = l.clone();
+        }
+        req
+    }
+
+    /// Decide one Service; the status to write when it differs from what is there.
+    fn decide(&mut self, key: &ServiceKey) -> Option<StatusWrite> {
+        if self.pending.contains_key(key) {
+            // Its last decision is being written; the watch brings it back, and then this.
+            return None;
+        }
+        let ask = match self.services.get(key)? {
+            Seen::Bad(e) => {
+                self.said
+                    .insert(key.clone(), vec![warning(key, e.reason(), e)]);
+                return None;
+            }
+            Seen::Ask(a) => (**a).clone(),
+        };
+        let req = self.with_labels(&ask);
+        let result = self.alloc.assign(&req);
+        let a = match result {
+            Ok(a) => a,
+            Err(e) => {
+                self.said.insert(key.clone(), vec![failed(key, &e)]);
+                return None;
+            }
+        };
+        let terms = Terms::of(&req);
+        let mut say = vec![self.allocated(key, &a.ips)];
+        if let Some(e) = &a.partial {
+            say.push(failed(key, e));
+        }
+        self.said.insert(key.clone(), say);
+        if a.ips == ask.current && ask.written.as_ref() == Some(&terms) {
+            return None;
+        }
+        let write = StatusWrite {
+            service: key.clone(),
+            ips: a.ips.clone(),
+            record: Record::of(&a.ips, &terms),
+        };
+        self.pending.insert(key.clone(), a);
+        Some(write)
+    }
+
+    fn allocated(&self, key: &ServiceKey, ips: &[IpAddr]) -> ServiceEvent {
+        let each: Vec<String> = ips
+            .iter()
+            .map(|ip| match self.alloc.pool_of(*ip) {
+                Some(p) => format!("{ip} (pool {p})"),
+                None => format!("{ip} (in no pool now; kept)"),
+            })
+            .collect();
+        ServiceEvent {
+            service: key.clone(),
+            warning: false,
+            reason: "IPAllocated",
+            note: Arc::from(format!("assigned {}", each.join(", "))),
+        }
+    }
+}
+
+fn failed(key: &ServiceKey, e: &AllocError) -> ServiceEvent {
+    warning(key, e.reason(), e)
+}
+
+fn warning(key: &ServiceKey, reason: &'static str, e: &dyn std::fmt::Display) -> ServiceEvent {
+    ServiceEvent {
+        service: key.clone(),
+        warning: true,
+        reason,
+        note: Arc::from(format!("no address allocated: {e}")),
+    }
+}

@@ -170,6 +170,9 @@ pub struct Config {
     pub cookie_prefix: u16,
     /// Only Services with this `spec.loadBalancerClass` (and, for externalIPs, any Service).
     pub load_balancer_class: Option<String>,
+    /// Allocate LoadBalancer addresses from `VipPool`s (cluster mode; the elected agent
+    /// writes them into the Services' status).
+    pub allocate_ips: bool,
     /// Kubernetes objects file (the file source).
     pub objects: Option<PathBuf>,
     pub log_format: LogFormat,
@@ -241,6 +244,7 @@ impl Default for Config {
             bridges: vec![BridgeConfig::default()],
             cookie_prefix: DEFAULT_COOKIE_PREFIX,
             load_balancer_class: None,
+            allocate_ips: false,
             objects: None,
             log_format: LogFormat::Text,
             nb_remote: None,

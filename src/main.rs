@@ -210,6 +210,12 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
                 tracing::debug!(bridge_mac = %format_mac(&b), "configured bridge MAC");
             }
             if cfg.objects.is_some() {
+                if cfg.allocate_ips {
+                    return Err(
+                        "--allocate-ips needs cluster mode (no --objects): the addresses are written into the Services' status"
+                            .into(),
+                    );
+                }
                 agent::run(cfg, Duration::from_millis(poll_interval_ms.max(10)))
                     .await
                     .map_err(|e| e.to_string())?;

@@ -520,6 +520,10 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("discovery.k8s.io", "endpointslices", &[], &read),
         grant("", "nodes", &[], &["get", "list", "watch"]),
         grant("kubeovn.io", "subnets", &[], &read),
+        grant("", "services/status", &[], &["patch"]),
+        grant("", "namespaces", &[], &read),
+        grant("vipflow.io", "vippools", &[], &read),
+        grant("vipflow.io", "vippools/status", &[], &["patch"]),
         grant("events.k8s.io", "events", &[], &["create", "patch"]),
         grant("", "events", &[], &["create", "patch"]),
     ]

@@ -368,6 +368,7 @@ pub struct Cluster {
     pub election: Option<crate::leader::Election>,
     pub metrics: Arc<crate::metrics::Metrics>,
     source: tokio::task::JoinHandle<()>,
+    ipam: Option<tokio::task::JoinHandle<()>>,
     http: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -379,6 +380,9 @@ impl Cluster {
             e.release().await;
         }
         self.source.abort();
+        if let Some(t) = self.ipam {
+            t.abort();
+        }
         self.running.stop();
         if let Some(h) = self.http {
             h.abort();
@@ -399,7 +403,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         ..Default::default()
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
-    let election = (writer_possible && cfg.lease.enabled).then(|| {
+    let election = ((writer_possible || cfg.allocate_ips) && cfg.lease.enabled).then(|| {
         let ns = cfg
             .lease
             .namespace
@@ -416,12 +420,32 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         )
     });
     let events = crate::events::EventSink::start(
-        client,
+        client.clone(),
         "vipflow",
         &cfg.node_name,
         cluster.events_per_second,
         cluster.events_burst,
     );
+    let ipam = cfg.allocate_ips.then(|| {
+        // Its own Event sink: its statements are a set of their own (the sink publishes what
+        // is new in the set it is given).
+        let sink = crate::events::EventSink::start(
+            client.clone(),
+            "vipflow",
+            &cfg.node_name,
+            cluster.events_per_second,
+            cluster.events_burst,
+        );
+        tokio::spawn(crate::ipam::task::run(
+            client,
+            crate::ipam::task::IpamSettings {
+                class: cfg.load_balancer_class.clone(),
+                ..Default::default()
+            },
+            election.as_ref().map(|e| e.is_leader.clone()),
+            Some(sink),
+        ))
+    });
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
@@ -436,6 +460,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         election,
         metrics,
         source,
+        ipam,
         http,
     })
 }

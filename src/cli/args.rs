@@ -86,6 +86,11 @@ pub(crate) struct Global {
     /// (externalIPs are always taken).
     #[arg(long, global = true, value_name = "CLASS")]
     pub(crate) load_balancer_class: Option<String>,
+    /// Allocate addresses to LoadBalancer Services from VipPools (cluster mode): the elected
+    /// agent writes each Service's status.loadBalancer.ingress, keeps it stable, and reports
+    /// each decision as an Event.
+    #[arg(long, global = true)]
+    pub(crate) allocate_ips: bool,
     /// Log format.
     #[arg(long, global = true, value_enum)]
     pub(crate) log_format: Option<LogFormat>,

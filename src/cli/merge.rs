@@ -35,6 +35,7 @@ pub fn build_config(g: &Global) -> Result<Config, String> {
     set_some(&mut cfg.ovs_db, &g.ovs_db);
     set(&mut cfg.cookie_prefix, &g.cookie_prefix);
     set_some(&mut cfg.load_balancer_class, &g.load_balancer_class);
+    cfg.allocate_ips |= g.allocate_ips;
     set(&mut cfg.log_format, &g.log_format);
     set(&mut cfg.openflow_timeout_ms, &g.openflow_timeout_ms);
     set(&mut cfg.flow_audit_ms, &g.flow_audit_ms);

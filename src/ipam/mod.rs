@@ -19,6 +19,7 @@ pub mod pool_object;
 pub mod request;
 pub mod selector;
 pub mod service;
+pub mod task;
 
 pub use allocator::Allocator;
 pub use pool::{AllocationRules, Family, Pool, PoolProblem, PoolSpec};

@@ -1,0 +1,370 @@
+//! The allocator's I/O: while this agent leads, watch Services, `VipPool`s and Namespaces, feed
+//! [`Allocations`], and write what it decides: each Service's `status.loadBalancer.ingress`
+//! with vipflow's condition (server-side apply on the status subresource, field manager
+//! [`FIELD_MANAGER`]), each pool's status, and Events.
+//!
+//! Every leading session starts from fresh lists (a new leader never trusts a cache from before
+//! it led: its statuses are what every earlier writer committed). A watch that has to list
+//! again mid-session (its resourceVersion expired) ends the session, and a new one starts from
+//! fresh lists, so nothing missed in between is lost.
+
+use super::controller::{Allocations, Seen, StatusWrite};
+use super::pool::PoolSpec;
+use super::pool_object::{API_VERSION, KIND, PLURAL, VipPool};
+use super::service::{self, CONDITION};
+use crate::events::EventSink;
+use crate::model::ServiceKey;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The field manager of vipflow's status writes.
+pub const FIELD_MANAGER: &str = "vipflow-ipam";
+
+/// How the allocator runs.
+#[derive(Debug, Clone)]
+pub struct IpamSettings {
+    /// The loadBalancerClass served besides none.
+    pub class: Option<String>,
+    /// How often Services whose decision or write failed are tried again.
+    pub retry_every: Duration,
+    /// How often changed pool statuses are written (at most).
+    pub pool_status_every: Duration,
+}
+
+impl Default for IpamSettings {
+    fn default() -> Self {
+        IpamSettings {
+            class: None,
+            retry_every: Duration::from_secs(5),
+            pool_status_every: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Run the allocator while `leader` says this agent leads (always, without election).
+pub async fn run(
+    client: Client,
+    settings: IpamSettings,
+    leader: Option<watch::Receiver<bool>>,
+    events: Option<EventSink>,
+) {
+    let Some(mut leader) = leader else {
+        loop {
+            lead(&client, &settings, events.as_ref()).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    loop {
+        if leader.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!("leading: allocating LoadBalancer addresses");
+        let session = async {
+            loop {
+                lead(&client, &settings, events.as_ref()).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        tokio::select! {
+            _ = session => {}
+            lost = leader.wait_for(|l| !*l) => {
+                tracing::info!("not leading: allocator stopped");
+                if lost.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn pool_resource() -> ApiResource {
+    let (group, version) = API_VERSION
+        .split_once('/')
+        .unwrap_or(("vipflow.io", "v1alpha1"));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, KIND), PLURAL)
+}
+
+/// What one watch saw.
+enum Watched {
+    Service(Box<Event<Service>>),
+    Pool(Box<Event<DynamicObject>>),
+    Namespace(Box<Event<Namespace>>),
+}
+
+/// [`Watched`] with its event out of the box, to match on (one at a time, never stored).
+#[allow(clippy::large_enum_variant)]
+enum Unboxed {
+    Service(Event<Service>),
+    Pool(Event<DynamicObject>),
+    Namespace(Event<Namespace>),
+}
+
+impl Watched {
+    fn unboxed(self) -> Unboxed {
+        match self {
+            Watched::Service(e) => Unboxed::Service(*e),
+            Watched::Pool(e) => Unboxed::Pool(*e),
+            Watched::Namespace(e) => Unboxed::Namespace(*e),
+        }
+    }
+}
+
+type Changes = Pin<Box<dyn Stream<Item = Watched> + Send>>;
+
+fn watch_all<K>(api: Api<K>, wrap: fn(Event<K>) -> Watched) -> Changes
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher::watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .filter_map(move |ev| {
+            std::future::ready(match ev {
+                Ok(e) => Some(wrap(e)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "allocator watch error; backing off");
+                    None
+                }
+            })
+        })
+        .boxed()
+}
+
+/// Whether the VipPool CRD is served.
+async fn has_pools(client: &Client) -> bool {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
+    match api.list(&kube::api::ListParams::default().limit(1)).await {
+        Ok(_) => true,
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether VipPools exist");
+            false
+        }
+    }
+}
+
+fn to_pool(o: &DynamicObject) -> PoolSpec {
+    let v = serde_json::json!({ "metadata": o.metadata, "spec": o.data.get("spec").cloned().unwrap_or_default() });
+    match serde_json::from_value::<VipPool>(v) {
+        Ok(p) => p.to_spec(),
+        Err(e) => {
+            tracing::warn!(pool = %o.name_any(), error = %e, "VipPool cannot be read; it is not usable");
+            PoolSpec::new(&o.name_any(), &[])
+        }
+    }
+}
+
+fn service_key(s: &Service) -> ServiceKey {
+    ServiceKey::new(
+        s.metadata.namespace.as_deref().unwrap_or("default"),
+        s.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn seen(s: &Service, class: Option<&str>) -> Option<Seen> {
+    match service::read(s, class) {
+        Ok(None) => None,
+        Ok(Some(ask)) => Some(Seen::Ask(Box::new(ask))),
+        Err(e) => Some(Seen::Bad(e)),
+    }
+}
+
+/// The state listed so far, before the allocator starts.
+#[derive(Default)]
+struct Listing {
+    services: Option<Vec<(ServiceKey, Seen)>>,
+    pools: Option<BTreeMap<String, PoolSpec>>,
+    namespaces: Option<HashMap<String, BTreeMap<String, String>>>,
+    partial_services: Vec<(ServiceKey, Seen)>,
+    partial_pools: BTreeMap<String, PoolSpec>,
+    partial_namespaces: HashMap<String, BTreeMap<String, String>>,
+}
+
+/// One leading session: fresh lists, then changes, until a watch lists again or the stream
+/// ends.
+async fn lead(client: &Client, settings: &IpamSettings, events: Option<&EventSink>) {
+    let class = settings.class.as_deref();
+    let mut streams: Vec<Changes> = vec![
+        watch_all(Api::<Service>::all(client.clone()), |e| {
+            Watched::Service(Box::new(e))
+        }),
+        watch_all(Api::<Namespace>::all(client.clone()), |e| {
+            Watched::Namespace(Box::new(e))
+        }),
+    ];
+    let pools_served = has_pools(client).await;
+    if pools_served {
+        streams.push(watch_all(
+            Api::<DynamicObject>::all_with(client.clone(), &pool_resource()),
+            |e| Watched::Pool(Box::new(e)),
+        ));
+    }
+    let mut changes = futures::stream::select_all(streams);
+    let mut l = Listing {
+        pools: (!pools_served).then(BTreeMap::new),
+        ..Default::default()
+    };
+    // The first complete listing of every watch.
+    while l.services.is_none() || l.pools.is_none() || l.namespaces.is_none() {
+        let Some(ch) = changes.next().await else {
+            return;
+        };
+        match ch.unboxed() {
+            Unboxed::Service(Event::InitApply(s)) => {
+                if let Some(x) = seen(&s, class) {
+                    l.partial_services.push((service_key(&s), x));
+                }
+            }
+            Unboxed::Service(Event::InitDone) => {
+                l.services = Some(std::mem::take(&mut l.partial_services))
+            }
+            Unboxed::Pool(Event::InitApply(p)) => {
+                l.partial_pools.insert(p.name_any(), to_pool(&p));
+            }
+            Unboxed::Pool(Event::InitDone) => l.pools = Some(std::mem::take(&mut l.partial_pools)),
+            Unboxed::Namespace(Event::InitApply(n)) => {
+                l.partial_namespaces
+                    .insert(n.name_any(), n.metadata.labels.clone().unwrap_or_default());
+            }
+            Unboxed::Namespace(Event::InitDone) => {
+                l.namespaces = Some(std::mem::take(&mut l.partial_namespaces))
+            }
+            _ => {}
+        }
+    }
+    let mut pools = l.pools.unwrap_or_default();
+    let (mut alloc, writes) = Allocations::start(
+        pools.values().cloned().collect(),
+        l.namespaces.unwrap_or_default(),
+        l.services.unwrap_or_default(),
+    );
+    tracing::info!(
+        pools = pools.len(),
+        writes = writes.len(),
+        "allocator started"
+    );
+    write_all(client, &mut alloc, writes).await;
+    let mut retry = tokio::time::interval(settings.retry_every);
+    let mut pool_tick = tokio::time::interval(settings.pool_status_every);
+    loop {
+        if let Some(ev) = events {
+            ev.update(alloc.statements());
+        }
+        let writes = tokio::select! {
+            ch = changes.next() => match ch.map(Watched::unboxed) {
+                None => return,
+                Some(Unboxed::Service(Event::Apply(s))) => {
+                    alloc.service(service_key(&s), seen(&s, class)).into_iter().collect()
+                }
+                Some(Unboxed::Service(Event::Delete(s))) => {
+                    alloc.service(service_key(&s), None);
+                    Vec::new()
+                }
+                Some(Unboxed::Pool(Event::Apply(p))) => {
+                    pools.insert(p.name_any(), to_pool(&p));
+                    alloc.pools(pools.values().cloned().collect())
+                }
+                Some(Unboxed::Pool(Event::Delete(p))) => {
+                    pools.remove(&p.name_any());
+                    alloc.pools(pools.values().cloned().collect())
+                }
+                Some(Unboxed::Namespace(Event::Apply(n))) => {
+                    alloc.namespace(&n.name_any(), Some(n.metadata.labels.clone().unwrap_or_default()))
+                }
+                Some(Unboxed::Namespace(Event::Delete(n))) => alloc.namespace(&n.name_any(), None),
+                // A watch lists again: start over from fresh lists.
+                Some(_) => {
+                    tracing::info!("allocator watch listing again; starting over");
+                    return;
+                }
+            },
+            _ = retry.tick() => alloc.retry(),
+            _ = pool_tick.tick() => {
+                write_pool_statuses(client, &mut alloc).await;
+                Vec::new()
+            }
+        };
+        write_all(client, &mut alloc, writes).await;
+    }
+}
+
+/// Write each decision and tell the allocator how it went.
+async fn write_all(client: &Client, alloc: &mut Allocations, writes: Vec<StatusWrite>) {
+    for w in writes {
+        let ok = match write_status(client, &w).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(service = %w.service, error = %e, "cannot write the Service's addresses; will retry");
+                false
+            }
+        };
+        alloc.written(&w.service, ok);
+    }
+}
+
+async fn write_status(client: &Client, w: &StatusWrite) -> Result<(), kube::Error> {
+    let api: Api<Service> = Api::namespaced(client.clone(), &w.service.namespace);
+    let ingress: Vec<serde_json::Value> = w
+        .ips
+        .iter()
+        .map(|ip| serde_json::json!({"ip": ip.to_string(), "ipMode": "VIP"}))
+        .collect();
+    let message = serde_json::to_string(&w.record).map_err(kube::Error::SerdeError)?;
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let patch = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "status": {
+            "loadBalancer": {"ingress": ingress},
+            "conditions": [{
+                "type": CONDITION,
+                "status": "True",
+                "reason": "Allocated",
+                "message": message,
+                "lastTransitionTime": now,
+            }],
+        },
+    });
+    api.patch_status(
+        &w.service.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map(|_| ())
+}
+
+async fn write_pool_statuses(client: &Client, alloc: &mut Allocations) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
+    for (name, status) in alloc.pool_statuses() {
+        let patch = serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "status": status,
+        });
+        if let Err(e) = api
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            tracing::warn!(pool = %name, error = %e, "cannot write the VipPool's status");
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! The elected instance's allocation loop, without I/O: it takes what the watches see
-//! (Services as [`service::read`] reads them, pools, namespace labels) and says what to write
+//! (Services as [`super::service::read`] reads them, pools, namespace labels) and says what to write
 //! (a Service's addresses with the [`Record`] of what they were decided on), what to tell (one
 //! statement per Service, for Events) and each pool's status. The shell (`ipam::task`) does
 //! the writes and reports each outcome back ([`Allocations::written`]).

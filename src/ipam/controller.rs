@@ -43,6 +43,8 @@ pub struct Allocations {
     unwritten: BTreeSet<ServiceKey>,
     /// What there is to say about each Service.
     said: BTreeMap<ServiceKey, Vec<ServiceEvent>>,
+    /// Whether `said` changed since [`Allocations::statements_if_changed`] was last asked.
+    said_changed: bool,
     /// Each pool's status as last handed out.
     pool_status: BTreeMap<String, VipPoolStatus>,
 }
@@ -62,6 +64,7 @@ impl Allocations {
             pending: HashMap::new(),
             unwritten: BTreeSet::new(),
             said: BTreeMap::new(),
+            said_changed: true,
             pool_status: BTreeMap::new(),
         };
         let mut asks: Vec<&ServiceAsk> = a
@@ -94,7 +97,7 @@ impl Allocations {
         match seen {
             None => {
                 self.services.remove(&key);
-                self.said.remove(&key);
+                self.said_changed |= self.said.remove(&key).is_some();
                 self.unwritten.remove(&key);
                 if let Some(a) = self.pending.remove(&key) {
                     self.alloc.undo(a);
@@ -168,9 +171,23 @@ impl Allocations {
         }
     }
 
-    /// Every statement about every Service (the Event sink publishes what is new).
+    /// Every statement about every Service (the Event sink publishes what is new), when they
+    /// changed since the last call: a Service's own status coming back through the watch says
+    /// nothing new, and must not cost a pass over every Service.
+    pub fn statements_if_changed(&mut self) -> Option<BTreeSet<ServiceEvent>> {
+        std::mem::take(&mut self.said_changed).then(|| self.statements())
+    }
+
+    /// Every statement about every Service.
     pub fn statements(&self) -> BTreeSet<ServiceEvent> {
         self.said.values().flatten().cloned().collect()
+    }
+
+    fn say(&mut self, key: &ServiceKey, now: Vec<ServiceEvent>) {
+        if self.said.get(key) != Some(&now) {
+            self.said.insert(key.clone(), now);
+            self.said_changed = true;
+        }
     }
 
     /// The pools whose status changed since the last call.
@@ -221,8 +238,7 @@ impl Allocations {
         }
         let ask = match self.services.get(key)? {
             Seen::Bad(e) => {
-                self.said
-                    .insert(key.clone(), vec![warning(key, e.reason(), e)]);
+                self.say(key, vec![warning(key, e.reason(), e)]);
                 return None;
             }
             Seen::Ask(a) => (**a).clone(),
@@ -232,7 +248,7 @@ impl Allocations {
         let a = match result {
             Ok(a) => a,
             Err(e) => {
-                self.said.insert(key.clone(), vec![failed(key, &e)]);
+                self.say(key, vec![failed(key, &e)]);
                 return None;
             }
         };
@@ -241,7 +257,7 @@ impl Allocations {
         if let Some(e) = &a.partial {
             say.push(failed(key, e));
         }
-        self.said.insert(key.clone(), say);
+        self.say(key, say);
         if a.ips == ask.current && ask.written.as_ref() == Some(&terms) {
             return None;
         }

@@ -260,8 +260,10 @@ async fn lead(client: &Client, settings: &IpamSettings, events: Option<&EventSin
     let mut retry = tokio::time::interval(settings.retry_every);
     let mut pool_tick = tokio::time::interval(settings.pool_status_every);
     loop {
-        if let Some(ev) = events {
-            ev.update(alloc.statements());
+        if let Some(ev) = events
+            && let Some(now) = alloc.statements_if_changed()
+        {
+            ev.update(now);
         }
         let writes = tokio::select! {
             ch = changes.next() => match ch.map(Watched::unboxed) {

@@ -30,6 +30,15 @@ pub struct KindLabel {
     pub kind: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: String,
+    /// `IPv4` or `IPv6`.
+    pub family: String,
+    /// `assigned` or `available`.
+    pub state: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 0.5 ms .. ~16 s.
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -47,6 +56,7 @@ pub struct Metrics {
     pub errors: Family<KindLabel, Counter>,
     pub leader: Gauge,
     pub events: Family<KindLabel, Gauge>,
+    pub pool_addresses: Family<PoolLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -69,6 +79,7 @@ impl Metrics {
             errors: Family::default(),
             leader: Gauge::default(),
             events: Family::default(),
+            pool_addresses: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -112,6 +123,11 @@ impl Metrics {
             "kube_events",
             "Kubernetes Events published, dropped by the rate limit, failed",
             m.events.clone(),
+        );
+        registry.register(
+            "pool_addresses",
+            "Addresses of each VipPool by family, assigned and available (elected agent)",
+            m.pool_addresses.clone(),
         );
         Metrics { registry, ..m }
     }

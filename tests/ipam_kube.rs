@@ -4,10 +4,12 @@
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 use testkit::kube_server::KubeServer;
 use tokio::sync::watch;
-use vipflow::ipam::task::{IpamSettings, run};
+use vipflow::ipam::task::{IpamSettings, run_with_metrics};
+use vipflow::metrics::Metrics;
 
 /// Generous: a hang guard, not a target.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -107,9 +109,17 @@ async fn allocator(
     srv: &KubeServer,
     leader: Option<watch::Receiver<bool>>,
 ) -> tokio::task::JoinHandle<()> {
+    allocator_with(srv, leader, None).await
+}
+
+async fn allocator_with(
+    srv: &KubeServer,
+    leader: Option<watch::Receiver<bool>>,
+    metrics: Option<Arc<Metrics>>,
+) -> tokio::task::JoinHandle<()> {
     let client = srv.client().await;
     let sink = vipflow::events::EventSink::start(client.clone(), "vipflow", "test", 1000.0, 1000);
-    tokio::spawn(run(
+    tokio::spawn(run_with_metrics(
         client,
         IpamSettings {
             retry_every: Duration::from_millis(100),
@@ -118,6 +128,7 @@ async fn allocator(
         },
         leader,
         Some(sink),
+        metrics,
     ))
 }
 
@@ -282,7 +293,8 @@ async fn exhaustion_is_an_event_and_a_freed_address_is_allocated() {
     for n in ["a", "b", "c"] {
         srv.apply(service(n, json!({}), json!({})));
     }
-    let task = allocator(&srv, None).await;
+    let metrics = Arc::new(Metrics::new());
+    let task = allocator_with(&srv, None, Some(metrics.clone())).await;
     allocated(&srv, &["a", "b"], 1).await;
     let ev = event(&srv, "c", "PoolExhausted").await;
     assert_eq!(ev["type"], "Warning");
@@ -306,6 +318,14 @@ async fn exhaustion_is_an_event_and_a_freed_address_is_allocated() {
         "{:?}",
         srv.get("vipflow.io/v1alpha1", "VipPool", "", "tiny")
     );
+    // And the metrics (set with the pool status).
+    let text = metrics.encode();
+    for line in [
+        r#"vipflow_pool_addresses{pool="tiny",family="IPv4",state="assigned"} 2"#,
+        r#"vipflow_pool_addresses{pool="tiny",family="IPv4",state="available"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
     task.abort();
 }
 

@@ -426,6 +426,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         cluster.events_per_second,
         cluster.events_burst,
     );
+    let metrics = Arc::new(crate::metrics::Metrics::new());
     let ipam = cfg.allocate_ips.then(|| {
         // Its own Event sink: its statements are a set of their own (the sink publishes what
         // is new in the set it is given).
@@ -436,7 +437,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             cluster.events_per_second,
             cluster.events_burst,
         );
-        tokio::spawn(crate::ipam::task::run(
+        tokio::spawn(crate::ipam::task::run_with_metrics(
             client,
             crate::ipam::task::IpamSettings {
                 class: cfg.load_balancer_class.clone(),
@@ -444,9 +445,9 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             },
             election.as_ref().map(|e| e.is_leader.clone()),
             Some(sink),
+            Some(metrics.clone()),
         ))
     });
-    let metrics = Arc::new(crate::metrics::Metrics::new());
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
         events: Some(events),

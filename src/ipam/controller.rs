@@ -31,6 +31,13 @@ pub struct StatusWrite {
     pub record: Record,
 }
 
+/// What [`Allocations::pool_statuses`] hands out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolStatuses {
+    pub changed: Vec<(String, VipPoolStatus)>,
+    pub gone: Vec<String>,
+}
+
 /// The allocation state of the elected instance.
 #[derive(Debug)]
 pub struct Allocations {
@@ -190,8 +197,8 @@ impl Allocations {
         }
     }
 
-    /// The pools whose status changed since the last call.
-    pub fn pool_statuses(&mut self) -> Vec<(String, VipPoolStatus)> {
+    /// The pools whose status changed since the last call, and those gone since.
+    pub fn pool_statuses(&mut self) -> PoolStatuses {
         let now: Vec<(String, VipPoolStatus)> = self
             .alloc
             .pools()
@@ -208,8 +215,14 @@ impl Allocations {
             }
             next.insert(name, st);
         }
+        let gone = self
+            .pool_status
+            .keys()
+            .filter(|k| !next.contains_key(*k))
+            .cloned()
+            .collect();
         self.pool_status = next;
-        changed
+        PoolStatuses { changed, gone }
     }
 
     /// The allocator, for reports.

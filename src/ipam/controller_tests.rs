@@ -136,16 +136,16 @@ fn pool_status_is_handed_out_when_it_changes() {
     a.written(&writes[0].service, true);
     let (k, back) = svc("a", &["10.0.0.0"], Some(&writes[0]));
     assert_eq!(a.service(k, Some(back)), None);
-    let first = a.pool_statuses();
+    let first = a.pool_statuses().changed;
     assert_eq!(first.len(), 1);
     assert_eq!(
         (first[0].1.assigned_ipv4, first[0].1.available_ipv4),
         (1, 3)
     );
-    assert!(a.pool_statuses().is_empty(), "unchanged");
+    assert_eq!(a.pool_statuses(), PoolStatuses::default(), "unchanged");
     // The pool goes: "a" keeps its address and says so; the pool's status is no longer given.
     assert!(a.pools(vec![]).is_empty());
-    assert!(a.pool_statuses().is_empty());
+    assert_eq!(a.pool_statuses().gone, ["p"]);
     let said = a.statements();
     assert!(
         said.iter().any(|e| e.note.contains("in no pool now; kept")),

@@ -56,9 +56,21 @@ pub async fn run(
     leader: Option<watch::Receiver<bool>>,
     events: Option<EventSink>,
 ) {
+    run_with_metrics(client, settings, leader, events, None).await
+}
+
+/// [`run`], setting the pools' address counts in `metrics`.
+pub async fn run_with_metrics(
+    client: Client,
+    settings: IpamSettings,
+    leader: Option<watch::Receiver<bool>>,
+    events: Option<EventSink>,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+) {
+    let metrics = metrics.as_deref();
     let Some(mut leader) = leader else {
         loop {
-            lead(&client, &settings, events.as_ref()).await;
+            lead(&client, &settings, events.as_ref(), metrics).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     };
@@ -69,7 +81,7 @@ pub async fn run(
         tracing::info!("leading: allocating LoadBalancer addresses");
         let session = async {
             loop {
-                lead(&client, &settings, events.as_ref()).await;
+                lead(&client, &settings, events.as_ref(), metrics).await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         };
@@ -195,7 +207,12 @@ struct Listing {
 
 /// One leading session: fresh lists, then changes, until a watch lists again or the stream
 /// ends.
-async fn lead(client: &Client, settings: &IpamSettings, events: Option<&EventSink>) {
+async fn lead(
+    client: &Client,
+    settings: &IpamSettings,
+    events: Option<&EventSink>,
+    metrics: Option<&crate::metrics::Metrics>,
+) {
     let class = settings.class.as_deref();
     let mut streams: Vec<Changes> = vec![
         watch_all(Api::<Service>::all(client.clone()), |e| {
@@ -295,7 +312,7 @@ async fn lead(client: &Client, settings: &IpamSettings, events: Option<&EventSin
             },
             _ = retry.tick() => alloc.retry(),
             _ = pool_tick.tick() => {
-                write_pool_statuses(client, &mut alloc).await;
+                write_pool_statuses(client, &mut alloc, metrics).await;
                 Vec::new()
             }
         };
@@ -350,9 +367,47 @@ async fn write_status(client: &Client, w: &StatusWrite) -> Result<(), kube::Erro
     .map(|_| ())
 }
 
-async fn write_pool_statuses(client: &Client, alloc: &mut Allocations) {
+async fn write_pool_statuses(
+    client: &Client,
+    alloc: &mut Allocations,
+    metrics: Option<&crate::metrics::Metrics>,
+) {
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
-    for (name, status) in alloc.pool_statuses() {
+    let statuses = alloc.pool_statuses();
+    if let Some(m) = metrics {
+        for name in &statuses.gone {
+            for (family, state) in [
+                ("IPv4", "assigned"),
+                ("IPv4", "available"),
+                ("IPv6", "assigned"),
+                ("IPv6", "available"),
+            ] {
+                m.pool_addresses.remove(&crate::metrics::PoolLabel {
+                    pool: name.clone(),
+                    family: family.into(),
+                    state: state.into(),
+                });
+            }
+        }
+    }
+    for (name, status) in statuses.changed {
+        if let Some(m) = metrics {
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            for (family, state, v) in [
+                ("IPv4", "assigned", status.assigned_ipv4),
+                ("IPv4", "available", status.available_ipv4),
+                ("IPv6", "assigned", status.assigned_ipv6),
+                ("IPv6", "available", status.available_ipv6),
+            ] {
+                m.pool_addresses
+                    .get_or_create(&crate::metrics::PoolLabel {
+                        pool: name.clone(),
+                        family: family.into(),
+                        state: state.into(),
+                    })
+                    .set(n(v));
+            }
+        }
         let patch = serde_json::json!({
             "apiVersion": API_VERSION,
             "kind": KIND,

@@ -155,19 +155,6 @@ where
         .boxed()
 }
 
-/// Whether the VipPool CRD is served.
-async fn has_pools(client: &Client) -> bool {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
-    match api.list(&kube::api::ListParams::default().limit(1)).await {
-        Ok(_) => true,
-        Err(kube::Error::Api(e)) if e.code == 404 => false,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether VipPools exist");
-            false
-        }
-    }
-}
-
 fn to_pool(o: &DynamicObject) -> PoolSpec {
     let v = serde_json::json!({ "metadata": o.metadata, "spec": o.data.get("spec").cloned().unwrap_or_default() });
     match serde_json::from_value::<VipPool>(v) {
@@ -222,7 +209,7 @@ async fn lead(
             Watched::Namespace(Box::new(e))
         }),
     ];
-    let pools_served = has_pools(client).await;
+    let pools_served = crate::source::kube::served(client, &pool_resource()).await;
     if pools_served {
         streams.push(watch_all(
             Api::<DynamicObject>::all_with(client.clone(), &pool_resource()),

@@ -228,12 +228,18 @@ fn subnet_resource() -> ApiResource {
 
 /// Whether the Kube-OVN Subnet CRD is served.
 async fn has_subnets(client: &Client) -> bool {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &subnet_resource());
+    served(client, &subnet_resource()).await
+}
+
+/// Whether a custom resource's CRD is served (a 404 says it is not; another error is WARNed
+/// and taken as not served).
+pub(crate) async fn served(client: &Client, resource: &ApiResource) -> bool {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
     match api.list(&kube::api::ListParams::default().limit(1)).await {
         Ok(_) => true,
         Err(kube::Error::Api(e)) if e.code == 404 => false,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot tell whether Kube-OVN Subnets exist; not watching them");
+            tracing::warn!(kind = %resource.kind, error = %e, "cannot tell whether the custom resource is served; not watching it");
             false
         }
     }

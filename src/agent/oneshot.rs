@@ -185,20 +185,40 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
     Ok(out)
 }
 
+/// Every address range of the objects' pools (a pool with a bad entry has none: it hands
+/// nothing out).
+pub fn pool_ranges(objects: &Objects) -> Vec<crate::plan::exclude::PoolRange> {
+    objects
+        .pools
+        .iter()
+        .flat_map(|p| {
+            let pool = crate::ipam::Pool::of(p.to_spec());
+            let name = pool.spec.name.clone();
+            pool.ranges
+                .into_iter()
+                .map(move |range| crate::plan::exclude::PoolRange {
+                    pool: name.clone(),
+                    range,
+                })
+        })
+        .collect()
+}
+
 /// The objects path from the config, or an error.
 pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
     cfg.objects.clone().ok_or(AgentError::NoObjects)
 }
 
-/// Every VIP that IPAM could hand to a pod (`vipflow check`): VIPs inside a Kube-OVN Subnet's
-/// CIDR and not in its excludeIps, and (with a Northbound database) VIPs inside a logical
-/// switch's subnet and not in its exclude_ips.
+/// Every VIP that IPAM could hand to a pod (`vipflow check`): VIPs and pool ranges inside a
+/// Kube-OVN Subnet's CIDR and not in its excludeIps, and (with a Northbound database) VIPs
+/// inside a logical switch's subnet and not in its exclude_ips.
 pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
-    use crate::plan::exclude::check_kubeovn;
+    use crate::plan::exclude::check_kubeovn_with_pools;
     let model = Model::build(objects, &model_options(cfg));
     let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
     let subnets = kubeovn_subnets(objects);
-    let mut out: Vec<String> = check_kubeovn(&vips, &subnets)
+    let pools = pool_ranges(objects);
+    let mut out: Vec<String> = check_kubeovn_with_pools(&vips, &pools, &subnets)
         .iter()
         .map(|f| f.to_string())
         .collect();

@@ -12,7 +12,12 @@ pub const PLURAL: &str = "vippools";
 
 /// A `VipPool` object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct VipPool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: VipPoolSpec,

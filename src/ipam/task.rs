@@ -97,7 +97,8 @@ pub async fn run_with_metrics(
     }
 }
 
-fn pool_resource() -> ApiResource {
+/// The `VipPool` resource.
+pub(crate) fn pool_resource() -> ApiResource {
     let (group, version) = API_VERSION
         .split_once('/')
         .unwrap_or(("vipflow.io", "v1alpha1"));
@@ -155,9 +156,21 @@ where
         .boxed()
 }
 
-fn to_pool(o: &DynamicObject) -> PoolSpec {
+/// A watched `VipPool` object, or why it cannot be read.
+pub(crate) fn read_pool_object(o: &DynamicObject) -> Result<VipPool, serde_json::Error> {
     let v = serde_json::json!({ "metadata": o.metadata, "spec": o.data.get("spec").cloned().unwrap_or_default() });
-    match serde_json::from_value::<VipPool>(v) {
+    let mut p = serde_json::from_value::<VipPool>(v)?;
+    p.metadata.managed_fields = None;
+    Ok(p)
+}
+
+/// A watched `VipPool` object, for the plan (one that cannot be read is left out).
+pub(crate) fn to_pool_object(o: &DynamicObject) -> Option<VipPool> {
+    read_pool_object(o).ok()
+}
+
+fn to_pool(o: &DynamicObject) -> PoolSpec {
+    match read_pool_object(o) {
         Ok(p) => p.to_spec(),
         Err(e) => {
             tracing::warn!(pool = %o.name_any(), error = %e, "VipPool cannot be read; it is not usable");

@@ -45,6 +45,8 @@ pub struct Objects {
     pub nodes: Vec<Arc<core::Node>>,
     /// Kube-OVN `Subnet`s (kubeovn.io/v1), when the cluster runs Kube-OVN.
     pub subnets: Vec<KubeOvnSubnet>,
+    /// vipflow's address pools (`VipPool`, vipflow.io/v1alpha1).
+    pub pools: Vec<crate::ipam::pool_object::VipPool>,
 }
 
 impl Objects {

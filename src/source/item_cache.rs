@@ -45,6 +45,7 @@ enum Object {
     Slice(Arc<KeptSlice>),
     Node(Arc<core::Node>),
     Subnet(Box<KubeOvnSubnet>),
+    Pool(Box<crate::ipam::pool_object::VipPool>),
 }
 
 impl Decoded {
@@ -63,6 +64,12 @@ impl Decoded {
                     .into_iter()
                     .next()
                     .map(|s| Object::Subnet(Box::new(s)))
+            })
+            .or_else(|| {
+                o.pools
+                    .into_iter()
+                    .next()
+                    .map(|p| Object::Pool(Box::new(p)))
             });
         Decoded {
             object,
@@ -77,6 +84,7 @@ impl Decoded {
             Some(Object::Slice(s)) => out.objects.endpoint_slices.push(Arc::clone(s)),
             Some(Object::Node(n)) => out.objects.nodes.push(Arc::clone(n)),
             Some(Object::Subnet(s)) => out.objects.subnets.push((**s).clone()),
+            Some(Object::Pool(p)) => out.objects.pools.push((**p).clone()),
             None => {}
         }
         out.problems.extend(self.problems.iter().cloned());

@@ -99,6 +99,7 @@ enum Change {
     Slice(Box<WatchEvent<KeptSlice>>),
     Node(Box<WatchEvent<core::Node>>),
     Subnet(Box<WatchEvent<DynamicObject>>),
+    Pool(Box<WatchEvent<DynamicObject>>),
 }
 
 enum WatchEvent<K> {
@@ -294,6 +295,17 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         ));
     }
 
+    let pool_resource = crate::ipam::task::pool_resource();
+    let pools = served(&client, &pool_resource).await;
+    if pools {
+        streams.push(stream(
+            Api::<DynamicObject>::all_with(client.clone(), &pool_resource),
+            list(watcher::Config::default()),
+            |o| o,
+            |e| Change::Pool(Box::new(e)),
+        ));
+    }
+
     let (ctx, mut crx) = mpsc::channel::<Change>(1024);
     let mut tasks = Vec::new();
     for mut s in streams {
@@ -312,6 +324,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     let mut slices = Store::<KeptSlice>::new();
     let mut nodes = Store::<core::Node>::new();
     let mut subnet_store = Store::<DynamicObject>::new();
+    let mut pool_store = Store::<DynamicObject>::new();
     loop {
         let Some(first) = crx.recv().await else { break };
         let mut apply = |c: Change| match c {
@@ -319,6 +332,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Change::Slice(e) => slices.apply(*e),
             Change::Node(e) => nodes.apply(*e),
             Change::Subnet(e) => subnet_store.apply(*e),
+            Change::Pool(e) => pool_store.apply(*e),
         };
         apply(first);
         // Coalesce the burst: keep taking changes until it is quiet for `debounce`, or
@@ -332,8 +346,11 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
                 Err(_) => break,
             }
         }
-        let all_ready =
-            services.ready && slices.ready && nodes.ready && (!subnets || subnet_store.ready);
+        let all_ready = services.ready
+            && slices.ready
+            && nodes.ready
+            && (!subnets || subnet_store.ready)
+            && (!pools || pool_store.ready);
         if !all_ready {
             continue;
         }
@@ -345,6 +362,11 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
                 .objects
                 .values()
                 .filter_map(|o| to_subnet(o))
+                .collect(),
+            pools: pool_store
+                .objects
+                .values()
+                .filter_map(|o| crate::ipam::task::to_pool_object(o))
                 .collect(),
         };
         tracing::debug!(

@@ -48,6 +48,7 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
         "Service" | "Node" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
         "Subnet" => "kubeovn.io/v1",
+        "VipPool" => crate::ipam::pool_object::API_VERSION,
         "" => {
             out.problems
                 .push(problem(&what, "has no kind; skipped".into()));
@@ -76,6 +77,8 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
         "Subnet" => serde_json::from_value::<crate::model::KubeOvnSubnet>(item)
             .map(|o| out.objects.subnets.push(o))
             .map_err(|e| e.to_string()),
+        "VipPool" => decode::<crate::ipam::pool_object::VipPool>(item, &mut unknown)
+            .map(|o| out.objects.pools.push(o)),
         _ => decode::<discovery::EndpointSlice>(item, &mut unknown).map(|o| {
             out.objects
                 .endpoint_slices
@@ -106,6 +109,12 @@ fn drop_unread(item: &mut Value, kind: &str) {
         if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
             a.remove("kubectl.kubernetes.io/last-applied-configuration");
         }
+    }
+    // A pool's status is what vipflow wrote; the plan reads its spec.
+    if kind == "VipPool"
+        && let Some(o) = item.as_object_mut()
+    {
+        o.remove("status");
     }
     if kind == "Node"
         && let Some(status) = item.get_mut("status").and_then(Value::as_object_mut)

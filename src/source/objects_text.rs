@@ -129,7 +129,7 @@ pub fn parse_whole(text: &str) -> Result<Loaded, String> {
         && let Ok(v) = serde_json::from_str::<Value>(text)
     {
         return match Doc::deserialize(v).map_err(|e| format!("document 1: {e}"))? {
-            Doc::Map(d) => finish(vec![d]),
+            Doc::Map(d) => finish(vec![*d]),
             Doc::Null | Doc::NotMapping => Err(not_a_mapping(0)),
         };
     }
@@ -142,7 +142,7 @@ fn parse_whole_unchecked(text: &str) -> Result<Loaded, String> {
         match Doc::deserialize(de).map_err(|e| format!("document {}: {e}", i + 1))? {
             Doc::Null => {}
             Doc::NotMapping => return Err(not_a_mapping(i)),
-            Doc::Map(d) => docs.push(d),
+            Doc::Map(d) => docs.push(*d),
         }
     }
     finish(docs)
@@ -155,7 +155,7 @@ fn parse_json_by_item(text: &str) -> Option<Result<Loaded, String>> {
     let doc = Doc::deserialize(&mut de).ok()?;
     de.end().ok()?;
     match doc {
-        Doc::Map(d) => Some(finish(vec![d])),
+        Doc::Map(d) => Some(finish(vec![*d])),
         Doc::Null | Doc::NotMapping => None,
     }
 }
@@ -226,7 +226,7 @@ fn parse_items(
         }
     }
     let mut root = match serde_yaml_ng::from_str::<Doc>(root_text).ok()? {
-        Doc::Map(d) => d,
+        Doc::Map(d) => *d,
         Doc::Null | Doc::NotMapping => return None,
     };
     // Said before any item is read: a List cut short costs no more than its root lines.
@@ -280,7 +280,7 @@ enum Doc {
     Null,
     /// A scalar or a sequence: not objects at all.
     NotMapping,
-    Map(DocReader),
+    Map(Box<DocReader>),
 }
 
 /// What one mapping document held: its fields but `items`, and its items, decoded as they
@@ -406,10 +406,19 @@ impl DocReader {
         let Loaded {
             objects, problems, ..
         } = self.staged;
-        out.objects.services.extend(objects.services);
-        out.objects.endpoint_slices.extend(objects.endpoint_slices);
-        out.objects.nodes.extend(objects.nodes);
-        out.objects.subnets.extend(objects.subnets);
+        // Every field named: a kind added to Objects must be carried here too.
+        let crate::model::Objects {
+            services,
+            endpoint_slices,
+            nodes,
+            subnets,
+            pools,
+        } = objects;
+        out.objects.services.extend(services);
+        out.objects.endpoint_slices.extend(endpoint_slices);
+        out.objects.nodes.extend(nodes);
+        out.objects.subnets.extend(subnets);
+        out.objects.pools.extend(pools);
         out.problems.extend(problems);
     }
 }
@@ -490,7 +499,7 @@ impl<'de> Visitor<'de> for DocVisitor {
                 doc.fields.insert(key, v);
             }
         }
-        Ok(Doc::Map(doc))
+        Ok(Doc::Map(Box::new(doc)))
     }
 }
 

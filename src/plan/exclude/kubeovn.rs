@@ -31,6 +31,24 @@ pub enum FindingReason {
     BadCidr { cidr: String },
     #[error("excludeIps: {0}")]
     BadExcludeIp(RangeError),
+    #[error(
+        "pool `{pool}` has {uncovered} inside cidrBlock {cidr} that excludeIps does not cover \
+         ({count} addresses): Kube-OVN may give them to pods"
+    )]
+    PoolNotExcluded {
+        pool: String,
+        cidr: IpNet,
+        /// The first uncovered part.
+        uncovered: IpRange,
+        count: u128,
+    },
+}
+
+/// One address range of a vipflow pool, for the check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolRange {
+    pub pool: String,
+    pub range: IpRange,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +76,16 @@ pub(crate) fn allocatable(net: &IpNet, ip: IpAddr) -> bool {
 /// Every VIP inside a Subnet's CIDR that its excludeIps does not cover, plus every bad CIDR or
 /// excludeIps entry (a bad entry excludes nothing).
 pub fn check_kubeovn(vips: &BTreeSet<IpAddr>, subnets: &[KubeOvnSubnetIpam]) -> Vec<Finding> {
+    check_kubeovn_with_pools(vips, &[], subnets)
+}
+
+/// [`check_kubeovn`], and every pool range with addresses inside a Subnet's CIDR that its
+/// excludeIps does not cover (a pool address handed to a Service must never go to a pod too).
+pub fn check_kubeovn_with_pools(
+    vips: &BTreeSet<IpAddr>,
+    pools: &[PoolRange],
+    subnets: &[KubeOvnSubnetIpam],
+) -> Vec<Finding> {
     let mut findings = Vec::new();
     for sn in subnets {
         let mut finding = |vip, reason| {
@@ -86,6 +114,81 @@ pub fn check_kubeovn(vips: &BTreeSet<IpAddr>, subnets: &[KubeOvnSubnetIpam]) -> 
                 finding(Some(vip), FindingReason::NotExcluded { cidr });
             }
         }
+        for p in pools {
+            for cidr in &cidrs {
+                let gaps = pool_gaps(cidr, p.range, &excluded);
+                if let Some(&(s, e)) = gaps.first() {
+                    let count = gaps.iter().map(|(s, e)| e - s + 1).sum();
+                    let at = |x: u128| match cidr {
+                        IpNet::V4(_) => IpAddr::from(std::net::Ipv4Addr::from(x as u32)),
+                        IpNet::V6(_) => IpAddr::from(std::net::Ipv6Addr::from(x)),
+                    };
+                    if let Ok(uncovered) = IpRange::new(at(s), at(e)) {
+                        finding(
+                            None,
+                            FindingReason::PoolNotExcluded {
+                                pool: p.pool.clone(),
+                                cidr: *cidr,
+                                uncovered,
+                                count,
+                            },
+                        );
+                    }
+                }
+            }
+        }
     }
     findings
+}
+
+/// The parts of `range` that Kube-OVN could hand out from `cidr` (its network address and
+/// IPv4 broadcast address aside) and that `excluded` does not cover, as integer intervals.
+fn pool_gaps(cidr: &IpNet, range: IpRange, excluded: &RangeSet) -> Vec<(u128, u128)> {
+    let int = |ip: IpAddr| match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    };
+    if range.start().is_ipv4() != cidr.addr().is_ipv4() {
+        return Vec::new();
+    }
+    let mut lo = int(cidr.network()).saturating_add(1);
+    let mut hi = int(cidr.broadcast());
+    if cidr.addr().is_ipv4() {
+        hi = hi.saturating_sub(1);
+    }
+    lo = lo.max(int(range.start()));
+    hi = hi.min(int(range.end()));
+    if lo > hi {
+        return Vec::new();
+    }
+    let covered: Vec<(u128, u128)> = match cidr {
+        IpNet::V4(_) => excluded
+            .v4
+            .iter()
+            .map(|&(s, e)| (u128::from(s), u128::from(e)))
+            .collect(),
+        IpNet::V6(_) => excluded.v6.clone(),
+    };
+    let mut gaps = Vec::new();
+    let mut at = lo;
+    for (s, e) in covered {
+        if e < at {
+            continue;
+        }
+        if s > hi {
+            break;
+        }
+        if s > at {
+            gaps.push((at, s - 1));
+        }
+        match e.checked_add(1) {
+            Some(n) => at = n,
+            None => return gaps,
+        }
+        if at > hi {
+            return gaps;
+        }
+    }
+    gaps.push((at, hi));
+    gaps
 }

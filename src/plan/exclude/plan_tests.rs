@@ -515,3 +515,57 @@ proptest! {
         prop_assert!(p.errors.iter().filter(|e| e.stops_northd).count() <= 1);
     }
 }
+
+#[test]
+fn kubeovn_pool_ranges_must_be_covered_by_exclude_ips() {
+    let sn = subnet(
+        "10.16.0.0/16,fd00:10:16::/112",
+        &["10.16.0.1..10.16.0.50", "fd00:10:16::1..fd00:10:16::ff"],
+    );
+    let pool = |name: &str, s: &str, e: &str| PoolRange {
+        pool: name.into(),
+        range: IpRange::new(ip(s), ip(e)).unwrap(),
+    };
+    let pools = [
+        // Half covered: 10.16.0.51 to .100 are not.
+        pool("half", "10.16.0.10", "10.16.0.100"),
+        // Covered whole.
+        pool("covered", "10.16.0.20", "10.16.0.30"),
+        // Outside every cidrBlock.
+        pool("elsewhere", "192.0.2.0", "192.0.2.255"),
+        // The network address is never handed out: only .1 onwards counts, and it is covered.
+        pool("edge", "10.16.0.0", "10.16.0.1"),
+    ];
+    let f = check_kubeovn_with_pools(&BTreeSet::new(), &pools, std::slice::from_ref(&sn));
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(
+        f[0].reason,
+        FindingReason::PoolNotExcluded {
+            pool: "half".into(),
+            cidr: "10.16.0.0/16".parse().unwrap(),
+            uncovered: IpRange::new(ip("10.16.0.51"), ip("10.16.0.100")).unwrap(),
+            count: 50,
+        }
+    );
+    assert!(
+        f[0].to_string().starts_with(
+            "Subnet ovn-default: pool `half` has 10.16.0.51..10.16.0.100 inside cidrBlock 10.16.0.0/16"
+        ),
+        "{}",
+        f[0]
+    );
+    // IPv6, with a gap in the middle of the range.
+    let v6 = check_kubeovn_with_pools(
+        &BTreeSet::new(),
+        &[pool("six", "fd00:10:16::f0", "fd00:10:16::1ff")],
+        &[subnet(
+            "fd00:10:16::/112",
+            &["fd00:10:16::100..fd00:10:16::1ff"],
+        )],
+    );
+    assert!(
+        matches!(&v6[0].reason, FindingReason::PoolNotExcluded { uncovered, count: 16, .. }
+            if uncovered.start() == ip("fd00:10:16::f0") && uncovered.end() == ip("fd00:10:16::ff")),
+        "{v6:?}"
+    );
+}

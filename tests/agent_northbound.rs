@@ -266,6 +266,79 @@ fn exclude_ips(sb: &Sandbox, ls: &str) -> Option<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_ports_never_get_a_pool_address() {
+    let sb = Sandbox::start();
+    let user = "172.18.0.2";
+    sb.nbctl(&["ls-add", "pods"]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        "other_config:subnet=172.18.0.0/28",
+    ]);
+    sb.nbctl(&[
+        "set",
+        "Logical_Switch",
+        "pods",
+        &format!("other_config:exclude_ips=\"{user}\""),
+    ]);
+    // A pool of four addresses inside the subnet, one that reaches past it, and no Service
+    // using either yet: vipflow may hand them out at any time, so pods must never get them.
+    let pool = r#"
+- apiVersion: vipflow.io/v1alpha1
+  kind: VipPool
+  metadata: {name: blue}
+  spec:
+    addresses: ["172.18.0.4-172.18.0.7", "172.18.0.12/30", "172.18.0.16/28"]"#;
+    let with_pool = format!("{}{}", base_yaml().trim_end(), pool);
+    let mut h = Harness::start(sb, |_| {}, &with_pool).await;
+    let text = exclude_ips(&h.sb, "pods").unwrap();
+    // 172.18.0.12/30 is clamped to the subnet's addresses (.15 is its broadcast: northd's span
+    // ends there), and 172.18.0.16/28 lies outside it.
+    assert_eq!(
+        text,
+        format!("172.18.0.4..172.18.0.7 172.18.0.12..172.18.0.15 {user}")
+    );
+    for i in 0..16 {
+        let p = format!("p{i}");
+        h.sb.nbctl(&["lsp-add", "pods", &p]);
+        h.sb.nbctl(&["lsp-set-addresses", &p, "dynamic"]);
+    }
+    h.sb.nbctl(&["--wait=sb", "sync"]);
+    let mut given = Vec::new();
+    for i in 0..16 {
+        let d = h.sb.nbctl(&[
+            "get",
+            "Logical_Switch_Port",
+            &format!("p{i}"),
+            "dynamic_addresses",
+        ]);
+        if let Some(ip) = d.trim().trim_matches('"').split_whitespace().nth(1) {
+            given.push(ip.to_string());
+        }
+    }
+    assert!(given.len() >= 5, "northd handed out addresses: {given:?}");
+    for forbidden in [
+        "172.18.0.2",
+        "172.18.0.4",
+        "172.18.0.5",
+        "172.18.0.6",
+        "172.18.0.7",
+        "172.18.0.12",
+        "172.18.0.13",
+        "172.18.0.14",
+    ] {
+        assert!(
+            !given.iter().any(|g| g == forbidden),
+            "{forbidden} was given to a port: {given:?}"
+        );
+    }
+    // The pool goes: exactly the user's text remains.
+    h.update(&base_yaml()).await;
+    assert_eq!(exclude_ips(&h.sb, "pods").as_deref(), Some(user));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamic_ports_never_get_a_vip_and_the_users_exclude_ips_survive() {
     let sb = Sandbox::start();
     // A pod switch whose subnet holds the VIP 172.18.0.5, with the user's own exclusions

@@ -19,7 +19,9 @@ use crate::reconcile::bridge::{self, BridgeSettings, BridgeStatus, DesiredFlows,
 use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
 use observer::observe_agent;
-pub use oneshot::{Drift, SyncReport, check, objects_path, sync_once, verify, verify_northbound};
+pub use oneshot::{
+    Drift, SyncReport, check, objects_path, pool_ranges, sync_once, verify, verify_northbound,
+};
 pub use planner_task::ORDER_WAIT;
 use planner_task::{PlanInfo, PlannerTask, Received, kubeovn_subnets, report};
 use status::{BridgeDoc, NorthboundDoc, StatusDoc};

@@ -15,6 +15,10 @@
 //! - A VIP the user's own entries already exclude (single or range) is not added; a VIP that is
 //!   gone or left the subnet is removed; a switch without a usable subnet gets no additions.
 //! - Planning on the output again yields no change.
+//! - Address pools ([`plan_ovn_with_pools`]): each pool's part inside the subnet goes in as one
+//!   `a..b` token (after vipflow's addresses, before the user's text), unless the user's
+//!   entries cover it already; VIPs inside it need no token of their own. Ranges are recorded
+//!   and stripped like addresses.
 //!
 //! [`parse_ovn_exclude_ips`] reads the text as northd does (northd/ipam.c `init_ipam_ipv4` on
 //! the OVN lexer, lib/lex.c): entries are separated by any whitespace (or `//`, `/* */`

@@ -190,17 +190,19 @@ pub(super) fn diff(
     problems
 }
 
-/// Transactions that keep every VIP out of the IPAM of the switches whose subnet holds it:
+/// Transactions that keep every VIP and pool range out of the IPAM of the switches whose
+/// subnet holds it:
 /// one per changed switch (or one in all with `batch`), each guarded by a `wait` on the
 /// switch's maps as observed, so a concurrent edit by someone else aborts it and the next diff
 /// starts from their text. Also returns the problems found in switches' settings.
 pub fn diff_exclude(
     observed: &Observed,
     vips: &BTreeSet<IpAddr>,
+    pools: &[(std::net::Ipv4Addr, std::net::Ipv4Addr)],
     batch: bool,
 ) -> (Vec<Change>, Vec<String>) {
     let switches: Vec<LogicalSwitchIpam> = observed.ipam.iter().map(|s| s.ipam.clone()).collect();
-    let plan = plan_ovn(vips, &switches);
+    let plan = crate::plan::exclude::plan_ovn_with_pools(vips, pools, &switches);
     let mut problems: Vec<String> = plan.problems.iter().map(|p| p.to_string()).collect();
     let mut changes = Vec::new();
     let mut batch_txn = Transaction::new(DB);

@@ -116,6 +116,8 @@ pub struct DesiredRows {
     pub delta: Option<NbDelta>,
     /// Every VIP: kept out of the IPAM of the logical switches whose subnet holds it.
     pub vips: imbl::OrdSet<IpAddr>,
+    /// Every IPv4 address pool range (inclusive): kept out of that IPAM too.
+    pub pool_ranges: Arc<Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>>,
     /// Whether to manage `other_config:exclude_ips` at all.
     pub exclude_ips: bool,
     /// vipflow's own Load_Balancer_Group and where it goes, when cluster rows join it.
@@ -137,6 +139,7 @@ impl DesiredRows {
             row_count: planned.row_count,
             delta: Some(planned.delta.clone()),
             vips: planned.vips.clone(),
+            pool_ranges: Arc::default(),
             exclude_ips,
             group: planned.group.clone(),
         }

@@ -90,6 +90,8 @@ pub struct Session {
     pub(super) full: bool,
     /// `exclude_ips` must be re-diffed (a switch changed, or the first sync).
     pub(super) exclude_due: bool,
+    /// The pool ranges `exclude_ips` was last diffed for.
+    pub(super) last_pools: Arc<Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>>,
     /// This session's writer token ([`take_over`]); `None`: no fence (tests of the diff).
     pub(super) token: Option<String>,
     pub(super) attach_problems: Vec<String>,
@@ -107,6 +109,7 @@ impl Session {
             first: true,
             full: true,
             exclude_due: true,
+            last_pools: Arc::default(),
             token,
             attach_problems: Vec::new(),
             exclude_problems: Vec::new(),
@@ -190,9 +193,12 @@ impl Session {
             self.group_problems = p;
         }
         let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
-        if plan.exclude_ips && (whole || self.exclude_due || vips_changed) {
+        let pools_changed = !Arc::ptr_eq(&self.last_pools, &plan.pool_ranges)
+            && *self.last_pools != *plan.pool_ranges;
+        if plan.exclude_ips && (whole || self.exclude_due || vips_changed || pools_changed) {
             let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
-            let (c, p) = diff_exclude(&self.observed, &vips, self.first);
+            self.last_pools = plan.pool_ranges.clone();
+            let (c, p) = diff_exclude(&self.observed, &vips, &plan.pool_ranges, self.first);
             c.into_iter().for_each(&mut *sink);
             self.exclude_problems = p;
         }

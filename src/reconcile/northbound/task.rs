@@ -500,6 +500,7 @@ pub async fn sync_once(
         row_count: rows.len(),
         delta: None,
         vips: exclude_vips.into_iter().flatten().copied().collect(),
+        pool_ranges: Arc::default(),
         exclude_ips: exclude_vips.is_some(),
         group: group.map(Arc::new),
     };

@@ -681,3 +681,91 @@ fn a_fragmented_udp_datagram_to_a_vip_reaches_the_pod() {
         );
     }
 }
+
+/// Issue 13 on real packets: a LoadBalancer Service with no address gets one from a VipPool
+/// (the allocator, against the Kubernetes API test server, writes it into the Service's
+/// status); the agents take the Service as the API server then holds it, and TCP to the
+/// allocated address reaches a pod and comes back.
+#[test]
+fn a_service_with_no_address_gets_one_from_a_pool_and_answers() {
+    use testkit::kube_server::KubeServer;
+    let Some(bed) = Bed::start() else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let srv = rt.block_on(KubeServer::start());
+    srv.register_resource("vipflow.io/v1alpha1", "vippools", "VipPool", false);
+    srv.enable_crd("vipflow.io/v1alpha1", "vippools");
+    srv.apply_yaml(
+        "apiVersion: vipflow.io/v1alpha1\nkind: VipPool\nmetadata: {name: lab}\nspec: {addresses: [172.18.0.200/30]}\n",
+    );
+    srv.apply(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "fresh", "namespace": "demo", "creationTimestamp": "2026-11-26T00:00:00Z"},
+        "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Cluster", "ipFamilies": ["IPv4"],
+                 "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": POD_TCP_PORT}]},
+    }));
+    let client = rt.block_on(srv.client());
+    let task = rt.spawn(vipflow::ipam::task::run(
+        client,
+        vipflow::ipam::task::IpamSettings::default(),
+        None,
+        None,
+    ));
+    let mut allocated = None;
+    eventually("an address in the Service's status", 30, || {
+        allocated = srv
+            .get("v1", "Service", "demo", "fresh")
+            .filter(|s| s["status"]["loadBalancer"]["ingress"][0]["ip"].is_string());
+        allocated.is_some()
+    });
+    let svc = allocated.unwrap();
+    let ip = svc["status"]["loadBalancer"]["ingress"][0]["ip"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        [
+            "172.18.0.200",
+            "172.18.0.201",
+            "172.18.0.202",
+            "172.18.0.203"
+        ]
+        .contains(&ip.as_str()),
+        "{ip} is from the pool"
+    );
+    // The agents' objects: the Service as the API server holds it (JSON is YAML), and its
+    // endpoints.
+    let mut text = objects_yaml(bed.tb.nodes);
+    text += &format!("- {}\n", serde_json::to_string(&svc).unwrap());
+    text += &format!(
+        "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: fresh-v4, namespace: demo, labels: {{kubernetes.io/service-name: fresh}}}}\n  addressType: IPv4\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  endpoints:\n{}{}",
+        endpoint(&testbed::pod_ip(1, 'a'), 1),
+        endpoint(&testbed::pod_ip(2, 'a'), 2)
+    );
+    let tmp = bed.objects.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &bed.objects).unwrap();
+    for i in 1..=bed.tb.nodes {
+        eventually(&format!("node{i}'s steer flow for {ip}"), 30, || {
+            bed.tb
+                .ofctl(i, &["dump-flows", "br-ex"])
+                .contains(&format!("nw_dst={ip},tp_dst=80"))
+        });
+    }
+    eventually("the Northbound row", 30, || {
+        bed.tb.nbctl(&["lb-list"]).contains(&format!("{ip}:80"))
+    });
+    bed.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+    bed.via(1, &ip);
+    let got = tcp_warm(&bed, sock(&ip, 80), 10);
+    let (pod, _) = got.split_once(' ').expect("pod answer");
+    assert!(
+        pod == "pod1a" || pod == "pod2a",
+        "{ip}:80 answered by {got}"
+    );
+    eprintln!("the pool gave {ip}; TCP to it answered by {pod}");
+    task.abort();
+}

@@ -299,6 +299,21 @@ async fn dynamic_ports_never_get_a_pool_address() {
         text,
         format!("172.18.0.4..172.18.0.7 172.18.0.12..172.18.0.15 {user}")
     );
+    // `vipflow verify` and `vipflow check` see the same plan: no drift, nothing exposed.
+    let objects = vipflow::source::objects_text::parse(&with_pool)
+        .unwrap()
+        .objects;
+    let drift = vipflow::agent::verify_northbound(&h.cfg, &objects)
+        .await
+        .unwrap()
+        .unwrap();
+    // (This harness attaches rows nowhere, which verify warns about; exclude_ips matches.)
+    assert!(
+        !drift.iter().any(|d| d.contains("exclude_ips")),
+        "{drift:?}"
+    );
+    let findings = vipflow::agent::check(&h.cfg, &objects).await.unwrap();
+    assert!(!findings.iter().any(|f| f.contains("pods")), "{findings:?}");
     for i in 0..16 {
         let p = format!("p{i}");
         h.sb.nbctl(&["lsp-add", "pods", &p]);

@@ -92,8 +92,11 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
     }
     if let Some(remotes) = &cfg.nb_remote {
         let rows = plan_northbound(cfg, &model);
-        let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-        let exclude = cfg.northbound.exclude_ips.then_some(&vips);
+        let exclude = nb::Exclude {
+            vips: model.vips().into_keys().collect(),
+            pools: pool_v4_ranges(objects),
+        };
+        let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
         let (changes, skipped) =
             nb::sync_once(remotes, &rows, plan_northbound_group(cfg, &model), exclude)
                 .await
@@ -121,8 +124,11 @@ pub async fn verify_northbound(
     };
     let model = Model::build(objects, &model_options(cfg));
     let rows = plan_northbound(cfg, &model);
-    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
-    let exclude = cfg.northbound.exclude_ips.then_some(&vips);
+    let exclude = nb::Exclude {
+        vips: model.vips().into_keys().collect(),
+        pools: pool_v4_ranges(objects),
+    };
+    let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
     let group = plan_northbound_group(cfg, &model);
     nb::drift(remotes, &rows, group.as_ref(), exclude)
         .await
@@ -204,6 +210,17 @@ pub fn pool_ranges(objects: &Objects) -> Vec<crate::plan::exclude::PoolRange> {
         .collect()
 }
 
+/// The IPv4 ranges of the objects' address pools, for `exclude_ips`.
+pub(crate) fn pool_v4_ranges(objects: &Objects) -> Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
+    pool_ranges(objects)
+        .into_iter()
+        .filter_map(|p| match (p.range.start(), p.range.end()) {
+            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => Some((a, b)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The objects path from the config, or an error.
 pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
     cfg.objects.clone().ok_or(AgentError::NoObjects)
@@ -223,12 +240,17 @@ pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, Agent
         .map(|f| f.to_string())
         .collect();
     if let Some(remotes) = &cfg.nb_remote {
-        let nb = nb::unexcluded(remotes, &vips)
-            .await
-            .map_err(|source| AgentError::Northbound {
-                remotes: remotes.clone(),
-                source: Box::new(source),
-            })?;
+        let exclude = nb::Exclude {
+            vips: vips.clone(),
+            pools: pool_v4_ranges(objects),
+        };
+        let nb =
+            nb::unexcluded(remotes, &exclude)
+                .await
+                .map_err(|source| AgentError::Northbound {
+                    remotes: remotes.clone(),
+                    source: Box::new(source),
+                })?;
         out.extend(nb);
     }
     Ok(out)

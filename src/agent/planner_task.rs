@@ -99,7 +99,7 @@ impl PlannerTask {
                 (Some(tx), Some(rows)) => {
                     let mut next =
                         nb::DesiredRows::from_rows(generation, &rows, cfg.northbound.exclude_ips);
-                    next.pool_ranges = Arc::new(pool_v4_ranges(&loaded.objects));
+                    next.pool_ranges = Arc::new(super::oneshot::pool_v4_ranges(&loaded.objects));
                     Some((tx, next, rows.make_first, rows.previous_vips))
                 }
                 _ => None,
@@ -181,17 +181,6 @@ impl PlanInfo {
             warnings,
         }
     }
-}
-
-/// The IPv4 ranges of the objects' address pools, for `exclude_ips`.
-fn pool_v4_ranges(objects: &Objects) -> Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
-    crate::agent::pool_ranges(objects)
-        .into_iter()
-        .filter_map(|p| match (p.range.start(), p.range.end()) {
-            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => Some((a, b)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// The delta to hand on with a plan, or `None` when it names a large part of the flows (a

@@ -31,7 +31,7 @@
 //!   diff that needs it and attached to every node's router and switch (`group.rs`).
 
 use crate::model::{Protocol, ServiceKey};
-use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY, plan_ovn};
+use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY};
 use crate::plan::northbound::{
     Attach, GroupPlan, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope, unattached,
 };

@@ -479,7 +479,7 @@ pub async fn sync_once(
     remotes: &str,
     rows: &[LbRow],
     group: Option<GroupPlan>,
-    exclude_vips: Option<&BTreeSet<IpAddr>>,
+    exclude: Option<&Exclude>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
     // read, write the difference as a batch.
@@ -499,9 +499,13 @@ pub async fn sync_once(
         rows: index_rows(rows.iter().cloned()),
         row_count: rows.len(),
         delta: None,
-        vips: exclude_vips.into_iter().flatten().copied().collect(),
-        pool_ranges: Arc::default(),
-        exclude_ips: exclude_vips.is_some(),
+        vips: exclude
+            .into_iter()
+            .flat_map(|e| e.vips.iter())
+            .copied()
+            .collect(),
+        pool_ranges: Arc::new(exclude.map(|e| e.pools.clone()).unwrap_or_default()),
+        exclude_ips: exclude.is_some(),
         group: group.map(Arc::new),
     };
     group::ensure(&mut session, &client, &plan).await?;
@@ -518,17 +522,17 @@ pub async fn drift(
     remotes: &str,
     rows: &[LbRow],
     group: Option<&GroupPlan>,
-    exclude_vips: Option<&BTreeSet<IpAddr>>,
+    exclude: Option<&Exclude>,
 ) -> Result<Vec<String>, ovsdb::Error> {
     let (_client, monitor, observed) = snapshot(remotes).await?;
     let mut lines = describe_drift(&observed, &monitor.cache(), rows);
     if let Some(g) = group {
         lines.extend(group::describe(&observed, g));
     }
-    if let Some(vips) = exclude_vips {
+    if let Some(e) = exclude {
         let switches: Vec<LogicalSwitchIpam> =
             observed.ipam.iter().map(|s| s.ipam.clone()).collect();
-        for ch in plan_ovn(vips, &switches).changes {
+        for ch in crate::plan::exclude::plan_ovn_with_pools(&e.vips, &e.pools, &switches).changes {
             lines.push(format!(
                 "~ Logical_Switch {}: other_config:exclude_ips should be {:?}",
                 ch.name,
@@ -539,13 +543,10 @@ pub async fn drift(
     Ok(lines)
 }
 
-/// VIPs inside a logical switch's `other_config:subnet` that its current `exclude_ips` does
-/// not cover (`vipflow check`).
-pub async fn unexcluded(
-    remotes: &str,
-    vips: &BTreeSet<IpAddr>,
-) -> Result<Vec<String>, ovsdb::Error> {
-    use crate::plan::exclude::{RangeSet, parse_ovn_subnet};
+/// VIPs and pool addresses inside a logical switch's `other_config:subnet` that its current
+/// `exclude_ips` does not cover (`vipflow check`).
+pub async fn unexcluded(remotes: &str, exclude: &Exclude) -> Result<Vec<String>, ovsdb::Error> {
+    use crate::plan::exclude::{RangeSet, ipam_span, parse_ovn_subnet};
     let (_client, _monitor, observed) = snapshot(remotes).await?;
     let mut out = Vec::new();
     for sw in &observed.ipam {
@@ -553,7 +554,7 @@ pub async fn unexcluded(
             continue;
         };
         let (covered, _) = RangeSet::from_ovn_text(sw.ipam.exclude_ips.as_deref().unwrap_or(""));
-        for vip in vips {
+        for vip in &exclude.vips {
             if let std::net::IpAddr::V4(v4) = vip
                 && net.contains(v4)
                 && !covered.contains(*vip)
@@ -564,6 +565,26 @@ pub async fn unexcluded(
                 ));
             }
         }
+        let (lo, hi) = ipam_span(&net);
+        for &(a, b) in &exclude.pools {
+            let (a, b) = (u32::from(a).max(lo), u32::from(b).min(hi));
+            let open = (a..=b).filter(|x| !covered.contains(std::net::Ipv4Addr::from(*x).into()));
+            let (first, count) = open.fold((None, 0u64), |(f, n), x| (f.or(Some(x)), n + 1));
+            if let Some(first) = first {
+                out.push(format!(
+                    "Logical_Switch {}: {count} pool addresses from {} are in subnet {net} but not in exclude_ips",
+                    sw.ipam.name,
+                    std::net::Ipv4Addr::from(first)
+                ));
+            }
+        }
     }
     Ok(out)
+}
+
+/// What `exclude_ips` must hold: every VIP, and every IPv4 pool range (inclusive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exclude {
+    pub vips: BTreeSet<IpAddr>,
+    pub pools: Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
 }

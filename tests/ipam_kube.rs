@@ -415,3 +415,33 @@ async fn a_pool_that_shrinks_or_goes_keeps_addresses_and_reports() {
     assert!(ips(&srv, "b").is_empty(), "never handed out twice");
     task.abort();
 }
+
+#[tokio::test]
+async fn a_pool_a_kube_ovn_subnet_could_hand_to_pods_gets_a_warning_event() {
+    let srv = server(&pool("blue", &["10.16.200.0/28"], json!({}))).await;
+    srv.enable_crd("kubeovn.io/v1", "subnets");
+    srv.apply_yaml(
+        "apiVersion: kubeovn.io/v1\nkind: Subnet\nmetadata: {name: ovn-default}\nspec: {cidrBlock: 10.16.0.0/16, excludeIps: [10.16.200.0..10.16.200.7]}\n",
+    );
+    let task = allocator(&srv, None).await;
+    let on_pool = |s: &KubeServer| -> Vec<Value> {
+        s.events()
+            .into_iter()
+            .filter(|e| {
+                e["regarding"]["kind"] == "VipPool"
+                    && e["regarding"]["name"] == "blue"
+                    && e["reason"] == "PoolNotExcluded"
+            })
+            .collect()
+    };
+    let ok = tokio::time::timeout(LIMIT, srv.wait_until(|s| !on_pool(s).is_empty())).await;
+    assert!(ok.is_ok(), "{:#?}", srv.events());
+    let ev = on_pool(&srv).remove(0);
+    assert_eq!(ev["type"], "Warning");
+    let note = ev["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("pool `blue` has 10.16.200.8..10.16.200.15 inside cidrBlock 10.16.0.0/16"),
+        "{note}"
+    );
+    task.abort();
+}

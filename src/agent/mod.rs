@@ -443,6 +443,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             client,
             crate::ipam::task::IpamSettings {
                 class: cfg.load_balancer_class.clone(),
+                instance: cfg.node_name.clone(),
                 ..Default::default()
             },
             election.as_ref().map(|e| e.is_leader.clone()),

@@ -367,16 +367,7 @@ const REPORT_IDLE: u32 = 4;
 
 /// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
 pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnetIpam> {
-    objects
-        .subnets
-        .iter()
-        .map(|s| crate::plan::exclude::KubeOvnSubnetIpam {
-            name: s.metadata.name.clone().unwrap_or_default(),
-            cidr_block: s.spec.cidr_block.clone(),
-            exclude_ips: s.spec.exclude_ips.clone(),
-            gateway: s.spec.gateway.clone(),
-        })
-        .collect()
+    objects.subnets.iter().map(Into::into).collect()
 }
 
 /// Kube-OVN Subnets that would hand a VIP to a pod.

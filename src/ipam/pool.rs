@@ -191,6 +191,33 @@ impl Pool {
     }
 }
 
+/// What to say about pools whose addresses a Kube-OVN Subnet could hand to pods: (pool, note)
+/// for each such pool and Subnet (the Event the elected agent posts on the pool).
+pub fn exposed_to_pods(
+    pools: &[PoolSpec],
+    subnets: &[crate::plan::exclude::KubeOvnSubnetIpam],
+) -> std::collections::BTreeSet<(String, String)> {
+    use crate::plan::exclude::{FindingReason, PoolRange, check_kubeovn_with_pools};
+    let ranges: Vec<PoolRange> = pools
+        .iter()
+        .flat_map(|p| {
+            let pool = Pool::of(p.clone());
+            let name = pool.spec.name.clone();
+            pool.ranges.into_iter().map(move |range| PoolRange {
+                pool: name.clone(),
+                range,
+            })
+        })
+        .collect();
+    check_kubeovn_with_pools(&Default::default(), &ranges, subnets)
+        .into_iter()
+        .filter_map(|f| match &f.reason {
+            FindingReason::PoolNotExcluded { pool, .. } => Some((pool.clone(), f.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
 /// An IPv4 address ending in `.0` or `.255`.
 pub fn is_buggy(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V4(a) if matches!(a.octets()[3], 0 | 255))

@@ -14,13 +14,14 @@ use super::pool_object::{API_VERSION, KIND, PLURAL, VipPool};
 use super::service::{self, CONDITION};
 use crate::events::EventSink;
 use crate::model::ServiceKey;
+use crate::plan::exclude::KubeOvnSubnetIpam;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -37,6 +38,8 @@ pub struct IpamSettings {
     pub retry_every: Duration,
     /// How often changed pool statuses are written (at most).
     pub pool_status_every: Duration,
+    /// This agent in the Events it posts on pools (its node).
+    pub instance: String,
 }
 
 impl Default for IpamSettings {
@@ -45,6 +48,7 @@ impl Default for IpamSettings {
             class: None,
             retry_every: Duration::from_secs(5),
             pool_status_every: Duration::from_secs(1),
+            instance: "vipflow".into(),
         }
     }
 }
@@ -110,6 +114,7 @@ enum Watched {
     Service(Box<Event<Service>>),
     Pool(Box<Event<DynamicObject>>),
     Namespace(Box<Event<Namespace>>),
+    Subnet(Box<Event<DynamicObject>>),
 }
 
 /// [`Watched`] with its event out of the box, to match on (one at a time, never stored).
@@ -118,6 +123,7 @@ enum Unboxed {
     Service(Event<Service>),
     Pool(Event<DynamicObject>),
     Namespace(Event<Namespace>),
+    Subnet(Event<DynamicObject>),
 }
 
 impl Watched {
@@ -126,6 +132,7 @@ impl Watched {
             Watched::Service(e) => Unboxed::Service(*e),
             Watched::Pool(e) => Unboxed::Pool(*e),
             Watched::Namespace(e) => Unboxed::Namespace(*e),
+            Watched::Subnet(e) => Unboxed::Subnet(*e),
         }
     }
 }
@@ -194,15 +201,49 @@ fn seen(s: &Service, class: Option<&str>) -> Option<Seen> {
     }
 }
 
-/// The state listed so far, before the allocator starts.
-#[derive(Default)]
-struct Listing {
-    services: Option<Vec<(ServiceKey, Seen)>>,
-    pools: Option<BTreeMap<String, PoolSpec>>,
-    namespaces: Option<HashMap<String, BTreeMap<String, String>>>,
-    partial_services: Vec<(ServiceKey, Seen)>,
-    partial_pools: BTreeMap<String, PoolSpec>,
-    partial_namespaces: HashMap<String, BTreeMap<String, String>>,
+/// One watch's objects while the first lists come in: complete once its list is; changes that
+/// come after (while another watch still lists) are applied to it, never dropped.
+struct Listing<T> {
+    objects: BTreeMap<String, T>,
+    complete: bool,
+}
+
+impl<T> Default for Listing<T> {
+    fn default() -> Self {
+        Listing {
+            objects: BTreeMap::new(),
+            complete: false,
+        }
+    }
+}
+
+impl<T> Listing<T> {
+    /// Apply one event, with `read` making the kept form (`None`: not kept, and dropped).
+    fn apply<K>(
+        &mut self,
+        ev: Event<K>,
+        key: impl Fn(&K) -> String,
+        read: impl Fn(&K) -> Option<T>,
+    ) {
+        match ev {
+            Event::Init => {
+                self.objects.clear();
+                self.complete = false;
+            }
+            Event::InitApply(o) | Event::Apply(o) => match read(&o) {
+                Some(t) => {
+                    self.objects.insert(key(&o), t);
+                }
+                None => {
+                    self.objects.remove(&key(&o));
+                }
+            },
+            Event::Delete(o) => {
+                self.objects.remove(&key(&o));
+            }
+            Event::InitDone => self.complete = true,
+        }
+    }
 }
 
 /// One leading session: fresh lists, then changes, until a watch lists again or the stream
@@ -229,44 +270,60 @@ async fn lead(
             |e| Watched::Pool(Box::new(e)),
         ));
     }
+    let subnet_resource = crate::source::kube::subnet_resource();
+    if crate::source::kube::served(client, &subnet_resource).await {
+        streams.push(watch_all(
+            Api::<DynamicObject>::all_with(client.clone(), &subnet_resource),
+            |e| Watched::Subnet(Box::new(e)),
+        ));
+    }
     let mut changes = futures::stream::select_all(streams);
-    let mut l = Listing {
-        pools: (!pools_served).then(BTreeMap::new),
-        ..Default::default()
+    let mut subnets: BTreeMap<String, KubeOvnSubnetIpam> = BTreeMap::new();
+    let mut exposed = Exposed::default();
+    // Pools or Subnets changed: check again which pool addresses pods could get.
+    let mut exposure_due = true;
+    let mut services: Listing<(ServiceKey, Seen)> = Listing::default();
+    let mut pool_list: Listing<PoolSpec> = Listing {
+        complete: !pools_served,
+        ..Listing::default()
     };
+    let mut namespaces: Listing<BTreeMap<String, String>> = Listing::default();
     // The first complete listing of every watch.
-    while l.services.is_none() || l.pools.is_none() || l.namespaces.is_none() {
+    while !(services.complete && pool_list.complete && namespaces.complete) {
         let Some(ch) = changes.next().await else {
             return;
         };
         match ch.unboxed() {
-            Unboxed::Service(Event::InitApply(s)) => {
-                if let Some(x) = seen(&s, class) {
-                    l.partial_services.push((service_key(&s), x));
-                }
+            Unboxed::Service(ev) => services.apply(
+                ev,
+                |s| service_key(s).to_string(),
+                |s| seen(s, class).map(|x| (service_key(s), x)),
+            ),
+            Unboxed::Pool(ev) => pool_list.apply(ev, |p| p.name_any(), |p| Some(to_pool(p))),
+            Unboxed::Namespace(ev) => namespaces.apply(
+                ev,
+                |n| n.name_any(),
+                |n| Some(n.metadata.labels.clone().unwrap_or_default()),
+            ),
+            Unboxed::Subnet(ev) => {
+                let mut l = Listing {
+                    objects: std::mem::take(&mut subnets),
+                    complete: true,
+                };
+                l.apply(
+                    ev,
+                    |o| o.name_any(),
+                    |o| crate::source::kube::to_subnet(o).map(|sn| KubeOvnSubnetIpam::from(&sn)),
+                );
+                subnets = l.objects;
             }
-            Unboxed::Service(Event::InitDone) => {
-                l.services = Some(std::mem::take(&mut l.partial_services))
-            }
-            Unboxed::Pool(Event::InitApply(p)) => {
-                l.partial_pools.insert(p.name_any(), to_pool(&p));
-            }
-            Unboxed::Pool(Event::InitDone) => l.pools = Some(std::mem::take(&mut l.partial_pools)),
-            Unboxed::Namespace(Event::InitApply(n)) => {
-                l.partial_namespaces
-                    .insert(n.name_any(), n.metadata.labels.clone().unwrap_or_default());
-            }
-            Unboxed::Namespace(Event::InitDone) => {
-                l.namespaces = Some(std::mem::take(&mut l.partial_namespaces))
-            }
-            _ => {}
         }
     }
-    let mut pools = l.pools.unwrap_or_default();
+    let mut pools = pool_list.objects;
     let (mut alloc, writes) = Allocations::start(
         pools.values().cloned().collect(),
-        l.namespaces.unwrap_or_default(),
-        l.services.unwrap_or_default(),
+        namespaces.objects.into_iter().collect(),
+        services.objects.into_values().collect(),
     );
     tracing::info!(
         pools = pools.len(),
@@ -282,6 +339,13 @@ async fn lead(
         {
             ev.update(now);
         }
+        if std::mem::take(&mut exposure_due) {
+            let subnet_list: Vec<KubeOvnSubnetIpam> = subnets.values().cloned().collect();
+            let pool_list: Vec<PoolSpec> = pools.values().cloned().collect();
+            exposed
+                .update(client, &settings.instance, &pool_list, &subnet_list)
+                .await;
+        }
         let writes = tokio::select! {
             ch = changes.next() => match ch.map(Watched::unboxed) {
                 None => return,
@@ -293,10 +357,12 @@ async fn lead(
                     Vec::new()
                 }
                 Some(Unboxed::Pool(Event::Apply(p))) => {
+                    exposure_due = true;
                     pools.insert(p.name_any(), to_pool(&p));
                     alloc.pools(pools.values().cloned().collect())
                 }
                 Some(Unboxed::Pool(Event::Delete(p))) => {
+                    exposure_due = true;
                     pools.remove(&p.name_any());
                     alloc.pools(pools.values().cloned().collect())
                 }
@@ -304,6 +370,25 @@ async fn lead(
                     alloc.namespace(&n.name_any(), Some(n.metadata.labels.clone().unwrap_or_default()))
                 }
                 Some(Unboxed::Namespace(Event::Delete(n))) => alloc.namespace(&n.name_any(), None),
+                // Subnets only feed the pool check: their (re)lists need no fresh start.
+                Some(Unboxed::Subnet(Event::Init)) => {
+                    exposure_due = true;
+                    subnets.clear();
+                    Vec::new()
+                }
+                Some(Unboxed::Subnet(Event::InitDone)) => Vec::new(),
+                Some(Unboxed::Subnet(Event::InitApply(o) | Event::Apply(o))) => {
+                    exposure_due = true;
+                    if let Some(sn) = crate::source::kube::to_subnet(&o) {
+                        subnets.insert(o.name_any(), (&sn).into());
+                    }
+                    Vec::new()
+                }
+                Some(Unboxed::Subnet(Event::Delete(o))) => {
+                    exposure_due = true;
+                    subnets.remove(&o.name_any());
+                    Vec::new()
+                }
                 // A watch lists again: start over from fresh lists.
                 Some(_) => {
                     tracing::info!("allocator watch listing again; starting over");
@@ -422,6 +507,57 @@ async fn write_pool_statuses(
             .await
         {
             tracing::warn!(pool = %name, error = %e, "cannot write the VipPool's status");
+        }
+    }
+}
+
+/// Warning Events on pools whose addresses a Kube-OVN Subnet could hand to pods: each said
+/// once while it holds (said again if it stops holding and comes back).
+#[derive(Default)]
+struct Exposed {
+    said: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Exposed {
+    async fn update(
+        &mut self,
+        client: &Client,
+        instance: &str,
+        pools: &[PoolSpec],
+        subnets: &[KubeOvnSubnetIpam],
+    ) {
+        let now = super::pool::exposed_to_pods(pools, subnets);
+        self.said.retain(|s| now.contains(s));
+        for (pool, note) in now {
+            if self.said.contains(&(pool.clone(), note.clone())) {
+                continue;
+            }
+            let reference = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(API_VERSION.into()),
+                kind: Some(KIND.into()),
+                name: Some(pool.clone()),
+                ..Default::default()
+            };
+            let event = kube::runtime::events::Event {
+                type_: kube::runtime::events::EventType::Warning,
+                reason: "PoolNotExcluded".into(),
+                note: Some(note.clone()),
+                action: "Check".into(),
+                secondary: None,
+            };
+            let reporter = kube::runtime::events::Reporter {
+                controller: "vipflow".into(),
+                instance: Some(instance.into()),
+            };
+            match kube::runtime::events::Recorder::new(client.clone(), reporter)
+                .publish(&event, &reference)
+                .await
+            {
+                Ok(()) => {
+                    self.said.insert((pool, note));
+                }
+                Err(e) => tracing::warn!(%pool, error = %e, "cannot publish the pool's Event"),
+            }
         }
     }
 }

@@ -220,7 +220,8 @@ where
         .boxed()
 }
 
-fn subnet_resource() -> ApiResource {
+/// The Kube-OVN `Subnet` resource.
+pub(crate) fn subnet_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kubeovn.io", "v1", "Subnet"),
         "subnets",
@@ -246,7 +247,8 @@ pub(crate) async fn served(client: &Client, resource: &ApiResource) -> bool {
     }
 }
 
-fn to_subnet(o: &DynamicObject) -> Option<KubeOvnSubnet> {
+/// A watched Kube-OVN `Subnet`, as vipflow reads it.
+pub(crate) fn to_subnet(o: &DynamicObject) -> Option<KubeOvnSubnet> {
     let mut v = serde_json::json!({ "metadata": o.metadata, "spec": o.data.get("spec").cloned().unwrap_or_default() });
     if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
         m.remove("managedFields");

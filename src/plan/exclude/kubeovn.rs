@@ -23,6 +23,17 @@ pub struct KubeOvnSubnetIpam {
     pub gateway: Option<String>,
 }
 
+impl From<&crate::model::KubeOvnSubnet> for KubeOvnSubnetIpam {
+    fn from(s: &crate::model::KubeOvnSubnet) -> KubeOvnSubnetIpam {
+        KubeOvnSubnetIpam {
+            name: s.metadata.name.clone().unwrap_or_default(),
+            cidr_block: s.spec.cidr_block.clone(),
+            exclude_ips: s.spec.exclude_ips.clone(),
+            gateway: s.spec.gateway.clone(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum FindingReason {
     #[error("inside cidrBlock {cidr} but not in excludeIps: Kube-OVN may give it to a pod")]

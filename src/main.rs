@@ -106,6 +106,16 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
             for r in &rows {
                 println!("{r}");
             }
+            let allocations =
+                agent::plan_allocations(&cfg, &loaded.objects).map_err(|e| e.to_string())?;
+            if !allocations.is_empty() {
+                println!(
+                    "# addresses the elected agent would allocate from the VipPools (--allocate-ips)"
+                );
+                for a in &allocations {
+                    println!("#   {a}");
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Status => {

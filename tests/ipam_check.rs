@@ -66,3 +66,46 @@ fn check_reports_a_pool_range_a_kube_ovn_subnet_could_hand_to_pods() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[test]
+fn plan_shows_the_allocation_it_would_make() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("objects.yaml");
+    let services = r#"- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop}
+  spec:
+    type: LoadBalancer
+    ports: [{port: 80, protocol: TCP}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: pinned, namespace: shop, annotations: {metallb.io/loadBalancerIPs: 192.0.2.1}}
+  spec:
+    type: LoadBalancer
+    ports: [{port: 443, protocol: TCP}]
+"#;
+    common::write_objects(&path, &format!("{OBJECTS}{services}"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .arg("plan")
+        .arg("--objects")
+        .arg(&path)
+        .output()
+        .expect("run vipflow plan");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("# addresses the elected agent would allocate from the VipPools"),
+        "{text}"
+    );
+    // Pools by name: blue (10.16.200.0/28) before green.
+    assert!(
+        text.contains("#   shop/web: assigned 10.16.200.0 (pool blue)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "#   shop/pinned: no address allocated: requested 192.0.2.1 is in no usable pool"
+        ),
+        "{text}"
+    );
+}

@@ -20,7 +20,8 @@ use crate::reconcile::northbound as nb;
 use crate::source::file::{self, Loaded};
 use observer::observe_agent;
 pub use oneshot::{
-    Drift, SyncReport, check, objects_path, pool_ranges, sync_once, verify, verify_northbound,
+    Drift, SyncReport, check, objects_path, plan_allocations, pool_ranges, sync_once, verify,
+    verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
 use planner_task::{PlanInfo, PlannerTask, Received, kubeovn_subnets, report};

@@ -210,6 +210,70 @@ pub fn pool_ranges(objects: &Objects) -> Vec<crate::plan::exclude::PoolRange> {
         .collect()
 }
 
+/// What the elected agent would allocate from the objects file's VipPools (`vipflow plan`):
+/// one line per LoadBalancer Service it would serve, its addresses and their pools, or why it
+/// would get none. Empty when the file has no pools. The file is read again for the Services
+/// as written (the planner keeps only what flows and rows need).
+pub fn plan_allocations(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
+    use crate::ipam::controller::{Allocations, Seen};
+    use crate::model::ServiceKey;
+    use k8s_openapi::api::core::v1 as corev1;
+    use serde::Deserialize;
+    if objects.pools.is_empty() {
+        return Ok(Vec::new());
+    }
+    let path = objects_path(cfg)?;
+    let text = crate::source::file::read_bounded(&path, cfg.objects_max_bytes)?;
+    let mut services = Vec::new();
+    let mut namespaces: std::collections::HashMap<String, BTreeMap<String, String>> =
+        Default::default();
+    let mut take = |v: serde_json::Value| match v["kind"].as_str() {
+        Some("Service") => {
+            if let Ok(s) = serde_json::from_value::<corev1::Service>(v) {
+                let key = ServiceKey::new(
+                    s.metadata.namespace.as_deref().unwrap_or("default"),
+                    s.metadata.name.as_deref().unwrap_or_default(),
+                );
+                match crate::ipam::service::read(&s, cfg.load_balancer_class.as_deref()) {
+                    Ok(Some(ask)) => services.push((key, Seen::Ask(Box::new(ask)))),
+                    Ok(None) => {}
+                    Err(e) => services.push((key, Seen::Bad(e))),
+                }
+            }
+        }
+        Some("Namespace") => {
+            if let Ok(n) = serde_json::from_value::<corev1::Namespace>(v) {
+                namespaces.insert(
+                    n.metadata.name.unwrap_or_default(),
+                    n.metadata.labels.unwrap_or_default(),
+                );
+            }
+        }
+        _ => {}
+    };
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let Ok(v) = serde_json::Value::deserialize(doc) else {
+            continue;
+        };
+        match v.get("items").and_then(|i| i.as_array()) {
+            Some(items) => items.iter().cloned().for_each(&mut take),
+            None => take(v),
+        }
+    }
+    let pools: Vec<_> = objects.pools.iter().map(|p| p.to_spec()).collect();
+    let (alloc, _) = Allocations::start(pools, namespaces, services);
+    let mut said: BTreeMap<ServiceKey, Vec<String>> = BTreeMap::new();
+    for e in alloc.statements() {
+        said.entry(e.service.clone())
+            .or_default()
+            .push(e.note.to_string());
+    }
+    Ok(said
+        .into_iter()
+        .map(|(k, notes)| format!("{k}: {}", notes.join("; ")))
+        .collect())
+}
+
 /// The IPv4 ranges of the objects' address pools, for `exclude_ips`.
 pub(crate) fn pool_v4_ranges(objects: &Objects) -> Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
     pool_ranges(objects)

@@ -55,7 +55,7 @@ pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
 pub const MAX_DEPTH: usize = 64;
 
 /// Read `path` whole, refusing a file over `max` bytes before and while reading (it may grow).
-fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
+pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
     use std::io::Read;
     let rd = |source| FileError::Read {
         path: path.into(),

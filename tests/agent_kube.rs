@@ -553,3 +553,71 @@ spec:
     assert!(plans <= 10, "100 changes were planned {plans} times");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_elected_agent_allocates_an_address_programs_it_and_shows_the_pool() {
+    let kube = KubeServer::start().await;
+    kube.register_resource("vipflow.io/v1alpha1", "vippools", "VipPool", false);
+    kube.enable_crd("vipflow.io/v1alpha1", "vippools");
+    kube.apply_yaml(NODES);
+    kube.apply_yaml(
+        "apiVersion: vipflow.io/v1alpha1\nkind: VipPool\nmetadata: {name: lab}\nspec: {addresses: [172.18.0.200-172.18.0.203]}\n",
+    );
+    kube.apply(slice(&[("10.244.1.5", "node-a")]));
+    kube.apply(service(None));
+    let sb = Sandbox::start();
+    let opts = ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: "agent-a".into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+    };
+    let mut cfg = config(&sb, "node-a", Some(&sb));
+    cfg.allocate_ips = true;
+    let cluster = agent::start_cluster(cfg, opts).await.unwrap();
+    // The Service had no address: the elected agent gives it one, then programs it.
+    eventually("an address in the Service's status", 20, || {
+        kube.get("v1", "Service", "shop", "web")
+            .is_some_and(|s| s["status"]["loadBalancer"]["ingress"][0]["ip"] == "172.18.0.200")
+    })
+    .await;
+    eventually("ARP bypass for the allocated address", 20, || {
+        flows(&sb)
+            .iter()
+            .any(|f| f.contains("arp_tpa=172.18.0.200"))
+    })
+    .await;
+    eventually("LB row", 20, || {
+        lb_vips(&sb)
+            .iter()
+            .any(|(_, v)| v.contains("172.18.0.200:80") && v.contains("10.244.1.5:8080"))
+    })
+    .await;
+    // /status shows the pool and its usage.
+    let mut doc = cluster.running.status_doc.clone();
+    let shown = tokio::time::timeout(
+        Duration::from_secs(20),
+        doc.wait_for(|d| {
+            d.as_ref().is_some_and(|d| {
+                d.pools
+                    .iter()
+                    .any(|p| p.name == "lab" && p.status.assigned_ipv4 == 1)
+            })
+        }),
+    )
+    .await;
+    assert!(shown.is_ok(), "{:?}", cluster.running.status_doc.borrow());
+    let text = cluster
+        .running
+        .status_doc
+        .borrow()
+        .as_ref()
+        .unwrap()
+        .to_string();
+    assert!(
+        text.contains("lab              IPv4 1 assigned 3 available"),
+        "{text}"
+    );
+    cluster.shutdown().await;
+}

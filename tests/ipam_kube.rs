@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::kube_server::KubeServer;
 use tokio::sync::watch;
-use vipflow::ipam::task::{IpamSettings, run_with_metrics};
+use vipflow::ipam::task::{IpamOutputs, IpamSettings, run_with};
 use vipflow::metrics::Metrics;
 
 /// Generous: a hang guard, not a target.
@@ -119,7 +119,7 @@ async fn allocator_with(
 ) -> tokio::task::JoinHandle<()> {
     let client = srv.client().await;
     let sink = vipflow::events::EventSink::start(client.clone(), "vipflow", "test", 1000.0, 1000);
-    tokio::spawn(run_with_metrics(
+    tokio::spawn(run_with(
         client,
         IpamSettings {
             retry_every: Duration::from_millis(100),
@@ -127,8 +127,11 @@ async fn allocator_with(
             ..Default::default()
         },
         leader,
-        Some(sink),
-        metrics,
+        IpamOutputs {
+            events: Some(sink),
+            metrics,
+            pools: None,
+        },
     ))
 }
 

@@ -164,6 +164,8 @@ pub struct AgentOptions {
     /// Where Kubernetes Events go; `None`: no events (file source).
     pub events: Option<crate::events::EventSink>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The allocator's pools, for the status document (`--allocate-ips`).
+    pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
 }
 
 /// Handles on a running agent, for the CLI and for tests.
@@ -430,6 +432,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         cluster.events_burst,
     );
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let (pools_tx, pools_rx) = watch::channel(Arc::new(Vec::new()));
     let ipam = cfg.allocate_ips.then(|| {
         // Its own Event sink: its statements are a set of their own (the sink publishes what
         // is new in the set it is given).
@@ -440,7 +443,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             cluster.events_per_second,
             cluster.events_burst,
         );
-        tokio::spawn(crate::ipam::task::run_with_metrics(
+        tokio::spawn(crate::ipam::task::run_with(
             client,
             crate::ipam::task::IpamSettings {
                 class: cfg.load_balancer_class.clone(),
@@ -448,14 +451,18 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
                 ..Default::default()
             },
             election.as_ref().map(|e| e.is_leader.clone()),
-            Some(sink),
-            Some(metrics.clone()),
+            crate::ipam::task::IpamOutputs {
+                events: Some(sink),
+                metrics: Some(metrics.clone()),
+                pools: Some(pools_tx),
+            },
         ))
     });
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
         events: Some(events),
         metrics: metrics.clone(),
+        pools: cfg.allocate_ips.then_some(pools_rx),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);

@@ -73,6 +73,7 @@ pub(super) async fn observe_agent(
     use crate::metrics::Metrics;
     let m = &opts.metrics;
     let mut leader = opts.leader.clone();
+    let mut pools = opts.pools.clone();
     let mut seen_bridges: Vec<Seen> = bridges.iter().map(|_| Seen::default()).collect();
     let mut seen_nb = Seen::default();
     // The VipProgrammed statements of the last plan every bridge applied.
@@ -209,6 +210,10 @@ pub(super) async fn observe_agent(
                 problems: p.problems.iter().map(ToString::to_string).collect(),
                 bridges: bridge_docs,
                 northbound: nb_doc,
+                pools: pools
+                    .as_mut()
+                    .map(|p| p.borrow_and_update().to_vec())
+                    .unwrap_or_default(),
             }));
         }
         // Wait for any change.
@@ -236,12 +241,19 @@ pub(super) async fn observe_agent(
                 None => std::future::pending().await,
             }
         };
+        let pools_changed = async {
+            match &mut pools {
+                Some(p) => p.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         let plans_changed = plans.changed();
         tokio::select! {
             r = plans_changed => if r.is_err() { return },
             _ = bridge_changed => {}
             _ = nb_changed => {}
             _ = leader_changed => {}
+            _ = pools_changed => {}
             // Counters of events move without a channel: refresh now and then.
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }

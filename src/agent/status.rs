@@ -21,6 +21,17 @@ pub struct StatusDoc {
     pub bridges: Vec<BridgeDoc>,
     /// Absent when no Northbound database is configured.
     pub northbound: Option<NorthboundDoc>,
+    /// The address pools and their usage, on the agent that allocates (`--allocate-ips`,
+    /// elected); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolDoc>,
+}
+
+/// One address pool: its name and status (usage per family, whether it can be used).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolDoc {
+    pub name: String,
+    pub status: crate::ipam::pool_object::VipPoolStatus,
 }
 
 /// One VIP: its ports and the Services that have it. Typed, and written as text (an address,
@@ -171,6 +182,25 @@ impl fmt::Display for StatusDoc {
                 writeln!(f, "  {p}")?;
             }
         }
+        if !self.pools.is_empty() {
+            writeln!(f, "\npools ({})", self.pools.len())?;
+            for p in &self.pools {
+                let st = &p.status;
+                let usable = match st.conditions.iter().find(|c| c.type_ == "Usable") {
+                    Some(c) if c.status != "True" => format!("not usable: {}", c.message),
+                    _ => "usable".to_string(),
+                };
+                writeln!(
+                    f,
+                    "  {:<16} IPv4 {} assigned {} available  IPv6 {} assigned {} available  {usable}",
+                    p.name,
+                    st.assigned_ipv4,
+                    st.available_ipv4,
+                    st.assigned_ipv6,
+                    st.available_ipv6
+                )?;
+            }
+        }
         if !self.problems.is_empty() {
             writeln!(f, "\nproblems ({})", self.problems.len())?;
             for p in &self.problems {
@@ -213,8 +243,11 @@ mod tests {
                 rows: 3,
                 ..NorthboundDoc::default()
             }),
+            pools: Vec::new(),
         };
         let json = serde_json::to_value(&doc).unwrap();
+        // No pools: no key (documents of agents that do not allocate stay as they were).
+        assert!(json.get("pools").is_none());
         // What scripts and tests read from /status.
         assert_eq!(json["northbound"]["writer"], false);
         assert_eq!(json["northbound"]["transactions"], 0);
@@ -232,6 +265,35 @@ mod tests {
         assert!(text.contains("northbound writer: another agent"), "{text}");
         assert!(
             text.contains("  br-ex        connected true  flows 12     generation 7\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn pools_are_shown_with_their_usage() {
+        let a =
+            crate::ipam::Allocator::new(vec![crate::ipam::PoolSpec::new("blue", &["10.0.0.0/30"])]);
+        let pool = a.pools().next().unwrap();
+        let doc = StatusDoc {
+            node: "node-a".into(),
+            generation: 1,
+            ready: true,
+            leader: Some(true),
+            vips: Default::default(),
+            problems: Vec::new(),
+            bridges: Vec::new(),
+            northbound: None,
+            pools: vec![PoolDoc {
+                name: "blue".into(),
+                status: crate::ipam::pool_object::VipPoolStatus::of(pool, |f| a.usage("blue", f)),
+            }],
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["pools"][0]["status"]["availableIPv4"], 4);
+        assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
+        let text = doc.to_string();
+        assert!(
+            text.contains("  blue             IPv4 0 assigned 4 available  IPv6 0 assigned 0 available  usable"),
             "{text}"
         );
     }

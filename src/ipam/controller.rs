@@ -225,6 +225,17 @@ impl Allocations {
         PoolStatuses { changed, gone }
     }
 
+    /// Every pool with its status as last handed out, for the status document.
+    pub fn pool_docs(&self) -> Vec<crate::agent::status::PoolDoc> {
+        self.pool_status
+            .iter()
+            .map(|(name, status)| crate::agent::status::PoolDoc {
+                name: name.clone(),
+                status: status.clone(),
+            })
+            .collect()
+    }
+
     /// The allocator, for reports.
     pub fn allocator(&self) -> &Allocator {
         &self.alloc

@@ -53,6 +53,17 @@ impl Default for IpamSettings {
     }
 }
 
+/// Where the allocator reports besides the API server.
+#[derive(Clone, Default)]
+pub struct IpamOutputs {
+    /// Events on Services.
+    pub events: Option<EventSink>,
+    /// The pools' address counts.
+    pub metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    /// The pools for the status document (emptied when this agent stops leading).
+    pub pools: Option<watch::Sender<std::sync::Arc<Vec<crate::agent::status::PoolDoc>>>>,
+}
+
 /// Run the allocator while `leader` says this agent leads (always, without election).
 pub async fn run(
     client: Client,
@@ -60,21 +71,23 @@ pub async fn run(
     leader: Option<watch::Receiver<bool>>,
     events: Option<EventSink>,
 ) {
-    run_with_metrics(client, settings, leader, events, None).await
+    let outputs = IpamOutputs {
+        events,
+        ..Default::default()
+    };
+    run_with(client, settings, leader, outputs).await
 }
 
-/// [`run`], setting the pools' address counts in `metrics`.
-pub async fn run_with_metrics(
+/// [`run`], reporting to `out`.
+pub async fn run_with(
     client: Client,
     settings: IpamSettings,
     leader: Option<watch::Receiver<bool>>,
-    events: Option<EventSink>,
-    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
+    out: IpamOutputs,
 ) {
-    let metrics = metrics.as_deref();
     let Some(mut leader) = leader else {
         loop {
-            lead(&client, &settings, events.as_ref(), metrics).await;
+            lead(&client, &settings, &out).await;
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     };
@@ -85,7 +98,7 @@ pub async fn run_with_metrics(
         tracing::info!("leading: allocating LoadBalancer addresses");
         let session = async {
             loop {
-                lead(&client, &settings, events.as_ref(), metrics).await;
+                lead(&client, &settings, &out).await;
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         };
@@ -93,6 +106,9 @@ pub async fn run_with_metrics(
             _ = session => {}
             lost = leader.wait_for(|l| !*l) => {
                 tracing::info!("not leading: allocator stopped");
+                if let Some(p) = &out.pools {
+                    p.send_replace(std::sync::Arc::default());
+                }
                 if lost.is_err() {
                     return;
                 }
@@ -248,12 +264,8 @@ impl<T> Listing<T> {
 
 /// One leading session: fresh lists, then changes, until a watch lists again or the stream
 /// ends.
-async fn lead(
-    client: &Client,
-    settings: &IpamSettings,
-    events: Option<&EventSink>,
-    metrics: Option<&crate::metrics::Metrics>,
-) {
+async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
+    let events = out.events.as_ref();
     let class = settings.class.as_deref();
     let mut streams: Vec<Changes> = vec![
         watch_all(Api::<Service>::all(client.clone()), |e| {
@@ -397,7 +409,7 @@ async fn lead(
             },
             _ = retry.tick() => alloc.retry(),
             _ = pool_tick.tick() => {
-                write_pool_statuses(client, &mut alloc, metrics).await;
+                write_pool_statuses(client, &mut alloc, out).await;
                 Vec::new()
             }
         };
@@ -452,13 +464,15 @@ async fn write_status(client: &Client, w: &StatusWrite) -> Result<(), kube::Erro
     .map(|_| ())
 }
 
-async fn write_pool_statuses(
-    client: &Client,
-    alloc: &mut Allocations,
-    metrics: Option<&crate::metrics::Metrics>,
-) {
+async fn write_pool_statuses(client: &Client, alloc: &mut Allocations, out: &IpamOutputs) {
+    let metrics = out.metrics.as_deref();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
     let statuses = alloc.pool_statuses();
+    if let Some(tx) = &out.pools
+        && (!statuses.changed.is_empty() || !statuses.gone.is_empty())
+    {
+        tx.send_replace(std::sync::Arc::new(alloc.pool_docs()));
+    }
     if let Some(m) = metrics {
         for name in &statuses.gone {
             for (family, state) in [

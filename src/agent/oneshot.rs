@@ -237,7 +237,14 @@ pub fn plan_allocations(cfg: &Config, objects: &Objects) -> Result<Vec<String>, 
                 match crate::ipam::service::read(&s, cfg.load_balancer_class.as_deref()) {
                     Ok(Some(ask)) => services.push((key, Seen::Ask(Box::new(ask)))),
                     Ok(None) => {}
-                    Err(e) => services.push((key, Seen::Bad(e))),
+                    Err(e) => services.push((
+                        key,
+                        Seen::Bad {
+                            error: e,
+                            current: crate::ipam::service::status_ips(&s),
+                            created: s.metadata.creation_timestamp.clone(),
+                        },
+                    )),
                 }
             }
         }

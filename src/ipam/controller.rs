@@ -19,8 +19,44 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub enum Seen {
     Ask(Box<ServiceAsk>),
-    /// Its request could not be read; what it holds stays.
-    Bad(AskError),
+    /// Its request could not be read; what it holds (and what its status names) stays.
+    Bad {
+        error: AskError,
+        current: Vec<IpAddr>,
+        created: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    },
+}
+
+impl Seen {
+    /// What the Service's status names, when it was first seen: to reserve, whatever its
+    /// request.
+    fn reservation(&self, key: &ServiceKey) -> Reservation {
+        match self {
+            Seen::Ask(a) => Reservation {
+                created: a.created.as_ref().map(|t| t.0),
+                request: a.request.clone(),
+                current: a.current.clone(),
+                written: a.written.clone(),
+            },
+            Seen::Bad {
+                current, created, ..
+            } => Reservation {
+                created: created.as_ref().map(|t| t.0),
+                // Unknown terms: it shares with nobody until its request can be read.
+                request: super::request::AllocRequest::holding(key.clone()),
+                current: current.clone(),
+                written: None,
+            },
+        }
+    }
+}
+
+/// One Service's status, to reserve.
+struct Reservation {
+    created: Option<k8s_openapi::jiff::Timestamp>,
+    request: super::request::AllocRequest,
+    current: Vec<IpAddr>,
+    written: Option<Terms>,
 }
 
 /// A status to write: the Service's addresses and what they were decided on.
@@ -74,21 +110,16 @@ impl Allocations {
             said_changed: true,
             pool_status: BTreeMap::new(),
         };
-        let mut asks: Vec<&ServiceAsk> = a
+        let mut held: Vec<Reservation> = a
             .services
-            .values()
-            .filter_map(|s| match s {
-                Seen::Ask(a) => Some(&**a),
-                Seen::Bad(_) => None,
-            })
+            .iter()
+            .map(|(k, s)| s.reservation(k))
+            .filter(|r| !r.current.is_empty())
             .collect();
-        asks.sort_by(|x, y| {
-            (x.created.as_ref().map(|t| t.0), &x.request.service)
-                .cmp(&(y.created.as_ref().map(|t| t.0), &y.request.service))
-        });
+        held.sort_by(|x, y| (x.created, &x.request.service).cmp(&(y.created, &y.request.service)));
         let conflicts = a.alloc.reserve_all(
-            asks.iter()
-                .map(|s| (&s.request, s.current.as_slice(), s.written.as_ref())),
+            held.iter()
+                .map(|r| (&r.request, r.current.as_slice(), r.written.as_ref())),
         );
         for (service, c) in conflicts {
             tracing::warn!(%service, ip = %c.ip, holder = %c.holder, why = %c.why, "address in two statuses; the older keeps it");
@@ -115,16 +146,15 @@ impl Allocations {
             Some(seen) => {
                 // A Service seen for the first time with addresses (it became vipflow's):
                 // what its status names is reserved before it is decided.
-                if let Seen::Ask(ask) = &seen
-                    && !self.services.contains_key(&key)
+                let r = seen.reservation(&key);
+                if !self.services.contains_key(&key)
                     && self.alloc.held(&key).is_empty()
-                    && !ask.current.is_empty()
+                    && !r.current.is_empty()
                 {
-                    let req = self.with_labels(ask);
                     for (_, c) in self.alloc.reserve_all([(
-                        &req,
-                        ask.current.as_slice(),
-                        ask.written.as_ref(),
+                        &r.request,
+                        r.current.as_slice(),
+                        r.written.as_ref(),
                     )]) {
                         tracing::warn!(service = %key, ip = %c.ip, holder = %c.holder, why = %c.why, "address held by another Service");
                     }
@@ -261,7 +291,7 @@ impl Allocations {
             return None;
         }
         let ask = match self.services.get(key)? {
-            Seen::Bad(e) => {
+            Seen::Bad { error: e, .. } => {
                 self.say(key, vec![warning(key, e.reason(), e)]);
                 return None;
             }

@@ -31,7 +31,11 @@ fn svc(name: &str, status_ips: &[&str], record: Option<&StatusWrite>) -> (Servic
     let seen = match service::read(&s, None) {
         Ok(Some(a)) => Seen::Ask(Box::new(a)),
         Ok(None) => unreachable!("a LoadBalancer"),
-        Err(e) => Seen::Bad(e),
+        Err(e) => Seen::Bad {
+            error: e,
+            current: service::status_ips(&s),
+            created: None,
+        },
     };
     (ServiceKey::new("ns", name), seen)
 }
@@ -166,11 +170,47 @@ fn a_bad_request_is_said_and_holds_what_it_had() {
     }))
     .unwrap();
     let e = service::read(&bad, None).unwrap_err();
-    assert_eq!(a.service(key.clone(), Some(Seen::Bad(e))), None);
+    let seen = Seen::Bad {
+        error: e,
+        current: service::status_ips(&bad),
+        created: None,
+    };
+    assert_eq!(a.service(key.clone(), Some(seen)), None);
     assert_eq!(a.allocator().held(&key).len(), 1);
     assert!(
         a.statements()
             .iter()
             .any(|e| e.warning && e.reason == "BadRequest")
+    );
+}
+
+#[test]
+fn a_service_whose_request_cannot_be_read_keeps_its_address_at_a_start() {
+    // "bad" holds 10.0.0.0 in its status but its request cannot be read; "new" comes after.
+    let bad: Service = serde_json::from_value(json!({
+        "metadata": {"name": "bad", "namespace": "ns"},
+        "spec": {"type": "LoadBalancer", "ipFamilyPolicy": "Sideways"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.0"}]}},
+    }))
+    .unwrap();
+    let seen = Seen::Bad {
+        error: service::read(&bad, None).unwrap_err(),
+        current: service::status_ips(&bad),
+        created: None,
+    };
+    let (a, writes) = Allocations::start(
+        pools(),
+        HashMap::new(),
+        vec![(ServiceKey::new("ns", "bad"), seen), svc("new", &[], None)],
+    );
+    assert_eq!(writes.len(), 1);
+    assert_eq!(
+        ips(&writes[0]),
+        ["10.0.0.1"],
+        "the bad one's address is not handed out"
+    );
+    assert_eq!(
+        a.allocator().held(&ServiceKey::new("ns", "bad")),
+        ["10.0.0.0".parse::<IpAddr>().unwrap()]
     );
 }

@@ -38,6 +38,24 @@ pub struct AllocRequest {
 }
 
 impl AllocRequest {
+    /// A request that only holds what a Service has: no sharing key, no ports, one family
+    /// (for a Service whose own request cannot be read).
+    pub fn holding(service: ServiceKey) -> AllocRequest {
+        AllocRequest {
+            service,
+            namespace_labels: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            policy: StackPolicy::SingleStack,
+            families: Vec::new(),
+            requested_ips: Vec::new(),
+            requested_pool: None,
+            sharing_key: None,
+            ports: BTreeSet::new(),
+            local: false,
+            selector: String::new(),
+        }
+    }
+
     /// The families to allocate, first the one that must be there (for SingleStack the only
     /// one).
     pub fn wanted(&self) -> Vec<Family> {

@@ -177,13 +177,7 @@ pub fn read(svc: &Service, class: Option<&str>) -> Result<Option<ServiceAsk>, As
         .join(",");
 
     let status = svc.status.as_ref();
-    let current: Vec<IpAddr> = status
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect();
+    let current = status_ips(svc);
     let written = status
         .and_then(|s| s.conditions.as_ref())
         .into_iter()
@@ -210,6 +204,18 @@ pub fn read(svc: &Service, class: Option<&str>) -> Result<Option<ServiceAsk>, As
         written,
         created: meta.creation_timestamp.clone(),
     }))
+}
+
+/// The addresses a Service's status names, in order (whatever its request says).
+pub fn status_ips(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect()
 }
 
 /// The one value the present `keys` agree on.

@@ -213,7 +213,11 @@ fn seen(s: &Service, class: Option<&str>) -> Option<Seen> {
     match service::read(s, class) {
         Ok(None) => None,
         Ok(Some(ask)) => Some(Seen::Ask(Box::new(ask))),
-        Err(e) => Some(Seen::Bad(e)),
+        Err(e) => Some(Seen::Bad {
+            error: e,
+            current: service::status_ips(s),
+            created: s.metadata.creation_timestamp.clone(),
+        }),
     }
 }
 

@@ -448,3 +448,24 @@ async fn a_pool_a_kube_ovn_subnet_could_hand_to_pods_gets_a_warning_event() {
     );
     task.abort();
 }
+
+#[tokio::test]
+async fn a_service_that_stops_being_a_loadbalancer_gives_its_address_back_after_its_status_is_cleared()
+ {
+    let srv = server(&pool("one", &["10.0.0.7"], json!({}))).await;
+    srv.apply(service("a", json!({}), json!({})));
+    let task = allocator(&srv, None).await;
+    allocated(&srv, &["a"], 1).await;
+    assert_eq!(ips(&srv, "a"), ["10.0.0.7"]);
+    // A second Service waits: the pool's one address is taken.
+    srv.apply(service("b", json!({}), json!({})));
+    event(&srv, "b", "PoolExhausted").await;
+    // "a" becomes a ClusterIP Service: its status is cleared, then "b" gets the address.
+    let mut a = srv.get("v1", "Service", "shop", "a").unwrap();
+    a["spec"]["type"] = json!("ClusterIP");
+    srv.apply(a);
+    allocated(&srv, &["b"], 1).await;
+    assert!(ips(&srv, "a").is_empty(), "{:?}", ips(&srv, "a"));
+    assert_eq!(ips(&srv, "b"), ["10.0.0.7"]);
+    task.abort();
+}

@@ -84,6 +84,9 @@ pub struct Allocations {
     pending: HashMap<ServiceKey, Assigned>,
     /// Services whose last write failed, to decide again on [`Allocations::retry`].
     unwritten: BTreeSet<ServiceKey>,
+    /// Services no longer vipflow's whose status is being cleared; what they held is released
+    /// once that write went through.
+    releasing: BTreeSet<ServiceKey>,
     /// What there is to say about each Service.
     said: BTreeMap<ServiceKey, Vec<ServiceEvent>>,
     /// Whether `said` changed since [`Allocations::statements_if_changed`] was last asked.
@@ -106,6 +109,7 @@ impl Allocations {
             namespaces,
             pending: HashMap::new(),
             unwritten: BTreeSet::new(),
+            releasing: BTreeSet::new(),
             said: BTreeMap::new(),
             said_changed: true,
             pool_status: BTreeMap::new(),
@@ -137,6 +141,7 @@ impl Allocations {
                 self.services.remove(&key);
                 self.said_changed |= self.said.remove(&key).is_some();
                 self.unwritten.remove(&key);
+                self.releasing.remove(&key);
                 if let Some(a) = self.pending.remove(&key) {
                     self.alloc.undo(a);
                 }
@@ -144,6 +149,8 @@ impl Allocations {
                 None
             }
             Some(seen) => {
+                // Ours again before its status was cleared: it keeps what it holds.
+                self.releasing.remove(&key);
                 // A Service seen for the first time with addresses (it became vipflow's):
                 // what its status names is reserved before it is decided.
                 let r = seen.reservation(&key);
@@ -163,6 +170,25 @@ impl Allocations {
                 self.decide(&key)
             }
         }
+    }
+
+    /// A Service that still exists but is no longer vipflow's (not a LoadBalancer any more,
+    /// or of another class), whose status names `status`: what it held is cleared from its
+    /// status first, and goes back to the pools only once that write went through (an address
+    /// still in a status is never handed to another Service).
+    pub fn not_ours(&mut self, key: ServiceKey, status: &[IpAddr]) -> Option<StatusWrite> {
+        let held: Vec<IpAddr> = self.alloc.held(&key).to_vec();
+        if !status.iter().any(|ip| held.contains(ip)) {
+            return self.service(key, None);
+        }
+        self.services.remove(&key);
+        self.said_changed |= self.said.remove(&key).is_some();
+        self.unwritten.remove(&key);
+        if let Some(a) = self.pending.remove(&key) {
+            self.alloc.undo(a);
+        }
+        self.releasing.insert(key.clone());
+        Some(clearing(key))
     }
 
     /// New pools: every Service is decided again (addresses held stay held).
@@ -194,12 +220,21 @@ impl Allocations {
                 .filter(|(_, s)| s.iter().any(|e| e.warning))
                 .map(|(k, _)| k.clone()),
         );
-        self.decide_all(|k| again.contains(k))
+        let mut writes = self.decide_all(|k| again.contains(k));
+        writes.extend(self.releasing.iter().cloned().map(clearing));
+        writes
     }
 
     /// How the write of a Service's decision went: a failed one is taken back, so what its
     /// status still names stays held, and it is decided again on the next change or retry.
     pub fn written(&mut self, key: &ServiceKey, ok: bool) {
+        if self.releasing.contains(key) {
+            if ok {
+                self.releasing.remove(key);
+                self.alloc.release(key);
+            }
+            return;
+        }
         if let Some(a) = self.pending.remove(key)
             && !ok
         {
@@ -338,6 +373,18 @@ impl Allocations {
             reason: "IPAllocated",
             note: Arc::from(format!("assigned {}", each.join(", "))),
         }
+    }
+}
+
+/// The write that clears a Service's addresses (and vipflow's record) from its status.
+fn clearing(service: ServiceKey) -> StatusWrite {
+    StatusWrite {
+        record: Record::of(
+            &[],
+            &Terms::of(&super::request::AllocRequest::holding(service.clone())),
+        ),
+        service,
+        ips: Vec::new(),
     }
 }
 

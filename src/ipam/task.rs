@@ -365,9 +365,13 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         let writes = tokio::select! {
             ch = changes.next() => match ch.map(Watched::unboxed) {
                 None => return,
-                Some(Unboxed::Service(Event::Apply(s))) => {
-                    alloc.service(service_key(&s), seen(&s, class)).into_iter().collect()
-                }
+                Some(Unboxed::Service(Event::Apply(s))) => match seen(&s, class) {
+                    Some(x) => alloc.service(service_key(&s), Some(x)).into_iter().collect(),
+                    None => alloc
+                        .not_ours(service_key(&s), &service::status_ips(&s))
+                        .into_iter()
+                        .collect(),
+                },
                 Some(Unboxed::Service(Event::Delete(s))) => {
                     alloc.service(service_key(&s), None);
                     Vec::new()
@@ -452,8 +456,8 @@ async fn write_status(client: &Client, w: &StatusWrite) -> Result<(), kube::Erro
             "loadBalancer": {"ingress": ingress},
             "conditions": [{
                 "type": CONDITION,
-                "status": "True",
-                "reason": "Allocated",
+                "status": if w.ips.is_empty() { "False" } else { "True" },
+                "reason": if w.ips.is_empty() { "Released" } else { "Allocated" },
                 "message": message,
                 "lastTransitionTime": now,
             }],

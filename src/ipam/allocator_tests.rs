@@ -228,6 +228,33 @@ fn sharing_needs_one_key_disjoint_ports_and_equal_selectors_for_local() {
 }
 
 #[test]
+fn a_holder_that_takes_or_changes_a_sharing_key_can_be_joined_on_the_new_one() {
+    let mut a = Allocator::new(vec![pool("p", &["10.0.0.0/30"])]);
+    let mut web = req("web");
+    let first = a.assign(&web).unwrap().ips;
+    // It takes a sharing key later, keeping its address: a Service with that key and other
+    // ports then shares it.
+    web.sharing_key = Some("k".into());
+    assert_eq!(a.assign(&web).unwrap().ips, first);
+    let mut dns = req("dns");
+    dns.sharing_key = Some("k".into());
+    dns.ports = [(Protocol::Udp, 53)].into();
+    assert_eq!(a.assign(&dns).unwrap().ips, first);
+    // Alone again, it changes its key: the new key finds the address, the old one no longer.
+    a.release(&dns.service);
+    web.sharing_key = Some("j".into());
+    assert_eq!(a.assign(&web).unwrap().ips, first);
+    let mut on_j = req("on-j");
+    on_j.sharing_key = Some("j".into());
+    on_j.ports = [(Protocol::Tcp, 8080)].into();
+    assert_eq!(a.assign(&on_j).unwrap().ips, first);
+    let mut on_k = req("on-k");
+    on_k.sharing_key = Some("k".into());
+    on_k.ports = [(Protocol::Tcp, 9)].into();
+    assert_ne!(a.assign(&on_k).unwrap().ips, first);
+}
+
+#[test]
 fn dual_stack_require_and_prefer() {
     let mut a = Allocator::new(vec![pool("v4", &["10.0.0.0/30"])]);
     let mut req_dual = req("r");

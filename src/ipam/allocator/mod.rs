@@ -16,14 +16,15 @@
 //!   could not take out of a status is not handed to anyone.
 
 use super::free_space::FreeSpace;
-use super::pool::{Family, Pool, PoolProblem, PoolSpec, addr, buggy_in, is_buggy, num};
+use super::pool::{Family, Pool, PoolProblem, PoolSpec, addr, num};
 use super::request::{
     AllocError, AllocRequest, Assigned, Holder, ReserveConflict, ShareRefusal, StackPolicy, Terms,
-    Usage,
 };
 use crate::model::ServiceKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+
+mod usage;
 
 /// A usable pool with its free addresses.
 #[derive(Debug, Clone)]
@@ -137,56 +138,6 @@ impl Allocator {
             .values()
             .find(|s| s.pool.contains(ip))
             .map(|s| s.pool.name())
-    }
-
-    /// Held addresses that are in no usable pool (their pool shrank, went away, or cannot be
-    /// used now): they stay with their Services, and are reported.
-    pub fn outside_pools(&self) -> Vec<(ServiceKey, IpAddr)> {
-        let mut out: Vec<(ServiceKey, IpAddr)> = self
-            .holders
-            .iter()
-            .filter(|(ip, _)| self.pool_of(**ip).is_none())
-            .flat_map(|(ip, hs)| hs.iter().map(move |h| (h.service.clone(), *ip)))
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// Assigned and available addresses of `pool` for `family`.
-    pub fn usage(&self, pool: &str, family: Family) -> Usage {
-        let Some(st) = self.usable.get(pool) else {
-            return Usage::default();
-        };
-        let ranges = || {
-            st.pool
-                .ranges
-                .iter()
-                .filter(move |r| Family::of(r.start()) == family)
-        };
-        // Held addresses in the pool are exactly those not free in it.
-        let assigned: u128 = ranges()
-            .map(|r| self.holders.range(r.start()..=r.end()).count() as u128)
-            .sum();
-        let free = match family {
-            Family::V4 => st.free_v4.count(),
-            Family::V6 => st.free_v6.count(),
-        };
-        let avoided = if st.pool.spec.avoid_buggy_ips && family == Family::V4 {
-            let total: u128 = ranges()
-                .map(|r| buggy_in(num(r.start()), num(r.end())))
-                .sum();
-            let held = ranges()
-                .flat_map(|r| self.holders.range(r.start()..=r.end()))
-                .filter(|(ip, _)| is_buggy(**ip))
-                .count() as u128;
-            total.saturating_sub(held)
-        } else {
-            0
-        };
-        Usage {
-            assigned,
-            available: free.saturating_sub(avoided),
-        }
     }
 
     /// Reserve what every Service's status names, at a start (or a leader change), before
@@ -333,14 +284,35 @@ impl Allocator {
         for ip in &new {
             self.hold(&me, *ip);
         }
-        // Its sharing terms may have changed for what it keeps.
-        for ip in ips.iter().filter(|ip| before.contains(ip)) {
-            if let Some(h) = self
-                .holders
-                .get_mut(ip)
-                .and_then(|hs| hs.iter_mut().find(|h| h.service == req.service))
+        // Its sharing terms may have changed for what it keeps: the holder, and the index of
+        // addresses by sharing key, follow.
+        let kept: Vec<IpAddr> = ips
+            .iter()
+            .copied()
+            .filter(|ip| before.contains(ip))
+            .collect();
+        for ip in kept {
+            let Some(hs) = self.holders.get_mut(&ip) else {
+                continue;
+            };
+            let Some(h) = hs.iter_mut().find(|h| h.service == req.service) else {
+                continue;
+            };
+            let old_key = std::mem::replace(h, me.clone()).terms.sharing_key;
+            if old_key == me.terms.sharing_key {
+                continue;
+            }
+            let still = |k: &String| hs.iter().any(|h| h.terms.sharing_key.as_ref() == Some(k));
+            if let Some(k) = old_key.filter(|k| !still(k))
+                && let Some(set) = self.shared.get_mut(&k)
             {
-                *h = me.clone();
+                set.remove(&ip);
+                if set.is_empty() {
+                    self.shared.remove(&k);
+                }
+            }
+            if let Some(k) = &me.terms.sharing_key {
+                self.shared.entry(k.clone()).or_default().insert(ip);
             }
         }
         self.held.insert(req.service.clone(), ips.clone());

@@ -42,6 +42,7 @@
 //!   content, not its columns: the monitor's cache has them, and a diff compares digests.
 
 pub mod agent;
+pub mod announce;
 pub mod config;
 pub mod events;
 pub mod ipam;

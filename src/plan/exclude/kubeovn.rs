@@ -172,34 +172,14 @@ fn pool_gaps(cidr: &IpNet, range: IpRange, excluded: &RangeSet) -> Vec<(u128, u1
     if lo > hi {
         return Vec::new();
     }
-    let covered: Vec<(u128, u128)> = match cidr {
-        IpNet::V4(_) => excluded
-            .v4
-            .iter()
-            .map(|&(s, e)| (u128::from(s), u128::from(e)))
-            .collect(),
-        IpNet::V6(_) => excluded.v6.clone(),
-    };
-    let mut gaps = Vec::new();
-    let mut at = lo;
-    for (s, e) in covered {
-        if e < at {
-            continue;
+    match cidr {
+        IpNet::V4(_) => {
+            // Both bounds are IPv4 addresses here: they fit.
+            gaps(&excluded.v4, lo as u32, hi as u32)
+                .into_iter()
+                .map(|(s, e)| (u128::from(s), u128::from(e)))
+                .collect()
         }
-        if s > hi {
-            break;
-        }
-        if s > at {
-            gaps.push((at, s - 1));
-        }
-        match e.checked_add(1) {
-            Some(n) => at = n,
-            None => return gaps,
-        }
-        if at > hi {
-            return gaps;
-        }
+        IpNet::V6(_) => gaps(&excluded.v6, lo, hi),
     }
-    gaps.push((at, hi));
-    gaps
 }

@@ -387,9 +387,3 @@ pub fn plan_ovn_with_pools(
     }
     plan
 }
-
-/// Whether sorted, merged intervals `v` hold every value of `[a, b]`.
-fn covers(v: &[(u32, u32)], a: u32, b: u32) -> bool {
-    let i = v.partition_point(|&(s, _)| s <= a);
-    i > 0 && v[i - 1].1 >= b
-}

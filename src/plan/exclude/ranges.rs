@@ -120,18 +120,29 @@ pub fn parse_entry(s: &str) -> Result<IpRange, RangeError> {
 
 /// Inclusive bounds as integers, so v4 and v6 share the sorted-interval code.
 pub(crate) trait Bound: Copy + Ord {
-    fn next_sat(self) -> Self;
+    fn next(self) -> Option<Self>;
+    fn next_sat(self) -> Self {
+        self.next().unwrap_or(self)
+    }
+    /// `self - 1`; only called above the smallest value.
+    fn prev(self) -> Self;
 }
 
 impl Bound for u32 {
-    fn next_sat(self) -> Self {
-        self.saturating_add(1)
+    fn next(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn prev(self) -> Self {
+        self - 1
     }
 }
 
 impl Bound for u128 {
-    fn next_sat(self) -> Self {
-        self.saturating_add(1)
+    fn next(self) -> Option<Self> {
+        self.checked_add(1)
+    }
+    fn prev(self) -> Self {
+        self - 1
     }
 }
 
@@ -149,8 +160,39 @@ pub(crate) fn normalize<T: Bound>(v: &mut Vec<(T, T)>) {
 }
 
 pub(crate) fn interval_contains<T: Bound>(v: &[(T, T)], x: T) -> bool {
-    let i = v.partition_point(|&(s, _)| s <= x);
-    i > 0 && v[i - 1].1 >= x
+    covers(v, x, x)
+}
+
+/// Whether sorted, merged intervals `v` hold every value of `[a, b]`.
+pub(crate) fn covers<T: Bound>(v: &[(T, T)], a: T, b: T) -> bool {
+    let i = v.partition_point(|&(s, _)| s <= a);
+    i > 0 && v[i - 1].1 >= b
+}
+
+/// The parts of `[lo, hi]` that sorted, merged intervals `covered` leave out.
+pub(crate) fn gaps<T: Bound>(covered: &[(T, T)], lo: T, hi: T) -> Vec<(T, T)> {
+    let mut out = Vec::new();
+    if lo > hi {
+        return out;
+    }
+    let mut at = lo;
+    for &(s, e) in covered {
+        if e < at {
+            continue;
+        }
+        if s > hi {
+            break;
+        }
+        if s > at {
+            out.push((at, s.prev()));
+        }
+        match e.next() {
+            Some(n) if n <= hi => at = n,
+            _ => return out,
+        }
+    }
+    out.push((at, hi));
+    out
 }
 
 /// A set of addresses as sorted, disjoint, non-adjacent ranges, per family.

@@ -546,7 +546,7 @@ pub async fn drift(
 /// VIPs and pool addresses inside a logical switch's `other_config:subnet` that its current
 /// `exclude_ips` does not cover (`vipflow check`).
 pub async fn unexcluded(remotes: &str, exclude: &Exclude) -> Result<Vec<String>, ovsdb::Error> {
-    use crate::plan::exclude::{RangeSet, ipam_span, parse_ovn_subnet};
+    use crate::plan::exclude::{RangeSet, gaps, ipam_span, parse_ovn_subnet};
     let (_client, _monitor, observed) = snapshot(remotes).await?;
     let mut out = Vec::new();
     for sw in &observed.ipam {
@@ -567,10 +567,9 @@ pub async fn unexcluded(remotes: &str, exclude: &Exclude) -> Result<Vec<String>,
         }
         let (lo, hi) = ipam_span(&net);
         for &(a, b) in &exclude.pools {
-            let (a, b) = (u32::from(a).max(lo), u32::from(b).min(hi));
-            let open = (a..=b).filter(|x| !covered.contains(std::net::Ipv4Addr::from(*x).into()));
-            let (first, count) = open.fold((None, 0u64), |(f, n), x| (f.or(Some(x)), n + 1));
-            if let Some(first) = first {
+            let open = gaps(&covered.v4, u32::from(a).max(lo), u32::from(b).min(hi));
+            let count: u64 = open.iter().map(|&(s, e)| u64::from(e - s) + 1).sum();
+            if let Some(&(first, _)) = open.first() {
                 out.push(format!(
                     "Logical_Switch {}: {count} pool addresses from {} are in subnet {net} but not in exclude_ips",
                     sw.ipam.name,

@@ -480,12 +480,11 @@ impl Allocator {
             let Some(st) = self.usable.get(*name) else {
                 continue;
             };
-            let avoid = st.pool.spec.avoid_buggy_ips && f == Family::V4;
             let free = match f {
                 Family::V4 => &st.free_v4,
                 Family::V6 => &st.free_v6,
             };
-            if let Some(x) = free.lowest(|x| !(avoid && matches!(x % 256, 0 | 255))) {
+            if let Some(x) = free.lowest(|x| st.pool.allows(addr(f, x))) {
                 return Ok(addr(f, x));
             }
         }

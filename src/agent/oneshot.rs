@@ -194,20 +194,7 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
 /// Every address range of the objects' pools (a pool with a bad entry has none: it hands
 /// nothing out).
 pub fn pool_ranges(objects: &Objects) -> Vec<crate::plan::exclude::PoolRange> {
-    objects
-        .pools
-        .iter()
-        .flat_map(|p| {
-            let pool = crate::ipam::Pool::of(p.to_spec());
-            let name = pool.spec.name.clone();
-            pool.ranges
-                .into_iter()
-                .map(move |range| crate::plan::exclude::PoolRange {
-                    pool: name.clone(),
-                    range,
-                })
-        })
-        .collect()
+    crate::ipam::pool::pool_ranges(objects.pools.iter().map(|p| p.to_spec()))
 }
 
 /// What the elected agent would allocate from the objects file's VipPools (`vipflow plan`):

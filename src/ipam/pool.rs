@@ -191,24 +191,33 @@ impl Pool {
     }
 }
 
+/// Every address range of `pools` (a pool with a bad entry has none: it hands nothing out).
+pub fn pool_ranges(
+    pools: impl IntoIterator<Item = PoolSpec>,
+) -> Vec<crate::plan::exclude::PoolRange> {
+    pools
+        .into_iter()
+        .flat_map(|spec| {
+            let pool = Pool::of(spec);
+            let name = pool.spec.name;
+            pool.ranges
+                .into_iter()
+                .map(move |range| crate::plan::exclude::PoolRange {
+                    pool: name.clone(),
+                    range,
+                })
+        })
+        .collect()
+}
+
 /// What to say about pools whose addresses a Kube-OVN Subnet could hand to pods: (pool, note)
 /// for each such pool and Subnet (the Event the elected agent posts on the pool).
 pub fn exposed_to_pods(
     pools: &[PoolSpec],
     subnets: &[crate::plan::exclude::KubeOvnSubnetIpam],
 ) -> std::collections::BTreeSet<(String, String)> {
-    use crate::plan::exclude::{FindingReason, PoolRange, check_kubeovn_with_pools};
-    let ranges: Vec<PoolRange> = pools
-        .iter()
-        .flat_map(|p| {
-            let pool = Pool::of(p.clone());
-            let name = pool.spec.name.clone();
-            pool.ranges.into_iter().map(move |range| PoolRange {
-                pool: name.clone(),
-                range,
-            })
-        })
-        .collect();
+    use crate::plan::exclude::{FindingReason, check_kubeovn_with_pools};
+    let ranges = pool_ranges(pools.iter().cloned());
     check_kubeovn_with_pools(&Default::default(), &ranges, subnets)
         .into_iter()
         .filter_map(|f| match &f.reason {

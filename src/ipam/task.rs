@@ -294,7 +294,12 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         ));
     }
     let mut changes = futures::stream::select_all(streams);
-    let mut subnets: BTreeMap<String, KubeOvnSubnetIpam> = BTreeMap::new();
+    // Subnets only feed the pool check: their (re)lists need no fresh start, and the check does
+    // not wait for their first list.
+    let mut subnets: Listing<KubeOvnSubnetIpam> = Listing::default();
+    let read_subnet = |o: &DynamicObject| {
+        crate::source::kube::to_subnet(o).map(|sn| KubeOvnSubnetIpam::from(&sn))
+    };
     let mut exposed = Exposed::default();
     // Pools or Subnets changed: check again which pool addresses pods could get.
     let mut exposure_due = true;
@@ -321,18 +326,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
                 |n| n.name_any(),
                 |n| Some(n.metadata.labels.clone().unwrap_or_default()),
             ),
-            Unboxed::Subnet(ev) => {
-                let mut l = Listing {
-                    objects: std::mem::take(&mut subnets),
-                    complete: true,
-                };
-                l.apply(
-                    ev,
-                    |o| o.name_any(),
-                    |o| crate::source::kube::to_subnet(o).map(|sn| KubeOvnSubnetIpam::from(&sn)),
-                );
-                subnets = l.objects;
-            }
+            Unboxed::Subnet(ev) => subnets.apply(ev, |o| o.name_any(), read_subnet),
         }
     }
     let mut pools = pool_list.objects;
@@ -356,7 +350,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
             ev.update(now);
         }
         if std::mem::take(&mut exposure_due) {
-            let subnet_list: Vec<KubeOvnSubnetIpam> = subnets.values().cloned().collect();
+            let subnet_list: Vec<KubeOvnSubnetIpam> = subnets.objects.values().cloned().collect();
             let pool_list: Vec<PoolSpec> = pools.values().cloned().collect();
             exposed
                 .update(client, &settings.instance, &pool_list, &subnet_list)
@@ -390,23 +384,9 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
                     alloc.namespace(&n.name_any(), Some(n.metadata.labels.clone().unwrap_or_default()))
                 }
                 Some(Unboxed::Namespace(Event::Delete(n))) => alloc.namespace(&n.name_any(), None),
-                // Subnets only feed the pool check: their (re)lists need no fresh start.
-                Some(Unboxed::Subnet(Event::Init)) => {
+                Some(Unboxed::Subnet(ev)) => {
                     exposure_due = true;
-                    subnets.clear();
-                    Vec::new()
-                }
-                Some(Unboxed::Subnet(Event::InitDone)) => Vec::new(),
-                Some(Unboxed::Subnet(Event::InitApply(o) | Event::Apply(o))) => {
-                    exposure_due = true;
-                    if let Some(sn) = crate::source::kube::to_subnet(&o) {
-                        subnets.insert(o.name_any(), (&sn).into());
-                    }
-                    Vec::new()
-                }
-                Some(Unboxed::Subnet(Event::Delete(o))) => {
-                    exposure_due = true;
-                    subnets.remove(&o.name_any());
+                    subnets.apply(ev, |o| o.name_any(), read_subnet);
                     Vec::new()
                 }
                 // A watch lists again: start over from fresh lists.

@@ -252,6 +252,30 @@ fn router_lbs(sb: &Sandbox, router: &str) -> Vec<String> {
         .collect()
 }
 
+/// Add `n` ports with dynamic addresses to switch `ls` and return the IPv4 addresses northd
+/// gave them.
+fn dynamic_addresses(sb: &Sandbox, ls: &str, n: usize) -> Vec<String> {
+    for i in 0..n {
+        let p = format!("p{i}");
+        sb.nbctl(&["lsp-add", ls, &p]);
+        sb.nbctl(&["lsp-set-addresses", &p, "dynamic"]);
+    }
+    sb.nbctl(&["--wait=sb", "sync"]);
+    let mut given = Vec::new();
+    for i in 0..n {
+        let d = sb.nbctl(&[
+            "get",
+            "Logical_Switch_Port",
+            &format!("p{i}"),
+            "dynamic_addresses",
+        ]);
+        if let Some(ip) = d.trim().trim_matches('"').split_whitespace().nth(1) {
+            given.push(ip.to_string());
+        }
+    }
+    given
+}
+
 fn exclude_ips(sb: &Sandbox, ls: &str) -> Option<String> {
     let out = sb.run_raw(
         "ovn-nbctl",
@@ -314,24 +338,7 @@ async fn dynamic_ports_never_get_a_pool_address() {
     );
     let findings = vipflow::agent::check(&h.cfg, &objects).await.unwrap();
     assert!(!findings.iter().any(|f| f.contains("pods")), "{findings:?}");
-    for i in 0..16 {
-        let p = format!("p{i}");
-        h.sb.nbctl(&["lsp-add", "pods", &p]);
-        h.sb.nbctl(&["lsp-set-addresses", &p, "dynamic"]);
-    }
-    h.sb.nbctl(&["--wait=sb", "sync"]);
-    let mut given = Vec::new();
-    for i in 0..16 {
-        let d = h.sb.nbctl(&[
-            "get",
-            "Logical_Switch_Port",
-            &format!("p{i}"),
-            "dynamic_addresses",
-        ]);
-        if let Some(ip) = d.trim().trim_matches('"').split_whitespace().nth(1) {
-            given.push(ip.to_string());
-        }
-    }
+    let given = dynamic_addresses(&h.sb, "pods", 16);
     assert!(given.len() >= 5, "northd handed out addresses: {given:?}");
     for forbidden in [
         "172.18.0.2",
@@ -391,24 +398,7 @@ async fn dynamic_ports_never_get_a_vip_and_the_users_exclude_ips_survive() {
     assert_eq!(text, format!("172.18.0.5 {user}"));
 
     // Ask northd for more addresses than the subnet has: none may be the VIP or a user entry.
-    for i in 0..16 {
-        let p = format!("p{i}");
-        h.sb.nbctl(&["lsp-add", "pods", &p]);
-        h.sb.nbctl(&["lsp-set-addresses", &p, "dynamic"]);
-    }
-    h.sb.nbctl(&["--wait=sb", "sync"]);
-    let mut given = Vec::new();
-    for i in 0..16 {
-        let d = h.sb.nbctl(&[
-            "get",
-            "Logical_Switch_Port",
-            &format!("p{i}"),
-            "dynamic_addresses",
-        ]);
-        if let Some(ip) = d.trim().trim_matches('"').split_whitespace().nth(1) {
-            given.push(ip.to_string());
-        }
-    }
+    let given = dynamic_addresses(&h.sb, "pods", 16);
     assert!(given.len() >= 8, "northd handed out addresses: {given:?}");
     for forbidden in ["172.18.0.5", "172.18.0.2", "172.18.0.10", "172.18.0.11"] {
         assert!(

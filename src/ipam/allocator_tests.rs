@@ -13,17 +13,9 @@ fn ip(s: &str) -> IpAddr {
 
 fn req(name: &str) -> AllocRequest {
     AllocRequest {
-        service: ServiceKey::new("ns", name),
-        namespace_labels: BTreeMap::new(),
-        labels: BTreeMap::new(),
-        policy: StackPolicy::SingleStack,
-        families: Vec::new(),
-        requested_ips: Vec::new(),
-        requested_pool: None,
-        sharing_key: None,
         ports: [(Protocol::Tcp, 80)].into_iter().collect(),
-        local: false,
         selector: format!("app={name}"),
+        ..AllocRequest::holding(ServiceKey::new("ns", name))
     }
 }
 

@@ -45,4 +45,6 @@ mod parse_tests;
 #[cfg(test)]
 mod plan_tests;
 #[cfg(test)]
+mod pool_plan_tests;
+#[cfg(test)]
 mod test_support;

@@ -5,7 +5,7 @@ use super::test_support::*;
 use super::*;
 use proptest::prelude::*;
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 
 // --- the OVN-native plan -----------------------------------------------------------------------
 

@@ -136,9 +136,7 @@ pub(super) fn diff_owner(
 /// them, planned or observed, with `None`): one per changed Service, or with `batch` one per
 /// [`BATCH_OWNERS`] changed Services, to be sent back to back. Batches are made from one
 /// snapshot and touch each identity once, so they need no per-row guard (the writer fence of
-/// [`send`] still applies). Each transaction goes to `sink` as soon as it is complete, so a
-/// batch can be on the wire while the rest is diffed. Returns attachment problems (missing
-/// targets).
+/// [`send`] still applies). Returns attachment problems (missing targets).
 pub(super) fn diff(
     observed: &Observed,
     desired: &RowIndex,
@@ -146,36 +144,61 @@ pub(super) fn diff(
     batch: bool,
     sink: &mut dyn FnMut(Change),
 ) -> Vec<String> {
-    let all: BTreeSet<ServiceKey>;
-    let owners = match owners {
-        Some(o) => o,
+    let all: Vec<ServiceKey>;
+    let mut owners: Box<dyn Iterator<Item = &ServiceKey>> = match owners {
+        Some(o) => Box::new(o.iter()),
         None => {
-            all = desired
-                .keys()
-                .chain(observed.by_owner.keys())
-                .cloned()
-                .collect();
-            &all
+            all = all_owners(observed, desired);
+            Box::new(all.iter())
         }
     };
     let mut problems = Vec::new();
+    while diff_some(observed, desired, &mut owners, batch, &mut problems, sink) {}
+    problems.sort();
+    problems.dedup();
+    problems
+}
+
+/// Every Service planned or observed, in order.
+pub(super) fn all_owners(observed: &Observed, desired: &RowIndex) -> Vec<ServiceKey> {
+    let mut all: Vec<ServiceKey> = desired
+        .keys()
+        .chain(observed.by_owner.keys())
+        .cloned()
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
+/// [`diff`] for the next of `owners`: with `batch`, up to one full batch, returning whether
+/// owners are left (a first sync is diffed a batch at a time, so that only the batches on
+/// the wire are in memory); without, all of them. Problems are appended unsorted.
+pub(super) fn diff_some(
+    observed: &Observed,
+    desired: &RowIndex,
+    owners: &mut dyn Iterator<Item = &ServiceKey>,
+    batch: bool,
+    problems: &mut Vec<String>,
+    sink: &mut dyn FnMut(Change),
+) -> bool {
     let mut batched = Pending::new();
     for owner in owners {
         let want = desired.get(owner).map(|v| v.as_slice()).unwrap_or(&[]);
         if batch {
             let before = batched.body.ops.len() + batched.attach.size();
-            diff_owner(observed, owner, want, &mut batched, &mut problems);
+            diff_owner(observed, owner, want, &mut batched, problems);
             let after = batched.body.ops.len() + batched.attach.size();
             if after != before {
                 batched.owners.insert(owner.clone());
                 if batched.owners.len() >= BATCH_OWNERS {
-                    let full = std::mem::replace(&mut batched, Pending::new());
-                    sink(full.finish(false, "vipflow: sync"));
+                    sink(batched.finish(false, "vipflow: sync"));
+                    return true;
                 }
             }
         } else {
             let mut p = Pending::new();
-            diff_owner(observed, owner, want, &mut p, &mut problems);
+            diff_owner(observed, owner, want, &mut p, problems);
             if !p.is_empty() {
                 p.owners.insert(owner.clone());
                 sink(p.finish(true, &format!("vipflow: Service {owner}")));
@@ -185,9 +208,7 @@ pub(super) fn diff(
     if batch && !batched.is_empty() {
         sink(batched.finish(false, "vipflow: sync"));
     }
-    problems.sort();
-    problems.dedup();
-    problems
+    false
 }
 
 /// Transactions that keep every VIP and pool range out of the IPAM of the switches whose

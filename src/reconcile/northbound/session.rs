@@ -156,10 +156,15 @@ impl Session {
 
     /// [`Session::changes`], each handed to `sink` as soon as it is complete.
     pub(super) fn changes_into(&mut self, plan: &DesiredRows, sink: &mut dyn FnMut(Change)) {
+        if self.first {
+            let mut sync = self.first_sync(plan);
+            while self.first_sync_next(plan, &mut sync, sink) {}
+            return;
+        }
         let new_plan = self.applied != Some(plan.step);
         let follows = self.applied.is_some_and(|g| g + 1 == plan.step);
         let delta = plan.delta.as_ref().filter(|_| follows);
-        let whole = self.full || self.first || (new_plan && delta.is_none());
+        let whole = self.full || (new_plan && delta.is_none());
         let owners = if whole {
             self.touched.owners.clear();
             None
@@ -171,13 +176,7 @@ impl Session {
             Some(o)
         };
         if owners.as_ref().is_none_or(|o| !o.is_empty()) {
-            let p = diff(
-                &self.observed,
-                &plan.rows,
-                owners.as_ref(),
-                self.first,
-                sink,
-            );
+            let p = diff(&self.observed, &plan.rows, owners.as_ref(), false, sink);
             if whole {
                 self.attach_problems = p;
             } else {
@@ -186,16 +185,62 @@ impl Session {
                 self.attach_problems.dedup();
             }
         }
-        // A few targets (one per node): checked on every pass, like a holder event would.
+        let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
+        self.holders_into(plan, whole || vips_changed, sink);
+    }
+
+    /// Start a first sync: every Service planned or observed, diffed a batch at a time by
+    /// [`Session::first_sync_next`], so that only the batches on the wire are in memory.
+    pub(super) fn first_sync(&mut self, plan: &DesiredRows) -> FirstSync {
+        self.touched.owners.clear();
+        FirstSync {
+            owners: all_owners(&self.observed, &plan.rows),
+            next: 0,
+            problems: Vec::new(),
+        }
+    }
+
+    /// The next batch of a first sync to `sink`; after the last, the group's and
+    /// `exclude_ips`' changes, and `false`.
+    pub(super) fn first_sync_next(
+        &mut self,
+        plan: &DesiredRows,
+        sync: &mut FirstSync,
+        sink: &mut dyn FnMut(Change),
+    ) -> bool {
+        let mut rest = sync.owners.get(sync.next..).unwrap_or(&[]).iter();
+        let more = diff_some(
+            &self.observed,
+            &plan.rows,
+            &mut rest,
+            true,
+            &mut sync.problems,
+            sink,
+        );
+        sync.next = sync.owners.len() - rest.len();
+        if more {
+            return true;
+        }
+        let mut problems = std::mem::take(&mut sync.problems);
+        problems.sort();
+        problems.dedup();
+        self.attach_problems = problems;
+        self.holders_into(plan, true, sink);
+        false
+    }
+
+    /// The changes to the rows that hold vipflow's: the group's attachments (a few targets,
+    /// one per node, checked on every pass as a holder event would be) and, when `vips_due`
+    /// or a switch or the pools changed, `exclude_ips`.
+    fn holders_into(&mut self, plan: &DesiredRows, vips_due: bool, sink: &mut dyn FnMut(Change)) {
         if let Some(g) = &plan.group {
             let (c, p) = group::diff(&self.observed, g);
             c.into_iter().for_each(&mut *sink);
             self.group_problems = p;
         }
-        let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
         let pools_changed = !Arc::ptr_eq(&self.last_pools, &plan.pool_ranges)
             && *self.last_pools != *plan.pool_ranges;
-        if plan.exclude_ips && (whole || self.exclude_due || vips_changed || pools_changed) {
+        if plan.exclude_ips && (vips_due || self.exclude_due || pools_changed) {
             let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
             self.last_pools = plan.pool_ranges.clone();
             let (c, p) = diff_exclude(&self.observed, &vips, &plan.pool_ranges, self.first);
@@ -229,6 +274,16 @@ impl Session {
         p.extend(self.exclude_problems.iter().cloned());
         p
     }
+}
+
+/// Where a first sync's diff stands ([`Session::first_sync`]).
+pub(super) struct FirstSync {
+    /// Every Service planned or observed, in order.
+    owners: Vec<ServiceKey>,
+    /// The first of `owners` not diffed yet.
+    next: usize,
+    /// Attachment problems found so far.
+    problems: Vec<String>,
 }
 
 /// What [`send`] or [`write_plan`] did.

@@ -225,3 +225,71 @@ fn after_the_sync_only_an_outside_edit_is_written_again_and_only_for_its_service
         "after a failure the next diff covers everything again"
     );
 }
+
+/// OBJECTS-like text with `n` Services, each with an external IP and an endpoint.
+fn many(n: usize) -> String {
+    let mut s = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 0..n {
+        let (hi, lo) = (i / 250, i % 250 + 1);
+        s.push_str(&format!(
+            "- apiVersion: v1
+  kind: Service
+  metadata: {{name: s{i}, namespace: shop, creationTimestamp: '2026-01-01T00:00:00Z'}}
+  spec:
+    externalIPs: [198.18.{hi}.{lo}]
+    ports: [{{port: 80, protocol: TCP, targetPort: 8080}}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{name: s{i}-1, namespace: shop, labels: {{kubernetes.io/service-name: s{i}}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [10.244.{hi}.{lo}]}}]
+  ports: [{{port: 8080, protocol: TCP}}]
+"
+        ));
+    }
+    s
+}
+
+#[test]
+fn a_first_sync_is_diffed_one_batch_per_step_and_adds_up_to_the_whole() {
+    let loaded = crate::source::file::parse(&many(250)).unwrap();
+    let mut planner = Planner::new(
+        ModelOptions::default(),
+        &[],
+        0x7f1f,
+        Some(NorthboundConfig {
+            exclude_ips: false,
+            ..NorthboundConfig::default()
+        }),
+    );
+    let plans = planner.update(&loaded.objects);
+    let d = DesiredRows::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false);
+    let cache = Cache::new(schema(), monitor_spec());
+
+    let mut at_once = Session::new(Observed::from_cache(&cache), None);
+    let whole = at_once.changes(&d);
+
+    let mut session = Session::new(Observed::from_cache(&cache), None);
+    let mut sync = session.first_sync(&d);
+    let mut steps: Vec<Vec<Change>> = Vec::new();
+    loop {
+        let mut step = Vec::new();
+        let more = session.first_sync_next(&d, &mut sync, &mut |c| step.push(c));
+        steps.push(step);
+        if !more {
+            break;
+        }
+    }
+    // Only one batch is built per step: that is what bounds the memory of a large sync.
+    let sizes: Vec<Vec<usize>> = steps
+        .iter()
+        .map(|s| s.iter().map(|c| c.owners.len()).collect())
+        .collect();
+    assert_eq!(sizes, [vec![100], vec![100], vec![50]]);
+    let stepped: Vec<Change> = steps.into_iter().flatten().collect();
+    assert_eq!(ops(&stepped), ops(&whole));
+    // No target is configured: every Service's row is reported unattached, as at once.
+    let problems = session.problems();
+    assert_eq!(problems.len(), 250);
+    assert!(problems == at_once.problems(), "the problems differ");
+}

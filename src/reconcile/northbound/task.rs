@@ -24,9 +24,9 @@ pub async fn send(
     changes: Vec<Change>,
 ) -> Sent {
     if session.first {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::channel(changes.len().max(1));
         for c in changes {
-            let _ = tx.send(c);
+            let _ = tx.try_send(c);
         }
         drop(tx);
         let out = stream_batches(client.clone(), monitor, session.token.clone(), rx).await;
@@ -93,16 +93,29 @@ pub async fn write_plan_reporting(
         let changes = session.changes(plan);
         return send(session, client, monitor, plan, changes).await;
     }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    // One batch waits while FIRST_SYNC_WINDOW are on the wire and the next is diffed: only
+    // those are in memory, not the whole database's worth of transactions.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
     let writer = tokio::spawn(stream_batches(
         client.clone(),
         monitor,
         session.token.clone(),
         rx,
     ));
-    session.changes_into(plan, &mut |c| {
-        let _ = tx.send(c);
-    });
+    let mut sync = session.first_sync(plan);
+    let mut next = Vec::new();
+    'diff: loop {
+        let more = session.first_sync_next(plan, &mut sync, &mut |c| next.push(c));
+        for c in next.drain(..) {
+            if tx.send(c).await.is_err() {
+                // The writer stopped (it failed, or was cancelled): it reports why.
+                break 'diff;
+            }
+        }
+        if !more {
+            break;
+        }
+    }
     drop(tx);
     let out = writer.await.unwrap_or_else(|e| {
         tracing::error!(error = %e, "Northbound batch writer failed");
@@ -130,7 +143,12 @@ pub(super) struct Batches {
     pub(super) written: std::time::Instant,
 }
 
-/// Write the batches of a first sync as they come, pipelined, each fenced with `token`.
+/// Transactions of a first sync on the wire at once: enough to keep the server busy while
+/// each reply comes back, few enough that the batches in memory stay a handful.
+const FIRST_SYNC_WINDOW: usize = 4;
+
+/// Write the batches of a first sync as they come, pipelined ([`FIRST_SYNC_WINDOW`] at a
+/// time), each fenced with `token`.
 ///
 /// When the first batch is a full one (a large sync), the monitor is cancelled before it is
 /// sent: while any monitor covers the table, ovsdb-server builds the whole update of the
@@ -140,7 +158,7 @@ pub(super) async fn stream_batches(
     client: Client,
     monitor: ovsdb::Monitor,
     token: Option<String>,
-    mut changes: tokio::sync::mpsc::UnboundedReceiver<Change>,
+    mut changes: tokio::sync::mpsc::Receiver<Change>,
 ) -> Batches {
     use futures::StreamExt;
     let mut monitor = Some(Monitored::Open(monitor));
@@ -151,7 +169,7 @@ pub(super) async fn stream_batches(
     let mut result = Ok(());
     loop {
         tokio::select! {
-            c = changes.recv(), if open => {
+            c = changes.recv(), if open && inflight.len() < FIRST_SYNC_WINDOW => {
                 let Some(c) = c else {
                     open = false;
                     continue;

@@ -76,6 +76,11 @@ pub struct BridgeConfig {
     /// Underlay profile: the OVN router port's MAC that VIP traffic is rewritten to.
     #[serde(with = "opt_mac")]
     pub router_mac: Option<MacAddr>,
+    /// Announce the VIPs on this bridge's uplink: for each IPv4 VIP one live node (the same
+    /// choice on every node, from the Nodes that are Ready) answers ARP requests from the
+    /// switch with the bridge's MAC, and sends gratuitous ARP when it takes the VIP; every
+    /// other node drops the requests. Off: requests go to the host (someone else announces).
+    pub announce: bool,
 }
 
 impl Default for BridgeConfig {
@@ -92,6 +97,7 @@ impl Default for BridgeConfig {
             priority: 500,
             bridge_mac: None,
             router_mac: None,
+            announce: false,
         }
     }
 }
@@ -117,6 +123,12 @@ impl BridgeConfig {
         {
             return Err(ConfigError::Invalid(format!(
                 "bridge {}: an uplink or patch port name is empty (leave it out to find the port in the OVS database)",
+                self.name
+            )));
+        }
+        if self.announce && self.priority == u16::MAX {
+            return Err(ConfigError::Invalid(format!(
+                "bridge {}: announce answers ARP one priority above the flows' priority, so the priority must be below 65535",
                 self.name
             )));
         }

@@ -1,31 +1,26 @@
-//! The flow with which the owner of an IPv4 VIP answers ARP for it in the switch: the request
-//! that came in on the uplink is turned into the reply (Ethernet and ARP addresses swapped,
-//! the bridge's MAC as the answer) and sent back out of the port it came in on. No address is
-//! put on any host interface, and nothing leaves for OVN or the host.
+//! How the owner of an IPv4 VIP answers ARP for it from the switch, and tells the network when
+//! it takes the VIP.
+//!
+//! The answer is a flow: the request that came in on the uplink is turned into the reply
+//! (Ethernet and ARP addresses swapped, the bridge's MAC as the answer) and sent back out of
+//! the port it came in on. No address is put on any host interface, and nothing leaves for OVN
+//! or the host. The announcement is a gratuitous ARP request the agent sends out of the uplink
+//! by PACKET_OUT.
 
 use openflow::action::port;
 use openflow::oxm::{MacAddr, OXM_CLASS_OPENFLOW_BASIC, oxm_header};
-use openflow::{Action, FlowMod, Instruction, Match, OxmField};
+use openflow::{Action, OxmField};
 use std::net::Ipv4Addr;
 
 /// EtherType of ARP.
 const ETH_TYPE_ARP: u16 = 0x0806;
+/// EtherType of an 802.1Q tag.
+const ETH_TYPE_VLAN: u16 = 0x8100;
 
-/// The ARP answer for `vip` with `mac`, for requests that arrive on `uplink`.
-pub fn arp_answer(
-    vip: Ipv4Addr,
-    mac: MacAddr,
-    uplink: u32,
-    table: u8,
-    priority: u16,
-    cookie: u64,
-) -> FlowMod {
+/// The actions that turn an ARP request for `vip` into the reply from `mac` and send it back
+/// out of the input port. A VLAN tag, if any, stays as it came.
+pub fn answer_actions(vip: Ipv4Addr, mac: MacAddr) -> Vec<Action> {
     use openflow::oxm::field as f;
-    let m = Match::new()
-        .with(OxmField::in_port(uplink))
-        .with(OxmField::eth_type(ETH_TYPE_ARP))
-        .with(OxmField::arp_op(1))
-        .with(OxmField::arp_tpa(vip));
     let basic = |field, len| oxm_header(OXM_CLASS_OPENFLOW_BASIC, field, len);
     let mv = |n_bits, src, dst| Action::RegMove {
         n_bits,
@@ -34,7 +29,7 @@ pub fn arp_answer(
         src,
         dst,
     };
-    let actions = vec![
+    vec![
         // The requester becomes the destination; the answer comes from the bridge.
         mv(48, basic(f::ETH_SRC, 6), basic(f::ETH_DST, 6)),
         Action::SetField(OxmField::eth_src(mac)),
@@ -44,12 +39,60 @@ pub fn arp_answer(
         mv(32, basic(f::ARP_SPA, 4), basic(f::ARP_TPA, 4)),
         Action::SetField(OxmField::arp_spa(vip)),
         Action::output(port::IN_PORT),
-    ];
-    FlowMod::add(
-        table,
-        priority,
-        cookie,
-        m,
-        vec![Instruction::ApplyActions(actions)],
+    ]
+}
+
+/// The same actions in `ovs-ofctl` syntax, for `vipflow plan`.
+pub fn answer_actions_text(vip: Ipv4Addr, mac: &str) -> String {
+    format!(
+        "move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{mac}->eth_src,set_field:2->arp_op,\
+         move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{mac}->arp_sha,\
+         move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:{vip}->arp_spa,IN_PORT"
     )
+}
+
+/// A gratuitous ARP request for `vip` from `mac` (sender and target address both the VIP,
+/// broadcast), tagged with `vlan` when the uplink is: every neighbor that has the VIP in its
+/// cache takes the new MAC, and switches learn where it now is.
+pub fn gratuitous_arp(vip: Ipv4Addr, mac: MacAddr, vlan: Option<u16>) -> Vec<u8> {
+    let mut f = Vec::with_capacity(64);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&mac);
+    if let Some(v) = vlan {
+        f.extend_from_slice(&ETH_TYPE_VLAN.to_be_bytes());
+        f.extend_from_slice(&(v & 0x0fff).to_be_bytes());
+    }
+    f.extend_from_slice(&ETH_TYPE_ARP.to_be_bytes());
+    // Ethernet, IPv4, 6- and 4-byte addresses, a request.
+    f.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&vip.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&vip.octets());
+    // Padded to the 60 bytes of a minimum frame (without its checksum).
+    f.resize(f.len().max(60), 0);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gratuitous_arp_names_the_vip_twice_and_the_bridge_mac() {
+        let mac = [0x0a, 0x58, 0xac, 0x12, 0x00, 0x11];
+        let vip = Ipv4Addr::new(172, 18, 0, 200);
+        let f = gratuitous_arp(vip, mac, None);
+        assert_eq!(f.len(), 60);
+        assert_eq!(&f[0..6], &[0xff; 6]);
+        assert_eq!(&f[6..12], &mac);
+        assert_eq!(&f[12..14], &[0x08, 0x06]);
+        assert_eq!(&f[20..22], &[0x00, 0x01], "a request");
+        assert_eq!(&f[22..28], &mac, "sender MAC");
+        assert_eq!(&f[28..32], &vip.octets(), "sender IP");
+        assert_eq!(&f[38..42], &vip.octets(), "target IP");
+        let tagged = gratuitous_arp(vip, mac, Some(100));
+        assert_eq!(&tagged[12..18], &[0x81, 0x00, 0x00, 100, 0x08, 0x06]);
+        assert_eq!(&tagged[42..46], &vip.octets());
+    }
 }

@@ -75,6 +75,9 @@ pub struct Move {
 /// The owner of every VIP, kept across membership changes.
 #[derive(Debug, Clone, Default)]
 pub struct Placement {
+    /// A node that joins takes the VIPs it scores best for, so that the owners are a function
+    /// of the live set alone ([`Placement::consistent`]).
+    failback: bool,
     vips: BTreeMap<IpAddr, Eligible>,
     live: BTreeSet<NodeName>,
     owners: BTreeMap<IpAddr, NodeName>,
@@ -83,6 +86,18 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// A placement whose owners depend on the live nodes and the VIPs alone, not on the order
+    /// things happened in: every VIP is owned by the best-scoring live eligible node, so nodes
+    /// that share no history (one restarted, say) still agree. The price is failback: a node
+    /// that comes back takes its VIPs back. [`Placement::default`] is sticky instead, which
+    /// needs the owners shared among the nodes ([`Placement::adopt`]).
+    pub fn consistent() -> Placement {
+        Placement {
+            failback: true,
+            ..Placement::default()
+        }
+    }
+
     /// The owner of `vip`, if any live eligible node exists.
     pub fn owner(&self, vip: IpAddr) -> Option<&NodeName> {
         self.owners.get(&vip)
@@ -129,10 +144,11 @@ impl Placement {
             .collect();
         self.vips = vips;
         for vip in changed {
-            let keep = self
-                .owners
-                .get(&vip)
-                .is_some_and(|o| self.vips[&vip].allows(o));
+            let keep = !self.failback
+                && self
+                    .owners
+                    .get(&vip)
+                    .is_some_and(|o| self.vips[&vip].allows(o));
             if !keep {
                 let to = self.elect(vip);
                 self.set(vip, to, &mut moves);
@@ -141,13 +157,60 @@ impl Placement {
         moves
     }
 
+    /// One VIP added or its eligible nodes changed: it gets an owner unless its owner may
+    /// keep it.
+    pub fn put_vip(&mut self, vip: IpAddr, eligible: Eligible) -> Vec<Move> {
+        let mut moves = Vec::new();
+        if self.vips.get(&vip) == Some(&eligible) {
+            return moves;
+        }
+        let keep = !self.failback && self.owners.get(&vip).is_some_and(|o| eligible.allows(o));
+        self.vips.insert(vip, eligible);
+        if !keep {
+            let to = self.elect(vip);
+            self.set(vip, to, &mut moves);
+        }
+        moves
+    }
+
+    /// One VIP gone: its owner stops answering.
+    pub fn remove_vip(&mut self, vip: IpAddr) -> Vec<Move> {
+        let mut moves = Vec::new();
+        if self.vips.remove(&vip).is_some() {
+            self.set(vip, None, &mut moves);
+        }
+        moves
+    }
+
     /// Live nodes changed: VIPs of nodes that died move; VIPs that had no owner get one from
-    /// the nodes that joined. Nothing else moves.
+    /// the nodes that joined, and with failback the joiners take the VIPs they score best for.
+    /// Nothing else moves.
     pub fn set_live(&mut self, live: BTreeSet<NodeName>) -> Vec<Move> {
         let mut moves = Vec::new();
         let died: Vec<NodeName> = self.live.difference(&live).cloned().collect();
-        let joined = live.difference(&self.live).next().is_some();
+        let joiners: Vec<NodeName> = live.difference(&self.live).cloned().collect();
+        let joined = !joiners.is_empty();
         self.live = live;
+        if self.failback && joined {
+            // Only a joiner can beat an owner that lives on: compare each VIP's owner with
+            // the joiners alone.
+            let owned: Vec<(IpAddr, NodeName)> = self
+                .owners
+                .iter()
+                .filter(|(_, o)| self.live.contains(*o))
+                .map(|(v, o)| (*v, o.clone()))
+                .collect();
+            for (vip, owner) in owned {
+                let eligible = &self.vips[&vip];
+                let best = choose(
+                    vip,
+                    std::iter::once(&owner).chain(joiners.iter().filter(|j| eligible.allows(j))),
+                );
+                if best.as_ref() != Some(&owner) {
+                    self.set(vip, best, &mut moves);
+                }
+            }
+        }
         for node in died {
             let theirs: Vec<IpAddr> = self
                 .owned
@@ -364,6 +427,46 @@ mod tests {
                 prop_assert!(p.owners.keys().all(|v| vips.contains_key(v)));
                 let indexed: usize = p.owned.values().map(|s| s.len()).sum();
                 prop_assert_eq!(indexed, p.owners.len());
+            }
+        }
+
+        /// A consistent placement's owners are the best live eligible node of each VIP,
+        /// whatever happened before: two nodes with different histories agree. VIPs arrive one
+        /// at a time here, as the planner hands them on.
+        #[test]
+        fn consistent_owners_depend_on_the_present_alone(
+            steps in proptest::collection::vec(
+                (proptest::collection::btree_set(0usize..8, 0..8), proptest::collection::btree_map(0u32..12, proptest::option::of(proptest::collection::btree_set(0usize..8, 1..4)), 0..12)),
+                1..30,
+            )
+        ) {
+            let mut p = Placement::consistent();
+            for (live_ids, vip_spec) in steps {
+                let live: BTreeSet<NodeName> = live_ids.iter().map(|&i| node(i)).collect();
+                let vips: BTreeMap<IpAddr, Eligible> = vip_spec
+                    .iter()
+                    .map(|(&v, e)| (vip(v), match e {
+                        None => Eligible::Any,
+                        Some(s) => Eligible::Nodes(Arc::new(s.iter().map(|&i| node(i)).collect())),
+                    }))
+                    .collect();
+                p.set_live(live.clone());
+                let gone: Vec<IpAddr> = p.vips.keys().filter(|v| !vips.contains_key(v)).copied().collect();
+                for v in gone {
+                    p.remove_vip(v);
+                }
+                for (v, e) in &vips {
+                    p.put_vip(*v, e.clone());
+                }
+                let mut fresh = Placement::consistent();
+                fresh.set_vips(vips.clone());
+                fresh.set_live(live.clone());
+                for (v, e) in &vips {
+                    let best = choose(*v, live.iter().filter(|n| e.allows(n)));
+                    prop_assert_eq!(p.owner(*v), best.as_ref(), "{}", v);
+                    prop_assert_eq!(fresh.owner(*v), best.as_ref(), "{}", v);
+                }
+                prop_assert!(p.owners.keys().all(|v| vips.contains_key(v)));
             }
         }
     }

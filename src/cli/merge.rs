@@ -117,6 +117,7 @@ impl BridgeFlags {
             set(&mut b.priority, &self.priority),
             set_some(&mut b.bridge_mac, &self.bridge_mac),
             set_some(&mut b.router_mac, &self.router_mac),
+            set(&mut b.announce, &self.announce.then_some(true)),
         ];
         given.contains(&true)
     }

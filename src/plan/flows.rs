@@ -31,6 +31,9 @@ pub enum PlannedAction {
     Output(PortRef),
     PopVlan,
     SetEthDst(MacAddr),
+    /// Turn the ARP request for this VIP into the reply from the bridge's MAC, back out of
+    /// the input port ([`crate::announce::arp_answer::answer_actions`]).
+    AnswerArp(std::net::Ipv4Addr),
 }
 
 /// What a planned flow is for. Its text (`arp 192.0.2.10`, `steer 192.0.2.10:80/TCP`,
@@ -38,8 +41,10 @@ pub enum PlannedAction {
 /// cookie hashes, so the cookies of the text keys of earlier versions stay as they were.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FlowKey {
-    /// ARP requests for an IPv4 VIP to the host.
+    /// ARP requests for an IPv4 VIP to the host (dropped when the bridge announces).
     Arp(std::net::Ipv4Addr),
+    /// This node answers ARP for an IPv4 VIP it owns (the bridge announces).
+    ArpAnswer(std::net::Ipv4Addr),
     /// Neighbor solicitations for an IPv6 VIP to the host.
     Nd(std::net::Ipv6Addr),
     /// ICMP "fragmentation needed" / "packet too big" for the VIP into OVN.
@@ -62,6 +67,7 @@ impl fmt::Display for FlowKey {
         };
         match self {
             FlowKey::Arp(ip) => write!(f, "arp {ip}"),
+            FlowKey::ArpAnswer(ip) => write!(f, "arp answer {ip}"),
             FlowKey::Nd(ip) => write!(f, "nd {ip}"),
             FlowKey::Pmtu(ip) => write!(f, "pmtu {ip}"),
             FlowKey::Frag(ip) => write!(f, "frag {ip}"),
@@ -159,6 +165,9 @@ impl PlannedFlow {
                 PlannedAction::SetEthDst(mac) => {
                     actions.push(Action::SetField(OxmField::eth_dst(*mac)))
                 }
+                PlannedAction::AnswerArp(vip) => actions.extend(
+                    crate::announce::arp_answer::answer_actions(*vip, r.bridge_mac),
+                ),
             }
         }
         FlowMod::add(
@@ -222,8 +231,18 @@ impl fmt::Display for PlannedFlowText<'_> {
                 PlannedAction::Output(p) => format!("output:{}", name(*p)),
                 PlannedAction::PopVlan => "pop_vlan".into(),
                 PlannedAction::SetEthDst(m) => format!("mod_dl_dst:{}", format_mac(m)),
+                PlannedAction::AnswerArp(vip) => {
+                    let mac = match &b.bridge_mac {
+                        Some(m) => format_mac(m),
+                        None => format!("<{} mac>", b.name),
+                    };
+                    crate::announce::arp_answer::answer_actions_text(*vip, &mac)
+                }
             })
             .collect();
+        if acts.is_empty() {
+            return f.write_str(" actions=drop");
+        }
         write!(f, " actions={}", acts.join(","))
     }
 }
@@ -327,20 +346,36 @@ pub fn claim_flows(
 /// only and makes a flow again whenever it is written or compared.
 pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
     let c = Ctx(input);
+    let arp_request = |ip| {
+        c.with_vlan(
+            Match::new()
+                .with(OxmField::eth_type(eth_type::ARP))
+                .with(OxmField::arp_op(1))
+                .with(OxmField::arp_tpa(ip)),
+        )
+    };
     match key {
-        // ARP / ND requests for the VIP go to the host, never into OVN.
-        FlowKey::Arp(ip) => c.mk(
-            key,
-            PortRef::Uplink,
-            false,
-            c.with_vlan(
-                Match::new()
-                    .with(OxmField::eth_type(eth_type::ARP))
-                    .with(OxmField::arp_op(1))
-                    .with(OxmField::arp_tpa(ip)),
-            ),
-            c.to_host(),
-        ),
+        // ARP / ND requests for the VIP go to the host, never into OVN. A bridge that
+        // announces drops them: only the owner answers, with the flow below, one priority up.
+        FlowKey::Arp(ip) => {
+            let actions = if input.bridge.announce {
+                Vec::new()
+            } else {
+                c.to_host()
+            };
+            c.mk(key, PortRef::Uplink, false, arp_request(ip), actions)
+        }
+        FlowKey::ArpAnswer(ip) => {
+            let mut f = c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                arp_request(ip),
+                vec![PlannedAction::AnswerArp(ip)],
+            );
+            f.priority = f.priority.saturating_add(1);
+            f
+        }
         FlowKey::Nd(ip) => c.mk(
             key,
             PortRef::Uplink,

@@ -4,11 +4,12 @@
 //! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
 //! [`Planner::update`], so what they measure and check is what the agent does.
 
-use super::flows::FlowMaker;
+use super::flows::{FlowKey, FlowMaker};
 use super::northbound::{GroupPlan, NorthboundConfig};
 use super::order;
 use super::row_table::{NbDelta, RowIndex, RowTable};
 use super::service_index::{FlowDelta, FlowIndex, ServiceIndex};
+use crate::announce::announcements::Announcements;
 use crate::config::{BridgeConfig, Config};
 use crate::model::{ModelOptions, Objects};
 use std::net::IpAddr;
@@ -18,6 +19,8 @@ use std::sync::Arc;
 pub struct Planner {
     services: ServiceIndex,
     rows: Option<RowTable>,
+    /// Which VIPs this node announces, when a bridge announces.
+    announcements: Option<Announcements>,
     generation: u64,
 }
 
@@ -70,18 +73,30 @@ impl Planner {
         Planner {
             services: ServiceIndex::new(opts, bridges, cookie_prefix),
             rows: northbound.map(RowTable::new),
+            announcements: None,
             generation: 0,
         }
     }
 
+    /// Plan the ARP answers of the bridges that announce, as node `node`.
+    pub fn announcing_as(mut self, node: &str) -> Planner {
+        self.announcements = Some(Announcements::new(node));
+        self
+    }
+
     /// The planner the agent runs for `cfg`: rows only when a Northbound database is set.
     pub fn for_config(cfg: &Config) -> Planner {
-        Planner::new(
+        let p = Planner::new(
             crate::agent::model_options(cfg),
             &cfg.bridges,
             cfg.cookie_prefix,
             cfg.nb_remote.as_ref().map(|_| cfg.northbound.clone()),
-        )
+        );
+        if cfg.bridges.iter().any(|b| b.announce) {
+            p.announcing_as(&cfg.node_name)
+        } else {
+            p
+        }
     }
 
     /// Bring everything up to date with `objects`. Work is in proportion to what changed since
@@ -89,7 +104,24 @@ impl Planner {
     pub fn update(&mut self, objects: &Objects) -> Plans {
         self.generation += 1;
         let previous_vips = self.services.vips();
-        let deltas = self.services.update(objects);
+        let mut deltas = self.services.update(objects);
+        if let Some(a) = &mut self.announcements {
+            let turns = a.update(&self.services.vips(), &objects.nodes);
+            for (i, delta) in deltas.iter_mut().enumerate() {
+                if !self.services.announces(i) {
+                    continue;
+                }
+                for t in &turns {
+                    let Some(vip) = t.v4() else { continue };
+                    let key = FlowKey::ArpAnswer(vip);
+                    if self.services.set_flow(i, key, t.here) {
+                        delta.touched.push(key);
+                    }
+                }
+                delta.touched.sort();
+                delta.touched.dedup();
+            }
+        }
         let bridges = deltas
             .into_iter()
             .enumerate()
@@ -126,6 +158,11 @@ impl Planner {
         &self.services
     }
 
+    /// Who announces what, when a bridge announces.
+    pub fn announcements(&self) -> Option<&Announcements> {
+        self.announcements.as_ref()
+    }
+
     /// The rows per Service, when the planner keeps them.
     pub fn row_table(&self) -> Option<&RowTable> {
         self.rows.as_ref()
@@ -136,3 +173,7 @@ impl Planner {
         self.generation
     }
 }
+
+#[cfg(test)]
+#[path = "planner_tests.rs"]
+mod tests;

@@ -286,6 +286,22 @@ impl ServiceIndex {
         self.bridges[i].flows.clone()
     }
 
+    /// Add (`on`) or remove a flow of bridge `i` that no Service derives (this node's ARP
+    /// answers, [`crate::announce`]); whether the index changed.
+    pub fn set_flow(&mut self, i: usize, key: FlowKey, on: bool) -> bool {
+        let flows = &mut self.bridges[i].flows;
+        if on {
+            flows.insert(key).is_none()
+        } else {
+            flows.remove(&key).is_some()
+        }
+    }
+
+    /// Whether bridge `i` announces its VIPs.
+    pub fn announces(&self, i: usize) -> bool {
+        self.bridges[i].config.announce
+    }
+
     /// What makes bridge `i`'s flows from their keys (the same one on every update).
     pub fn maker(&self, i: usize) -> FlowMaker {
         self.bridges[i].maker.clone()

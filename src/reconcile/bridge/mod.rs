@@ -25,6 +25,7 @@
 
 mod applied;
 mod conn;
+mod garp;
 mod heard;
 mod state;
 mod task;

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::BridgeSettings;
 use super::applied::{Applied, FullSync, Making};
 use super::conn::{apply_bundle, apply_each, changed_keys, read_each};
+use super::garp;
 use super::heard::Heard;
 use super::state::*;
 use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
@@ -210,6 +211,36 @@ impl Session {
         Ok(rejected.is_empty())
     }
 
+    /// Tell the network about the VIPs this write made this node answer for (all of them
+    /// after a full sync), by gratuitous ARP ([`garp`]).
+    fn announce(
+        &self,
+        s: &BridgeSettings,
+        plan: &DesiredFlows,
+        roles: &Roles,
+        full: bool,
+        touched: &[FlowKey],
+    ) {
+        if !s.bridge.announce {
+            return;
+        }
+        let vips = if full {
+            garp::answered(&plan.flows)
+        } else {
+            garp::taken(touched, &plan.flows)
+        };
+        if let (Ok(uplink), Some(mac)) = (&roles.uplink, roles.mac) {
+            garp::spawn(
+                self.conn.clone(),
+                s.bridge.name.clone(),
+                *uplink,
+                mac,
+                s.bridge.vlan,
+                vips,
+            );
+        }
+    }
+
     async fn serve(
         &mut self,
         s: &BridgeSettings,
@@ -231,6 +262,9 @@ impl Session {
                 maker: plan.maker.clone(),
                 roles: self.roles(s, &plan),
             };
+            let roles = making.roles.clone();
+            let full = need_full;
+            let mut touched_now: Vec<FlowKey> = Vec::new();
             let r = if need_full {
                 self.full_sync(s, &plan, status).await
             } else {
@@ -259,11 +293,13 @@ impl Session {
                         all
                     }
                 };
+                touched_now.clone_from(&touched);
                 self.write_delta(s, &plan, making, touched, status).await
             };
             if let Err(e) = r {
                 return SessionEnd::Lost(e);
             }
+            self.announce(s, &plan, &roles, full, &touched_now);
             need_full = false;
             let monitored = self.monitored;
             let audit_every = |base: Duration| {

@@ -1,0 +1,217 @@
+//! The VIPs this node announces, kept up to date by each snapshot: a [`Placement::consistent`]
+//! of every VIP over the live nodes, and what changed for this node.
+//!
+//! Live nodes come from the Nodes of the snapshot (Kubernetes' Ready condition, the slow
+//! signal; a membership layer will replace it). Every agent sees the same Nodes and VIPs and
+//! the placement depends on nothing else, so all agree on one owner per VIP without talking to
+//! each other; an agent that restarts computes the same owners as the ones that did not.
+
+use super::placement::{Eligible, Move, NodeName, Placement};
+use k8s_openapi::api::core::v1 as core;
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+/// A VIP this node took (`here`) or gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Turn {
+    pub vip: IpAddr,
+    pub here: bool,
+}
+
+impl Turn {
+    /// The VIP when it is one this node answers ARP for (IPv4).
+    pub fn v4(&self) -> Option<Ipv4Addr> {
+        match self.vip {
+            IpAddr::V4(v) => Some(v),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+/// Who announces what, from this node's side.
+#[derive(Debug, Clone)]
+pub struct Announcements {
+    node: NodeName,
+    placement: Placement,
+    vips: imbl::OrdSet<IpAddr>,
+    live: BTreeSet<NodeName>,
+}
+
+impl Announcements {
+    /// For the node named `node` (the agent's `node-name`).
+    pub fn new(node: &str) -> Announcements {
+        Announcements {
+            node: Arc::from(node),
+            placement: Placement::consistent(),
+            vips: imbl::OrdSet::new(),
+            live: BTreeSet::new(),
+        }
+    }
+
+    /// Bring the placement up to date with `vips` and `nodes`; returns the VIPs this node took
+    /// or gave up, in VIP order. Work follows the change: the VIP sets are compared without
+    /// visiting what they share, and a change of live nodes moves only the VIPs it must.
+    pub fn update(&mut self, vips: &imbl::OrdSet<IpAddr>, nodes: &[Arc<core::Node>]) -> Vec<Turn> {
+        let mut moves: Vec<Move> = Vec::new();
+        let live = live_nodes(nodes);
+        if live != self.live {
+            self.live = live.clone();
+            moves.extend(self.placement.set_live(live));
+        }
+        for d in self.vips.diff(vips) {
+            match d {
+                imbl::ordset::DiffItem::Add(v) => {
+                    moves.extend(self.placement.put_vip(*v, Eligible::Any))
+                }
+                imbl::ordset::DiffItem::Remove(v) => moves.extend(self.placement.remove_vip(*v)),
+            }
+        }
+        self.vips = vips.clone();
+        // A VIP can move more than once in one update: what counts is where it ended up.
+        let mut turns: Vec<Turn> = Vec::new();
+        let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
+        let first_from: Vec<(IpAddr, bool)> = moves
+            .iter()
+            .filter(|m| seen.insert(m.vip))
+            .map(|m| (m.vip, m.from.as_ref() == Some(&self.node)))
+            .collect();
+        for (vip, was) in first_from {
+            let now = self.placement.owner(vip) == Some(&self.node);
+            if was != now {
+                turns.push(Turn { vip, here: now });
+            }
+        }
+        turns.sort();
+        turns
+    }
+
+    /// The node that announces `vip`, if any is live.
+    pub fn owner(&self, vip: IpAddr) -> Option<&NodeName> {
+        self.placement.owner(vip)
+    }
+
+    /// The VIPs this node announces.
+    pub fn here(&self) -> impl Iterator<Item = &IpAddr> {
+        self.placement.owned_by(&self.node)
+    }
+}
+
+/// The Nodes that may announce: every named Node whose Ready condition is True, or that has
+/// none (a Node written by hand in an objects file).
+pub fn live_nodes(nodes: &[Arc<core::Node>]) -> BTreeSet<NodeName> {
+    nodes
+        .iter()
+        .filter(|n| {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+            ready.is_none_or(|c| c.status == "True")
+        })
+        .filter_map(|n| n.metadata.name.as_deref().map(Arc::from))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, ready: Option<&str>) -> Arc<core::Node> {
+        let mut n = core::Node::default();
+        n.metadata.name = Some(name.into());
+        if let Some(r) = ready {
+            n.status = Some(core::NodeStatus {
+                conditions: Some(vec![core::NodeCondition {
+                    type_: "Ready".into(),
+                    status: r.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            });
+        }
+        Arc::new(n)
+    }
+
+    fn vips(n: u32) -> imbl::OrdSet<IpAddr> {
+        (0..n)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(0xc633_6400 + i)))
+            .collect()
+    }
+
+    #[test]
+    fn ready_or_unreported_nodes_are_live() {
+        let live = live_nodes(&[
+            node("a", Some("True")),
+            node("b", Some("False")),
+            node("c", Some("Unknown")),
+            node("d", None),
+        ]);
+        let names: Vec<&str> = live.iter().map(|n| n.as_ref()).collect();
+        assert_eq!(names, ["a", "d"]);
+    }
+
+    #[test]
+    fn three_nodes_split_the_vips_and_a_dead_one_hands_its_own_over() {
+        let all = [
+            node("n1", Some("True")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let v = vips(30);
+        let mut each: Vec<Announcements> = ["n1", "n2", "n3"]
+            .iter()
+            .map(|n| Announcements::new(n))
+            .collect();
+        let mut mine: Vec<BTreeSet<IpAddr>> = Vec::new();
+        for a in &mut each {
+            let turns = a.update(&v, &all);
+            assert!(turns.iter().all(|t| t.here));
+            mine.push(turns.iter().map(|t| t.vip).collect());
+        }
+        // Every VIP exactly once, and every node has some.
+        let total: usize = mine.iter().map(|m| m.len()).sum();
+        assert_eq!(total, 30);
+        assert!(mine.iter().all(|m| !m.is_empty()), "{mine:?}");
+        let union: BTreeSet<IpAddr> = mine.iter().flatten().copied().collect();
+        assert_eq!(union.len(), 30);
+
+        // n1 goes NotReady: it gives up all of its VIPs, the others take exactly those.
+        let n1_down = [
+            node("n1", Some("False")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let lost = each[0].update(&v, &n1_down);
+        assert!(lost.iter().all(|t| !t.here));
+        assert_eq!(lost.len(), mine[0].len());
+        let mut taken = BTreeSet::new();
+        for a in &mut each[1..] {
+            let turns = a.update(&v, &n1_down);
+            assert!(turns.iter().all(|t| t.here));
+            taken.extend(turns.iter().map(|t| t.vip));
+        }
+        assert_eq!(taken, mine[0]);
+
+        // A node that starts now agrees with the ones that saw it happen.
+        let mut late = Announcements::new("n2");
+        late.update(&v, &n1_down);
+        let a: BTreeSet<&IpAddr> = late.here().collect();
+        let b: BTreeSet<&IpAddr> = each[1].here().collect();
+        assert_eq!(a, b);
+
+        // A VIP that goes is given up by its owner only.
+        let gone = *each[1].here().next().expect("n2 owns some");
+        let mut fewer = v.clone();
+        fewer.remove(&gone);
+        assert_eq!(
+            each[1].update(&fewer, &n1_down),
+            [Turn {
+                vip: gone,
+                here: false
+            }]
+        );
+        assert_eq!(each[2].update(&fewer, &n1_down), []);
+    }
+}

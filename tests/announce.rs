@@ -1,0 +1,227 @@
+//! L2 announcement with real packets (issue 14): three nodes on one L2 segment run
+//! `vipflow agent --announce`, no node has the VIP on any interface, and the client finds the
+//! VIP by ARP alone. Exactly one node answers, from its br-ex MAC; when that node stops being
+//! Ready, another takes the VIP and its gratuitous ARP moves the client's neighbor entry, with
+//! no flush on the client. The topology is `scripts/testbed.sh`. Without root (no network
+//! namespaces) the test says so and skips; CI runs it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testkit::netns::{self, POD_TCP_PORT, PodServer};
+use testkit::testbed::{self, AgentProcess, Testbed};
+
+const VIP: &str = "172.18.0.100";
+const NODES: usize = 3;
+
+fn vipflow() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
+}
+
+/// Poll `f` every 20 ms for up to `secs` seconds.
+fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {secs} s waiting for: {what}");
+}
+
+/// Three Nodes with their Ready condition, and `web` (VIP, one endpoint per node).
+fn objects(ready: [bool; NODES]) -> String {
+    let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for (i, r) in ready.iter().enumerate() {
+        let i = i + 1;
+        let status = if *r { "True" } else { "False" };
+        y += &format!(
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: '{status}'}}]\n",
+            testbed::node_ip(i)
+        );
+    }
+    y += &format!(
+        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    ports: [{{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}]\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP}\", ipMode: VIP}}]}}}}\n"
+    );
+    let eps: String = (1..=NODES)
+        .map(|i| {
+            format!(
+                "  - {{addresses: [\"{}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n",
+                testbed::pod_ip(i, 'a')
+            )
+        })
+        .collect();
+    y += &format!(
+        "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: IPv4\n  ports: [{{name: http, port: {POD_TCP_PORT}, protocol: TCP}}]\n  endpoints:\n{eps}"
+    );
+    y
+}
+
+/// Replace the objects file in one step, as an editor or a sync job would.
+fn write_objects(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Node1's agent also writes the Northbound rows, attached through the node templates.
+fn agent_args(tb: &Testbed, node: usize) -> Vec<String> {
+    let mut a = vec!["--announce".to_string()];
+    if node == 1 {
+        for s in [
+            "--nb-remote",
+            &tb.nb_remote(),
+            "--node-router",
+            "GR_{node}",
+            "--node-switch",
+            "{node}",
+        ] {
+            a.push(s.to_string());
+        }
+    }
+    a
+}
+
+/// The nodes whose br-ex has the ARP answer for the VIP.
+fn answering(tb: &Testbed) -> Vec<usize> {
+    (1..=NODES)
+        .filter(|&i| {
+            tb.ofctl(i, &["dump-flows", "br-ex"])
+                .lines()
+                .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
+        })
+        .collect()
+}
+
+/// What `arping` in the client saw for `count` requests: (sent, received, the replies' MACs).
+/// `broadcast` keeps every request broadcast, so that every node sees every one; without it
+/// the requests after the first go to the learned MAC (unicast, as the kernel's own
+/// reachability checks do).
+fn arping(tb: &Testbed, count: u32, broadcast: bool) -> (u32, u32, Vec<String>) {
+    let ns = tb.ns("client");
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns, "arping", "-I", "eth0", "-c"])
+        .arg(count.to_string())
+        .args(["-w", "5"]);
+    if broadcast {
+        cmd.arg("-b");
+    }
+    let out = cmd.arg(VIP).output().expect("run arping");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let num = |prefix: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no `{prefix}` in arping's output:\n{text}"))
+    };
+    let macs = text
+        .lines()
+        .filter(|l| l.contains("reply from"))
+        .filter_map(|l| {
+            let a = l.find('[')?;
+            let b = l.find(']')?;
+            Some(l[a + 1..b].to_ascii_lowercase())
+        })
+        .collect();
+    (num("Sent "), num("Received "), macs)
+}
+
+/// The client's neighbor entry for the VIP: its MAC, if it has one.
+fn client_neighbor(tb: &Testbed) -> Option<String> {
+    let out = tb.ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
+    let mut words = out.split_whitespace();
+    words.find(|w| *w == "lladdr")?;
+    words.next().map(|m| m.to_ascii_lowercase())
+}
+
+/// TCP to the VIP, retried for up to `secs`: OVN drops the first packets towards a neighbor
+/// it has not resolved yet.
+fn tcp(tb: &Testbed, secs: u64) -> String {
+    let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 80);
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match netns::tcp_request(&tb.ns("client"), to, Duration::from_millis(500)) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() > deadline => panic!("TCP to {VIP} never answered: {e}"),
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
+    let Some(tb) = Testbed::start(NODES) else {
+        return;
+    };
+    let _pods: Vec<PodServer> = (1..=NODES)
+        .map(|i| {
+            let name = format!("pod{i}a");
+            PodServer::start(&tb.ns(&name), &name).expect("pod server")
+        })
+        .collect();
+    let file = tb.path().join("objects.yaml");
+    write_objects(&file, &objects([true; NODES]));
+    let _agents: Vec<AgentProcess> = (1..=NODES)
+        .map(|i| tb.agent(&vipflow(), i, &file, &agent_args(&tb, i)))
+        .collect();
+    eventually("the Northbound row", 30, || {
+        tb.nbctl(&["lb-list"]).contains(&format!("{VIP}:80"))
+    });
+    tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+    eventually("one node answering", 30, || answering(&tb).len() == 1);
+    let owner = answering(&tb)[0];
+    let owner_mac = testbed::node_mac(owner);
+
+    // No address on any host: the VIP is on no node's interfaces.
+    for i in 1..=NODES {
+        let addrs = tb.ip(&format!("node{i}"), &["-4", "addr", "show"]);
+        assert!(!addrs.contains(VIP), "node{i} has the VIP:\n{addrs}");
+    }
+
+    // Broadcast requests: every node sees each one and exactly one answers.
+    let (sent, received, macs) = arping(&tb, 3, true);
+    assert_eq!((sent, received), (3, 3), "one reply per request: {macs:?}");
+    assert!(macs.iter().all(|m| *m == owner_mac), "{macs:?} not all {owner_mac}");
+    // Unicast requests (after the first, to the learned MAC) are answered as well.
+    let (sent, received, macs) = arping(&tb, 3, false);
+    assert_eq!((sent, received), (3, 3), "{macs:?}");
+    assert!(macs.iter().all(|m| *m == owner_mac), "{macs:?}");
+
+    // The client resolves the VIP itself and TCP goes through the owner into OVN.
+    let _ = tb.ip("client", &["-4", "neigh", "flush", "dev", "eth0"]);
+    let answer = tcp(&tb, 15);
+    assert!(answer.contains("pod"), "{answer}");
+    assert_eq!(client_neighbor(&tb).as_deref(), Some(owner_mac.as_str()));
+
+    // The owner stops being Ready: another node takes the VIP, and its gratuitous ARP alone
+    // moves the client's entry (the client is not flushed and sends no request: the entry is
+    // fresh, and only an announcement changes its MAC).
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut ready = [true; NODES];
+    ready[owner - 1] = false;
+    let moved_at = Instant::now();
+    write_objects(&file, &objects(ready));
+    eventually("another node answering", 30, || {
+        let a = answering(&tb);
+        a.len() == 1 && a[0] != owner
+    });
+    let next = answering(&tb)[0];
+    let next_mac = testbed::node_mac(next);
+    eventually("the client's neighbor entry on the new owner", 5, || {
+        client_neighbor(&tb).as_deref() == Some(next_mac.as_str())
+    });
+    eprintln!(
+        "node{owner} not Ready -> client's entry on node{next}: {} ms (file poll and settle included)",
+        moved_at.elapsed().as_millis()
+    );
+    let (sent, received, macs) = arping(&tb, 3, true);
+    assert_eq!((sent, received), (3, 3), "{macs:?}");
+    assert!(macs.iter().all(|m| *m == next_mac), "{macs:?} not all {next_mac}");
+    let answer = tcp(&tb, 15);
+    assert!(answer.contains("pod"), "{answer}");
+    let log = std::fs::read_to_string(tb.node_dir(next).join("vipflow.log")).unwrap_or_default();
+    assert!(log.contains("gratuitous ARP sent"), "{log}");
+}

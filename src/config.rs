@@ -198,6 +198,8 @@ pub struct Config {
     pub http_addr: Option<String>,
     /// Leader election of the Northbound writer (Kubernetes source only).
     pub lease: LeaseConfig,
+    /// Who is alive among the nodes that announce (see `bridges[].announce`).
+    pub membership: crate::membership::config::MembershipConfig,
     /// Give up on an OpenFlow request (a bundle commit, a BARRIER, a flow dump) after this
     /// many milliseconds without a reply: WARN, drop the connection and resync on a new one.
     pub openflow_timeout_ms: u64,
@@ -263,6 +265,7 @@ impl Default for Config {
             northbound: Default::default(),
             http_addr: None,
             lease: LeaseConfig::default(),
+            membership: Default::default(),
             openflow_timeout_ms: DEFAULT_OPENFLOW_TIMEOUT_MS,
             flow_audit_ms: DEFAULT_FLOW_AUDIT_MS,
             nb_timeout_ms: DEFAULT_NB_TIMEOUT_MS,
@@ -285,6 +288,12 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.membership.key_file.is_some() {
+            self.membership
+                .settings()
+                .check()
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        }
         if self.bridges.is_empty() {
             return Err(ConfigError::Invalid("no bridges configured".into()));
         }

@@ -47,6 +47,7 @@ pub mod config;
 pub mod events;
 pub mod ipam;
 pub mod leader;
+pub mod membership;
 pub mod memory;
 pub mod metrics;
 pub mod model;

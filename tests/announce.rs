@@ -184,7 +184,10 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     // Broadcast requests: every node sees each one and exactly one answers.
     let (sent, received, macs) = arping(&tb, 3, true);
     assert_eq!((sent, received), (3, 3), "one reply per request: {macs:?}");
-    assert!(macs.iter().all(|m| *m == owner_mac), "{macs:?} not all {owner_mac}");
+    assert!(
+        macs.iter().all(|m| *m == owner_mac),
+        "{macs:?} not all {owner_mac}"
+    );
     // Unicast requests (after the first, to the learned MAC) are answered as well.
     let (sent, received, macs) = arping(&tb, 3, false);
     assert_eq!((sent, received), (3, 3), "{macs:?}");
@@ -219,7 +222,10 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     );
     let (sent, received, macs) = arping(&tb, 3, true);
     assert_eq!((sent, received), (3, 3), "{macs:?}");
-    assert!(macs.iter().all(|m| *m == next_mac), "{macs:?} not all {next_mac}");
+    assert!(
+        macs.iter().all(|m| *m == next_mac),
+        "{macs:?} not all {next_mac}"
+    );
     let answer = tcp(&tb, 15);
     assert!(answer.contains("pod"), "{answer}");
     let log = std::fs::read_to_string(tb.node_dir(next).join("vipflow.log")).unwrap_or_default();

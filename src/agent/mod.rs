@@ -7,6 +7,7 @@
 use crate::config::{BridgeConfig, Config};
 use crate::model::{Model, ModelOptions, Objects, Problem};
 
+pub mod members;
 mod observer;
 mod oneshot;
 mod planner_task;
@@ -52,6 +53,8 @@ pub enum AgentError {
         addr: String,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Members(#[from] members::MembersError),
     #[error("Northbound database {remotes}: {source}")]
     Northbound {
         remotes: String,
@@ -166,6 +169,8 @@ pub struct AgentOptions {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The allocator's pools, for the status document (`--allocate-ips`).
     pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
+    /// The membership's live nodes, when it runs ([`members::start`]).
+    pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
 }
 
 /// Handles on a running agent, for the CLI and for tests.
@@ -273,6 +278,7 @@ pub fn start_with(
             nb_status: nb_status.clone(),
             bridge_status: status.iter().map(|(_, rx)| rx.clone()).collect(),
             leader: opts.leader.clone(),
+            members: opts.members.clone(),
         }
         .run(),
     ));
@@ -341,12 +347,19 @@ async fn nb_writer(
 pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
     let path = cfg.objects.clone().ok_or(AgentError::NoObjects)?;
     let (rx, watcher) = file::watch_bounded(path, poll, cfg.objects_max_bytes)?;
-    let opts = AgentOptions::default();
+    let members = members::start(&cfg, rx.clone())?;
+    let opts = AgentOptions {
+        members: members.as_ref().map(|m| m.live.clone()),
+        ..AgentOptions::default()
+    };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
     let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
+    if let Some(m) = members {
+        m.leave().await;
+    }
     watcher.abort();
     running.stop();
     if let Some(h) = http {
@@ -374,6 +387,7 @@ pub struct Cluster {
     pub metrics: Arc<crate::metrics::Metrics>,
     source: tokio::task::JoinHandle<()>,
     ipam: Option<tokio::task::JoinHandle<()>>,
+    members: Option<members::Members>,
     http: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -381,6 +395,9 @@ impl Cluster {
     /// Graceful stop: hand the Northbound over at once (release the Lease) rather than after
     /// it expires; flows and rows stay in place.
     pub async fn shutdown(self) {
+        if let Some(m) = self.members {
+            m.leave().await;
+        }
         if let Some(e) = self.election {
             e.release().await;
         }
@@ -404,10 +421,12 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     let writer_possible = cfg.nb_remote.is_some();
     let source_cfg = ksrc::KubeSourceConfig {
         node_name: cfg.node_name.clone(),
-        all_nodes: writer_possible,
+        // Placing VIPs needs every Node, as the Northbound writer's templates do.
+        all_nodes: writer_possible || cfg.bridges.iter().any(|b| b.announce),
         ..Default::default()
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
+    let members = members::start(&cfg, rx.clone())?;
     let election = ((writer_possible || cfg.allocate_ips) && cfg.lease.enabled).then(|| {
         let ns = cfg
             .lease
@@ -463,6 +482,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         events: Some(events),
         metrics: metrics.clone(),
         pools: cfg.allocate_ips.then_some(pools_rx),
+        members: members.as_ref().map(|m| m.live.clone()),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
@@ -473,6 +493,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         metrics,
         source,
         ipam,
+        members,
         http,
     })
 }

@@ -20,6 +20,8 @@ pub(super) struct PlannerTask {
     pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
+    /// The membership's live nodes, when this agent runs one (announcing bridges).
+    pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
 }
 
 impl PlannerTask {
@@ -35,6 +37,7 @@ impl PlannerTask {
             nb_status: nb_status_rx,
             bridge_status: bridge_status_rx,
             leader,
+            mut members,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
         // Handovers to the Northbound writer: up to two per plan (see plan::order).
@@ -53,6 +56,9 @@ impl PlannerTask {
             // Off the async workers: a first snapshot of many Services takes a while, and the
             // reconcilers, the observer and shutdown must not wait behind it.
             let Some(mut p) = planner.take() else { return };
+            if let Some(m) = &mut members {
+                p.set_members(m.borrow_and_update().clone());
+            }
             let objs = Arc::clone(&loaded);
             let plans = match tokio::task::spawn_blocking(move || {
                 let plans = p.update(&objs.objects);
@@ -140,8 +146,16 @@ impl PlannerTask {
                     }));
                 }
             }
-            if objects.changed().await.is_err() {
-                return;
+            // A new snapshot, or a change of who is alive (which moves VIPs between nodes).
+            let members_changed = async {
+                match &mut members {
+                    Some(m) => m.changed().await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = objects.changed() => if r.is_err() { return },
+                live = members_changed => if !live { members = None },
             }
         }
     }

@@ -49,12 +49,22 @@ impl Announcements {
         }
     }
 
-    /// Bring the placement up to date with `vips` and `nodes`; returns the VIPs this node took
-    /// or gave up, in VIP order. Work follows the change: the VIP sets are compared without
-    /// visiting what they share, and a change of live nodes moves only the VIPs it must.
-    pub fn update(&mut self, vips: &imbl::OrdSet<IpAddr>, nodes: &[Arc<core::Node>]) -> Vec<Turn> {
+    /// Bring the placement up to date with `vips`, `nodes` and the membership's live set
+    /// (`members`, when one runs: a Node is live when it is both a member and not NotReady);
+    /// returns the VIPs this node took or gave up, in VIP order. Work follows the change: the
+    /// VIP sets are compared without visiting what they share, and a change of live nodes
+    /// moves only the VIPs it must.
+    pub fn update(
+        &mut self,
+        vips: &imbl::OrdSet<IpAddr>,
+        nodes: &[Arc<core::Node>],
+        members: Option<&BTreeSet<NodeName>>,
+    ) -> Vec<Turn> {
         let mut moves: Vec<Move> = Vec::new();
-        let live = live_nodes(nodes);
+        let mut live = live_nodes(nodes);
+        if let Some(m) = members {
+            live.retain(|n| m.contains(n));
+        }
         if live != self.live {
             self.live = live.clone();
             moves.extend(self.placement.set_live(live));
@@ -166,7 +176,7 @@ mod tests {
             .collect();
         let mut mine: Vec<BTreeSet<IpAddr>> = Vec::new();
         for a in &mut each {
-            let turns = a.update(&v, &all);
+            let turns = a.update(&v, &all, None);
             assert!(turns.iter().all(|t| t.here));
             mine.push(turns.iter().map(|t| t.vip).collect());
         }
@@ -183,12 +193,12 @@ mod tests {
             node("n2", Some("True")),
             node("n3", Some("True")),
         ];
-        let lost = each[0].update(&v, &n1_down);
+        let lost = each[0].update(&v, &n1_down, None);
         assert!(lost.iter().all(|t| !t.here));
         assert_eq!(lost.len(), mine[0].len());
         let mut taken = BTreeSet::new();
         for a in &mut each[1..] {
-            let turns = a.update(&v, &n1_down);
+            let turns = a.update(&v, &n1_down, None);
             assert!(turns.iter().all(|t| t.here));
             taken.extend(turns.iter().map(|t| t.vip));
         }
@@ -196,7 +206,7 @@ mod tests {
 
         // A node that starts now agrees with the ones that saw it happen.
         let mut late = Announcements::new("n2");
-        late.update(&v, &n1_down);
+        late.update(&v, &n1_down, None);
         let a: BTreeSet<&IpAddr> = late.here().collect();
         let b: BTreeSet<&IpAddr> = each[1].here().collect();
         assert_eq!(a, b);
@@ -206,12 +216,12 @@ mod tests {
         let mut fewer = v.clone();
         fewer.remove(&gone);
         assert_eq!(
-            each[1].update(&fewer, &n1_down),
+            each[1].update(&fewer, &n1_down, None),
             [Turn {
                 vip: gone,
                 here: false
             }]
         );
-        assert_eq!(each[2].update(&fewer, &n1_down), []);
+        assert_eq!(each[2].update(&fewer, &n1_down, None), []);
     }
 }

@@ -149,6 +149,18 @@ pub(crate) struct ClusterFlags {
     /// Seconds after which a crashed writer is replaced [default: 4].
     #[arg(long, global = true, value_name = "SECONDS")]
     pub(crate) lease_duration: Option<u64>,
+    /// The membership's shared secret (a file of at least 16 bytes, e.g. a mounted Secret):
+    /// with --announce, the nodes find out who is alive among themselves in well under a
+    /// second (SWIM over UDP) instead of waiting for the Nodes' Ready condition.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) membership_key_file: Option<PathBuf>,
+    /// UDP port of the membership [default: 7947].
+    #[arg(long, global = true, value_name = "PORT")]
+    pub(crate) membership_port: Option<u16>,
+    /// The address other nodes reach this one's membership at [default: this node's
+    /// InternalIP].
+    #[arg(long, global = true, value_name = "IP")]
+    pub(crate) membership_address: Option<std::net::IpAddr>,
     /// Identity in the Lease [default: POD_NAME, else the node name].
     #[arg(long, env = "POD_NAME", global = true)]
     pub(crate) identity: Option<String>,

@@ -94,6 +94,9 @@ impl NorthboundFlags {
 impl ClusterFlags {
     fn merge(&self, cfg: &mut Config) {
         set_some(&mut cfg.http_addr, &self.http_addr);
+        set_some(&mut cfg.membership.key_file, &self.membership_key_file);
+        set(&mut cfg.membership.port, &self.membership_port);
+        set_some(&mut cfg.membership.address, &self.membership_address);
         if self.no_leader_election {
             cfg.lease.enabled = false;
         }

@@ -21,6 +21,8 @@ pub struct Planner {
     rows: Option<RowTable>,
     /// Which VIPs this node announces, when a bridge announces.
     announcements: Option<Announcements>,
+    /// The membership's live nodes; `None`: the Nodes' Ready condition decides.
+    members: crate::membership::task::LiveMembers,
     generation: u64,
 }
 
@@ -74,8 +76,15 @@ impl Planner {
             services: ServiceIndex::new(opts, bridges, cookie_prefix),
             rows: northbound.map(RowTable::new),
             announcements: None,
+            members: None,
             generation: 0,
         }
+    }
+
+    /// Who the membership says is alive, for the next updates (`None`: go by the Nodes'
+    /// Ready condition alone).
+    pub fn set_members(&mut self, members: crate::membership::task::LiveMembers) {
+        self.members = members;
     }
 
     /// Plan the ARP answers of the bridges that announce, as node `node`.
@@ -106,7 +115,11 @@ impl Planner {
         let previous_vips = self.services.vips();
         let mut deltas = self.services.update(objects);
         if let Some(a) = &mut self.announcements {
-            let turns = a.update(&self.services.vips(), &objects.nodes);
+            let turns = a.update(
+                &self.services.vips(),
+                &objects.nodes,
+                self.members.as_deref(),
+            );
             for (i, delta) in deltas.iter_mut().enumerate() {
                 if !self.services.announces(i) {
                     continue;

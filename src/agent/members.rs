@@ -1,0 +1,71 @@
+//! Starting and stopping the membership ([`crate::membership`]) beside the agent.
+
+use super::AgentError;
+use crate::config::Config;
+use crate::membership::task::{LiveMembers, MembershipTask};
+use crate::membership::{Key, KeyError};
+use crate::source::file::Loaded;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// A running membership.
+pub struct Members {
+    pub live: watch::Receiver<LiveMembers>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MembersError {
+    #[error("membership key file {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("membership key file {path}: {source}")]
+    Key {
+        path: std::path::PathBuf,
+        source: KeyError,
+    },
+}
+
+/// Start the membership when a bridge announces and a key file is set; `None` otherwise (the
+/// Nodes' Ready condition places the VIPs).
+pub fn start(
+    cfg: &Config,
+    objects: watch::Receiver<Arc<Loaded>>,
+) -> Result<Option<Members>, AgentError> {
+    let announcing = cfg.bridges.iter().any(|b| b.announce);
+    let Some(path) = cfg.membership.key_file.clone().filter(|_| announcing) else {
+        return Ok(None);
+    };
+    let secret = std::fs::read(&path).map_err(|source| MembersError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let key = Key::from_secret(&secret).map_err(|source| MembersError::Key { path, source })?;
+    let (live_tx, live) = watch::channel(None);
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(
+        MembershipTask {
+            settings: cfg.membership.settings(),
+            key,
+            node: cfg.node_name.clone(),
+            address: cfg.membership.address,
+            objects,
+            live: live_tx,
+            stop: stop_rx,
+        }
+        .run(),
+    );
+    Ok(Some(Members { live, stop, task }))
+}
+
+impl Members {
+    /// Leave the membership (the others take this node's VIPs at once) and stop.
+    pub async fn leave(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_millis(500), self.task).await;
+    }
+}

@@ -1,0 +1,227 @@
+//! The membership's sans-IO core: foca (SWIM with suspicion) driven by the caller, who hands
+//! in datagrams and due timers with the current time, and sends and schedules what comes back.
+//! Tested in memory with a simulated network (`member_set_tests.rs`).
+
+use super::peer::Peer;
+use super::seal::{Key, SealError};
+use crate::announce::placement::NodeName;
+use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+/// How the membership probes. The defaults detect a dead node in well under a second on a LAN:
+/// a member is probed by someone about once per `probe_period`, a probe unanswered directly
+/// within `probe_rtt` is retried through three other members, and a member suspected for
+/// `suspect_to_down_after` without refuting it is down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipSettings {
+    /// UDP port of the membership on every node.
+    pub port: u16,
+    pub probe_period: Duration,
+    pub probe_rtt: Duration,
+    pub suspect_to_down_after: Duration,
+    /// How often a few random members are sent the latest updates besides the probes, so that
+    /// news of a death (or of a refuted suspicion) spreads in a few rounds.
+    pub gossip_every: Duration,
+    /// The expected number of members, which sets how many times each update is passed on.
+    pub cluster_size: u32,
+}
+
+impl Default for MembershipSettings {
+    fn default() -> Self {
+        MembershipSettings {
+            port: 7947,
+            probe_period: Duration::from_millis(200),
+            probe_rtt: Duration::from_millis(60),
+            suspect_to_down_after: Duration::from_millis(400),
+            gossip_every: Duration::from_millis(100),
+            cluster_size: 100,
+        }
+    }
+}
+
+impl MembershipSettings {
+    /// Refuse timings SWIM cannot work with.
+    pub fn check(&self) -> Result<(), MembershipError> {
+        let zero = [
+            self.probe_period,
+            self.probe_rtt,
+            self.suspect_to_down_after,
+            self.gossip_every,
+        ]
+        .contains(&Duration::ZERO);
+        if zero {
+            return Err(MembershipError::Settings(
+                "probe period, probe rtt, suspicion and gossip intervals must not be zero".into(),
+            ));
+        }
+        if self.probe_rtt >= self.probe_period {
+            return Err(MembershipError::Settings(format!(
+                "probe rtt ({:?}) must be shorter than the probe period ({:?}), which also waits for the indirect probes",
+                self.probe_rtt, self.probe_period
+            )));
+        }
+        Ok(())
+    }
+
+    fn foca_config(&self) -> foca::Config {
+        let mut c = foca::Config::new_lan(
+            NonZeroU32::new(self.cluster_size.max(1)).unwrap_or(NonZeroU32::MIN),
+        );
+        c.probe_period = self.probe_period;
+        c.probe_rtt = self.probe_rtt;
+        c.suspect_to_down_after = self.suspect_to_down_after;
+        c.periodic_gossip = Some(foca::PeriodicParams {
+            frequency: self.gossip_every,
+            num_members: NonZeroUsize::new(3).unwrap_or(NonZeroUsize::MIN),
+        });
+        // Datagrams stay under a 1500-byte MTU with the seal in front.
+        c.max_packet_size =
+            NonZeroUsize::new(1400 - super::seal::OVERHEAD).unwrap_or(NonZeroUsize::MIN);
+        c
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum MembershipError {
+    #[error("membership settings refused: {0}")]
+    Settings(String),
+    #[error("membership datagram refused: {0}")]
+    Unsealed(#[from] SealError),
+    #[error("membership datagram not understood: {0}")]
+    Protocol(String),
+}
+
+/// What a step produced: datagrams to send, timers to set, and whether the live set changed.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    pub sends: Vec<(SocketAddr, Vec<u8>)>,
+    pub timers: Vec<(Duration, Timer<Peer>)>,
+    pub live_changed: bool,
+}
+
+/// This node's view of the membership.
+pub struct MemberSet {
+    foca: Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>,
+    runtime: AccumulatingRuntime<Peer>,
+    key: Key,
+    me: Peer,
+    live: BTreeSet<NodeName>,
+}
+
+impl MemberSet {
+    /// A member set of one (this node), seeded with `seed` for foca's random choices.
+    pub fn new(
+        me: Peer,
+        settings: &MembershipSettings,
+        key: Key,
+        seed: u64,
+    ) -> Result<MemberSet, MembershipError> {
+        settings.check()?;
+        let foca = Foca::new(
+            me.clone(),
+            settings.foca_config(),
+            StdRng::seed_from_u64(seed),
+            PostcardCodec,
+        );
+        let live = BTreeSet::from([NodeName::from(me.node.as_str())]);
+        Ok(MemberSet {
+            foca,
+            runtime: AccumulatingRuntime::new(),
+            key,
+            me,
+            live,
+        })
+    }
+
+    /// Ask each of `seeds` (other nodes' membership addresses) to let this node in. Asking a
+    /// member again is harmless; this node's own address is skipped.
+    pub fn join(&mut self, now_ms: u64, seeds: &[SocketAddr]) -> Outputs {
+        for s in seeds.iter().filter(|s| **s != self.me.addr) {
+            if let Err(e) = self.foca.announce(Peer::seed(*s), &mut self.runtime) {
+                tracing::debug!(seed = %s, error = %e, "membership: cannot announce");
+            }
+        }
+        self.drain(now_ms)
+    }
+
+    /// A datagram from the network. One that is not sealed with the key, is stale, or that foca
+    /// cannot read changes nothing.
+    pub fn receive(&mut self, now_ms: u64, datagram: &[u8]) -> Result<Outputs, MembershipError> {
+        let payload = self.key.open(now_ms, datagram)?;
+        let r = self.foca.handle_data(payload, &mut self.runtime);
+        let out = self.drain(now_ms);
+        r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
+        Ok(out)
+    }
+
+    /// A timer that came due.
+    pub fn timer(&mut self, now_ms: u64, timer: Timer<Peer>) -> Outputs {
+        if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
+            tracing::debug!(error = %e, "membership: timer");
+        }
+        self.drain(now_ms)
+    }
+
+    /// Leave on purpose (the agent stops): the others take this node's VIPs at once instead
+    /// of waiting to find it dead.
+    pub fn leave(&mut self, now_ms: u64) -> Outputs {
+        if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
+            tracing::debug!(error = %e, "membership: leave");
+        }
+        self.drain(now_ms)
+    }
+
+    /// The nodes alive as far as this node knows, itself included (a suspected node counts
+    /// until it is declared down).
+    pub fn live(&self) -> &BTreeSet<NodeName> {
+        &self.live
+    }
+
+    pub fn me(&self) -> &Peer {
+        &self.me
+    }
+
+    fn drain(&mut self, now_ms: u64) -> Outputs {
+        let mut out = Outputs::default();
+        while let Some((to, data)) = self.runtime.to_send() {
+            out.sends.push((to.addr, self.key.seal(now_ms, &data)));
+        }
+        while let Some(t) = self.runtime.to_schedule() {
+            out.timers.push(t);
+        }
+        let mut notified = false;
+        while let Some(n) = self.runtime.to_notify() {
+            notified = true;
+            if let OwnedNotification::Rejoin(id) = &n {
+                // Declared down, and back under a new identity: foca did it.
+                self.me = id.clone();
+            }
+        }
+        if notified {
+            let mut live: BTreeSet<NodeName> = self
+                .foca
+                .iter_members()
+                .map(|m| m.id())
+                .filter(|p| !p.node.is_empty())
+                .map(|p| NodeName::from(p.node.as_str()))
+                .collect();
+            live.insert(Arc::from(self.me.node.as_str()));
+            if live != self.live {
+                self.live = live;
+                out.live_changed = true;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[path = "member_set_tests.rs"]
+mod tests;

@@ -1,0 +1,202 @@
+//! A simulated network of [`MemberSet`]s in virtual time: datagrams take a fixed latency and
+//! may be lost at random, timers fire when due, and nodes can be cut off. The tests and the
+//! large-cluster benchmark run the real membership core on it, thousands of nodes in one
+//! process, and read off detection times, false positives and packet rates.
+
+use super::member_set::{MemberSet, MembershipSettings, Outputs};
+use super::peer::Peer;
+use super::seal::Key;
+use crate::announce::placement::NodeName;
+use foca::Timer;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+
+enum Event {
+    Deliver { to: usize, data: Vec<u8> },
+    Timer { node: usize, timer: Timer<Peer> },
+}
+
+/// The network and its nodes.
+pub struct SimNetwork {
+    nodes: Vec<MemberSet>,
+    /// Cut off: nothing in or out, no timers.
+    cut: Vec<bool>,
+    by_addr: HashMap<SocketAddr, usize>,
+    queue: BTreeMap<(u64, u64), Event>,
+    seq: u64,
+    now_ms: u64,
+    latency_ms: u64,
+    loss: f64,
+    rng: StdRng,
+    /// Datagrams sent by each node.
+    pub sent: Vec<u64>,
+    /// When a node's live set last changed.
+    pub changed_at: Vec<u64>,
+}
+
+/// The name of simulated node `i`.
+pub fn sim_node(i: usize) -> String {
+    format!("node{i}")
+}
+
+fn sim_addr(i: usize) -> SocketAddr {
+    let i = u32::try_from(i).unwrap_or(u32::MAX);
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 7947)
+}
+
+impl SimNetwork {
+    /// `n` nodes with `settings`, each joining through node 0; `loss` is the chance that a
+    /// datagram is lost.
+    pub fn new(
+        n: usize,
+        settings: &MembershipSettings,
+        latency_ms: u64,
+        loss: f64,
+        seed: u64,
+    ) -> SimNetwork {
+        let key =
+            Key::from_secret(b"simulated membership secret").unwrap_or_else(|_| unreachable!());
+        let nodes: Vec<MemberSet> = (0..n)
+            .map(|i| {
+                let me = Peer {
+                    node: sim_node(i),
+                    addr: sim_addr(i),
+                    bump: 1,
+                };
+                MemberSet::new(
+                    me,
+                    settings,
+                    key.clone(),
+                    seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                )
+                .unwrap_or_else(|e| panic!("simulated member: {e}"))
+            })
+            .collect();
+        let mut net = SimNetwork {
+            by_addr: (0..n).map(|i| (sim_addr(i), i)).collect(),
+            cut: vec![false; n],
+            nodes,
+            queue: BTreeMap::new(),
+            seq: 0,
+            now_ms: 0,
+            latency_ms,
+            loss,
+            rng: StdRng::seed_from_u64(seed),
+            sent: vec![0; n],
+            changed_at: vec![0; n],
+        };
+        for i in 1..n {
+            let out = net.nodes[i].join(0, &[sim_addr(0)]);
+            net.apply(i, out);
+        }
+        net
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Node `i`'s live set.
+    pub fn live(&self, i: usize) -> &BTreeSet<NodeName> {
+        self.nodes[i].live()
+    }
+
+    /// Whether node `i` sees node `j` as live.
+    pub fn sees(&self, i: usize, j: usize) -> bool {
+        self.nodes[i]
+            .live()
+            .contains(&NodeName::from(sim_node(j).as_str()))
+    }
+
+    /// Cut node `i` off the network, as a pulled cable or a dead host.
+    pub fn cut(&mut self, i: usize) {
+        self.cut[i] = true;
+    }
+
+    /// Node `i` leaves on purpose.
+    pub fn leave(&mut self, i: usize) {
+        let out = self.nodes[i].leave(self.now_ms);
+        self.apply(i, out);
+        self.cut[i] = true;
+    }
+
+    /// Run until `until_ms` of virtual time.
+    pub fn run_until(&mut self, until_ms: u64) {
+        while let Some(entry) = self.queue.first_entry() {
+            let (at, _) = *entry.key();
+            if at > until_ms {
+                break;
+            }
+            let ev = entry.remove();
+            self.now_ms = at;
+            match ev {
+                Event::Deliver { to, data } => {
+                    if self.cut[to] {
+                        continue;
+                    }
+                    // A refused datagram changes nothing; the core says why in its error.
+                    if let Ok(out) = self.nodes[to].receive(at, &data) {
+                        self.apply(to, out);
+                    }
+                }
+                Event::Timer { node, timer } => {
+                    if self.cut[node] {
+                        continue;
+                    }
+                    let out = self.nodes[node].timer(at, timer);
+                    self.apply(node, out);
+                }
+            }
+        }
+        self.now_ms = until_ms;
+    }
+
+    fn push(&mut self, at: u64, ev: Event) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), ev);
+    }
+
+    fn apply(&mut self, from: usize, out: Outputs) {
+        if out.live_changed {
+            self.changed_at[from] = self.now_ms;
+        }
+        for (d, t) in out.timers {
+            let at = self.now_ms + u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            self.push(
+                at,
+                Event::Timer {
+                    node: from,
+                    timer: t,
+                },
+            );
+        }
+        for (addr, data) in out.sends {
+            self.sent[from] += 1;
+            let Some(&to) = self.by_addr.get(&addr) else {
+                continue;
+            };
+            if self.loss > 0.0 && self.rng.random::<f64>() < self.loss {
+                continue;
+            }
+            self.push(self.now_ms + self.latency_ms, Event::Deliver { to, data });
+        }
+    }
+
+    /// The names of every node, for comparing live sets.
+    pub fn all_names(&self) -> BTreeSet<NodeName> {
+        (0..self.nodes.len())
+            .map(|i| Arc::from(sim_node(i).as_str()))
+            .collect()
+    }
+}

@@ -1,0 +1,237 @@
+//! The membership's I/O: the UDP socket, the timers, the seeds taken from the Nodes, and the
+//! live set handed to the planner. Everything else is [`MemberSet`].
+
+use super::member_set::{MemberSet, MembershipSettings, Outputs};
+use super::peer::Peer;
+use super::seal::Key;
+use crate::announce::placement::NodeName;
+use crate::source::file::Loaded;
+use foca::Timer;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The live set as the planner takes it: `None` until the membership settled (joined others,
+/// or found none to join), so that a starting agent does not take every VIP for a moment.
+pub type LiveMembers = Option<Arc<BTreeSet<NodeName>>>;
+
+/// How long a starting member waits to hear from the others before it trusts its own view.
+const SETTLE: Duration = Duration::from_secs(2);
+/// How often seeds that are not members yet are asked again (a node that starts later).
+const REJOIN_EVERY: Duration = Duration::from_secs(2);
+/// Refused datagrams are reported at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// What the membership task needs.
+pub struct MembershipTask {
+    pub settings: MembershipSettings,
+    pub key: Key,
+    /// This agent's node name.
+    pub node: String,
+    /// The address others reach this node at; `None`: this node's InternalIP (else first
+    /// address) from its Node.
+    pub address: Option<IpAddr>,
+    /// The objects, for the Nodes: this node's address and the seeds.
+    pub objects: watch::Receiver<Arc<Loaded>>,
+    pub live: watch::Sender<LiveMembers>,
+    /// Set to true to leave the membership and stop.
+    pub stop: watch::Receiver<bool>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Every Node's membership address but this node's, and this node's own.
+fn addresses(loaded: &Loaded, node: &str, port: u16) -> (Option<IpAddr>, Vec<SocketAddr>) {
+    let mut own = None;
+    let mut seeds = Vec::new();
+    for n in &loaded.objects.nodes {
+        let addrs: Vec<&k8s_openapi::api::core::v1::NodeAddress> = n
+            .status
+            .iter()
+            .flat_map(|s| s.addresses.iter().flatten())
+            .collect();
+        let pick = addrs
+            .iter()
+            .find(|a| a.type_ == "InternalIP")
+            .or_else(|| addrs.first())
+            .and_then(|a| a.address.parse::<IpAddr>().ok());
+        let Some(ip) = pick else { continue };
+        if n.metadata.name.as_deref() == Some(node) {
+            own = Some(ip);
+        } else {
+            seeds.push(SocketAddr::new(ip, port));
+        }
+    }
+    seeds.sort();
+    (own, seeds)
+}
+
+impl MembershipTask {
+    pub async fn run(mut self) {
+        // This node's address comes from its Node, which may not be listed yet.
+        let (ip, mut seeds) = loop {
+            let loaded = self.objects.borrow_and_update().clone();
+            let (own, seeds) = addresses(&loaded, &self.node, self.settings.port);
+            if let Some(ip) = self.address.or(own) {
+                break (ip, seeds);
+            }
+            tracing::warn!(node = %self.node, "membership waits for this node's address (its Node's InternalIP, or set membership.address)");
+            tokio::select! {
+                r = self.objects.changed() => if r.is_err() { return },
+                _ = self.stop.changed() => return,
+            }
+        };
+        let me = Peer {
+            node: self.node.clone(),
+            addr: SocketAddr::new(ip, self.settings.port),
+            bump: now_ms(),
+        };
+        let bind = SocketAddr::new(
+            match ip {
+                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            },
+            self.settings.port,
+        );
+        let socket = match UdpSocket::bind(bind).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(address = %bind, error = %e, "membership cannot listen; VIPs are placed by Node readiness alone");
+                return;
+            }
+        };
+        let mut set = match MemberSet::new(me.clone(), &self.settings, self.key.clone(), me.bump) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "membership not started; VIPs are placed by Node readiness alone");
+                return;
+            }
+        };
+        tracing::info!(me = %me.addr, seeds = seeds.len(), "membership listening");
+        let mut timers: BTreeMap<(Instant, u64), Timer<Peer>> = BTreeMap::new();
+        let mut seq = 0u64;
+        let started = Instant::now();
+        let mut settled = false;
+        let mut refused = 0u64;
+        let mut warned: Option<Instant> = None;
+        let mut rejoin = tokio::time::interval(REJOIN_EVERY);
+        let mut buf = vec![0u8; 65_536];
+        let out = set.join(now_ms(), &seeds);
+        self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled)
+            .await;
+        loop {
+            let next = timers.keys().next().map(|(t, _)| *t);
+            let settle_at = (!settled).then_some(started + SETTLE);
+            let wake = [next, settle_at].into_iter().flatten().min();
+            tokio::select! {
+                r = socket.recv_from(&mut buf) => {
+                    let Ok((n, from)) = r else { continue };
+                    match set.receive(now_ms(), &buf[..n]) {
+                        Ok(out) => {
+                            if !settled && set.live().len() > 1 {
+                                settled = true;
+                                self.publish(&set);
+                            }
+                            self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
+                        }
+                        Err(e) => {
+                            refused += 1;
+                            if warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                                tracing::warn!(from = %from, error = %e, refused, "membership datagram refused");
+                                warned = Some(Instant::now());
+                            }
+                        }
+                    }
+                }
+                _ = sleep_until(wake) => {
+                    let now = Instant::now();
+                    if !settled && now >= started + SETTLE {
+                        settled = true;
+                        self.publish(&set);
+                    }
+                    let due: Vec<(Instant, u64)> = timers.range(..=(now, u64::MAX)).map(|(k, _)| *k).collect();
+                    for k in due {
+                        if let Some(t) = timers.remove(&k) {
+                            let out = set.timer(now_ms(), t);
+                            self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
+                        }
+                    }
+                }
+                _ = rejoin.tick() => {
+                    let live = set.live().len();
+                    if live <= seeds.len() {
+                        let out = set.join(now_ms(), &seeds);
+                        self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
+                    }
+                }
+                r = self.objects.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    let loaded = self.objects.borrow_and_update().clone();
+                    let (_, now) = addresses(&loaded, &self.node, self.settings.port);
+                    if now != seeds {
+                        let new: Vec<SocketAddr> = now.iter().filter(|s| !seeds.contains(s)).copied().collect();
+                        seeds = now;
+                        let out = set.join(now_ms(), &new);
+                        self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
+                    }
+                }
+                _ = self.stop.changed() => {
+                    let out = set.leave(now_ms());
+                    for (to, d) in out.sends {
+                        let _ = socket.send_to(&d, to).await;
+                    }
+                    tracing::info!("left the membership");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Send, schedule, and publish a changed live set (once settled).
+    async fn handle(
+        &self,
+        socket: &UdpSocket,
+        set: &mut MemberSet,
+        out: Outputs,
+        timers: &mut BTreeMap<(Instant, u64), Timer<Peer>>,
+        seq: &mut u64,
+        settled: bool,
+    ) {
+        for (to, d) in out.sends {
+            if let Err(e) = socket.send_to(&d, to).await {
+                tracing::debug!(to = %to, error = %e, "membership datagram not sent");
+            }
+        }
+        let now = Instant::now();
+        for (after, t) in out.timers {
+            *seq += 1;
+            timers.insert((now + after, *seq), t);
+        }
+        if out.live_changed && settled {
+            self.publish(set);
+        }
+    }
+
+    fn publish(&self, set: &MemberSet) {
+        let live = Arc::new(set.live().clone());
+        tracing::info!(live = ?live, "membership changed");
+        self.live.send_replace(Some(live));
+    }
+}
+
+async fn sleep_until(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

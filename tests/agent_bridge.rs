@@ -542,6 +542,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         maker: plan.maker,
         delta: Some(plan.delta),
         router_mac: None,
+        announce: Vec::new(),
     }))
     .unwrap();
     tokio::time::timeout(

@@ -98,6 +98,7 @@ impl PlannerTask {
                         maker: b.maker,
                         delta,
                         router_mac,
+                        announce: b.announce,
                     }));
                 }
             };

@@ -29,6 +29,16 @@ impl Turn {
     }
 }
 
+/// What one update changed for this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    /// The VIPs it took or gave up, in VIP order.
+    pub turns: Vec<Turn>,
+    /// Nodes became live. Either side of a healed partition may have announced a VIP while
+    /// they could not see each other, so every owner announces its VIPs again.
+    pub joined: bool,
+}
+
 /// Who announces what, from this node's side.
 #[derive(Debug, Clone)]
 pub struct Announcements {
@@ -59,12 +69,13 @@ impl Announcements {
         vips: &imbl::OrdSet<IpAddr>,
         nodes: &[Arc<core::Node>],
         members: Option<&BTreeSet<NodeName>>,
-    ) -> Vec<Turn> {
+    ) -> Change {
         let mut moves: Vec<Move> = Vec::new();
         let mut live = live_nodes(nodes);
         if let Some(m) = members {
             live.retain(|n| m.contains(n));
         }
+        let joined = live.difference(&self.live).next().is_some();
         if live != self.live {
             self.live = live.clone();
             moves.extend(self.placement.set_live(live));
@@ -93,7 +104,7 @@ impl Announcements {
             }
         }
         turns.sort();
-        turns
+        Change { turns, joined }
     }
 
     /// The node that announces `vip`, if any is live.
@@ -176,7 +187,7 @@ mod tests {
             .collect();
         let mut mine: Vec<BTreeSet<IpAddr>> = Vec::new();
         for a in &mut each {
-            let turns = a.update(&v, &all, None);
+            let turns = a.update(&v, &all, None).turns;
             assert!(turns.iter().all(|t| t.here));
             mine.push(turns.iter().map(|t| t.vip).collect());
         }
@@ -193,12 +204,12 @@ mod tests {
             node("n2", Some("True")),
             node("n3", Some("True")),
         ];
-        let lost = each[0].update(&v, &n1_down, None);
+        let lost = each[0].update(&v, &n1_down, None).turns;
         assert!(lost.iter().all(|t| !t.here));
         assert_eq!(lost.len(), mine[0].len());
         let mut taken = BTreeSet::new();
         for a in &mut each[1..] {
-            let turns = a.update(&v, &n1_down, None);
+            let turns = a.update(&v, &n1_down, None).turns;
             assert!(turns.iter().all(|t| t.here));
             taken.extend(turns.iter().map(|t| t.vip));
         }
@@ -216,12 +227,12 @@ mod tests {
         let mut fewer = v.clone();
         fewer.remove(&gone);
         assert_eq!(
-            each[1].update(&fewer, &n1_down, None),
+            each[1].update(&fewer, &n1_down, None).turns,
             [Turn {
                 vip: gone,
                 here: false
             }]
         );
-        assert_eq!(each[2].update(&fewer, &n1_down, None), []);
+        assert_eq!(each[2].update(&fewer, &n1_down, None).turns, []);
     }
 }

@@ -33,6 +33,9 @@ pub struct BridgeFlows {
     /// Makes each flow of `flows` from its key.
     pub maker: FlowMaker,
     pub delta: FlowDelta,
+    /// VIPs this node answers for whose answer did not change but must be announced again
+    /// (a node came back; see [`crate::announce::announcements::Change::joined`]).
+    pub announce: Vec<std::net::Ipv4Addr>,
 }
 
 /// The Northbound rows after an update, and what changed.
@@ -114,17 +117,29 @@ impl Planner {
         self.generation += 1;
         let previous_vips = self.services.vips();
         let mut deltas = self.services.update(objects);
+        let mut announce = vec![Vec::new(); deltas.len()];
         if let Some(a) = &mut self.announcements {
-            let turns = a.update(
+            let change = a.update(
                 &self.services.vips(),
                 &objects.nodes,
                 self.members.as_deref(),
             );
+            let again: Vec<std::net::Ipv4Addr> = if change.joined {
+                a.here()
+                    .filter_map(|v| match v {
+                        IpAddr::V4(v) => Some(*v),
+                        IpAddr::V6(_) => None,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             for (i, delta) in deltas.iter_mut().enumerate() {
                 if !self.services.announces(i) {
                     continue;
                 }
-                for t in &turns {
+                announce[i].clone_from(&again);
+                for t in &change.turns {
                     let Some(vip) = t.v4() else { continue };
                     let key = FlowKey::ArpAnswer(vip);
                     if self.services.set_flow(i, key, t.here) {
@@ -138,10 +153,12 @@ impl Planner {
         let bridges = deltas
             .into_iter()
             .enumerate()
-            .map(|(i, delta)| BridgeFlows {
+            .zip(announce)
+            .map(|((i, delta), announce)| BridgeFlows {
                 flows: self.services.flows(i),
                 maker: self.services.maker(i),
                 delta,
+                announce,
             })
             .collect();
         let services = &self.services;

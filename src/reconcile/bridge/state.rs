@@ -28,6 +28,9 @@ pub struct DesiredFlows {
     /// This node's OVN gateway router MAC, from its Node annotation
     /// ([`crate::model::gateway_router_mac`]).
     pub router_mac: Option<MacAddr>,
+    /// VIPs to announce again once this plan is on the switch, though their answer flows did
+    /// not change (a node came back: the network may have moved to another node meanwhile).
+    pub announce: Vec<std::net::Ipv4Addr>,
 }
 
 /// Something about the bridge that keeps flows from working as planned, reported in the

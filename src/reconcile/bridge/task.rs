@@ -224,11 +224,14 @@ impl Session {
         if !s.bridge.announce {
             return;
         }
-        let vips = if full {
+        let mut vips = if full {
             garp::answered(&plan.flows)
         } else {
             garp::taken(touched, &plan.flows)
         };
+        vips.extend(plan.announce.iter().copied());
+        vips.sort_unstable();
+        vips.dedup();
         if let (Ok(uplink), Some(mac)) = (&roles.uplink, roles.mac) {
             garp::spawn(
                 self.conn.clone(),

@@ -168,6 +168,11 @@ impl NsUdp {
         Ok(NsUdp { sock })
     }
 
+    /// The socket itself, for senders and receivers of their own (a prober).
+    pub fn socket(&self) -> &UdpSocket {
+        &self.sock
+    }
+
     pub fn request(&self, addr: SocketAddr, size: usize, timeout: Duration) -> io::Result<String> {
         let payload = vec![b'x'; size];
         self.sock.send_to(&payload, addr)?;

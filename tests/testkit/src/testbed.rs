@@ -276,6 +276,40 @@ impl Testbed {
     /// Start `vipflow agent` for node *i* on `objects` with `args`, as a user runs it; logs go to
     /// `<node dir>/vipflow.log` (appended, so restarts keep the history).
     pub fn agent(&self, bin: &Path, node: usize, objects: &Path, args: &[String]) -> AgentProcess {
+        self.spawn_agent(None, bin, node, objects, args)
+    }
+
+    /// [`Testbed::agent`] inside node *i*'s namespace, as a host-network pod runs: what it
+    /// sends to other nodes (the membership) goes over br-ex and the uplink.
+    pub fn agent_in_node(
+        &self,
+        bin: &Path,
+        node: usize,
+        objects: &Path,
+        args: &[String],
+    ) -> AgentProcess {
+        let ns = self.ns(&format!("node{node}"));
+        self.spawn_agent(Some(&ns), bin, node, objects, args)
+    }
+
+    /// Take node *i*'s uplink down at the wire, as a pulled cable: nothing in or out.
+    pub fn cut_uplink(&self, node: usize) {
+        self.ip("wire", &["link", "set", &format!("n{node}"), "down"]);
+    }
+
+    /// Put node *i*'s uplink back.
+    pub fn restore_uplink(&self, node: usize) {
+        self.ip("wire", &["link", "set", &format!("n{node}"), "up"]);
+    }
+
+    fn spawn_agent(
+        &self,
+        ns: Option<&str>,
+        bin: &Path,
+        node: usize,
+        objects: &Path,
+        args: &[String],
+    ) -> AgentProcess {
         let d = self.node_dir(node);
         let log_path = d.join("vipflow.log");
         let log = std::fs::OpenOptions::new()
@@ -283,7 +317,16 @@ impl Testbed {
             .append(true)
             .open(&log_path)
             .expect("agent log");
-        let child = Command::new(bin)
+        // `ip netns exec` enters the namespace and execs the agent: the pid is the agent's.
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = cmd
             .arg("agent")
             .arg("--objects")
             .arg(objects)

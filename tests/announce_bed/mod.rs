@@ -1,0 +1,438 @@
+//! Shared by the failover test and benchmark: three testbed nodes whose agents run in the
+//! nodes' own namespaces with `--announce` and the membership, a Service whose VIP answers
+//! UDP from a pod on every node, a client probing it every 10 ms, and one unplanned failover
+//! measured from the packets and the agents' logs.
+#![allow(dead_code)]
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use testkit::netns::{NsUdp, POD_TCP_PORT, POD_UDP_PORT, PodServer};
+use testkit::testbed::{self, AgentProcess, Testbed};
+
+pub const VIP: &str = "172.18.0.100";
+pub const NODES: usize = 3;
+/// The client probes the VIP this often.
+pub const PROBE_EVERY: Duration = Duration::from_millis(10);
+
+/// Poll `f` every 20 ms for up to `secs` seconds.
+pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out after {secs} s waiting for: {what}");
+}
+
+fn objects() -> String {
+    let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 1..=NODES {
+        y += &format!(
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+            testbed::node_ip(i)
+        );
+    }
+    y += &format!(
+        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP}\", ipMode: VIP}}]}}}}\n"
+    );
+    let eps: String = (1..=NODES)
+        .map(|i| {
+            format!(
+                "  - {{addresses: [\"{}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n",
+                testbed::pod_ip(i, 'a')
+            )
+        })
+        .collect();
+    y += &format!(
+        "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: IPv4\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{eps}"
+    );
+    y
+}
+
+/// The bed: testbed, pods, agents.
+pub struct AnnounceBed {
+    pub tb: Testbed,
+    pub agents: Vec<AgentProcess>,
+    _pods: Vec<PodServer>,
+    objects: PathBuf,
+    key: PathBuf,
+}
+
+impl AnnounceBed {
+    /// Start it and wait until one node answers for the VIP and the membership is whole;
+    /// `None` where namespaces cannot be made (the caller skips).
+    pub fn start(bin: &Path) -> Option<AnnounceBed> {
+        let tb = Testbed::start(NODES)?;
+        let pods = (1..=NODES)
+            .map(|i| {
+                let name = format!("pod{i}a");
+                PodServer::start(&tb.ns(&name), &name).expect("pod server")
+            })
+            .collect();
+        let objects_path = tb.path().join("objects.yaml");
+        std::fs::write(&objects_path, objects()).unwrap();
+        let key = tb.path().join("membership.key");
+        std::fs::write(&key, "a test secret shared by the three nodes\n").unwrap();
+        let mut bed = AnnounceBed {
+            agents: Vec::new(),
+            _pods: pods,
+            objects: objects_path,
+            key,
+            tb,
+        };
+        for i in 1..=NODES {
+            let a = bed.tb.agent_in_node(bin, i, &bed.objects, &bed.args(i));
+            bed.agents.push(a);
+        }
+        eventually("the Northbound row", 30, || {
+            bed.tb.nbctl(&["lb-list"]).contains(&format!("{VIP}:53"))
+        });
+        bed.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+        eventually("a whole membership", 30, || {
+            (1..=NODES).all(|i| bed.last_live(i).is_some_and(|l| l.len() == NODES))
+        });
+        eventually("one node answering", 30, || bed.answering().len() == 1);
+        Some(bed)
+    }
+
+    fn args(&self, node: usize) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "--announce".into(),
+            "--membership-key-file".into(),
+            self.key.display().to_string(),
+        ];
+        if node == 1 {
+            for s in [
+                "--nb-remote",
+                &self.tb.nb_remote(),
+                "--node-router",
+                "GR_{node}",
+                "--node-switch",
+                "{node}",
+            ] {
+                a.push(s.to_string());
+            }
+        }
+        a
+    }
+
+    /// The nodes whose br-ex has the ARP answer for the VIP.
+    pub fn answering(&self) -> Vec<usize> {
+        (1..=NODES)
+            .filter(|&i| {
+                self.tb
+                    .ofctl(i, &["dump-flows", "br-ex"])
+                    .lines()
+                    .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
+            })
+            .collect()
+    }
+
+    fn log(&self, node: usize) -> String {
+        std::fs::read_to_string(self.tb.node_dir(node).join("vipflow.log")).unwrap_or_default()
+    }
+
+    /// The live set node `node` last logged.
+    pub fn last_live(&self, node: usize) -> Option<Vec<String>> {
+        self.log(node)
+            .lines()
+            .rfind(|l| l.contains("membership changed"))
+            .map(live_of)
+    }
+
+    /// The first log line of `node` after `since` that contains `needle` and satisfies `f`,
+    /// and when it was written.
+    pub fn logged_after(
+        &self,
+        node: usize,
+        since: SystemTime,
+        needle: &str,
+        f: impl Fn(&str) -> bool,
+    ) -> Option<SystemTime> {
+        self.log(node)
+            .lines()
+            .filter(|l| l.contains(needle) && f(l))
+            .filter_map(log_time)
+            .find(|t| *t >= since)
+    }
+
+    /// One unplanned failover: the owner's uplink is cut while the client probes the VIP every
+    /// 10 ms; the owner's uplink is put back once a new owner answers and the bed has healed.
+    pub fn trial(&self, prober: &Prober) -> Trial {
+        let owner = self.answering()[0];
+        prober.wait_answered(Duration::from_secs(10));
+        let cut_wall = SystemTime::now();
+        let cut = Instant::now();
+        self.tb.cut_uplink(owner);
+        let answered = prober.first_answer_after(cut, Duration::from_secs(10));
+        let mut next = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while next == 0 && Instant::now() < deadline {
+            next = self
+                .answering()
+                .into_iter()
+                .find(|&n| n != owner)
+                .unwrap_or(0);
+        }
+        let dead = format!("\"node{owner}\"");
+        let detected = (1..=NODES)
+            .filter(|&n| n != owner)
+            .filter_map(|n| {
+                self.logged_after(n, cut_wall, "membership changed", |l| !l.contains(&dead))
+            })
+            .min();
+        let garp = (next > 0)
+            .then(|| self.logged_after(next, cut_wall, "gratuitous ARP sent", |_| true))
+            .flatten();
+        let ms = |t: Option<SystemTime>| {
+            t.and_then(|t| t.duration_since(cut_wall).ok())
+                .map(|d| d.as_secs_f64() * 1e3)
+        };
+        let trial = Trial {
+            owner,
+            next,
+            detect_ms: ms(detected),
+            garp_ms: ms(garp),
+            outage_ms: answered.map(|t| t.duration_since(cut).as_secs_f64() * 1e3),
+        };
+        // Heal: the uplink back, the membership whole, the VIP back on its owner (placement
+        // is consistent: it fails back) and answering again.
+        self.tb.restore_uplink(owner);
+        eventually("the membership whole again", 30, || {
+            (1..=NODES).all(|i| self.last_live(i).is_some_and(|l| l.len() == NODES))
+        });
+        eventually("one node answering again", 30, || {
+            self.answering() == [owner]
+        });
+        let mac = testbed::node_mac(owner);
+        eventually("the client's neighbor entry on the owner again", 30, || {
+            self.client_neighbor().as_deref() == Some(mac.as_str())
+        });
+        prober.wait_answered(Duration::from_secs(10));
+        trial
+    }
+
+    /// The client's neighbor entry for the VIP: its MAC, if it has one.
+    pub fn client_neighbor(&self) -> Option<String> {
+        let out = self
+            .tb
+            .ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
+        let mut words = out.split_whitespace();
+        words.find(|w| *w == "lladdr")?;
+        words.next().map(|m| m.to_ascii_lowercase())
+    }
+
+    /// The client's probe sockets.
+    pub fn client_udp(&self) -> Vec<NsUdp> {
+        (0..SOCKETS)
+            .map(|_| NsUdp::new(&self.tb.ns("client"), false).expect("client socket"))
+            .collect()
+    }
+}
+
+/// One failover's figures, in ms after the cut.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    pub owner: usize,
+    pub next: usize,
+    /// The first surviving node that logged the owner gone.
+    pub detect_ms: Option<f64>,
+    /// The new owner's first gratuitous ARP.
+    pub garp_ms: Option<f64>,
+    /// The first probe answered after the cut: the outage.
+    pub outage_ms: Option<f64>,
+}
+
+/// `{"node1", "node3"}` in a `membership changed` line.
+fn live_of(line: &str) -> Vec<String> {
+    let Some(start) = line.find("live=") else {
+        return Vec::new();
+    };
+    line[start..]
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The time at the start of an agent's log line (`2026-11-26T03:31:30.563966Z`).
+fn log_time(line: &str) -> Option<SystemTime> {
+    let ts = line.split_whitespace().next()?;
+    let (date, time) = ts.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.split('-').map(|x| x.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|x| x.parse::<i64>());
+    let (hh, mm, ss) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y2 = if m <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
+    let micros: i64 = format!("{frac:0<6}")[..6].parse().ok()?;
+    let secs = u64::try_from(secs).ok()?;
+    let micros = u64::try_from(micros).ok()?;
+    Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+}
+
+/// The client sending a UDP datagram to the VIP every [`PROBE_EVERY`] and noting each answer
+/// with the time its probe was sent (the probe's size tells which it was: the pod answers with
+/// the number of bytes it got), so that an answer to a probe sent before a cut never counts as
+/// one after it. Probes go out of [`SOCKETS`] sockets in turn: the load balancer picks a
+/// backend by the 5-tuple, and a single source port could stick to a pod on the node that was
+/// cut off.
+pub struct Prober {
+    stop: Arc<AtomicBool>,
+    /// (probe sent, answer received).
+    answers: Arc<Mutex<Vec<(Instant, Instant)>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Probe sizes cycle through this many values.
+const SIZES: usize = 1024;
+/// Source sockets the probes take in turn.
+pub const SOCKETS: usize = 8;
+
+impl Prober {
+    pub fn start(udp: Vec<NsUdp>) -> Prober {
+        let socks: Vec<UdpSocket> = udp
+            .iter()
+            .map(|u| u.socket().try_clone().expect("clone socket"))
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let sent: Arc<Mutex<Vec<Option<Instant>>>> = Arc::new(Mutex::new(vec![None; SIZES]));
+        let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 53);
+        let s = stop.clone();
+        let sent_w = sent.clone();
+        let recvs: Vec<UdpSocket> = socks
+            .iter()
+            .map(|s| {
+                let r = s.try_clone().expect("clone socket");
+                r.set_read_timeout(Some(Duration::from_millis(20)))
+                    .expect("timeout");
+                r
+            })
+            .collect();
+        let sender = std::thread::spawn(move || {
+            let mut next = Instant::now();
+            let payload = [b'p'; 16 + SIZES];
+            let mut seq = 0usize;
+            while !s.load(Ordering::Relaxed) {
+                let size = 16 + seq % SIZES;
+                sent_w.lock().unwrap_or_else(|p| p.into_inner())[seq % SIZES] =
+                    Some(Instant::now());
+                let _ = socks[seq % socks.len()].send_to(&payload[..size], to);
+                seq += 1;
+                next += PROBE_EVERY;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+        });
+        let s = stop.clone();
+        let a = answers.clone();
+        let receiver = std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            let mut turn = 0usize;
+            while !s.load(Ordering::Relaxed) {
+                turn += 1;
+                let recv = &recvs[turn % recvs.len()];
+                recv.set_nonblocking(true).ok();
+                let Ok((n, from)) = recv.recv_from(&mut buf) else {
+                    if turn.is_multiple_of(recvs.len()) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    continue;
+                };
+                let at = Instant::now();
+                let text = String::from_utf8_lossy(&buf[..n]);
+                let size = text
+                    .split_whitespace()
+                    .last()
+                    .and_then(|b| b.parse::<usize>().ok());
+                if let (true, Some(size)) = (from == to, size)
+                    && let Some(i) = size.checked_sub(16).filter(|i| *i < SIZES)
+                    && let Some(t) = sent.lock().unwrap_or_else(|p| p.into_inner())[i]
+                {
+                    a.lock().unwrap_or_else(|p| p.into_inner()).push((t, at));
+                }
+            }
+        });
+        Prober {
+            stop,
+            answers,
+            threads: vec![sender, receiver],
+        }
+    }
+
+    /// When the first probe sent after `t` was answered, waiting up to `within`.
+    pub fn first_answer_after(&self, t: Instant, within: Duration) -> Option<Instant> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(a) = self
+                .answers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .filter(|(sent, _)| *sent > t)
+                .map(|(_, got)| *got)
+                .min()
+            {
+                return Some(a);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Wait for an answer to a probe sent from now on (the VIP reachable), panicking after
+    /// `within`.
+    pub fn wait_answered(&self, within: Duration) {
+        let now = Instant::now();
+        assert!(
+            self.first_answer_after(now, within).is_some(),
+            "the VIP does not answer the client"
+        );
+    }
+
+    /// Probes sent after `t` and answered.
+    pub fn answered_since(&self, t: Instant) -> usize {
+        self.answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(sent, _)| *sent > t)
+            .count()
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The p-th percentile of `v` (nearest rank).
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}

@@ -34,3 +34,42 @@ fn a_cut_owner_is_replaced_and_the_vip_answers_again() {
         );
     }
 }
+
+#[test]
+fn a_stopped_owner_hands_its_vip_over_without_losing_a_probe() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
+    let Some(mut bed) = AnnounceBed::start(&bin) else {
+        return;
+    };
+    let prober = Prober::start(bed.client_udp());
+    prober.wait_answered(std::time::Duration::from_secs(10));
+    let owner = bed.answering()[0];
+    let start = std::time::Instant::now();
+    // SIGTERM, as a rolling upgrade or a drain stops the pod.
+    let status = bed.agents[owner - 1].terminate();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the agent did not stop cleanly: {status:?}"
+    );
+    // Another node answers, and the stopped one no longer does (its flows stay, its answer
+    // does not).
+    announce_bed::eventually("another node answering alone", 10, || {
+        let a = bed.answering();
+        a.len() == 1 && a[0] != owner
+    });
+    let next = bed.answering()[0];
+    let mac = testkit::testbed::node_mac(next);
+    announce_bed::eventually("the client on the new owner", 10, || {
+        bed.client_neighbor().as_deref() == Some(mac.as_str())
+    });
+    let end = std::time::Instant::now();
+    // Answers to the last probes are let in.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (sent, answered) = prober.sent_and_answered(start, end);
+    eprintln!(
+        "node{owner} stopped, node{next} took over: {sent} probes in {} ms, {answered} answered",
+        end.duration_since(start).as_millis()
+    );
+    assert!(sent > 50, "{sent} probes");
+    assert_eq!(answered, sent, "probes lost during a planned handover");
+}

@@ -63,9 +63,29 @@ pub fn start(
 }
 
 impl Members {
-    /// Leave the membership (the others take this node's VIPs at once) and stop.
-    pub async fn leave(self) {
+    /// Leave the membership: the others take this node's VIPs at once, and after
+    /// [`crate::membership::task::HANDOVER`] this node's planner sees itself gone and stops
+    /// answering; then wait until the bridges applied that.
+    pub async fn leave(self, running: &mut super::Running) {
+        let before = *running.generation.borrow();
         let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_millis(500), self.task).await;
+        let wait = crate::membership::task::HANDOVER + Duration::from_secs(1);
+        let _ = tokio::time::timeout(wait, self.task).await;
+        let withdrawn = async {
+            let g = running
+                .generation
+                .wait_for(|g| *g > before)
+                .await
+                .map(|g| *g);
+            if let Ok(g) = g {
+                running.wait_applied(g).await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(2), withdrawn)
+            .await
+            .is_err()
+        {
+            tracing::warn!("this node's answers may still be on the switch");
+        }
     }
 }

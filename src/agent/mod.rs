@@ -353,12 +353,12 @@ pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
         ..AgentOptions::default()
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
-    let running = start_with(cfg, rx, opts);
+    let mut running = start_with(cfg, rx, opts);
     let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
     if let Some(m) = members {
-        m.leave().await;
+        m.leave(&mut running).await;
     }
     watcher.abort();
     running.stop();
@@ -394,9 +394,9 @@ pub struct Cluster {
 impl Cluster {
     /// Graceful stop: hand the Northbound over at once (release the Lease) rather than after
     /// it expires; flows and rows stay in place.
-    pub async fn shutdown(self) {
-        if let Some(m) = self.members {
-            m.leave().await;
+    pub async fn shutdown(mut self) {
+        if let Some(m) = self.members.take() {
+            m.leave(&mut self.running).await;
         }
         if let Some(e) = self.election {
             e.release().await;

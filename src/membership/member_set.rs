@@ -104,6 +104,8 @@ pub struct Outputs {
     pub sends: Vec<(SocketAddr, Vec<u8>)>,
     pub timers: Vec<(Duration, Timer<Peer>)>,
     pub live_changed: bool,
+    /// Members this step declared down (or learned were).
+    pub down: Vec<String>,
 }
 
 /// This node's view of the membership.
@@ -151,6 +153,23 @@ impl MemberSet {
         self.drain(now_ms)
     }
 
+    /// Take `peers` as alive members without asking them (a cluster already formed: the
+    /// large simulations start from one instead of thousands of joins).
+    pub fn assume_members(
+        &mut self,
+        now_ms: u64,
+        peers: impl IntoIterator<Item = Peer>,
+    ) -> Outputs {
+        let members = peers
+            .into_iter()
+            .filter(|p| p.addr != self.me.addr)
+            .map(foca::Member::alive);
+        if let Err(e) = self.foca.apply_many(members, false, &mut self.runtime) {
+            tracing::debug!(error = %e, "membership: cannot take members");
+        }
+        self.drain(now_ms)
+    }
+
     /// A datagram from the network. One that is not sealed with the key, is stale, or that foca
     /// cannot read changes nothing.
     pub fn receive(&mut self, now_ms: u64, datagram: &[u8]) -> Result<Outputs, MembershipError> {
@@ -188,6 +207,21 @@ impl MemberSet {
         &self.me
     }
 
+    /// Which of `seeds` to ask again to let this node in, on the `turn`-th try: one that is
+    /// not a member, taken in turn, so that a node that starts late, or the other side of a
+    /// healed partition, is found within a few tries, while a dead node still listed as a
+    /// seed costs one datagram per try and not one per seed.
+    pub fn rejoin_target(&self, seeds: &[SocketAddr], turn: usize) -> Option<SocketAddr> {
+        let members: std::collections::HashSet<SocketAddr> =
+            self.foca.iter_members().map(|m| m.id().addr).collect();
+        let outside: Vec<SocketAddr> = seeds
+            .iter()
+            .filter(|s| **s != self.me.addr && !members.contains(*s))
+            .copied()
+            .collect();
+        (!outside.is_empty()).then(|| outside[turn % outside.len()])
+    }
+
     fn drain(&mut self, now_ms: u64) -> Outputs {
         let mut out = Outputs::default();
         while let Some((to, data)) = self.runtime.to_send() {
@@ -199,9 +233,11 @@ impl MemberSet {
         let mut notified = false;
         while let Some(n) = self.runtime.to_notify() {
             notified = true;
-            if let OwnedNotification::Rejoin(id) = &n {
+            match n {
                 // Declared down, and back under a new identity: foca did it.
-                self.me = id.clone();
+                OwnedNotification::Rejoin(id) => self.me = id,
+                OwnedNotification::MemberDown(p) if !p.node.is_empty() => out.down.push(p.node),
+                _ => {}
             }
         }
         if notified {

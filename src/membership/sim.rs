@@ -35,7 +35,14 @@ pub struct SimNetwork {
     pub sent: Vec<u64>,
     /// When a node's live set last changed.
     pub changed_at: Vec<u64>,
+    /// Every (time, observer, node) at which an observer declared a node down.
+    pub downs: Vec<(u64, usize, String)>,
+    next_rejoin: u64,
+    turn: usize,
 }
+
+/// How often a simulated node that does not see everyone asks one more node to let it in.
+pub const REJOIN_EVERY_MS: u64 = 2_000;
 
 /// The name of simulated node `i`.
 pub fn sim_node(i: usize) -> String {
@@ -87,9 +94,52 @@ impl SimNetwork {
             rng: StdRng::seed_from_u64(seed),
             sent: vec![0; n],
             changed_at: vec![0; n],
+            downs: Vec::new(),
+            next_rejoin: REJOIN_EVERY_MS,
+            turn: 0,
         };
         for i in 1..n {
             let out = net.nodes[i].join(0, &[sim_addr(0)]);
+            net.apply(i, out);
+        }
+        net
+    }
+
+    /// [`SimNetwork::new`] with every node already a member of every other: the steady state
+    /// of a formed cluster, without simulating thousands of joins.
+    pub fn formed(
+        n: usize,
+        settings: &MembershipSettings,
+        latency_ms: u64,
+        loss: f64,
+        seed: u64,
+    ) -> SimNetwork {
+        let mut net = SimNetwork::new(0, settings, latency_ms, loss, seed);
+        let key =
+            Key::from_secret(b"simulated membership secret").unwrap_or_else(|_| unreachable!());
+        let peers: Vec<Peer> = (0..n)
+            .map(|i| Peer {
+                node: sim_node(i),
+                addr: sim_addr(i),
+                bump: 1,
+            })
+            .collect();
+        for (i, me) in peers.iter().enumerate() {
+            let m = MemberSet::new(
+                me.clone(),
+                settings,
+                key.clone(),
+                seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+            )
+            .unwrap_or_else(|e| panic!("simulated member: {e}"));
+            net.nodes.push(m);
+        }
+        net.by_addr = (0..n).map(|i| (sim_addr(i), i)).collect();
+        net.cut = vec![false; n];
+        net.sent = vec![0; n];
+        net.changed_at = vec![0; n];
+        for i in 0..n {
+            let out = net.nodes[i].assume_members(0, peers.iter().cloned());
             net.apply(i, out);
         }
         net
@@ -131,13 +181,26 @@ impl SimNetwork {
         self.cut[i] = true;
     }
 
-    /// Run until `until_ms` of virtual time.
+    /// Run until `until_ms` of virtual time. Every [`REJOIN_EVERY_MS`] each node asks one
+    /// node it does not see to let it in, as the agent's membership task does.
     pub fn run_until(&mut self, until_ms: u64) {
-        while let Some(entry) = self.queue.first_entry() {
-            let (at, _) = *entry.key();
-            if at > until_ms {
-                break;
+        loop {
+            let next_event = self.queue.keys().next().map(|(t, _)| *t);
+            let next_rejoin = self.next_rejoin;
+            match next_event {
+                Some(at) if at <= until_ms && at < next_rejoin => {}
+                _ if next_rejoin <= until_ms => {
+                    self.now_ms = next_rejoin;
+                    self.next_rejoin += REJOIN_EVERY_MS;
+                    self.rejoin();
+                    continue;
+                }
+                _ => break,
             }
+            let Some(entry) = self.queue.first_entry() else {
+                break;
+            };
+            let (at, _) = *entry.key();
             let ev = entry.remove();
             self.now_ms = at;
             match ev {
@@ -162,6 +225,20 @@ impl SimNetwork {
         self.now_ms = until_ms;
     }
 
+    fn rejoin(&mut self) {
+        self.turn += 1;
+        let all: Vec<SocketAddr> = (0..self.nodes.len()).map(sim_addr).collect();
+        for i in 0..self.nodes.len() {
+            if self.cut[i] || self.nodes[i].live().len() == self.nodes.len() {
+                continue;
+            }
+            if let Some(s) = self.nodes[i].rejoin_target(&all, self.turn + i) {
+                let out = self.nodes[i].join(self.now_ms, &[s]);
+                self.apply(i, out);
+            }
+        }
+    }
+
     fn push(&mut self, at: u64, ev: Event) {
         self.seq += 1;
         self.queue.insert((at, self.seq), ev);
@@ -170,6 +247,9 @@ impl SimNetwork {
     fn apply(&mut self, from: usize, out: Outputs) {
         if out.live_changed {
             self.changed_at[from] = self.now_ms;
+        }
+        for d in out.down {
+            self.downs.push((self.now_ms, from, d));
         }
         for (d, t) in out.timers {
             let at = self.now_ms + u64::try_from(d.as_millis()).unwrap_or(u64::MAX);

@@ -21,8 +21,11 @@ pub type LiveMembers = Option<Arc<BTreeSet<NodeName>>>;
 
 /// How long a starting member waits to hear from the others before it trusts its own view.
 const SETTLE: Duration = Duration::from_secs(2);
-/// How often seeds that are not members yet are asked again (a node that starts later).
+/// How often one seed that is not a member is asked again (a node that starts later, the other
+/// side of a healed partition).
 const REJOIN_EVERY: Duration = Duration::from_secs(2);
+/// After leaving, how long this node keeps answering while the others take its VIPs over.
+pub const HANDOVER: Duration = Duration::from_secs(1);
 /// Refused datagrams are reported at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -123,6 +126,7 @@ impl MembershipTask {
         let mut refused = 0u64;
         let mut warned: Option<Instant> = None;
         let mut rejoin = tokio::time::interval(REJOIN_EVERY);
+        let mut turn = 0usize;
         let mut buf = vec![0u8; 65_536];
         let out = set.join(now_ms(), &seeds);
         self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled)
@@ -166,9 +170,9 @@ impl MembershipTask {
                     }
                 }
                 _ = rejoin.tick() => {
-                    let live = set.live().len();
-                    if live <= seeds.len() {
-                        let out = set.join(now_ms(), &seeds);
+                    turn = turn.wrapping_add(1);
+                    if let Some(s) = set.rejoin_target(&seeds, turn) {
+                        let out = set.join(now_ms(), &[s]);
                         self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
                     }
                 }
@@ -190,7 +194,13 @@ impl MembershipTask {
                     for (to, d) in out.sends {
                         let _ = socket.send_to(&d, to).await;
                     }
-                    tracing::info!("left the membership");
+                    // Make before break: the others take this node's VIPs and announce them
+                    // first; then this node stops answering (the planner sees it not live).
+                    tracing::info!(handover = ?HANDOVER, "left the membership; handing this node's VIPs over");
+                    tokio::time::sleep(HANDOVER).await;
+                    let mut rest = set.live().clone();
+                    rest.remove(self.node.as_str());
+                    self.live.send_replace(Some(Arc::new(rest)));
                     return;
                 }
             }
@@ -207,6 +217,9 @@ impl MembershipTask {
         seq: &mut u64,
         settled: bool,
     ) {
+        for node in &out.down {
+            tracing::info!(node = %node, "membership: node down");
+        }
         for (to, d) in out.sends {
             if let Err(e) = socket.send_to(&d, to).await {
                 tracing::debug!(to = %to, error = %e, "membership datagram not sent");

@@ -293,6 +293,8 @@ fn log_time(line: &str) -> Option<SystemTime> {
 /// cut off.
 pub struct Prober {
     stop: Arc<AtomicBool>,
+    /// When each probe was sent.
+    sends: Arc<Mutex<Vec<Instant>>>,
     /// (probe sent, answer received).
     answers: Arc<Mutex<Vec<(Instant, Instant)>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -315,6 +317,8 @@ impl Prober {
         let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 53);
         let s = stop.clone();
         let sent_w = sent.clone();
+        let sends = Arc::new(Mutex::new(Vec::new()));
+        let sends_w = sends.clone();
         let recvs: Vec<UdpSocket> = socks
             .iter()
             .map(|s| {
@@ -330,8 +334,9 @@ impl Prober {
             let mut seq = 0usize;
             while !s.load(Ordering::Relaxed) {
                 let size = 16 + seq % SIZES;
-                sent_w.lock().unwrap_or_else(|p| p.into_inner())[seq % SIZES] =
-                    Some(Instant::now());
+                let now = Instant::now();
+                sent_w.lock().unwrap_or_else(|p| p.into_inner())[seq % SIZES] = Some(now);
+                sends_w.lock().unwrap_or_else(|p| p.into_inner()).push(now);
                 let _ = socks[seq % socks.len()].send_to(&payload[..size], to);
                 seq += 1;
                 next += PROBE_EVERY;
@@ -369,6 +374,7 @@ impl Prober {
         });
         Prober {
             stop,
+            sends,
             answers,
             threads: vec![sender, receiver],
         }
@@ -404,6 +410,26 @@ impl Prober {
             self.first_answer_after(now, within).is_some(),
             "the VIP does not answer the client"
         );
+    }
+
+    /// Probes sent in [from, to), and how many of them were answered.
+    pub fn sent_and_answered(&self, from: Instant, to: Instant) -> (usize, usize) {
+        let within = |t: &Instant| *t >= from && *t < to;
+        let sent = self
+            .sends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|t| within(t))
+            .count();
+        let answered = self
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(t, _)| within(t))
+            .count();
+        (sent, answered)
     }
 
     /// Probes sent after `t` and answered.

@@ -28,29 +28,31 @@ fn main() {
         "unplanned failover: owner's uplink cut, client probing every 10 ms; 3 nodes, membership probe 200 ms, suspicion 400 ms"
     );
     println!(
-        "{:>5} {:>6} {:>6} {:>12} {:>12} {:>12}",
-        "trial", "owner", "next", "detected ms", "GARP ms", "outage ms"
+        "{:>5} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12}",
+        "trial", "owner", "next", "detected ms", "GARP ms", "outage ms", "healed ms"
     );
-    let (mut det, mut garp, mut out) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut det, mut garp, mut out, mut heal) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     for n in 1..=trials {
         let t = bed.trial(&prober);
         println!(
-            "{:>5} {:>6} {:>6} {:>12} {:>12} {:>12}",
+            "{:>5} {:>6} {:>6} {:>12} {:>12} {:>12} {:>12}",
             n,
             t.owner,
             t.next,
             f(t.detect_ms),
             f(t.garp_ms),
-            f(t.outage_ms)
+            f(t.outage_ms),
+            f(t.heal_ms)
         );
         det.extend(t.detect_ms);
         garp.extend(t.garp_ms);
         out.extend(t.outage_ms);
+        heal.extend(t.heal_ms);
     }
     let row = |name: &str, v: &[f64]| {
         println!(
-            "{name:<22} p50 {:>6.0} ms   p99 {:>6.0} ms   ({} of {trials} trials)",
+            "{name:<52} p50 {:>6.0} ms   p99 {:>6.0} ms   ({} of {trials} trials)",
             percentile(v, 50.0),
             percentile(v, 99.0),
             v.len()
@@ -60,6 +62,7 @@ fn main() {
     row("detected", &det);
     row("first GARP", &garp);
     row("outage (first answer)", &out);
+    row("healed (one answer again, after the uplink is back)", &heal);
     let p99 = percentile(&out, 99.0) / 1000.0;
     println!();
     println!("outage p99 beside what users get today (issue 14's anchors):");

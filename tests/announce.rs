@@ -129,6 +129,34 @@ fn arping(tb: &Testbed, count: u32, broadcast: bool) -> (u32, u32, Vec<String>) 
     (num("Sent "), num("Received "), macs)
 }
 
+/// `curl http://VIP/` from the client, as a user checks it. The pod servers answer a bare line
+/// (HTTP/0.9) and close before reading the request, which curl may see as a reset before the
+/// answer: a few tries.
+fn curl(tb: &Testbed) -> String {
+    let mut errors = Vec::new();
+    for _ in 0..10 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &tb.ns("client"),
+                "curl",
+                "--http0.9",
+                "-sS",
+            ])
+            .args(["--max-time", "5"])
+            .arg(format!("http://{VIP}/"))
+            .output()
+            .expect("run curl in the client namespace");
+        let answer = String::from_utf8_lossy(&out.stdout).to_string();
+        if !answer.is_empty() {
+            return answer;
+        }
+        errors.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    panic!("curl http://{VIP}/ never answered: {errors:?}");
+}
+
 /// The client's neighbor entry for the VIP: its MAC, if it has one.
 fn client_neighbor(tb: &Testbed) -> Option<String> {
     let out = tb.ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
@@ -198,6 +226,8 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     let answer = tcp(&tb, 15);
     assert!(answer.contains("pod"), "{answer}");
     assert_eq!(client_neighbor(&tb).as_deref(), Some(owner_mac.as_str()));
+    let answer = curl(&tb);
+    assert!(answer.starts_with("pod"), "curl got {answer:?}");
 
     // The owner stops being Ready: another node takes the VIP, and its gratuitous ARP alone
     // moves the client's entry (the client is not flushed and sends no request: the entry is
@@ -228,6 +258,8 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     );
     let answer = tcp(&tb, 15);
     assert!(answer.contains("pod"), "{answer}");
+    let answer = curl(&tb);
+    assert!(answer.starts_with("pod"), "curl got {answer:?}");
     let log = std::fs::read_to_string(tb.node_dir(next).join("vipflow.log")).unwrap_or_default();
     assert!(log.contains("gratuitous ARP sent"), "{log}");
 }

@@ -32,6 +32,13 @@ fn a_cut_owner_is_replaced_and_the_vip_answers_again() {
             t.garp_ms.is_some(),
             "no gratuitous ARP from the new owner: {t:?}"
         );
+        let heal = t
+            .heal_ms
+            .expect("one node answering after the partition healed");
+        assert!(
+            heal < 10_000.0,
+            "two nodes answered {heal} ms after the heal"
+        );
     }
 }
 

@@ -71,9 +71,17 @@ impl Announcements {
         members: Option<&BTreeSet<NodeName>>,
     ) -> Change {
         let mut moves: Vec<Move> = Vec::new();
-        let mut live = live_nodes(nodes);
+        let ready = live_nodes(nodes);
+        let mut live = ready.clone();
         if let Some(m) = members {
             live.retain(|n| m.contains(n));
+            // Seeing fewer than half of the nodes, this node is on the small side of a
+            // partition (or cut off): it keeps to its own share of the whole and takes no one
+            // else's, or it would answer for every VIP on its side and hijack them when the
+            // partition heals.
+            if live.len() * 2 < ready.len() {
+                live = ready;
+            }
         }
         let joined = live.difference(&self.live).next().is_some();
         if live != self.live {
@@ -159,6 +167,36 @@ mod tests {
         (0..n)
             .map(|i| IpAddr::V4(Ipv4Addr::from(0xc633_6400 + i)))
             .collect()
+    }
+
+    #[test]
+    fn a_node_that_sees_fewer_than_half_takes_no_one_elses_vips() {
+        let all = [
+            node("n1", Some("True")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let v = vips(30);
+        let mut whole = Announcements::new("n1");
+        whole.update(&v, &all, None);
+        let own: BTreeSet<IpAddr> = whole.here().copied().collect();
+        // Cut off: its membership sees itself alone. It keeps its own share, no more.
+        let alone = BTreeSet::from([NodeName::from("n1")]);
+        let mut cut = Announcements::new("n1");
+        cut.update(&v, &all, Some(&alone));
+        let kept: BTreeSet<IpAddr> = cut.here().copied().collect();
+        assert_eq!(kept, own);
+        // On the big side, n2 sees n1 gone and takes some of its VIPs.
+        let big = BTreeSet::from([NodeName::from("n2"), NodeName::from("n3")]);
+        let mut n2 = Announcements::new("n2");
+        let before: BTreeSet<IpAddr> = {
+            n2.update(&v, &all, None);
+            n2.here().copied().collect()
+        };
+        let c = n2.update(&v, &all, Some(&big));
+        assert!(c.turns.iter().all(|t| t.here && own.contains(&t.vip)));
+        assert!(!c.turns.is_empty());
+        assert!(n2.here().count() > before.len());
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct SimNetwork {
 }
 
 /// How often a simulated node that does not see everyone asks one more node to let it in.
-pub const REJOIN_EVERY_MS: u64 = 2_000;
+pub const REJOIN_EVERY_MS: u64 = 500;
 
 /// The name of simulated node `i`.
 pub fn sim_node(i: usize) -> String {

@@ -193,16 +193,28 @@ impl AnnounceBed {
             t.and_then(|t| t.duration_since(cut_wall).ok())
                 .map(|d| d.as_secs_f64() * 1e3)
         };
-        let trial = Trial {
+        let mut trial = Trial {
             owner,
             next,
             detect_ms: ms(detected),
             garp_ms: ms(garp),
             outage_ms: answered.map(|t| t.duration_since(cut).as_secs_f64() * 1e3),
+            heal_ms: None,
         };
         // Heal: the uplink back, the membership whole, the VIP back on its owner (placement
-        // is consistent: it fails back) and answering again.
+        // is consistent: it fails back) and answering again. While cut off, the owner kept its
+        // answer (it saw too few nodes to take or drop any): until the new owner sees it again,
+        // two nodes answer.
         self.tb.restore_uplink(owner);
+        let healing = Instant::now();
+        let deadline = healing + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if self.answering() == [owner] {
+                trial.heal_ms = Some(healing.elapsed().as_secs_f64() * 1e3);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         eventually("the membership whole again", 30, || {
             (1..=NODES).all(|i| self.last_live(i).is_some_and(|l| l.len() == NODES))
         });
@@ -246,6 +258,8 @@ pub struct Trial {
     pub garp_ms: Option<f64>,
     /// The first probe answered after the cut: the outage.
     pub outage_ms: Option<f64>,
+    /// After the uplink is back: one node answers again (the duplicate answers stopped).
+    pub heal_ms: Option<f64>,
 }
 
 /// `{"node1", "node3"}` in a `membership changed` line.

@@ -27,6 +27,9 @@ fn percentile(v: &[f64], p: f64) -> f64 {
     s[rank.clamp(1, s.len()) - 1]
 }
 
+/// Nodes cut, one after the other, for the detection figures.
+const FAILURES: usize = 10;
+
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
@@ -73,17 +76,17 @@ fn main() {
     let sent: u64 = net.sent.iter().sum::<u64>() - before;
     let pps = sent as f64 / nodes as f64 / 10.0;
 
-    // Failures: five nodes cut one after the other.
+    // Failures: ten nodes cut one after the other.
     let mut first = Vec::new();
     let mut all = Vec::new();
     let mut missed = 0;
-    for k in 0..5 {
-        let dead = 1 + k * (nodes - 1) / 5;
+    for k in 0..FAILURES {
+        let dead = 1 + k * (nodes - 1) / FAILURES;
         let name = sim_node(dead);
         let cut_at = net.now_ms();
         let seen_before = net.downs.len();
         net.cut(dead);
-        net.run_until(cut_at + 10_000);
+        net.run_until(cut_at + 5_000);
         let times: Vec<f64> = {
             let mut per: BTreeMap<usize, u64> = BTreeMap::new();
             for (t, obs, n) in &net.downs[seen_before..] {
@@ -163,7 +166,7 @@ fn main() {
         ),
     );
     row(
-        "failures some node never learned of (of 5)",
+        &format!("failures some node never learned of (of {FAILURES})"),
         format!("{missed}"),
     );
     row(

@@ -80,3 +80,34 @@ fn a_stopped_owner_hands_its_vip_over_without_losing_a_probe() {
     assert!(sent > 50, "{sent} probes");
     assert_eq!(answered, sent, "probes lost during a planned handover");
 }
+
+#[test]
+fn a_node_marked_for_drain_hands_its_vip_over_without_losing_a_probe() {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
+    let Some(bed) = AnnounceBed::start(&bin) else {
+        return;
+    };
+    let prober = Prober::start(bed.client_udp());
+    prober.wait_answered(std::time::Duration::from_secs(10));
+    let owner = bed.answering()[0];
+    let start = std::time::Instant::now();
+    bed.drain(owner);
+    announce_bed::eventually("another node answering alone", 10, || {
+        let a = bed.answering();
+        a.len() == 1 && a[0] != owner
+    });
+    let next = bed.answering()[0];
+    let mac = testkit::testbed::node_mac(next);
+    announce_bed::eventually("the client on the new owner", 10, || {
+        bed.client_neighbor().as_deref() == Some(mac.as_str())
+    });
+    let end = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (sent, answered) = prober.sent_and_answered(start, end);
+    eprintln!(
+        "node{owner} marked for drain, node{next} took over: {sent} probes in {} ms, {answered} answered",
+        end.duration_since(start).as_millis()
+    );
+    assert!(sent > 50, "{sent} probes");
+    assert_eq!(answered, sent, "probes lost during a drain");
+}

@@ -40,6 +40,9 @@ impl PlannerTask {
             mut members,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
+        // When this node's drain mark was first seen: it keeps its VIPs for a moment, so that
+        // the others take them and announce first.
+        let mut drain_since: Option<std::time::Instant> = None;
         // Handovers to the Northbound writer: up to two per plan (see plan::order).
         let mut nb_step = 0u64;
         loop {
@@ -58,6 +61,25 @@ impl PlannerTask {
             let Some(mut p) = planner.take() else { return };
             if let Some(m) = &mut members {
                 p.set_members(m.borrow_and_update().clone());
+            }
+            let own_draining = loaded
+                .objects
+                .nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(cfg.node_name.as_str()))
+                .is_some_and(|n| crate::announce::announcements::draining(n));
+            let mut hold_until: Option<tokio::time::Instant> = None;
+            if own_draining {
+                let since = *drain_since.get_or_insert_with(std::time::Instant::now);
+                let end = since + crate::membership::task::HANDOVER;
+                let hold = std::time::Instant::now() < end;
+                if hold {
+                    hold_until = Some(tokio::time::Instant::from_std(end));
+                }
+                p.hold_while_draining(hold);
+            } else {
+                drain_since = None;
+                p.hold_while_draining(false);
             }
             let objs = Arc::clone(&loaded);
             let plans = match tokio::task::spawn_blocking(move || {
@@ -154,9 +176,17 @@ impl PlannerTask {
                     None => std::future::pending().await,
                 }
             };
+            let held = async {
+                match hold_until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = objects.changed() => if r.is_err() { return },
                 live = members_changed => if !live { members = None },
+                // The drain hold is over: plan again without this node.
+                _ = held => {}
             }
         }
     }

@@ -46,9 +46,18 @@ pub struct Announcements {
     placement: Placement,
     vips: imbl::OrdSet<IpAddr>,
     live: BTreeSet<NodeName>,
+    /// Count this node live though it is marked for drain (the others take its VIPs first).
+    hold: bool,
 }
 
 impl Announcements {
+    /// Keep (`true`) or stop keeping this node's VIPs while it is marked for drain: the agent
+    /// holds them for a moment after the mark appears, so that the others answer and announce
+    /// before this node stops (make before break).
+    pub fn hold_while_draining(&mut self, hold: bool) {
+        self.hold = hold;
+    }
+
     /// For the node named `node` (the agent's `node-name`).
     pub fn new(node: &str) -> Announcements {
         Announcements {
@@ -56,6 +65,7 @@ impl Announcements {
             placement: Placement::consistent(),
             vips: imbl::OrdSet::new(),
             live: BTreeSet::new(),
+            hold: false,
         }
     }
 
@@ -71,7 +81,10 @@ impl Announcements {
         members: Option<&BTreeSet<NodeName>>,
     ) -> Change {
         let mut moves: Vec<Move> = Vec::new();
-        let ready = live_nodes(nodes);
+        let mut ready = live_nodes(nodes);
+        if self.hold {
+            ready.insert(self.node.clone());
+        }
         let mut live = ready.clone();
         if let Some(m) = members {
             live.retain(|n| m.contains(n));
@@ -126,11 +139,25 @@ impl Announcements {
     }
 }
 
+/// The Node annotation that moves a node's VIPs to others before it goes away (maintenance):
+/// any value but `false`.
+pub const DRAIN_ANNOTATION: &str = "vipflow.io/drain";
+
+/// Whether `node` is marked for drain ([`DRAIN_ANNOTATION`]).
+pub fn draining(node: &core::Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DRAIN_ANNOTATION))
+        .is_some_and(|v| v != "false")
+}
+
 /// The Nodes that may announce: every named Node whose Ready condition is True, or that has
-/// none (a Node written by hand in an objects file).
+/// none (a Node written by hand in an objects file), and that is not marked for drain.
 pub fn live_nodes(nodes: &[Arc<core::Node>]) -> BTreeSet<NodeName> {
     nodes
         .iter()
+        .filter(|n| !draining(n))
         .filter(|n| {
             let ready = n
                 .status
@@ -197,6 +224,28 @@ mod tests {
         assert!(c.turns.iter().all(|t| t.here && own.contains(&t.vip)));
         assert!(!c.turns.is_empty());
         assert!(n2.here().count() > before.len());
+    }
+
+    #[test]
+    fn a_draining_node_is_not_live_unless_it_holds_its_own_for_a_moment() {
+        let mut drained = node("n1", Some("True"));
+        Arc::make_mut(&mut drained)
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(DRAIN_ANNOTATION.into(), "true".into());
+        let all = [drained, node("n2", Some("True")), node("n3", Some("True"))];
+        let names: Vec<String> = live_nodes(&all).iter().map(|n| n.to_string()).collect();
+        assert_eq!(names, ["n2", "n3"]);
+        let v = vips(30);
+        let mut n1 = Announcements::new("n1");
+        n1.hold_while_draining(true);
+        let held = n1.update(&v, &all, None);
+        assert!(!held.turns.is_empty(), "n1 keeps its share while it holds");
+        n1.hold_while_draining(false);
+        let gone = n1.update(&v, &all, None);
+        assert_eq!(gone.turns.len(), held.turns.len());
+        assert!(gone.turns.iter().all(|t| !t.here));
     }
 
     #[test]

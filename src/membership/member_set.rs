@@ -40,7 +40,7 @@ impl Default for MembershipSettings {
             probe_period: Duration::from_millis(200),
             probe_rtt: Duration::from_millis(60),
             suspect_to_down_after: Duration::from_millis(400),
-            gossip_every: Duration::from_millis(100),
+            gossip_every: Duration::from_millis(50),
             cluster_size: 100,
         }
     }

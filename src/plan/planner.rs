@@ -90,6 +90,14 @@ impl Planner {
         self.members = members;
     }
 
+    /// Keep this node's VIPs while it is marked for drain
+    /// ([`Announcements::hold_while_draining`]).
+    pub fn hold_while_draining(&mut self, hold: bool) {
+        if let Some(a) = &mut self.announcements {
+            a.hold_while_draining(hold);
+        }
+    }
+
     /// Plan the ARP answers of the bridges that announce, as node `node`.
     pub fn announcing_as(mut self, node: &str) -> Planner {
         self.announcements = Some(Announcements::new(node));

@@ -29,11 +29,16 @@ pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     panic!("timed out after {secs} s waiting for: {what}");
 }
 
-fn objects() -> String {
+fn objects(drained: Option<usize>) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
     for i in 1..=NODES {
+        let mark = if drained == Some(i) {
+            ", annotations: {vipflow.io/drain: 'true'}"
+        } else {
+            ""
+        };
         y += &format!(
-            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{mark}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
             testbed::node_ip(i)
         );
     }
@@ -75,7 +80,7 @@ impl AnnounceBed {
             })
             .collect();
         let objects_path = tb.path().join("objects.yaml");
-        std::fs::write(&objects_path, objects()).unwrap();
+        std::fs::write(&objects_path, objects(None)).unwrap();
         let key = tb.path().join("membership.key");
         std::fs::write(&key, "a test secret shared by the three nodes\n").unwrap();
         let mut bed = AnnounceBed {
@@ -119,6 +124,13 @@ impl AnnounceBed {
             }
         }
         a
+    }
+
+    /// Mark node `node` for drain in the objects file (in one step, as an editor would).
+    pub fn drain(&self, node: usize) {
+        let tmp = self.objects.with_extension("new");
+        std::fs::write(&tmp, objects(Some(node))).unwrap();
+        std::fs::rename(&tmp, &self.objects).unwrap();
     }
 
     /// The nodes whose br-ex has the ARP answer for the VIP.

@@ -9,9 +9,19 @@ mod announce_bed;
 
 use announce_bed::{AnnounceBed, Prober};
 use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// One testbed at a time: each is three nodes' daemons, agents and OVN on a 2-core machine,
+/// and the timings these tests read must not be another testbed's.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 #[test]
 fn a_cut_owner_is_replaced_and_the_vip_answers_again() {
+    let _serial = one_at_a_time();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
     let Some(bed) = AnnounceBed::start(&bin) else {
         return;
@@ -44,6 +54,7 @@ fn a_cut_owner_is_replaced_and_the_vip_answers_again() {
 
 #[test]
 fn a_stopped_owner_hands_its_vip_over_without_losing_a_probe() {
+    let _serial = one_at_a_time();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
     let Some(mut bed) = AnnounceBed::start(&bin) else {
         return;
@@ -83,6 +94,7 @@ fn a_stopped_owner_hands_its_vip_over_without_losing_a_probe() {
 
 #[test]
 fn a_node_marked_for_drain_hands_its_vip_over_without_losing_a_probe() {
+    let _serial = one_at_a_time();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
     let Some(bed) = AnnounceBed::start(&bin) else {
         return;

@@ -102,7 +102,50 @@ impl AnnounceBed {
             (1..=NODES).all(|i| bed.last_live(i).is_some_and(|l| l.len() == NODES))
         });
         eventually("one node answering", 30, || bed.answering().len() == 1);
+        bed.warm_gateways();
         Some(bed)
+    }
+
+    /// Send the client's traffic through every node once, so that each gateway router knows
+    /// the client's MAC. OVN drops the first replies towards a neighbor it has not resolved (it
+    /// asks for it instead); on a real network the routers answer for clients behind the
+    /// upstream router, whose MAC they know, so a takeover never waits for that.
+    fn warm_gateways(&self) {
+        let udp = NsUdp::new(&self.tb.ns("client"), false).expect("client socket");
+        let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 53);
+        for i in 1..=NODES {
+            let mac = testbed::node_mac(i);
+            self.tb.ip(
+                "client",
+                &[
+                    "-4",
+                    "neigh",
+                    "replace",
+                    VIP,
+                    "lladdr",
+                    &mac,
+                    "dev",
+                    "eth0",
+                    "nud",
+                    "permanent",
+                ],
+            );
+            let deadline = Instant::now() + Duration::from_secs(10);
+            // Several answered in a row: every backend's path is resolved, whatever the
+            // load balancer picks for this socket.
+            let mut answered = 0;
+            while answered < 5 {
+                assert!(
+                    Instant::now() < deadline,
+                    "the VIP never answered via node{i}"
+                );
+                if udp.request(to, 16, Duration::from_millis(300)).is_ok() {
+                    answered += 1;
+                }
+            }
+        }
+        self.tb
+            .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
     }
 
     fn args(&self, node: usize) -> Vec<String> {

@@ -57,6 +57,9 @@ pub struct Metrics {
     pub leader: Gauge,
     pub events: Family<KindLabel, Gauge>,
     pub pool_addresses: Family<PoolLabel, Gauge>,
+    pub announced_vips: Gauge,
+    pub announce_takeovers: Counter,
+    pub live_nodes: Gauge,
 }
 
 impl Default for Metrics {
@@ -80,6 +83,9 @@ impl Metrics {
             leader: Gauge::default(),
             events: Family::default(),
             pool_addresses: Family::default(),
+            announced_vips: Gauge::default(),
+            announce_takeovers: Counter::default(),
+            live_nodes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -128,6 +134,21 @@ impl Metrics {
             "pool_addresses",
             "Addresses of each VipPool by family, assigned and available (elected agent)",
             m.pool_addresses.clone(),
+        );
+        registry.register(
+            "announced_vips",
+            "VIPs this node answers ARP for (announce)",
+            m.announced_vips.clone(),
+        );
+        registry.register(
+            "announce_takeovers",
+            "VIPs this node took over from another node or took first (announce)",
+            m.announce_takeovers.clone(),
+        );
+        registry.register(
+            "live_nodes",
+            "Nodes that may announce, as this node sees them (announce)",
+            m.live_nodes.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -66,9 +66,57 @@ fn write_objects(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// A free port on loopback for an agent's HTTP endpoint.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// GET `path` from an agent's HTTP endpoint.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default()
+}
+
+/// The VIPs an agent's `/status` says it announces.
+fn announced(port: u16) -> Vec<String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(&http_get(port, "/status")).unwrap_or_default();
+    doc["announce"]["here"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A metric's value in an agent's `/metrics`.
+fn metric(port: u16, name: &str) -> Option<f64> {
+    http_get(port, "/metrics")
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// Node1's agent also writes the Northbound rows, attached through the node templates.
-fn agent_args(tb: &Testbed, node: usize) -> Vec<String> {
-    let mut a = vec!["--announce".to_string()];
+fn agent_args(tb: &Testbed, node: usize, http: u16) -> Vec<String> {
+    let mut a = vec![
+        "--announce".to_string(),
+        "--http-addr".to_string(),
+        format!("127.0.0.1:{http}"),
+    ];
     if node == 1 {
         for s in [
             "--nb-remote",
@@ -192,8 +240,9 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         .collect();
     let file = tb.path().join("objects.yaml");
     write_objects(&file, &objects([true; NODES]));
+    let http: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
     let _agents: Vec<AgentProcess> = (1..=NODES)
-        .map(|i| tb.agent(&vipflow(), i, &file, &agent_args(&tb, i)))
+        .map(|i| tb.agent(&vipflow(), i, &file, &agent_args(&tb, i, http[i - 1])))
         .collect();
     eventually("the Northbound row", 30, || {
         tb.nbctl(&["lb-list"]).contains(&format!("{VIP}:80"))
@@ -202,6 +251,18 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     eventually("one node answering", 30, || answering(&tb).len() == 1);
     let owner = answering(&tb)[0];
     let owner_mac = testbed::node_mac(owner);
+    // Each agent says what it announces: the owner the VIP, the others nothing.
+    eventually("the owner's /status naming the VIP", 10, || {
+        announced(http[owner - 1]) == [VIP]
+    });
+    for i in (1..=NODES).filter(|&i| i != owner) {
+        assert_eq!(announced(http[i - 1]), Vec::<String>::new(), "node{i}");
+    }
+    assert_eq!(metric(http[owner - 1], "vipflow_announced_vips"), Some(1.0));
+    assert_eq!(
+        metric(http[owner - 1], "vipflow_live_nodes"),
+        Some(NODES as f64)
+    );
 
     // No address on any host: the VIP is on no node's interfaces.
     for i in 1..=NODES {
@@ -243,6 +304,14 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     });
     let next = answering(&tb)[0];
     let next_mac = testbed::node_mac(next);
+    eventually("the new owner's /status naming the VIP", 10, || {
+        announced(http[next - 1]) == [VIP]
+    });
+    assert!(
+        metric(http[next - 1], "vipflow_announce_takeovers_total").is_some_and(|n| n >= 1.0),
+        "{}",
+        http_get(http[next - 1], "/metrics")
+    );
     eventually("the client's neighbor entry on the new owner", 5, || {
         client_neighbor(&tb).as_deref() == Some(next_mac.as_str())
     });

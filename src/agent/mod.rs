@@ -253,6 +253,7 @@ pub fn start_with(
         nb_status = Some(srx);
     }
     let (gtx, grx) = watch::channel(0u64);
+    let (announce_tx, announce_rx) = watch::channel(None);
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
     let (rtx, rrx) = watch::channel::<Option<(u64, Arc<Loaded>)>>(None);
     let planned_rx = rrx.clone();
@@ -279,6 +280,8 @@ pub fn start_with(
             bridge_status: status.iter().map(|(_, rx)| rx.clone()).collect(),
             leader: opts.leader.clone(),
             members: opts.members.clone(),
+            announce: announce_tx,
+            metrics: opts.metrics.clone(),
         }
         .run(),
     ));
@@ -292,6 +295,7 @@ pub fn start_with(
         received,
         ready_tx,
         json_tx,
+        announce_rx,
     )));
     Running {
         status,

@@ -69,6 +69,7 @@ pub(super) async fn observe_agent(
     received: Received,
     ready: watch::Sender<bool>,
     json: watch::Sender<Option<StatusDoc>>,
+    mut announce: watch::Receiver<Option<Arc<crate::plan::planner::AnnounceState>>>,
 ) {
     use crate::metrics::Metrics;
     let m = &opts.metrics;
@@ -214,6 +215,12 @@ pub(super) async fn observe_agent(
                     .as_mut()
                     .map(|p| p.borrow_and_update().to_vec())
                     .unwrap_or_default(),
+                announce: announce.borrow_and_update().as_ref().map(|a| {
+                    crate::agent::status::AnnounceDoc {
+                        live: a.live.iter().map(|n| n.to_string()).collect(),
+                        here: a.here.clone(),
+                    }
+                }),
             }));
         }
         // Wait for any change.
@@ -250,6 +257,7 @@ pub(super) async fn observe_agent(
         let plans_changed = plans.changed();
         tokio::select! {
             r = plans_changed => if r.is_err() { return },
+            _ = announce.changed() => {}
             _ = bridge_changed => {}
             _ = nb_changed => {}
             _ = leader_changed => {}

@@ -22,6 +22,9 @@ pub(super) struct PlannerTask {
     pub leader: Option<watch::Receiver<bool>>,
     /// The membership's live nodes, when this agent runs one (announcing bridges).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    /// What this node announces after each plan, for the status document.
+    pub announce: watch::Sender<Option<Arc<crate::plan::planner::AnnounceState>>>,
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl PlannerTask {
@@ -38,6 +41,8 @@ impl PlannerTask {
             bridge_status: bridge_status_rx,
             leader,
             mut members,
+            announce,
+            metrics,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
         // When this node's drain mark was first seen: it keeps its VIPs for a moment, so that
@@ -98,6 +103,21 @@ impl PlannerTask {
                 }
             };
             let generation = plans.generation;
+            if let Some(a) = &plans.announce {
+                let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+                metrics.announced_vips.set(n(a.here.len()));
+                metrics.live_nodes.set(n(a.live.len()));
+                metrics
+                    .announce_takeovers
+                    .inc_by(u64::try_from(a.taken).unwrap_or(u64::MAX));
+                announce.send_if_modified(|cur| {
+                    let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, a));
+                    if !same {
+                        *cur = Some(Arc::clone(a));
+                    }
+                    !same
+                });
+            }
             tracing::debug!(
                 generation,
                 took_ms = received.elapsed().as_millis() as u64,

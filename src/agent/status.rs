@@ -25,6 +25,16 @@ pub struct StatusDoc {
     /// elected); empty elsewhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolDoc>,
+    /// What this node announces, when a bridge announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<AnnounceDoc>,
+}
+
+/// The VIPs this node answers ARP for and the nodes it sees as live ([`crate::announce`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnounceDoc {
+    pub live: Vec<String>,
+    pub here: Vec<std::net::IpAddr>,
 }
 
 /// One address pool: its name and status (usage per family, whether it can be used).
@@ -201,6 +211,21 @@ impl fmt::Display for StatusDoc {
                 )?;
             }
         }
+        if let Some(a) = &self.announce {
+            let here: Vec<String> = a.here.iter().map(ToString::to_string).collect();
+            writeln!(
+                f,
+                "\nannounces {} VIPs: {}\n  live nodes ({}): {}",
+                here.len(),
+                if here.is_empty() {
+                    "-".to_string()
+                } else {
+                    here.join(" ")
+                },
+                a.live.len(),
+                a.live.join(" ")
+            )?;
+        }
         if !self.problems.is_empty() {
             writeln!(f, "\nproblems ({})", self.problems.len())?;
             for p in &self.problems {
@@ -244,10 +269,12 @@ mod tests {
                 ..NorthboundDoc::default()
             }),
             pools: Vec::new(),
+            announce: None,
         };
         let json = serde_json::to_value(&doc).unwrap();
         // No pools: no key (documents of agents that do not allocate stay as they were).
         assert!(json.get("pools").is_none());
+        assert!(json.get("announce").is_none());
         // What scripts and tests read from /status.
         assert_eq!(json["northbound"]["writer"], false);
         assert_eq!(json["northbound"]["transactions"], 0);
@@ -287,11 +314,20 @@ mod tests {
                 name: "blue".into(),
                 status: crate::ipam::pool_object::VipPoolStatus::of(pool, |f| a.usage("blue", f)),
             }],
+            announce: Some(AnnounceDoc {
+                live: vec!["node-a".into(), "node-b".into()],
+                here: vec!["172.18.0.100".parse().unwrap()],
+            }),
         };
         let json = serde_json::to_value(&doc).unwrap();
         assert_eq!(json["pools"][0]["status"]["availableIPv4"], 4);
+        assert_eq!(json["announce"]["here"][0], "172.18.0.100");
         assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
         let text = doc.to_string();
+        assert!(
+            text.contains("announces 1 VIPs: 172.18.0.100\n  live nodes (2): node-a node-b"),
+            "{text}"
+        );
         assert!(
             text.contains("  blue             IPv4 0 assigned 4 available  IPv6 0 assigned 0 available  usable"),
             "{text}"

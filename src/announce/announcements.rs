@@ -37,6 +37,8 @@ pub struct Change {
     /// Nodes became live. Either side of a healed partition may have announced a VIP while
     /// they could not see each other, so every owner announces its VIPs again.
     pub joined: bool,
+    /// The live set changed.
+    pub live_changed: bool,
 }
 
 /// Who announces what, from this node's side.
@@ -97,7 +99,8 @@ impl Announcements {
             }
         }
         let joined = live.difference(&self.live).next().is_some();
-        if live != self.live {
+        let live_changed = live != self.live;
+        if live_changed {
             self.live = live.clone();
             moves.extend(self.placement.set_live(live));
         }
@@ -125,7 +128,11 @@ impl Announcements {
             }
         }
         turns.sort();
-        Change { turns, joined }
+        Change {
+            turns,
+            joined,
+            live_changed,
+        }
     }
 
     /// The node that announces `vip`, if any is live.
@@ -136,6 +143,11 @@ impl Announcements {
     /// The VIPs this node announces.
     pub fn here(&self) -> impl Iterator<Item = &IpAddr> {
         self.placement.owned_by(&self.node)
+    }
+
+    /// The nodes that may announce, as of the last update.
+    pub fn live(&self) -> &BTreeSet<NodeName> {
+        &self.live
     }
 }
 

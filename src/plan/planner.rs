@@ -23,6 +23,8 @@ pub struct Planner {
     announcements: Option<Announcements>,
     /// The membership's live nodes; `None`: the Nodes' Ready condition decides.
     members: crate::membership::task::LiveMembers,
+    /// The last announcement state handed on.
+    announce_state: Option<Arc<AnnounceState>>,
     generation: u64,
 }
 
@@ -56,6 +58,15 @@ pub struct NorthboundRows {
     pub make_first: Option<RowIndex>,
 }
 
+/// What this node announces after an update, when a bridge announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnounceState {
+    pub here: Vec<IpAddr>,
+    pub live: Vec<crate::announce::placement::NodeName>,
+    /// VIPs this update made this node take.
+    pub taken: usize,
+}
+
 /// What one update produced.
 #[derive(Debug, Clone)]
 pub struct Plans {
@@ -65,6 +76,8 @@ pub struct Plans {
     pub bridges: Vec<BridgeFlows>,
     /// `None` when the planner keeps no rows.
     pub northbound: Option<NorthboundRows>,
+    /// `None` when no bridge announces; unchanged state is shared from the last update.
+    pub announce: Option<Arc<AnnounceState>>,
 }
 
 impl Planner {
@@ -80,6 +93,7 @@ impl Planner {
             rows: northbound.map(RowTable::new),
             announcements: None,
             members: None,
+            announce_state: None,
             generation: 0,
         }
     }
@@ -132,6 +146,18 @@ impl Planner {
                 &objects.nodes,
                 self.members.as_deref(),
             );
+            let taken = change.turns.iter().filter(|t| t.here).count();
+            if self.announce_state.is_none() || !change.turns.is_empty() || change.live_changed {
+                self.announce_state = Some(Arc::new(AnnounceState {
+                    here: a.here().copied().collect(),
+                    live: a.live().iter().cloned().collect(),
+                    taken,
+                }));
+            } else if let Some(s) = &mut self.announce_state
+                && s.taken != 0
+            {
+                Arc::make_mut(s).taken = 0;
+            }
             let again: Vec<std::net::Ipv4Addr> = if change.joined {
                 a.here()
                     .filter_map(|v| match v {
@@ -188,6 +214,7 @@ impl Planner {
             generation: self.generation,
             bridges,
             northbound,
+            announce: self.announce_state.clone(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 use super::*;
 
+mod announce;
 mod bypass_and_gateway;
 mod support;
 mod text_and_mac;

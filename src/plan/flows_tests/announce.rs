@@ -1,0 +1,75 @@
+//! The flows of a bridge that announces ([`crate::announce`]): the bypass drops, and the
+//! owner's answer sits one priority above it, on a VLAN uplink too.
+
+use super::support::*;
+use super::*;
+use crate::config::BridgeConfig;
+
+fn announcing(vlan: Option<u16>) -> BridgeConfig {
+    BridgeConfig {
+        announce: true,
+        vlan,
+        bridge_mac: Some([0x0a, 0x58, 0xac, 0x12, 0x00, 0x11]),
+        ..bridge()
+    }
+}
+
+fn input(b: &BridgeConfig) -> PlanInput<'_> {
+    PlanInput {
+        bridge: b,
+        cookie_prefix: PREFIX,
+    }
+}
+
+#[test]
+fn the_bypass_drops_and_the_answer_sits_one_priority_above_it() {
+    let b = announcing(None);
+    let vip = "192.0.2.10".parse().unwrap();
+    let bypass = flow_of(FlowKey::Arp(vip), &input(&b));
+    let answer = flow_of(FlowKey::ArpAnswer(vip), &input(&b));
+    assert!(bypass.actions.is_empty());
+    assert_eq!(answer.priority, bypass.priority + 1);
+    assert_eq!(answer.match_, bypass.match_);
+    assert_eq!(answer.in_port, PortRef::Uplink);
+    assert_eq!(answer.actions, [PlannedAction::AnswerArp(vip)]);
+    assert_ne!(answer.cookie, bypass.cookie);
+    assert_eq!(
+        bypass.display(&b).to_string(),
+        format!(
+            "cookie={:#x},table=0,priority=500,in_port=eth0,arp,arp_tpa=192.0.2.10,arp_op=1 actions=drop",
+            bypass.cookie
+        )
+    );
+    let text = answer.display(&b).to_string();
+    assert!(
+        text.contains("priority=501,in_port=eth0,arp,arp_tpa=192.0.2.10,arp_op=1 actions=")
+            && text.contains("set_field:0a:58:ac:12:00:11->arp_sha")
+            && text.ends_with("set_field:192.0.2.10->arp_spa,IN_PORT"),
+        "{text}"
+    );
+}
+
+#[test]
+fn on_a_vlan_uplink_the_answer_matches_the_tag_and_keeps_it() {
+    let b = announcing(Some(100));
+    let vip = "192.0.2.10".parse().unwrap();
+    let answer = flow_of(FlowKey::ArpAnswer(vip), &input(&b));
+    assert_eq!(answer.match_.fields[0], OxmField::vlan_vid(100));
+    let resolved = answer.resolve(&Resolved {
+        uplink: 1,
+        patch: 2,
+        bridge_mac: [0x0a, 0x58, 0xac, 0x12, 0x00, 0x11],
+        steer_dst: None,
+    });
+    let Instruction::ApplyActions(actions) = &resolved.instructions[0] else {
+        panic!("{resolved:?}");
+    };
+    assert!(!actions.contains(&openflow::Action::PopVlan), "{actions:?}");
+    assert_eq!(
+        actions.last(),
+        Some(&openflow::Action::output(ofport::IN_PORT))
+    );
+    // The bypass drops the tagged request without popping anything.
+    let bypass = flow_of(FlowKey::Arp(vip), &input(&b));
+    assert!(bypass.actions.is_empty());
+}

@@ -111,7 +111,15 @@ impl MembershipTask {
                 return;
             }
         };
-        let mut set = match MemberSet::new(me.clone(), &self.settings, self.key.clone(), me.bump) {
+        // How many times each update is passed on grows with the cluster: size it by the
+        // Nodes listed now (the settings' figure is only a default).
+        let settings = MembershipSettings {
+            cluster_size: u32::try_from(seeds.len() + 1)
+                .unwrap_or(u32::MAX)
+                .max(self.settings.cluster_size),
+            ..self.settings.clone()
+        };
+        let mut set = match MemberSet::new(me.clone(), &settings, self.key.clone(), me.bump) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "membership not started; VIPs are placed by Node readiness alone");

@@ -211,24 +211,15 @@ impl Session {
         Ok(rejected.is_empty())
     }
 
-    /// Tell the network about the VIPs this write made this node answer for (all of them
-    /// after a full sync), by gratuitous ARP ([`garp`]).
+    /// Tell the network about `vips` (the VIPs a write made this node answer for) and those
+    /// the plan asks to announce again, by gratuitous ARP ([`garp`]).
     fn announce(
         &self,
         s: &BridgeSettings,
         plan: &DesiredFlows,
         roles: &Roles,
-        full: bool,
-        touched: &[FlowKey],
+        mut vips: Vec<std::net::Ipv4Addr>,
     ) {
-        if !s.bridge.announce {
-            return;
-        }
-        let mut vips = if full {
-            garp::answered(&plan.flows)
-        } else {
-            garp::taken(touched, &plan.flows)
-        };
         vips.extend(plan.announce.iter().copied());
         vips.sort_unstable();
         vips.dedup();
@@ -265,10 +256,14 @@ impl Session {
                 maker: plan.maker.clone(),
                 roles: self.roles(s, &plan),
             };
-            let roles = making.roles.clone();
-            let full = need_full;
-            let mut touched_now: Vec<FlowKey> = Vec::new();
+            // What a bridge that announces tells the network once this write is in: every VIP
+            // it answers after a full sync, else those the write made it answer.
+            let roles = s.bridge.announce.then(|| making.roles.clone());
+            let mut taken: Vec<std::net::Ipv4Addr> = Vec::new();
             let r = if need_full {
+                if roles.is_some() {
+                    taken = garp::answered(&plan.flows);
+                }
                 self.full_sync(s, &plan, status).await
             } else {
                 let follows = plan
@@ -296,13 +291,17 @@ impl Session {
                         all
                     }
                 };
-                touched_now.clone_from(&touched);
+                if roles.is_some() {
+                    taken = garp::taken(&touched, &plan.flows);
+                }
                 self.write_delta(s, &plan, making, touched, status).await
             };
             if let Err(e) = r {
                 return SessionEnd::Lost(e);
             }
-            self.announce(s, &plan, &roles, full, &touched_now);
+            if let Some(roles) = &roles {
+                self.announce(s, &plan, roles, taken);
+            }
             need_full = false;
             let monitored = self.monitored;
             let audit_every = |base: Duration| {

@@ -109,7 +109,7 @@ impl PlannerTask {
                 metrics.live_nodes.set(n(a.live.len()));
                 metrics
                     .announce_takeovers
-                    .inc_by(u64::try_from(a.taken).unwrap_or(u64::MAX));
+                    .inc_by(u64::try_from(plans.taken).unwrap_or(u64::MAX));
                 announce.send_if_modified(|cur| {
                     let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, a));
                     if !same {

@@ -63,8 +63,6 @@ pub struct NorthboundRows {
 pub struct AnnounceState {
     pub here: Vec<IpAddr>,
     pub live: Vec<crate::announce::placement::NodeName>,
-    /// VIPs this update made this node take.
-    pub taken: usize,
 }
 
 /// What one update produced.
@@ -78,6 +76,8 @@ pub struct Plans {
     pub northbound: Option<NorthboundRows>,
     /// `None` when no bridge announces; unchanged state is shared from the last update.
     pub announce: Option<Arc<AnnounceState>>,
+    /// VIPs this update made this node take (announcing).
+    pub taken: usize,
 }
 
 impl Planner {
@@ -140,23 +140,19 @@ impl Planner {
         let previous_vips = self.services.vips();
         let mut deltas = self.services.update(objects);
         let mut announce = vec![Vec::new(); deltas.len()];
+        let mut taken = 0;
         if let Some(a) = &mut self.announcements {
             let change = a.update(
                 &self.services.vips(),
                 &objects.nodes,
                 self.members.as_deref(),
             );
-            let taken = change.turns.iter().filter(|t| t.here).count();
+            taken = change.turns.iter().filter(|t| t.here).count();
             if self.announce_state.is_none() || !change.turns.is_empty() || change.live_changed {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: a.here().copied().collect(),
                     live: a.live().iter().cloned().collect(),
-                    taken,
                 }));
-            } else if let Some(s) = &mut self.announce_state
-                && s.taken != 0
-            {
-                Arc::make_mut(s).taken = 0;
             }
             let again: Vec<std::net::Ipv4Addr> = if change.joined {
                 a.here()
@@ -215,6 +211,7 @@ impl Planner {
             bridges,
             northbound,
             announce: self.announce_state.clone(),
+            taken,
         }
     }
 

@@ -54,6 +54,14 @@ fn sim_addr(i: usize) -> SocketAddr {
     SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 7947)
 }
 
+fn sim_peer(i: usize) -> Peer {
+    Peer {
+        node: sim_node(i),
+        addr: sim_addr(i),
+        bump: 1,
+    }
+}
+
 impl SimNetwork {
     /// `n` nodes with `settings`, each joining through node 0; `loss` is the chance that a
     /// datagram is lost.
@@ -64,40 +72,7 @@ impl SimNetwork {
         loss: f64,
         seed: u64,
     ) -> SimNetwork {
-        let key =
-            Key::from_secret(b"simulated membership secret").unwrap_or_else(|_| unreachable!());
-        let nodes: Vec<MemberSet> = (0..n)
-            .map(|i| {
-                let me = Peer {
-                    node: sim_node(i),
-                    addr: sim_addr(i),
-                    bump: 1,
-                };
-                MemberSet::new(
-                    me,
-                    settings,
-                    key.clone(),
-                    seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                )
-                .unwrap_or_else(|e| panic!("simulated member: {e}"))
-            })
-            .collect();
-        let mut net = SimNetwork {
-            by_addr: (0..n).map(|i| (sim_addr(i), i)).collect(),
-            cut: vec![false; n],
-            nodes,
-            queue: BTreeMap::new(),
-            seq: 0,
-            now_ms: 0,
-            latency_ms,
-            loss,
-            rng: StdRng::seed_from_u64(seed),
-            sent: vec![0; n],
-            changed_at: vec![0; n],
-            downs: Vec::new(),
-            next_rejoin: REJOIN_EVERY_MS,
-            turn: 0,
-        };
+        let mut net = SimNetwork::alone(n, settings, latency_ms, loss, seed);
         for i in 1..n {
             let out = net.nodes[i].join(0, &[sim_addr(0)]);
             net.apply(i, out);
@@ -114,35 +89,51 @@ impl SimNetwork {
         loss: f64,
         seed: u64,
     ) -> SimNetwork {
-        let mut net = SimNetwork::new(0, settings, latency_ms, loss, seed);
-        let key =
-            Key::from_secret(b"simulated membership secret").unwrap_or_else(|_| unreachable!());
-        let peers: Vec<Peer> = (0..n)
-            .map(|i| Peer {
-                node: sim_node(i),
-                addr: sim_addr(i),
-                bump: 1,
-            })
-            .collect();
-        for (i, me) in peers.iter().enumerate() {
-            let m = MemberSet::new(
-                me.clone(),
-                settings,
-                key.clone(),
-                seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-            )
-            .unwrap_or_else(|e| panic!("simulated member: {e}"));
-            net.nodes.push(m);
-        }
-        net.by_addr = (0..n).map(|i| (sim_addr(i), i)).collect();
-        net.cut = vec![false; n];
-        net.sent = vec![0; n];
-        net.changed_at = vec![0; n];
+        let mut net = SimNetwork::alone(n, settings, latency_ms, loss, seed);
         for i in 0..n {
-            let out = net.nodes[i].assume_members(0, peers.iter().cloned());
+            let out = net.nodes[i].assume_members(0, (0..n).map(sim_peer));
             net.apply(i, out);
         }
         net
+    }
+
+    /// `n` nodes that know no one yet.
+    fn alone(
+        n: usize,
+        settings: &MembershipSettings,
+        latency_ms: u64,
+        loss: f64,
+        seed: u64,
+    ) -> SimNetwork {
+        let key =
+            Key::from_secret(b"simulated membership secret").unwrap_or_else(|_| unreachable!());
+        let nodes: Vec<MemberSet> = (0..n)
+            .map(|i| {
+                MemberSet::new(
+                    sim_peer(i),
+                    settings,
+                    key.clone(),
+                    seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                )
+                .unwrap_or_else(|e| panic!("simulated member: {e}"))
+            })
+            .collect();
+        SimNetwork {
+            by_addr: (0..n).map(|i| (sim_addr(i), i)).collect(),
+            cut: vec![false; n],
+            nodes,
+            queue: BTreeMap::new(),
+            seq: 0,
+            now_ms: 0,
+            latency_ms,
+            loss,
+            rng: StdRng::seed_from_u64(seed),
+            sent: vec![0; n],
+            changed_at: vec![0; n],
+            downs: Vec::new(),
+            next_rejoin: REJOIN_EVERY_MS,
+            turn: 0,
+        }
     }
 
     pub fn now_ms(&self) -> u64 {

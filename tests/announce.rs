@@ -5,65 +5,19 @@
 //! no flush on the client. The topology is `scripts/testbed.sh`. Without root (no network
 //! namespaces) the test says so and skips; CI runs it.
 
+#[path = "announce_bed/mod.rs"]
+mod announce_bed;
+
+use announce_bed::{NODES, VIP, answering, client_neighbor, eventually, objects, write_objects};
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use testkit::netns::{self, POD_TCP_PORT, PodServer};
+use testkit::netns::{self, PodServer};
 use testkit::testbed::{self, AgentProcess, Testbed};
-
-const VIP: &str = "172.18.0.100";
-const NODES: usize = 3;
 
 fn vipflow() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
-}
-
-/// Poll `f` every 20 ms for up to `secs` seconds.
-fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out after {secs} s waiting for: {what}");
-}
-
-/// Three Nodes with their Ready condition, and `web` (VIP, one endpoint per node).
-fn objects(ready: [bool; NODES]) -> String {
-    let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
-    for (i, r) in ready.iter().enumerate() {
-        let i = i + 1;
-        let status = if *r { "True" } else { "False" };
-        y += &format!(
-            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: '{status}'}}]\n",
-            testbed::node_ip(i)
-        );
-    }
-    y += &format!(
-        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    ports: [{{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}]\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP}\", ipMode: VIP}}]}}}}\n"
-    );
-    let eps: String = (1..=NODES)
-        .map(|i| {
-            format!(
-                "  - {{addresses: [\"{}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n",
-                testbed::pod_ip(i, 'a')
-            )
-        })
-        .collect();
-    y += &format!(
-        "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: IPv4\n  ports: [{{name: http, port: {POD_TCP_PORT}, protocol: TCP}}]\n  endpoints:\n{eps}"
-    );
-    y
-}
-
-/// Replace the objects file in one step, as an editor or a sync job would.
-fn write_objects(path: &Path, text: &str) {
-    let tmp = path.with_extension("new");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// A free port on loopback for an agent's HTTP endpoint.
@@ -132,17 +86,6 @@ fn agent_args(tb: &Testbed, node: usize, http: u16) -> Vec<String> {
     a
 }
 
-/// The nodes whose br-ex has the ARP answer for the VIP.
-fn answering(tb: &Testbed) -> Vec<usize> {
-    (1..=NODES)
-        .filter(|&i| {
-            tb.ofctl(i, &["dump-flows", "br-ex"])
-                .lines()
-                .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
-        })
-        .collect()
-}
-
 /// What `arping` in the client saw for `count` requests: (sent, received, the replies' MACs).
 /// `broadcast` keeps every request broadcast, so that every node sees every one; without it
 /// the requests after the first go to the learned MAC (unicast, as the kernel's own
@@ -205,14 +148,6 @@ fn curl(tb: &Testbed) -> String {
     panic!("curl http://{VIP}/ never answered: {errors:?}");
 }
 
-/// The client's neighbor entry for the VIP: its MAC, if it has one.
-fn client_neighbor(tb: &Testbed) -> Option<String> {
-    let out = tb.ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
-    let mut words = out.split_whitespace();
-    words.find(|w| *w == "lladdr")?;
-    words.next().map(|m| m.to_ascii_lowercase())
-}
-
 /// TCP to the VIP, retried for up to `secs`: OVN drops the first packets towards a neighbor
 /// it has not resolved yet.
 fn tcp(tb: &Testbed, secs: u64) -> String {
@@ -239,7 +174,7 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         })
         .collect();
     let file = tb.path().join("objects.yaml");
-    write_objects(&file, &objects([true; NODES]));
+    write_objects(&file, &objects([true; NODES], None));
     let http: Vec<u16> = (0..NODES).map(|_| free_port()).collect();
     let _agents: Vec<AgentProcess> = (1..=NODES)
         .map(|i| tb.agent(&vipflow(), i, &file, &agent_args(&tb, i, http[i - 1])))
@@ -297,7 +232,7 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     let mut ready = [true; NODES];
     ready[owner - 1] = false;
     let moved_at = Instant::now();
-    write_objects(&file, &objects(ready));
+    write_objects(&file, &objects(ready, None));
     eventually("another node answering", 30, || {
         let a = answering(&tb);
         a.len() == 1 && a[0] != owner

@@ -1,4 +1,4 @@
-//! Shared by the failover test and benchmark: three testbed nodes whose agents run in the
+//! Shared by the announcement and failover tests and the failover benchmark: three testbed nodes whose agents run in the
 //! nodes' own namespaces with `--announce` and the membership, a Service whose VIP answers
 //! UDP from a pod on every node, a client probing it every 10 ms, and one unplanned failover
 //! measured from the packets and the agents' logs.
@@ -29,16 +29,19 @@ pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     panic!("timed out after {secs} s waiting for: {what}");
 }
 
-fn objects(drained: Option<usize>) -> String {
+/// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIP on
+/// TCP 80 and UDP 53, one endpoint per node.
+pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
-    for i in 1..=NODES {
+    for (i, r) in (1..=NODES).zip(ready) {
         let mark = if drained == Some(i) {
             ", annotations: {vipflow.io/drain: 'true'}"
         } else {
             ""
         };
+        let status = if r { "True" } else { "False" };
         y += &format!(
-            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{mark}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{mark}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: '{status}'}}]\n",
             testbed::node_ip(i)
         );
     }
@@ -57,6 +60,32 @@ fn objects(drained: Option<usize>) -> String {
         "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: IPv4\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{eps}"
     );
     y
+}
+
+/// Replace the objects file in one step, as an editor or a sync job would.
+pub fn write_objects(path: &Path, text: &str) {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// The nodes whose br-ex has the ARP answer for the VIP.
+pub fn answering(tb: &Testbed) -> Vec<usize> {
+    (1..=NODES)
+        .filter(|&i| {
+            tb.ofctl(i, &["dump-flows", "br-ex"])
+                .lines()
+                .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
+        })
+        .collect()
+}
+
+/// The client's neighbor entry for the VIP: its MAC, if it has one.
+pub fn client_neighbor(tb: &Testbed) -> Option<String> {
+    let out = tb.ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
+    let mut words = out.split_whitespace();
+    words.find(|w| *w == "lladdr")?;
+    words.next().map(|m| m.to_ascii_lowercase())
 }
 
 /// The bed: testbed, pods, agents.
@@ -80,7 +109,7 @@ impl AnnounceBed {
             })
             .collect();
         let objects_path = tb.path().join("objects.yaml");
-        std::fs::write(&objects_path, objects(None)).unwrap();
+        write_objects(&objects_path, &objects([true; NODES], None));
         let key = tb.path().join("membership.key");
         std::fs::write(&key, "a test secret shared by the three nodes\n").unwrap();
         let mut bed = AnnounceBed {
@@ -171,21 +200,12 @@ impl AnnounceBed {
 
     /// Mark node `node` for drain in the objects file (in one step, as an editor would).
     pub fn drain(&self, node: usize) {
-        let tmp = self.objects.with_extension("new");
-        std::fs::write(&tmp, objects(Some(node))).unwrap();
-        std::fs::rename(&tmp, &self.objects).unwrap();
+        write_objects(&self.objects, &objects([true; NODES], Some(node)));
     }
 
     /// The nodes whose br-ex has the ARP answer for the VIP.
     pub fn answering(&self) -> Vec<usize> {
-        (1..=NODES)
-            .filter(|&i| {
-                self.tb
-                    .ofctl(i, &["dump-flows", "br-ex"])
-                    .lines()
-                    .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
-            })
-            .collect()
+        answering(&self.tb)
     }
 
     fn log(&self, node: usize) -> String {
@@ -286,12 +306,7 @@ impl AnnounceBed {
 
     /// The client's neighbor entry for the VIP: its MAC, if it has one.
     pub fn client_neighbor(&self) -> Option<String> {
-        let out = self
-            .tb
-            .ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
-        let mut words = out.split_whitespace();
-        words.find(|w| *w == "lladdr")?;
-        words.next().map(|m| m.to_ascii_lowercase())
+        client_neighbor(&self.tb)
     }
 
     /// The client's probe sockets.

@@ -387,28 +387,31 @@ mod tests {
         assert_eq!(p.owner(vip(1)), Some(&other));
     }
 
+    /// Random steps: the live nodes, and the VIPs each with the nodes that may answer for it.
+    fn arb_steps() -> impl Strategy<Value = Vec<(BTreeSet<NodeName>, BTreeMap<IpAddr, Eligible>)>> {
+        let live = proptest::collection::btree_set(0usize..8, 0..8)
+            .prop_map(|ids| ids.into_iter().map(node).collect::<BTreeSet<NodeName>>());
+        let eligible = proptest::option::of(proptest::collection::btree_set(0usize..8, 1..4))
+            .prop_map(|e| match e {
+                None => Eligible::Any,
+                Some(s) => Eligible::Nodes(Arc::new(s.into_iter().map(node).collect())),
+            });
+        let vips = proptest::collection::btree_map(0u32..12, eligible, 0..12)
+            .prop_map(|m| m.into_iter().map(|(v, e)| (vip(v), e)).collect());
+        proptest::collection::vec((live, vips), 1..30)
+    }
+
     proptest! {
         /// Over random membership and VIP changes: every VIP with a live eligible node has
         /// one as its owner, none else has an owner, and an owner changes only when it died
         /// or stopped being eligible.
         #[test]
         fn owners_are_live_eligible_and_sticky(
-            steps in proptest::collection::vec(
-                (proptest::collection::btree_set(0usize..8, 0..8), proptest::collection::btree_map(0u32..12, proptest::option::of(proptest::collection::btree_set(0usize..8, 1..4)), 0..12)),
-                1..30,
-            )
+            steps in arb_steps()
         ) {
             let mut p = Placement::default();
-            for (live_ids, vip_spec) in steps {
+            for (live, vips) in steps {
                 let before = p.owners.clone();
-                let live: BTreeSet<NodeName> = live_ids.iter().map(|&i| node(i)).collect();
-                let vips: BTreeMap<IpAddr, Eligible> = vip_spec
-                    .iter()
-                    .map(|(&v, e)| (vip(v), match e {
-                        None => Eligible::Any,
-                        Some(s) => Eligible::Nodes(Arc::new(s.iter().map(|&i| node(i)).collect())),
-                    }))
-                    .collect();
                 p.set_live(live.clone());
                 p.set_vips(vips.clone());
                 for (v, e) in &vips {
@@ -435,21 +438,10 @@ mod tests {
         /// at a time here, as the planner hands them on.
         #[test]
         fn consistent_owners_depend_on_the_present_alone(
-            steps in proptest::collection::vec(
-                (proptest::collection::btree_set(0usize..8, 0..8), proptest::collection::btree_map(0u32..12, proptest::option::of(proptest::collection::btree_set(0usize..8, 1..4)), 0..12)),
-                1..30,
-            )
+            steps in arb_steps()
         ) {
             let mut p = Placement::consistent();
-            for (live_ids, vip_spec) in steps {
-                let live: BTreeSet<NodeName> = live_ids.iter().map(|&i| node(i)).collect();
-                let vips: BTreeMap<IpAddr, Eligible> = vip_spec
-                    .iter()
-                    .map(|(&v, e)| (vip(v), match e {
-                        None => Eligible::Any,
-                        Some(s) => Eligible::Nodes(Arc::new(s.iter().map(|&i| node(i)).collect())),
-                    }))
-                    .collect();
+            for (live, vips) in steps {
                 p.set_live(live.clone());
                 let gone: Vec<IpAddr> = p.vips.keys().filter(|v| !vips.contains_key(v)).copied().collect();
                 for v in gone {

@@ -40,9 +40,9 @@ fn planner(node: &str, announce: bool) -> Planner {
     Planner::new(ModelOptions::default(), &[bridge], 0x7f1f, None).announcing_as(node)
 }
 
-fn answers(flows: &FlowIndex) -> BTreeSet<Ipv4Addr> {
-    flows
-        .iter()
+/// The VIPs of the ARP answers among `keys`.
+fn answers<'a>(keys: impl IntoIterator<Item = &'a FlowKey>) -> BTreeSet<Ipv4Addr> {
+    keys.into_iter()
         .filter_map(|k| match k {
             FlowKey::ArpAnswer(v) => Some(*v),
             _ => None,
@@ -63,16 +63,7 @@ fn every_vip_is_answered_on_one_node_and_moves_when_its_node_is_not_ready() {
         let b = &plans.bridges[0];
         let mine = answers(&b.flows);
         // The first plan's delta names every answer it planned.
-        let in_delta: BTreeSet<Ipv4Addr> = b
-            .delta
-            .touched
-            .iter()
-            .filter_map(|k| match k {
-                FlowKey::ArpAnswer(v) => Some(*v),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(in_delta, mine);
+        assert_eq!(answers(&b.delta.touched), mine);
         // The bypass of every IPv4 VIP is on every node (dropping what it does not answer).
         for i in 0..12u8 {
             assert!(
@@ -90,16 +81,7 @@ fn every_vip_is_answered_on_one_node_and_moves_when_its_node_is_not_ready() {
     let n1_down = objects(["False", "True", "True"]);
     let p1 = nodes[0].update(&n1_down);
     assert!(answers(&p1.bridges[0].flows).is_empty());
-    let removed: BTreeSet<Ipv4Addr> = p1.bridges[0]
-        .delta
-        .touched
-        .iter()
-        .filter_map(|k| match k {
-            FlowKey::ArpAnswer(v) => Some(*v),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(removed, owned[0]);
+    assert_eq!(answers(&p1.bridges[0].delta.touched), owned[0]);
     let mut taken = BTreeSet::new();
     for (i, p) in nodes.iter_mut().enumerate().skip(1) {
         let plans = p.update(&n1_down);

@@ -49,7 +49,12 @@ fn schema() -> Arc<DatabaseSchema> {
 
 /// The planner's hand-over for OBJECTS.
 fn plan() -> DesiredRows {
-    let loaded = crate::source::file::parse(OBJECTS).unwrap();
+    plan_of(OBJECTS)
+}
+
+/// The planner's hand-over for `objects`.
+fn plan_of(objects: &str) -> DesiredRows {
+    let loaded = crate::source::file::parse(objects).unwrap();
     let mut planner = Planner::new(
         ModelOptions::default(),
         &[],
@@ -252,18 +257,7 @@ fn many(n: usize) -> String {
 
 #[test]
 fn a_first_sync_is_diffed_one_batch_per_step_and_adds_up_to_the_whole() {
-    let loaded = crate::source::file::parse(&many(250)).unwrap();
-    let mut planner = Planner::new(
-        ModelOptions::default(),
-        &[],
-        0x7f1f,
-        Some(NorthboundConfig {
-            exclude_ips: false,
-            ..NorthboundConfig::default()
-        }),
-    );
-    let plans = planner.update(&loaded.objects);
-    let d = DesiredRows::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false);
+    let d = plan_of(&many(250));
     let cache = Cache::new(schema(), monitor_spec());
 
     let mut at_once = Session::new(Observed::from_cache(&cache), None);

@@ -100,6 +100,17 @@ fn config(sb: &Sandbox, node: &str, nb: Option<&Sandbox>) -> Config {
     c
 }
 
+/// The cluster-mode options of agent `identity` against `kube`, in the default namespace.
+fn cluster_options(kube: &KubeServer, identity: &str) -> ClusterOptions {
+    ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: identity.into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
     let kube = KubeServer::start().await;
@@ -107,13 +118,7 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
     kube.apply(slice(&[("10.244.1.5", "node-a")]));
     kube.apply(service(None));
     let sb = Sandbox::start();
-    let opts = ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: "agent-a".into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-    };
+    let opts = cluster_options(&kube, "agent-a");
     let cluster = agent::start_cluster(config(&sb, "node-a", Some(&sb)), opts)
         .await
         .unwrap();
@@ -203,13 +208,7 @@ async fn bad_objects_are_skipped_with_a_warning_event_and_the_rest_applied() {
     bad["spec"]["externalIPs"] = json!(["not-an-ip", "192.168.10.11"]);
     kube.apply(bad);
     let sb = Sandbox::openflow_only();
-    let opts = ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: "agent-a".into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-    };
+    let opts = cluster_options(&kube, "agent-a");
     let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
         .await
         .unwrap();
@@ -460,11 +459,9 @@ async fn graceful_shutdown_hands_the_lease_over_at_once() {
     kube.apply(service(Some("172.18.0.100")));
     let sa = Sandbox::start();
     let mut opts = ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: "agent-a".into(),
-        namespace: "default".into(),
         events_per_second: 5.0,
         events_burst: 5,
+        ..cluster_options(&kube, "agent-a")
     };
     let mut long = config(&sa, "node-a", Some(&sa));
     long.lease.duration_seconds = 30;
@@ -513,13 +510,7 @@ spec:
     );
     kube.apply(service(Some("172.18.0.100")));
     let sb = Sandbox::openflow_only();
-    let opts = ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: "agent-a".into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-    };
+    let opts = cluster_options(&kube, "agent-a");
     let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
         .await
         .unwrap();
@@ -566,13 +557,7 @@ async fn the_elected_agent_allocates_an_address_programs_it_and_shows_the_pool()
     kube.apply(slice(&[("10.244.1.5", "node-a")]));
     kube.apply(service(None));
     let sb = Sandbox::start();
-    let opts = ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: "agent-a".into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-    };
+    let opts = cluster_options(&kube, "agent-a");
     let mut cfg = config(&sb, "node-a", Some(&sb));
     cfg.allocate_ips = true;
     let cluster = agent::start_cluster(cfg, opts).await.unwrap();

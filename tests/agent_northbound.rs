@@ -289,10 +289,8 @@ fn exclude_ips(sb: &Sandbox, ls: &str) -> Option<String> {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dynamic_ports_never_get_a_pool_address() {
-    let sb = Sandbox::start();
-    let user = "172.18.0.2";
+/// A pod switch `pods` on 172.18.0.0/28 whose users keep `user` out of its IPAM.
+fn pod_switch(sb: &Sandbox, user: &str) {
     sb.nbctl(&["ls-add", "pods"]);
     sb.nbctl(&[
         "set",
@@ -306,6 +304,13 @@ async fn dynamic_ports_never_get_a_pool_address() {
         "pods",
         &format!("other_config:exclude_ips=\"{user}\""),
     ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_ports_never_get_a_pool_address() {
+    let sb = Sandbox::start();
+    let user = "172.18.0.2";
+    pod_switch(&sb, user);
     // A pool of four addresses inside the subnet, one that reaches past it, and no Service
     // using either yet: vipflow may hand them out at any time, so pods must never get them.
     let pool = r#"
@@ -366,19 +371,7 @@ async fn dynamic_ports_never_get_a_vip_and_the_users_exclude_ips_survive() {
     // A pod switch whose subnet holds the VIP 172.18.0.5, with the user's own exclusions
     // (odd spacing on purpose: it must come back byte for byte).
     let user = "172.18.0.2  172.18.0.10..172.18.0.11";
-    sb.nbctl(&["ls-add", "pods"]);
-    sb.nbctl(&[
-        "set",
-        "Logical_Switch",
-        "pods",
-        "other_config:subnet=172.18.0.0/28",
-    ]);
-    sb.nbctl(&[
-        "set",
-        "Logical_Switch",
-        "pods",
-        &format!("other_config:exclude_ips=\"{user}\""),
-    ]);
+    pod_switch(&sb, user);
     let with_vip = format!(
         "{}{}",
         base_yaml().trim_end(),

@@ -9,8 +9,11 @@
 
 #[path = "../tests/announce_bed/mod.rs"]
 mod announce_bed;
+mod support;
+use support::percentile_f64;
 
-use announce_bed::{AnnounceBed, Prober, percentile};
+use announce_bed::{AnnounceBed, Prober};
+
 use std::path::PathBuf;
 
 fn main() {
@@ -53,8 +56,8 @@ fn main() {
     let row = |name: &str, v: &[f64]| {
         println!(
             "{name:<52} p50 {:>6.0} ms   p99 {:>6.0} ms   ({} of {trials} trials)",
-            percentile(v, 50.0),
-            percentile(v, 99.0),
+            percentile_f64(v, 50.0),
+            percentile_f64(v, 99.0),
             v.len()
         );
     };
@@ -63,7 +66,7 @@ fn main() {
     row("first GARP", &garp);
     row("outage (first answer)", &out);
     row("healed (one answer again, after the uplink is back)", &heal);
-    let p99 = percentile(&out, 99.0) / 1000.0;
+    let p99 = percentile_f64(&out, 99.0) / 1000.0;
     println!();
     println!("outage p99 beside what users get today (issue 14's anchors):");
     for (name, secs) in [

@@ -17,15 +17,8 @@ use vipflow::announce::placement::{Eligible, NodeName, Placement};
 use vipflow::membership::MembershipSettings;
 use vipflow::membership::sim::{SimNetwork, sim_node};
 
-fn percentile(v: &[f64], p: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    s[rank.clamp(1, s.len()) - 1]
-}
+mod support;
+use support::percentile_f64;
 
 /// Nodes cut, one after the other, for the detection figures.
 const FAILURES: usize = 10;
@@ -153,16 +146,16 @@ fn main() {
         "failed node found by the first node, p50 / p99 (ms)",
         format!(
             "{:.0} / {:.0}",
-            percentile(&first, 50.0),
-            percentile(&first, 99.0)
+            percentile_f64(&first, 50.0),
+            percentile_f64(&first, 99.0)
         ),
     );
     row(
         "failed node known to every node, p50 / p99 (ms)",
         format!(
             "{:.0} / {:.0}",
-            percentile(&all, 50.0),
-            percentile(&all, 99.0)
+            percentile_f64(&all, 50.0),
+            percentile_f64(&all, 99.0)
         ),
     );
     row(
@@ -177,13 +170,13 @@ fn main() {
         "placement after a node dies, p50 / p99 (us)",
         format!(
             "{:.0} / {:.0}",
-            percentile(&death_us, 50.0),
-            percentile(&death_us, 99.0)
+            percentile_f64(&death_us, 50.0),
+            percentile_f64(&death_us, 99.0)
         ),
     );
     row(
         "VIPs moved by a node's death, p50",
-        format!("{:.0}", percentile(&moved, 50.0)),
+        format!("{:.0}", percentile_f64(&moved, 50.0)),
     );
     row("datagrams sent per node per second", format!("{pps:.1}"));
     row("1% loss: whole after 5 s", format!("{lossy_whole}"));

@@ -50,6 +50,9 @@ pub struct Announcements {
     live: BTreeSet<NodeName>,
     /// Count this node live though it is marked for drain (the others take its VIPs first).
     hold: bool,
+    /// The Nodes last read and the ones of them that may announce: a snapshot whose Nodes are
+    /// the same objects (most changes touch Services) is not read again.
+    nodes_read: (Vec<Arc<core::Node>>, BTreeSet<NodeName>),
 }
 
 impl Announcements {
@@ -68,6 +71,7 @@ impl Announcements {
             vips: imbl::OrdSet::new(),
             live: BTreeSet::new(),
             hold: false,
+            nodes_read: (Vec::new(), BTreeSet::new()),
         }
     }
 
@@ -83,7 +87,17 @@ impl Announcements {
         members: Option<&BTreeSet<NodeName>>,
     ) -> Change {
         let mut moves: Vec<Move> = Vec::new();
-        let mut ready = live_nodes(nodes);
+        let same = self.nodes_read.0.len() == nodes.len()
+            && self
+                .nodes_read
+                .0
+                .iter()
+                .zip(nodes)
+                .all(|(a, b)| Arc::ptr_eq(a, b));
+        if !same {
+            self.nodes_read = (nodes.to_vec(), live_nodes(nodes));
+        }
+        let mut ready = self.nodes_read.1.clone();
         if self.hold {
             ready.insert(self.node.clone());
         }

@@ -30,6 +30,10 @@ pub mod action_type {
 pub const NX_VENDOR_ID: u32 = 0x0000_2320;
 /// `NXAST_REG_MOVE`.
 pub const NXAST_REG_MOVE: u16 = 6;
+/// `NXAST_RESUBMIT_TABLE`.
+pub const NXAST_RESUBMIT_TABLE: u16 = 14;
+/// The 16-bit port number `NXAST_RESUBMIT_TABLE` takes for "the packet's input port".
+pub const NX_RESUBMIT_IN_PORT: u16 = 0xfff8;
 
 /// Reserved port numbers (`enum ofp_port_no`).
 pub mod port {
@@ -75,6 +79,12 @@ pub enum Action {
         dst_ofs: u16,
         src: u32,
         dst: u32,
+    },
+    /// Nicira `resubmit(,TABLE)`: look the packet up again, as the actions so far changed it,
+    /// in `table` (from the input port when `in_port` is [`NX_RESUBMIT_IN_PORT`]).
+    Resubmit {
+        in_port: u16,
+        table: u8,
     },
     /// An experimenter action we do not interpret: the bytes after the experimenter id.
     Experimenter {
@@ -176,6 +186,14 @@ impl Action {
                 u32be(out, *src);
                 u32be(out, *dst);
             }
+            Action::Resubmit { in_port, table } => {
+                head(out, t::EXPERIMENTER);
+                u32be(out, NX_VENDOR_ID);
+                u16be(out, NXAST_RESUBMIT_TABLE);
+                u16be(out, *in_port);
+                out.push(*table);
+                put_zeros(out, 3);
+            }
             Action::Experimenter { experimenter, data } => {
                 head(out, t::EXPERIMENTER);
                 u32be(out, *experimenter);
@@ -274,20 +292,24 @@ impl Action {
     }
 
     fn parse_nx(experimenter: u32, data: &[u8]) -> Result<Option<Action>> {
-        if experimenter != NX_VENDOR_ID || data.len() != 16 {
+        if experimenter != NX_VENDOR_ID {
             return Ok(None);
         }
         let mut r = Reader::new(data, "nicira action");
-        if r.u16()? != NXAST_REG_MOVE {
-            return Ok(None);
-        }
-        Ok(Some(Action::RegMove {
-            n_bits: r.u16()?,
-            src_ofs: r.u16()?,
-            dst_ofs: r.u16()?,
-            src: r.u32()?,
-            dst: r.u32()?,
-        }))
+        Ok(match (r.u16()?, data.len()) {
+            (NXAST_REG_MOVE, 16) => Some(Action::RegMove {
+                n_bits: r.u16()?,
+                src_ofs: r.u16()?,
+                dst_ofs: r.u16()?,
+                src: r.u32()?,
+                dst: r.u32()?,
+            }),
+            (NXAST_RESUBMIT_TABLE, 8) => Some(Action::Resubmit {
+                in_port: r.u16()?,
+                table: r.u8()?,
+            }),
+            _ => None,
+        })
     }
 }
 

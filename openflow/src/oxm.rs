@@ -16,6 +16,15 @@ pub const OXM_CLASS_NXM0: u16 = 0x0000;
 pub const OXM_CLASS_NXM1: u16 = 0x0001;
 pub const OXM_CLASS_OPENFLOW_BASIC: u16 = 0x8000;
 pub const OXM_CLASS_EXPERIMENTER: u16 = 0xffff;
+/// Ericsson's OXM class (Open vSwitch 2.11+): the two Neighbor Discovery fields that let a flow
+/// turn a solicitation into an advertisement ([`ERIC_ND_RESERVED`], [`ERIC_ND_OPTIONS_TYPE`]).
+pub const OXM_CLASS_ERICSSON: u16 = 0x1000;
+/// `nd_reserved` (ERICOXM_OF_ICMPV6_ND_RESERVED): the 32 bits after the ICMPv6 checksum of an
+/// NS/NA, where an advertisement's R, S and O flags are.
+pub const ERIC_ND_RESERVED: u8 = 1;
+/// `nd_options_type` (ERICOXM_OF_ICMPV6_ND_OPTIONS_TYPE): the type of the first ND option
+/// (1 source, 2 target link-layer address).
+pub const ERIC_ND_OPTIONS_TYPE: u8 = 2;
 
 /// `ofp_match.type` for OXM matches.
 pub const OFPMT_OXM: u16 = 1;
@@ -148,6 +157,8 @@ pub fn field_info(class: u16, field: u8) -> Option<FieldInfo> {
         },
         OXM_CLASS_NXM1 if field < 16 => fi(REG_NAMES[field as usize], 4, true),
         OXM_CLASS_NXM1 if field == NX_IP_FRAG => fi("nw_frag", 1, true),
+        OXM_CLASS_ERICSSON if field == ERIC_ND_RESERVED => fi("nd_reserved", 4, false),
+        OXM_CLASS_ERICSSON if field == ERIC_ND_OPTIONS_TYPE => fi("nd_options_type", 1, false),
         _ => None,
     }
 }
@@ -338,6 +349,25 @@ impl OxmField {
     }
     pub fn ipv6_nd_target(ip: Ipv6Addr) -> Self {
         Self::basic(field::IPV6_ND_TARGET, ip.octets().to_vec())
+    }
+    pub fn ipv6_nd_sll(mac: MacAddr) -> Self {
+        Self::basic(field::IPV6_ND_SLL, mac.to_vec())
+    }
+    pub fn ipv6_nd_tll(mac: MacAddr) -> Self {
+        Self::basic(field::IPV6_ND_TLL, mac.to_vec())
+    }
+    /// `nd_reserved`: an advertisement's flags word (R 0x8000_0000, S 0x4000_0000,
+    /// O 0x2000_0000).
+    pub fn nd_reserved(flags: u32) -> Self {
+        Self::exact(
+            OXM_CLASS_ERICSSON,
+            ERIC_ND_RESERVED,
+            flags.to_be_bytes().to_vec(),
+        )
+    }
+    /// `nd_options_type`: the type of the first ND option.
+    pub fn nd_options_type(t: u8) -> Self {
+        Self::exact(OXM_CLASS_ERICSSON, ERIC_ND_OPTIONS_TYPE, vec![t])
     }
     pub fn tunnel_id(id: u64) -> Self {
         Self::basic(field::TUNNEL_ID, id.to_be_bytes().to_vec())

@@ -14,8 +14,9 @@ use crate::flow_mod::{FlowMod, FlowModCommand, GROUP_ANY, TABLE_ALL, flow_mod_fl
 use crate::instruction::Instruction;
 use crate::multipart::FlowStats;
 use crate::oxm::{
-    Match, OFPVID_PRESENT, OXM_CLASS_NXM0, OXM_CLASS_NXM1, OXM_CLASS_OPENFLOW_BASIC, OxmField,
-    eth_type, field, field_info, ip_proto,
+    ERIC_ND_OPTIONS_TYPE, ERIC_ND_RESERVED, Match, OFPVID_PRESENT, OXM_CLASS_ERICSSON,
+    OXM_CLASS_NXM0, OXM_CLASS_NXM1, OXM_CLASS_OPENFLOW_BASIC, OxmField, eth_type, field,
+    field_info, ip_proto,
 };
 use std::fmt::{self, Display, Formatter, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -604,6 +605,10 @@ fn set_field_text(f: &OxmField) -> String {
     }
     let known = match (f.class, f.field) {
         (OXM_CLASS_NXM1, n) if n < 16 => Some((Kind::Hex, format!("reg{n}"))),
+        (OXM_CLASS_ERICSSON, ERIC_ND_RESERVED) => Some((Kind::Dec, "nd_reserved".to_owned())),
+        (OXM_CLASS_ERICSSON, ERIC_ND_OPTIONS_TYPE) => {
+            Some((Kind::Dec, "nd_options_type".to_owned()))
+        }
         (OXM_CLASS_OPENFLOW_BASIC, fl) => {
             let (k, name) = match fl {
                 F::IN_PORT => (Kind::Port, "in_port_oxm"),
@@ -824,6 +829,13 @@ impl Display for Action {
                 subfield(*src, *src_ofs, *n_bits),
                 subfield(*dst, *dst_ofs, *n_bits)
             ),
+            Action::Resubmit { in_port, table } => {
+                f.write_str("resubmit(")?;
+                if *in_port != crate::action::NX_RESUBMIT_IN_PORT {
+                    write!(f, "{in_port}")?;
+                }
+                write!(f, ",{table})")
+            }
             Action::Experimenter { experimenter, data } => {
                 write!(f, "experimenter({experimenter:#010x}")?;
                 if !data.is_empty() {

@@ -144,6 +144,8 @@ fn action() -> impl Strategy<Value = Action> {
                 src,
                 dst,
             }),
+        (any::<u16>(), any::<u8>())
+            .prop_map(|(in_port, table)| Action::Resubmit { in_port, table }),
         // Not Nicira, so it cannot be read back as a reg move; 8-byte aligned total length.
         (
             any::<u32>().prop_filter("not nicira", |e| *e != NX_VENDOR_ID),

@@ -362,6 +362,46 @@ fn planned() -> Vec<FlowMod> {
                 ],
             )
         },
+        // A neighbor solicitation turned into an advertisement in the switch: the Ericsson
+        // ND fields, and a resubmit so that the target link-layer address can be set once the
+        // packet is an advertisement.
+        FlowMod::add(
+            0,
+            10,
+            c(12),
+            m().with(O::in_port(PHYS))
+                .with(O::eth_type(eth_type::IPV6))
+                .with(O::ip_proto(ip_proto::ICMPV6))
+                .with(O::icmpv6_type(135))
+                .with(O::icmpv6_code(0))
+                .with(O::ipv6_nd_target("2001:db8::10".parse().unwrap())),
+            vec![Instruction::ApplyActions(vec![
+                Action::SetField(O::icmpv6_type(136)),
+                Action::SetField(O::nd_reserved(0x6000_0000)),
+                Action::SetField(O::nd_options_type(2)),
+                Action::SetField(O::reg(0, 7)),
+                Action::Resubmit {
+                    in_port: openflow::action::NX_RESUBMIT_IN_PORT,
+                    table: 0,
+                },
+            ])],
+        ),
+        FlowMod::add(
+            0,
+            10,
+            c(13),
+            m().with(O::in_port(PHYS))
+                .with(O::reg(0, 7))
+                .with(O::eth_type(eth_type::IPV6))
+                .with(O::ip_proto(ip_proto::ICMPV6))
+                .with(O::icmpv6_type(136))
+                .with(O::icmpv6_code(0))
+                .with(O::ipv6_nd_target("2001:db8::10".parse().unwrap())),
+            vec![Instruction::ApplyActions(vec![
+                Action::SetField(O::ipv6_nd_tll([2, 0, 0, 0, 0, 0x10])),
+                Action::output(openflow::action::port::IN_PORT),
+            ])],
+        ),
     ]
 }
 

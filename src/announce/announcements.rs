@@ -9,7 +9,7 @@
 use super::placement::{Eligible, Move, NodeName, Placement};
 use k8s_openapi::api::core::v1 as core;
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// A VIP this node took (`here`) or gave up.
@@ -17,16 +17,6 @@ use std::sync::Arc;
 pub struct Turn {
     pub vip: IpAddr,
     pub here: bool,
-}
-
-impl Turn {
-    /// The VIP when it is one this node answers ARP for (IPv4).
-    pub fn v4(&self) -> Option<Ipv4Addr> {
-        match self.vip {
-            IpAddr::V4(v) => Some(v),
-            IpAddr::V6(_) => None,
-        }
-    }
 }
 
 /// What one update changed for this node.
@@ -199,6 +189,7 @@ pub fn live_nodes(nodes: &[Arc<core::Node>]) -> BTreeSet<NodeName> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn node(name: &str, ready: Option<&str>) -> Arc<core::Node> {
         let mut n = core::Node::default();

@@ -7,36 +7,24 @@
 //! or the host. The announcement is a gratuitous ARP request the agent sends out of the uplink
 //! by PACKET_OUT.
 
+use super::{copy_field, ethernet_header};
 use openflow::action::port;
-use openflow::oxm::{MacAddr, OXM_CLASS_OPENFLOW_BASIC, oxm_header};
+use openflow::oxm::{MacAddr, eth_type};
 use openflow::{Action, OxmField};
 use std::net::Ipv4Addr;
-
-/// EtherType of ARP.
-const ETH_TYPE_ARP: u16 = 0x0806;
-/// EtherType of an 802.1Q tag.
-const ETH_TYPE_VLAN: u16 = 0x8100;
 
 /// The actions that turn an ARP request for `vip` into the reply from `mac` and send it back
 /// out of the input port. A VLAN tag, if any, stays as it came.
 pub fn answer_actions(vip: Ipv4Addr, mac: MacAddr) -> Vec<Action> {
     use openflow::oxm::field as f;
-    let basic = |field, len| oxm_header(OXM_CLASS_OPENFLOW_BASIC, field, len);
-    let mv = |n_bits, src, dst| Action::RegMove {
-        n_bits,
-        src_ofs: 0,
-        dst_ofs: 0,
-        src,
-        dst,
-    };
     vec![
         // The requester becomes the destination; the answer comes from the bridge.
-        mv(48, basic(f::ETH_SRC, 6), basic(f::ETH_DST, 6)),
+        copy_field(f::ETH_SRC, f::ETH_DST, 6),
         Action::SetField(OxmField::eth_src(mac)),
         Action::SetField(OxmField::arp_op(2)),
-        mv(48, basic(f::ARP_SHA, 6), basic(f::ARP_THA, 6)),
+        copy_field(f::ARP_SHA, f::ARP_THA, 6),
         Action::SetField(OxmField::arp_sha(mac)),
-        mv(32, basic(f::ARP_SPA, 4), basic(f::ARP_TPA, 4)),
+        copy_field(f::ARP_SPA, f::ARP_TPA, 4),
         Action::SetField(OxmField::arp_spa(vip)),
         Action::output(port::IN_PORT),
     ]
@@ -55,14 +43,7 @@ pub fn answer_actions_text(vip: Ipv4Addr, mac: &str) -> String {
 /// broadcast), tagged with `vlan` when the uplink is: every neighbor that has the VIP in its
 /// cache takes the new MAC, and switches learn where it now is.
 pub fn gratuitous_arp(vip: Ipv4Addr, mac: MacAddr, vlan: Option<u16>) -> Vec<u8> {
-    let mut f = Vec::with_capacity(64);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&mac);
-    if let Some(v) = vlan {
-        f.extend_from_slice(&ETH_TYPE_VLAN.to_be_bytes());
-        f.extend_from_slice(&(v & 0x0fff).to_be_bytes());
-    }
-    f.extend_from_slice(&ETH_TYPE_ARP.to_be_bytes());
+    let mut f = ethernet_header([0xff; 6], mac, vlan, eth_type::ARP);
     // Ethernet, IPv4, 6- and 4-byte addresses, a request.
     f.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]);
     f.extend_from_slice(&mac);

@@ -9,7 +9,8 @@
 //! VIP, port): stable across restarts and port renumbering, distinct for the same port on TCP
 //! and UDP.
 
-use crate::config::{BridgeConfig, GatewayMode, Profile, format_mac};
+use crate::announce::nd_answer::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
+use crate::config::{BridgeConfig, GatewayMode, Profile};
 use crate::model::{Model, Protocol};
 use openflow::action::port as ofport;
 use openflow::oxm::{MacAddr, eth_type, frag, ip_proto};
@@ -34,6 +35,12 @@ pub enum PlannedAction {
     /// Turn the ARP request for this VIP into the reply from the bridge's MAC, back out of
     /// the input port ([`crate::announce::arp_answer::answer_actions`]).
     AnswerArp(std::net::Ipv4Addr),
+    /// Turn the neighbor solicitation for this VIP into the advertisement, marked and looked
+    /// up again in the flow's table ([`crate::announce::nd_answer::answer_actions`]).
+    AnswerNd(std::net::Ipv6Addr),
+    /// Finish a marked advertisement with the bridge's MAC and send it back out of the input
+    /// port ([`crate::announce::nd_answer::advert_actions`]).
+    AdvertNd,
 }
 
 /// What a planned flow is for. Its text (`arp 192.0.2.10`, `steer 192.0.2.10:80/TCP`,
@@ -45,8 +52,13 @@ pub enum FlowKey {
     Arp(std::net::Ipv4Addr),
     /// This node answers ARP for an IPv4 VIP it owns (the bridge announces).
     ArpAnswer(std::net::Ipv4Addr),
-    /// Neighbor solicitations for an IPv6 VIP to the host.
+    /// Neighbor solicitations for an IPv6 VIP to the host (dropped when the bridge announces).
     Nd(std::net::Ipv6Addr),
+    /// This node answers neighbor solicitations for an IPv6 VIP it owns: the solicitation made
+    /// into the advertisement ([`crate::announce::nd_answer`], step 1).
+    NdAnswer(std::net::Ipv6Addr),
+    /// The advertisement [`FlowKey::NdAnswer`] made, finished and sent back (step 2).
+    NdAdvert(std::net::Ipv6Addr),
     /// ICMP "fragmentation needed" / "packet too big" for the VIP into OVN.
     Pmtu(IpAddr),
     /// Fragments for the VIP into OVN.
@@ -69,6 +81,8 @@ impl fmt::Display for FlowKey {
             FlowKey::Arp(ip) => write!(f, "arp {ip}"),
             FlowKey::ArpAnswer(ip) => write!(f, "arp answer {ip}"),
             FlowKey::Nd(ip) => write!(f, "nd {ip}"),
+            FlowKey::NdAnswer(ip) => write!(f, "nd answer {ip}"),
+            FlowKey::NdAdvert(ip) => write!(f, "nd advert {ip}"),
             FlowKey::Pmtu(ip) => write!(f, "pmtu {ip}"),
             FlowKey::Frag(ip) => write!(f, "frag {ip}"),
             FlowKey::FragReturn(ip) => write!(f, "frag return {ip}"),
@@ -168,6 +182,12 @@ impl PlannedFlow {
                 PlannedAction::AnswerArp(vip) => actions.extend(
                     crate::announce::arp_answer::answer_actions(*vip, r.bridge_mac),
                 ),
+                PlannedAction::AnswerNd(vip) => actions.extend(
+                    crate::announce::nd_answer::answer_actions(*vip, r.bridge_mac, self.table),
+                ),
+                PlannedAction::AdvertNd => {
+                    actions.extend(crate::announce::nd_answer::advert_actions(r.bridge_mac))
+                }
             }
         }
         FlowMod::add(
@@ -177,73 +197,6 @@ impl PlannedFlow {
             m.normalized(),
             vec![Instruction::ApplyActions(actions)],
         )
-    }
-
-    /// Text in `ovs-ofctl add-flow` syntax with port names, for `vipflow plan`. A port left to
-    /// be found in the OVS database shows as `<bridge uplink>` / `<bridge patch>`.
-    pub fn display<'a>(&'a self, bridge: &'a BridgeConfig) -> PlannedFlowText<'a> {
-        PlannedFlowText { flow: self, bridge }
-    }
-}
-
-pub struct PlannedFlowText<'a> {
-    flow: &'a PlannedFlow,
-    bridge: &'a BridgeConfig,
-}
-
-impl fmt::Display for PlannedFlowText<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (fl, b) = (self.flow, self.bridge);
-        let name = |p: PortRef| match p {
-            PortRef::Uplink => b
-                .uplink
-                .clone()
-                .unwrap_or_else(|| format!("<{} uplink>", b.name)),
-            PortRef::Patch => b
-                .patch
-                .clone()
-                .unwrap_or_else(|| format!("<{} patch>", b.name)),
-            PortRef::Local => "LOCAL".into(),
-        };
-        write!(
-            f,
-            "cookie={:#x},table={},priority={},in_port={}",
-            fl.cookie,
-            fl.table,
-            fl.priority,
-            name(fl.in_port)
-        )?;
-        if fl.dl_src_bridge {
-            match &b.bridge_mac {
-                Some(m) => write!(f, ",dl_src={}", format_mac(m))?,
-                None => write!(f, ",dl_src=<{} mac>", b.name)?,
-            }
-        }
-        let rest = fl.match_.to_string();
-        if !rest.is_empty() {
-            write!(f, ",{rest}")?;
-        }
-        let acts: Vec<String> = fl
-            .actions
-            .iter()
-            .map(|a| match a {
-                PlannedAction::Output(PortRef::Local) => "LOCAL".to_string(),
-                PlannedAction::Output(p) => format!("output:{}", name(*p)),
-                PlannedAction::PopVlan => "pop_vlan".into(),
-                PlannedAction::SetEthDst(m) => format!("mod_dl_dst:{}", format_mac(m)),
-                PlannedAction::AnswerArp(vip) => {
-                    let mac = match &b.bridge_mac {
-                        Some(m) => format_mac(m),
-                        None => format!("<{} mac>", b.name),
-                    };
-                    crate::announce::arp_answer::answer_actions_text(*vip, &mac)
-                }
-            })
-            .collect();
-        if acts.is_empty() {
-            return f.write_str(" actions=drop");
-        }
-        write!(f, " actions={}", acts.join(","))
     }
 }
 
@@ -302,6 +255,15 @@ pub fn vip_keys(vip: IpAddr, input: &PlanInput<'_>) -> Vec<FlowKey> {
     keys
 }
 
+/// The keys of the flows with which the owner of `vip` answers for it on a bridge that
+/// announces: the ARP answer, or the two steps of the ND answer.
+pub fn answer_keys(vip: IpAddr) -> Vec<FlowKey> {
+    match vip {
+        IpAddr::V4(ip) => vec![FlowKey::ArpAnswer(ip)],
+        IpAddr::V6(ip) => vec![FlowKey::NdAnswer(ip), FlowKey::NdAdvert(ip)],
+    }
+}
+
 /// The keys of the flows of one VIP:port/protocol, whichever Service owns it: steering into
 /// OVN and (on a gateway bridge) the return path. None in local gateway mode.
 pub fn claim_keys(
@@ -354,6 +316,16 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
                 .with(OxmField::arp_tpa(ip)),
         )
     };
+    let nd = |ip, icmp_type| {
+        c.with_vlan(
+            Match::new()
+                .with(OxmField::eth_type(eth_type::IPV6))
+                .with(OxmField::ip_proto(ip_proto::ICMPV6))
+                .with(OxmField::icmpv6_type(icmp_type))
+                .with(OxmField::icmpv6_code(0))
+                .with(OxmField::ipv6_nd_target(ip)),
+        )
+    };
     match key {
         // ARP / ND requests for the VIP go to the host, never into OVN. A bridge that
         // announces drops them: only the owner answers, with the flow below, one priority up.
@@ -376,20 +348,46 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
             f.priority = f.priority.saturating_add(1);
             f
         }
-        FlowKey::Nd(ip) => c.mk(
-            key,
-            PortRef::Uplink,
-            false,
-            c.with_vlan(
-                Match::new()
-                    .with(OxmField::eth_type(eth_type::IPV6))
-                    .with(OxmField::ip_proto(ip_proto::ICMPV6))
-                    .with(OxmField::icmpv6_type(135))
-                    .with(OxmField::icmpv6_code(0))
-                    .with(OxmField::ipv6_nd_target(ip)),
-            ),
-            c.to_host(),
-        ),
+        FlowKey::Nd(ip) => {
+            let actions = if input.bridge.announce {
+                Vec::new()
+            } else {
+                c.to_host()
+            };
+            c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                nd(ip, NEIGHBOR_SOLICIT),
+                actions,
+            )
+        }
+        FlowKey::NdAnswer(ip) => {
+            let actions = vec![PlannedAction::AnswerNd(ip)];
+            let mut f = c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                nd(ip, NEIGHBOR_SOLICIT),
+                actions,
+            );
+            f.priority = f.priority.saturating_add(1);
+            f
+        }
+        // Only the advertisement the answer flow marked: one from the wire has no mark.
+        FlowKey::NdAdvert(ip) => {
+            let mut m = nd(ip, NEIGHBOR_ADVERT);
+            m.fields.insert(0, OxmField::reg(MARK_REG, MARK));
+            let mut f = c.mk(
+                key,
+                PortRef::Uplink,
+                false,
+                m,
+                vec![PlannedAction::AdvertNd],
+            );
+            f.priority = f.priority.saturating_add(1);
+            f
+        }
         // ICMP "fragmentation needed" / "packet too big" for the VIP must reach OVN too, or
         // path MTU discovery breaks for its connections.
         FlowKey::Pmtu(vip) => {

@@ -2,6 +2,7 @@
 //! [`planner::Planner`] that keeps them up to date.
 
 pub mod exclude;
+pub mod flow_text;
 pub mod flows;
 pub mod northbound;
 pub mod order;

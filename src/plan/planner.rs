@@ -4,7 +4,7 @@
 //! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
 //! [`Planner::update`], so what they measure and check is what the agent does.
 
-use super::flows::{FlowKey, FlowMaker};
+use super::flows::{FlowMaker, answer_keys};
 use super::northbound::{GroupPlan, NorthboundConfig};
 use super::order;
 use super::row_table::{NbDelta, RowIndex, RowTable};
@@ -37,7 +37,7 @@ pub struct BridgeFlows {
     pub delta: FlowDelta,
     /// VIPs this node answers for whose answer did not change but must be announced again
     /// (a node came back; see [`crate::announce::announcements::Change::joined`]).
-    pub announce: Vec<std::net::Ipv4Addr>,
+    pub announce: Vec<IpAddr>,
 }
 
 /// The Northbound rows after an update, and what changed.
@@ -154,13 +154,8 @@ impl Planner {
                     live: a.live().iter().cloned().collect(),
                 }));
             }
-            let again: Vec<std::net::Ipv4Addr> = if change.joined {
-                a.here()
-                    .filter_map(|v| match v {
-                        IpAddr::V4(v) => Some(*v),
-                        IpAddr::V6(_) => None,
-                    })
-                    .collect()
+            let again: Vec<IpAddr> = if change.joined {
+                a.here().copied().collect()
             } else {
                 Vec::new()
             };
@@ -170,10 +165,10 @@ impl Planner {
                 }
                 announce[i].clone_from(&again);
                 for t in &change.turns {
-                    let Some(vip) = t.v4() else { continue };
-                    let key = FlowKey::ArpAnswer(vip);
-                    if self.services.set_flow(i, key, t.here) {
-                        delta.touched.push(key);
+                    for key in answer_keys(t.vip) {
+                        if self.services.set_flow(i, key, t.here) {
+                            delta.touched.push(key);
+                        }
                     }
                 }
                 delta.touched.sort();

@@ -1,10 +1,11 @@
-//! The planner with announcing bridges: each IPv4 VIP's ARP answer is planned on exactly one
-//! of the nodes, and moves with the Nodes' readiness; the bypass stays on every node.
+//! The planner with announcing bridges: each VIP's answer (ARP for IPv4, the two ND flows for
+//! IPv6) is planned on exactly one of the nodes, and moves with the Nodes' readiness; the
+//! bypass stays on every node.
 
 use super::*;
 use crate::plan::flows::FlowKey;
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 fn objects(ready: [&str; 3]) -> Objects {
     let mut s = String::from("apiVersion: v1\nkind: List\nitems:\n");
@@ -40,14 +41,23 @@ fn planner(node: &str, announce: bool) -> Planner {
     Planner::new(ModelOptions::default(), &[bridge], 0x7f1f, None).announcing_as(node)
 }
 
-/// The VIPs of the ARP answers among `keys`.
-fn answers<'a>(keys: impl IntoIterator<Item = &'a FlowKey>) -> BTreeSet<Ipv4Addr> {
-    keys.into_iter()
+/// The VIPs answered among `keys`; an IPv6 VIP counts only with both of its ND flows.
+fn answers<'a>(keys: impl IntoIterator<Item = &'a FlowKey>) -> BTreeSet<IpAddr> {
+    let keys: BTreeSet<&FlowKey> = keys.into_iter().collect();
+    keys.iter()
         .filter_map(|k| match k {
-            FlowKey::ArpAnswer(v) => Some(*v),
+            FlowKey::ArpAnswer(v) => Some(IpAddr::V4(*v)),
+            FlowKey::NdAnswer(v) if keys.contains(&FlowKey::NdAdvert(*v)) => Some(IpAddr::V6(*v)),
             _ => None,
         })
         .collect()
+}
+
+fn is_answer(k: &FlowKey) -> bool {
+    matches!(
+        k,
+        FlowKey::ArpAnswer(_) | FlowKey::NdAnswer(_) | FlowKey::NdAdvert(_)
+    )
 }
 
 #[test]
@@ -57,25 +67,31 @@ fn every_vip_is_answered_on_one_node_and_moves_when_its_node_is_not_ready() {
         .iter()
         .map(|n| planner(n, true))
         .collect();
-    let mut owned: Vec<BTreeSet<Ipv4Addr>> = Vec::new();
+    let mut owned: Vec<BTreeSet<IpAddr>> = Vec::new();
     for p in &mut nodes {
         let plans = p.update(&all_ready);
         let b = &plans.bridges[0];
         let mine = answers(&b.flows);
         // The first plan's delta names every answer it planned.
         assert_eq!(answers(&b.delta.touched), mine);
-        // The bypass of every IPv4 VIP is on every node (dropping what it does not answer).
+        // The bypass of every VIP is on every node (dropping what it does not answer).
         for i in 0..12u8 {
+            let v6 = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(i));
             assert!(
                 b.flows
                     .contains(&FlowKey::Arp(Ipv4Addr::new(198, 51, 100, i)))
             );
+            assert!(b.flows.contains(&FlowKey::Nd(v6)));
         }
+        // Nothing else answers: every answer key belongs to a whole answer.
+        let keys = b.flows.iter().filter(|k| is_answer(k)).count();
+        let v6 = mine.iter().filter(|v| v.is_ipv6()).count();
+        assert_eq!(keys, mine.len() + v6);
         owned.push(mine);
     }
     let total: usize = owned.iter().map(|o| o.len()).sum();
-    let union: BTreeSet<Ipv4Addr> = owned.iter().flatten().copied().collect();
-    assert_eq!((total, union.len()), (12, 12), "{owned:?}");
+    let union: BTreeSet<IpAddr> = owned.iter().flatten().copied().collect();
+    assert_eq!((total, union.len()), (24, 24), "{owned:?}");
 
     // n1 is not Ready: its answers go, and n2 and n3 take exactly those, each in its delta.
     let n1_down = objects(["False", "True", "True"]);
@@ -90,11 +106,7 @@ fn every_vip_is_answered_on_one_node_and_moves_when_its_node_is_not_ready() {
         taken.extend(now.difference(&owned[i]).copied());
         // Only answers moved: the delta names nothing else.
         assert!(
-            plans.bridges[0]
-                .delta
-                .touched
-                .iter()
-                .all(|k| matches!(k, FlowKey::ArpAnswer(_))),
+            plans.bridges[0].delta.touched.iter().all(is_answer),
             "{:?}",
             plans.bridges[0].delta
         );

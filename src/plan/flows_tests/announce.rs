@@ -73,3 +73,59 @@ fn on_a_vlan_uplink_the_answer_matches_the_tag_and_keeps_it() {
     let bypass = flow_of(FlowKey::Arp(vip), &input(&b));
     assert!(bypass.actions.is_empty());
 }
+
+#[test]
+fn for_an_ipv6_vip_the_solicitation_is_answered_in_two_marked_steps_and_the_bypass_drops() {
+    let b = announcing(None);
+    let vip: std::net::Ipv6Addr = "2001:db8::10".parse().unwrap();
+    let bypass = flow_of(FlowKey::Nd(vip), &input(&b));
+    let answer = flow_of(FlowKey::NdAnswer(vip), &input(&b));
+    let advert = flow_of(FlowKey::NdAdvert(vip), &input(&b));
+    assert!(bypass.actions.is_empty());
+    assert_eq!(answer.match_, bypass.match_);
+    assert_eq!(answer.priority, bypass.priority + 1);
+    assert_eq!(advert.priority, bypass.priority + 1);
+    assert_eq!(answer.actions, [PlannedAction::AnswerNd(vip)]);
+    assert_eq!(advert.actions, [PlannedAction::AdvertNd]);
+    assert_eq!(advert.in_port, PortRef::Uplink);
+    // The second step takes only what the first marked: an advertisement from the wire has
+    // no mark.
+    assert!(advert.match_.fields.contains(&OxmField::reg(
+        crate::announce::nd_answer::MARK_REG,
+        crate::announce::nd_answer::MARK
+    )));
+    assert!(advert.match_.fields.contains(&OxmField::icmpv6_type(136)));
+    assert!(answer.match_.fields.contains(&OxmField::icmpv6_type(135)));
+    let cookies: std::collections::BTreeSet<u64> =
+        [bypass.cookie, answer.cookie, advert.cookie].into();
+    assert_eq!(cookies.len(), 3);
+    let text = answer.display(&b).to_string();
+    assert!(
+        text.contains("priority=501,in_port=eth0,icmp6,icmp_type=135,icmp_code=0,nd_target=2001:db8::10 actions=")
+            && text.contains("set_field:2001:db8::10->ipv6_src,set_field:136->icmpv6_type")
+            && text.ends_with("set_field:0x56464e41->reg0,resubmit(,0)"),
+        "{text}"
+    );
+    let text = advert.display(&b).to_string();
+    assert!(
+        text.ends_with("actions=set_field:0a:58:ac:12:00:11->nd_tll,IN_PORT"),
+        "{text}"
+    );
+    // The resubmit goes to the flow's own table, wherever that is.
+    let resolved = answer.resolve(&Resolved {
+        uplink: 1,
+        patch: 2,
+        bridge_mac: [0x0a, 0x58, 0xac, 0x12, 0x00, 0x11],
+        steer_dst: None,
+    });
+    let Instruction::ApplyActions(actions) = &resolved.instructions[0] else {
+        panic!("{resolved:?}");
+    };
+    assert_eq!(
+        actions.last(),
+        Some(&openflow::Action::Resubmit {
+            in_port: openflow::action::NX_RESUBMIT_IN_PORT,
+            table: answer.table
+        })
+    );
+}

@@ -1,16 +1,18 @@
-//! Gratuitous ARP for the VIPs this node takes over ([`crate::announce`]): sent out of the
+//! Announcements for the VIPs this node takes over ([`crate::announce`]): a gratuitous ARP
+//! for an IPv4 VIP, an unsolicited neighbor advertisement for an IPv6 one, sent out of the
 //! uplink as soon as the answer flow is on the switch, and again a few times on a short
 //! backoff, so that a neighbor that missed one copy still moves to the new owner at once
 //! instead of waiting for its cache entry to age out.
 
 use crate::announce::arp_answer::gratuitous_arp;
+use crate::announce::nd_answer::unsolicited_na;
 use crate::plan::flows::FlowKey;
 use crate::plan::service_index::FlowIndex;
 use openflow::action::port;
 use openflow::message::PacketOut;
 use openflow::oxm::MacAddr;
 use openflow::{Action, Connection, Message};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 /// When each copy goes, counted from the flow's barrier: at once, then with a doubling gap.
@@ -24,29 +26,33 @@ pub const SEND_AT: [Duration; 4] = [
 /// `OFP_NO_BUFFER`: the packet is in the message.
 const NO_BUFFER: u32 = 0xffff_ffff;
 
+/// The VIP a key answers for, if it is an answer flow (for IPv6, its first step).
+fn answers(k: &FlowKey) -> Option<IpAddr> {
+    match k {
+        FlowKey::ArpAnswer(v) => Some(IpAddr::V4(*v)),
+        FlowKey::NdAnswer(v) => Some(IpAddr::V6(*v)),
+        _ => None,
+    }
+}
+
 /// The VIPs whose answer flow a write put on the switch: among `touched`, the answers that
 /// are in `plan`.
-pub fn taken(touched: &[FlowKey], plan: &FlowIndex) -> Vec<Ipv4Addr> {
+pub fn taken(touched: &[FlowKey], plan: &FlowIndex) -> Vec<IpAddr> {
     touched
         .iter()
-        .filter_map(|k| match k {
-            FlowKey::ArpAnswer(v) if plan.contains(k) => Some(*v),
-            _ => None,
-        })
+        .filter(|k| plan.contains(*k))
+        .filter_map(answers)
         .collect()
 }
 
 /// Every VIP `plan` answers for (after a full sync: the switch may have restarted, and the
 /// neighbors may have moved meanwhile).
-pub fn answered(plan: &FlowIndex) -> Vec<Ipv4Addr> {
-    let lo = FlowKey::ArpAnswer(Ipv4Addr::UNSPECIFIED);
-    let hi = FlowKey::ArpAnswer(Ipv4Addr::BROADCAST);
-    plan.range(lo..=hi)
-        .filter_map(|k| match k {
-            FlowKey::ArpAnswer(v) => Some(*v),
-            _ => None,
-        })
-        .collect()
+pub fn answered(plan: &FlowIndex) -> Vec<IpAddr> {
+    let v4 = plan
+        .range(FlowKey::ArpAnswer(Ipv4Addr::UNSPECIFIED)..=FlowKey::ArpAnswer(Ipv4Addr::BROADCAST));
+    let all_v6 = Ipv6Addr::from(u128::MAX);
+    let v6 = plan.range(FlowKey::NdAnswer(Ipv6Addr::UNSPECIFIED)..=FlowKey::NdAnswer(all_v6));
+    v4.chain(v6).filter_map(answers).collect()
 }
 
 /// The PACKET_OUT that sends `frame` out of `uplink`.
@@ -59,7 +65,7 @@ pub fn packet_out(uplink: u32, frame: Vec<u8>) -> Message {
     })
 }
 
-/// Send the gratuitous ARPs for `vips` at [`SEND_AT`], in the background: the reconciler
+/// Send the announcements for `vips` at [`SEND_AT`], in the background: the reconciler
 /// goes on with the next plan meanwhile. A connection that closes ends the sends (the next
 /// session's full sync announces again).
 pub fn spawn(
@@ -68,14 +74,20 @@ pub fn spawn(
     uplink: u32,
     mac: MacAddr,
     vlan: Option<u16>,
-    vips: Vec<Ipv4Addr>,
+    vips: Vec<IpAddr>,
 ) {
     if vips.is_empty() {
         return;
     }
     let frames: Vec<Message> = vips
         .iter()
-        .map(|v| packet_out(uplink, gratuitous_arp(*v, mac, vlan)))
+        .map(|v| {
+            let frame = match v {
+                IpAddr::V4(v) => gratuitous_arp(*v, mac, vlan),
+                IpAddr::V6(v) => unsolicited_na(*v, mac, vlan),
+            };
+            packet_out(uplink, frame)
+        })
         .collect();
     tokio::spawn(async move {
         let start = tokio::time::Instant::now();
@@ -83,12 +95,18 @@ pub fn spawn(
             tokio::time::sleep_until(start + *at).await;
             for f in &frames {
                 if let Err(e) = conn.send(f).await {
-                    tracing::debug!(bridge = %bridge, error = %e, "gratuitous ARP not sent; the connection is gone");
+                    tracing::debug!(bridge = %bridge, error = %e, "announcement not sent; the connection is gone");
                     return;
                 }
             }
             if round == 0 {
-                tracing::info!(bridge = %bridge, vips = ?vips, "announced: gratuitous ARP sent");
+                let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = vips.iter().partition(|v| v.is_ipv4());
+                if !v4.is_empty() {
+                    tracing::info!(bridge = %bridge, vips = ?v4, "announced: gratuitous ARP sent");
+                }
+                if !v6.is_empty() {
+                    tracing::info!(bridge = %bridge, vips = ?v6, "announced: unsolicited neighbor advertisement sent");
+                }
             }
         }
     });

@@ -30,7 +30,7 @@ pub struct DesiredFlows {
     pub router_mac: Option<MacAddr>,
     /// VIPs to announce again once this plan is on the switch, though their answer flows did
     /// not change (a node came back: the network may have moved to another node meanwhile).
-    pub announce: Vec<std::net::Ipv4Addr>,
+    pub announce: Vec<std::net::IpAddr>,
 }
 
 /// Something about the bridge that keeps flows from working as planned, reported in the

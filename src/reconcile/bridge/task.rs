@@ -212,13 +212,14 @@ impl Session {
     }
 
     /// Tell the network about `vips` (the VIPs a write made this node answer for) and those
-    /// the plan asks to announce again, by gratuitous ARP ([`garp`]).
+    /// the plan asks to announce again, by gratuitous ARP or unsolicited neighbor advertisement
+    /// ([`garp`]).
     fn announce(
         &self,
         s: &BridgeSettings,
         plan: &DesiredFlows,
         roles: &Roles,
-        mut vips: Vec<std::net::Ipv4Addr>,
+        mut vips: Vec<std::net::IpAddr>,
     ) {
         vips.extend(plan.announce.iter().copied());
         vips.sort_unstable();
@@ -259,7 +260,7 @@ impl Session {
             // What a bridge that announces tells the network once this write is in: every VIP
             // it answers after a full sync, else those the write made it answer.
             let roles = s.bridge.announce.then(|| making.roles.clone());
-            let mut taken: Vec<std::net::Ipv4Addr> = Vec::new();
+            let mut taken: Vec<std::net::IpAddr> = Vec::new();
             let r = if need_full {
                 if roles.is_some() {
                     taken = garp::answered(&plan.flows);

@@ -1,14 +1,18 @@
 //! L2 announcement with real packets (issue 14): three nodes on one L2 segment run
-//! `vipflow agent --announce`, no node has the VIP on any interface, and the client finds the
-//! VIP by ARP alone. Exactly one node answers, from its br-ex MAC; when that node stops being
-//! Ready, another takes the VIP and its gratuitous ARP moves the client's neighbor entry, with
-//! no flush on the client. The topology is `scripts/testbed.sh`. Without root (no network
+//! `vipflow agent --announce`, no node has a VIP on any interface, and the client finds the
+//! IPv4 VIP by ARP and the IPv6 VIP by neighbor solicitation alone. Exactly one node answers
+//! each, from its br-ex MAC; when that node stops being Ready, another takes the VIP and its
+//! gratuitous ARP or unsolicited advertisement moves the client's neighbor entry, with no
+//! flush on the client. The topology is `scripts/testbed.sh`. Without root (no network
 //! namespaces) the test says so and skips; CI runs it.
 
 #[path = "announce_bed/mod.rs"]
 mod announce_bed;
 
-use announce_bed::{NODES, VIP, answering, client_neighbor, eventually, objects, write_objects};
+use announce_bed::{
+    NODES, VIP, VIP6, answering, answering6, client_neighbor, client_neighbor_of, eventually,
+    objects, write_objects,
+};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Command;
@@ -120,10 +124,11 @@ fn arping(tb: &Testbed, count: u32, broadcast: bool) -> (u32, u32, Vec<String>) 
     (num("Sent "), num("Received "), macs)
 }
 
-/// `curl http://VIP/` from the client, as a user checks it. The pod servers answer a bare line
-/// (HTTP/0.9) and close before reading the request, which curl may see as a reset before the
-/// answer: a few tries.
-fn curl(tb: &Testbed) -> String {
+/// `curl http://VIP/` from the client, as a user checks it (`vip` in URL form: `[v6]`). The
+/// pod servers answer a bare line (HTTP/0.9) and close before reading the request, which curl
+/// may see as a reset before the answer: a few tries.
+fn curl(tb: &Testbed, vip: &str) -> String {
+    let url = format!("http://{vip}/");
     let mut errors = Vec::new();
     for _ in 0..10 {
         let out = Command::new("ip")
@@ -133,10 +138,10 @@ fn curl(tb: &Testbed) -> String {
                 &tb.ns("client"),
                 "curl",
                 "--http0.9",
-                "-sS",
+                "-gsS",
             ])
             .args(["--max-time", "5"])
-            .arg(format!("http://{VIP}/"))
+            .arg(&url)
             .output()
             .expect("run curl in the client namespace");
         let answer = String::from_utf8_lossy(&out.stdout).to_string();
@@ -145,21 +150,38 @@ fn curl(tb: &Testbed) -> String {
         }
         errors.push(String::from_utf8_lossy(&out.stderr).trim().to_string());
     }
-    panic!("curl http://{VIP}/ never answered: {errors:?}");
+    panic!("curl {url} never answered: {errors:?}");
 }
 
-/// TCP to the VIP, retried for up to `secs`: OVN drops the first packets towards a neighbor
+/// TCP to `vip`, retried for up to `secs`: OVN drops the first packets towards a neighbor
 /// it has not resolved yet.
-fn tcp(tb: &Testbed, secs: u64) -> String {
-    let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 80);
+fn tcp(tb: &Testbed, vip: &str, secs: u64) -> String {
+    let to = SocketAddr::new(vip.parse::<IpAddr>().unwrap(), 80);
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         match netns::tcp_request(&tb.ns("client"), to, Duration::from_millis(500)) {
             Ok(s) => return s,
-            Err(e) if Instant::now() > deadline => panic!("TCP to {VIP} never answered: {e}"),
+            Err(e) if Instant::now() > deadline => panic!("TCP to {vip} never answered: {e}"),
             Err(_) => {}
         }
     }
+}
+
+/// The MACs of the advertisements one neighbor solicitation for the IPv6 VIP from the client
+/// got (to the solicited-node group, or to the VIP itself).
+fn solicit(tb: &Testbed, unicast: bool) -> Vec<String> {
+    let (ns, vip, wait) = (
+        tb.ns("client"),
+        VIP6.parse().unwrap(),
+        Duration::from_millis(500),
+    );
+    let replies = if unicast {
+        netns::neighbor_solicit_unicast(&ns, "eth0", vip, wait)
+    } else {
+        netns::neighbor_solicit(&ns, "eth0", vip, wait)
+    }
+    .expect("send a neighbor solicitation");
+    replies.iter().map(|r| netns::format_mac(&r.mac)).collect()
 }
 
 #[test]
@@ -184,25 +206,41 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     });
     tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
     eventually("one node answering", 30, || answering(&tb).len() == 1);
+    eventually("one node answering for the IPv6 VIP", 30, || {
+        answering6(&tb).len() == 1
+    });
     let owner = answering(&tb)[0];
     let owner_mac = testbed::node_mac(owner);
-    // Each agent says what it announces: the owner the VIP, the others nothing.
-    eventually("the owner's /status naming the VIP", 10, || {
-        announced(http[owner - 1]) == [VIP]
-    });
-    for i in (1..=NODES).filter(|&i| i != owner) {
-        assert_eq!(announced(http[i - 1]), Vec::<String>::new(), "node{i}");
+    let owner6 = answering6(&tb)[0];
+    let owner6_mac = testbed::node_mac(owner6);
+    // Each agent says what it announces: the owners their VIP, the others nothing.
+    for i in 1..=NODES {
+        let mut want: Vec<String> = Vec::new();
+        if i == owner {
+            want.push(VIP.into());
+        }
+        if i == owner6 {
+            want.push(VIP6.into());
+        }
+        eventually(&format!("node{i}'s /status naming {want:?}"), 10, || {
+            announced(http[i - 1]) == want
+        });
+        assert_eq!(
+            metric(http[i - 1], "vipflow_announced_vips"),
+            Some(want.len() as f64),
+            "node{i}"
+        );
     }
-    assert_eq!(metric(http[owner - 1], "vipflow_announced_vips"), Some(1.0));
     assert_eq!(
         metric(http[owner - 1], "vipflow_live_nodes"),
         Some(NODES as f64)
     );
 
-    // No address on any host: the VIP is on no node's interfaces.
+    // No address on any host: the VIPs are on no node's interfaces.
     for i in 1..=NODES {
-        let addrs = tb.ip(&format!("node{i}"), &["-4", "addr", "show"]);
+        let addrs = tb.ip(&format!("node{i}"), &["addr", "show"]);
         assert!(!addrs.contains(VIP), "node{i} has the VIP:\n{addrs}");
+        assert!(!addrs.contains(VIP6), "node{i} has the VIP:\n{addrs}");
     }
 
     // Broadcast requests: every node sees each one and exactly one answers.
@@ -219,10 +257,27 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
 
     // The client resolves the VIP itself and TCP goes through the owner into OVN.
     let _ = tb.ip("client", &["-4", "neigh", "flush", "dev", "eth0"]);
-    let answer = tcp(&tb, 15);
+    let answer = tcp(&tb, VIP, 15);
     assert!(answer.contains("pod"), "{answer}");
     assert_eq!(client_neighbor(&tb).as_deref(), Some(owner_mac.as_str()));
-    let answer = curl(&tb);
+    let answer = curl(&tb, VIP);
+    assert!(answer.starts_with("pod"), "curl got {answer:?}");
+
+    // IPv6, the same by neighbor solicitation: every node sees each solicitation (it goes to
+    // the VIP's solicited-node group) and exactly one advertises, from its br-ex MAC.
+    for _ in 0..3 {
+        assert_eq!(solicit(&tb, false), [owner6_mac.clone()]);
+    }
+    let _ = tb.ip("client", &["-6", "neigh", "flush", "dev", "eth0"]);
+    let answer = tcp(&tb, VIP6, 15);
+    assert!(answer.contains("pod"), "{answer}");
+    assert_eq!(
+        client_neighbor_of(&tb, VIP6).as_deref(),
+        Some(owner6_mac.as_str())
+    );
+    // A reachability check sent to the VIP itself is answered too.
+    assert_eq!(solicit(&tb, true), [owner6_mac.clone()]);
+    let answer = curl(&tb, &format!("[{VIP6}]"));
     assert!(answer.starts_with("pod"), "curl got {answer:?}");
 
     // The owner stops being Ready: another node takes the VIP, and its gratuitous ARP alone
@@ -260,10 +315,38 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         macs.iter().all(|m| *m == next_mac),
         "{macs:?} not all {next_mac}"
     );
-    let answer = tcp(&tb, 15);
+    let answer = tcp(&tb, VIP, 15);
     assert!(answer.contains("pod"), "{answer}");
-    let answer = curl(&tb);
+    let answer = curl(&tb, VIP);
     assert!(answer.starts_with("pod"), "curl got {answer:?}");
     let log = std::fs::read_to_string(tb.node_dir(next).join("vipflow.log")).unwrap_or_default();
     assert!(log.contains("gratuitous ARP sent"), "{log}");
+
+    // The IPv6 VIP's owner stops being Ready too (unless it was the same node, whose VIPs
+    // have moved already): the unsolicited advertisement alone moves the client's entry.
+    if owner6 != owner {
+        ready[owner6 - 1] = false;
+        write_objects(&file, &objects(ready, None));
+    }
+    eventually("another node answering for the IPv6 VIP", 30, || {
+        let a = answering6(&tb);
+        a.len() == 1 && a[0] != owner6
+    });
+    let next6 = answering6(&tb)[0];
+    let next6_mac = testbed::node_mac(next6);
+    eventually(
+        "the client's IPv6 neighbor entry on the new owner",
+        5,
+        || client_neighbor_of(&tb, VIP6).as_deref() == Some(next6_mac.as_str()),
+    );
+    for _ in 0..3 {
+        assert_eq!(solicit(&tb, false), [next6_mac.clone()]);
+    }
+    let answer = tcp(&tb, VIP6, 15);
+    assert!(answer.contains("pod"), "{answer}");
+    let log = std::fs::read_to_string(tb.node_dir(next6).join("vipflow.log")).unwrap_or_default();
+    assert!(
+        log.contains("unsolicited neighbor advertisement sent"),
+        "{log}"
+    );
 }

@@ -258,9 +258,10 @@ pub(crate) struct BridgeFlags {
     /// Underlay profile: MAC of the OVN router port VIP traffic is rewritten to.
     #[arg(long, global = true, value_parser = parse_mac, value_name = "MAC")]
     pub(crate) router_mac: Option<[u8; 6]>,
-    /// Announce the VIPs on the uplink: one Ready node per IPv4 VIP answers ARP for it from
-    /// the switch with the bridge's MAC and sends gratuitous ARP when it takes it; the other
-    /// nodes drop the requests. No address goes on any host interface.
+    /// Announce the VIPs on the uplink: one live node per VIP answers ARP (IPv4) or neighbor
+    /// solicitations (IPv6) for it from the switch with the bridge's MAC, and sends gratuitous
+    /// ARP or an unsolicited advertisement when it takes it; the other nodes drop the
+    /// requests. No address goes on any host interface.
     #[arg(long, global = true)]
     pub(crate) announce: bool,
 }

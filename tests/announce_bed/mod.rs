@@ -13,6 +13,8 @@ use testkit::netns::{NsUdp, POD_TCP_PORT, POD_UDP_PORT, PodServer};
 use testkit::testbed::{self, AgentProcess, Testbed};
 
 pub const VIP: &str = "172.18.0.100";
+/// The same Service's IPv6 VIP, on the same segment.
+pub const VIP6: &str = "fd00:18::100";
 pub const NODES: usize = 3;
 /// The client probes the VIP this often.
 pub const PROBE_EVERY: Duration = Duration::from_millis(10);
@@ -29,8 +31,8 @@ pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     panic!("timed out after {secs} s waiting for: {what}");
 }
 
-/// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIP on
-/// TCP 80 and UDP 53, one endpoint per node.
+/// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIPs
+/// (IPv4 and IPv6) on TCP 80 and UDP 53, one endpoint per node and family.
 pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
     for (i, r) in (1..=NODES).zip(ready) {
@@ -46,19 +48,25 @@ pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
         );
     }
     y += &format!(
-        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP}\", ipMode: VIP}}]}}}}\n"
+        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    ipFamilies: [IPv4, IPv6]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP}\", ipMode: VIP}}, {{ip: \"{VIP6}\", ipMode: VIP}}]}}}}\n"
     );
-    let eps: String = (1..=NODES)
-        .map(|i| {
-            format!(
-                "  - {{addresses: [\"{}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n",
-                testbed::pod_ip(i, 'a')
-            )
-        })
-        .collect();
-    y += &format!(
-        "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: web-1, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: IPv4\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{eps}"
-    );
+    for (slice, family) in [("web-1", "IPv4"), ("web-6", "IPv6")] {
+        let eps: String = (1..=NODES)
+            .map(|i| {
+                let ip = if family == "IPv4" {
+                    testbed::pod_ip(i, 'a')
+                } else {
+                    testbed::pod_ip6(i, 'a')
+                };
+                format!(
+                    "  - {{addresses: [\"{ip}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n"
+                )
+            })
+            .collect();
+        y += &format!(
+            "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {slice}, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{eps}"
+        );
+    }
     y
 }
 
@@ -80,9 +88,29 @@ pub fn answering(tb: &Testbed) -> Vec<usize> {
         .collect()
 }
 
+/// The nodes whose br-ex has the ND answer for the IPv6 VIP (both of its steps).
+pub fn answering6(tb: &Testbed) -> Vec<usize> {
+    (1..=NODES)
+        .filter(|&i| {
+            let flows = tb.ofctl(i, &["dump-flows", "br-ex"]);
+            let has = |step: &str| {
+                flows
+                    .lines()
+                    .any(|l| l.contains(&format!("nd_target={VIP6}")) && l.contains(step))
+            };
+            has("resubmit(,0)") && has("IN_PORT")
+        })
+        .collect()
+}
+
 /// The client's neighbor entry for the VIP: its MAC, if it has one.
 pub fn client_neighbor(tb: &Testbed) -> Option<String> {
-    let out = tb.ip("client", &["-4", "neigh", "show", VIP, "dev", "eth0"]);
+    client_neighbor_of(tb, VIP)
+}
+
+/// The client's neighbor entry for `ip` (either family): its MAC, if it has one.
+pub fn client_neighbor_of(tb: &Testbed, ip: &str) -> Option<String> {
+    let out = tb.ip("client", &["neigh", "show", ip, "dev", "eth0"]);
     let mut words = out.split_whitespace();
     words.find(|w| *w == "lladdr")?;
     words.next().map(|m| m.to_ascii_lowercase())

@@ -310,11 +310,34 @@ pub fn arp_request(
 }
 
 /// Send one neighbor solicitation for `target` (to its solicited-node multicast group) out of
-/// `iface` in `ns`, and collect every advertisement for `target` that arrives within `wait`.
+/// `iface` in `ns`, and collect every solicited advertisement for `target` that arrives within
+/// `wait`.
 pub fn neighbor_solicit(
     ns: &str,
     iface: &str,
     target: Ipv6Addr,
+    wait: Duration,
+) -> io::Result<Vec<NeighborReply>> {
+    solicit(ns, iface, target, false, wait)
+}
+
+/// Like [`neighbor_solicit`], but sent to `target` itself, as the kernel checks that a known
+/// neighbor is still reachable (NUD). The client must know `target`'s MAC already, or the
+/// kernel's own resolution adds an advertisement to what is collected.
+pub fn neighbor_solicit_unicast(
+    ns: &str,
+    iface: &str,
+    target: Ipv6Addr,
+    wait: Duration,
+) -> io::Result<Vec<NeighborReply>> {
+    solicit(ns, iface, target, true, wait)
+}
+
+fn solicit(
+    ns: &str,
+    iface: &str,
+    target: Ipv6Addr,
+    unicast: bool,
     wait: Duration,
 ) -> io::Result<Vec<NeighborReply>> {
     let iface = iface.to_string();
@@ -365,7 +388,7 @@ pub fn neighbor_solicit(
             0xff00 | u16::from(t[13]),
             u16::from_be_bytes([t[14], t[15]]),
         );
-        let dst = SocketAddrV6::new(group, 0, 0, idx);
+        let dst = SocketAddrV6::new(if unicast { target } else { group }, 0, 0, idx);
         let sa = sockaddr_in6(&dst);
         // SAFETY: msg and sa are valid for the given lengths.
         check(unsafe {
@@ -381,7 +404,9 @@ pub fn neighbor_solicit(
         // A neighbor advertisement (136) for `target`, with its target link-layer option.
         collect(&fd, wait, |m| {
             let mut replies = Vec::new();
-            if m.len() >= 24 && m[0] == 136 && m[8..24] == t {
+            // Solicited only: an unsolicited advertisement (a new owner announcing itself)
+            // is not an answer to this solicitation.
+            if m.len() >= 24 && m[0] == 136 && m[4] & 0x40 != 0 && m[8..24] == t {
                 let mut opts = &m[24..];
                 while opts.len() >= 8 && opts[1] > 0 {
                     let l = usize::from(opts[1]) * 8;

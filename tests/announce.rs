@@ -266,7 +266,7 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
     // IPv6, the same by neighbor solicitation: every node sees each solicitation (it goes to
     // the VIP's solicited-node group) and exactly one advertises, from its br-ex MAC.
     for _ in 0..3 {
-        assert_eq!(solicit(&tb, false), [owner6_mac.clone()]);
+        assert_eq!(solicit(&tb, false), [owner6_mac.as_str()]);
     }
     let _ = tb.ip("client", &["-6", "neigh", "flush", "dev", "eth0"]);
     let answer = tcp(&tb, VIP6, 15);
@@ -276,7 +276,7 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         Some(owner6_mac.as_str())
     );
     // A reachability check sent to the VIP itself is answered too.
-    assert_eq!(solicit(&tb, true), [owner6_mac.clone()]);
+    assert_eq!(solicit(&tb, true), [owner6_mac.as_str()]);
     let answer = curl(&tb, &format!("[{VIP6}]"));
     assert!(answer.starts_with("pod"), "curl got {answer:?}");
 
@@ -340,7 +340,7 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         || client_neighbor_of(&tb, VIP6).as_deref() == Some(next6_mac.as_str()),
     );
     for _ in 0..3 {
-        assert_eq!(solicit(&tb, false), [next6_mac.clone()]);
+        assert_eq!(solicit(&tb, false), [next6_mac.as_str()]);
     }
     let answer = tcp(&tb, VIP6, 15);
     assert!(answer.contains("pod"), "{answer}");

@@ -76,6 +76,20 @@ impl Announcements {
         nodes: &[Arc<core::Node>],
         members: Option<&BTreeSet<NodeName>>,
     ) -> Change {
+        self.update_eligible(vips, nodes, members, &|_| Eligible::Any, &[])
+    }
+
+    /// [`Announcements::update`] where not every live node may announce every VIP: `eligible`
+    /// says which may ([`crate::plan::eligibility`]), and `changed` names the VIPs whose
+    /// eligible nodes may have changed since the last update.
+    pub fn update_eligible(
+        &mut self,
+        vips: &imbl::OrdSet<IpAddr>,
+        nodes: &[Arc<core::Node>],
+        members: Option<&BTreeSet<NodeName>>,
+        eligible: &dyn Fn(IpAddr) -> Eligible,
+        changed: &[IpAddr],
+    ) -> Change {
         let mut moves: Vec<Move> = Vec::new();
         let same = self.nodes_read.0.len() == nodes.len()
             && self
@@ -111,10 +125,14 @@ impl Announcements {
         for d in self.vips.diff(vips) {
             match d {
                 imbl::ordset::DiffItem::Add(v) => {
-                    moves.extend(self.placement.put_vip(*v, Eligible::Any))
+                    moves.extend(self.placement.put_vip(*v, eligible(*v)))
                 }
                 imbl::ordset::DiffItem::Remove(v) => moves.extend(self.placement.remove_vip(*v)),
             }
+        }
+        // A VIP just added was placed with its eligible nodes already: this is a no-op for it.
+        for v in changed.iter().filter(|v| vips.contains(*v)) {
+            moves.extend(self.placement.put_vip(*v, eligible(*v)));
         }
         self.vips = vips.clone();
         // A VIP can move more than once in one update: what counts is where it ended up.

@@ -1,6 +1,7 @@
 //! Planning: pure functions from the model to desired flows and rows, and the incremental
 //! [`planner::Planner`] that keeps them up to date.
 
+pub mod eligibility;
 pub mod exclude;
 pub mod flow_text;
 pub mod flows;
@@ -10,6 +11,7 @@ pub mod planner;
 pub mod ports;
 pub mod row_table;
 pub mod service_index;
+pub mod slice_index;
 pub mod str_map;
 
 pub(crate) use crate::parallel::map_split;

@@ -4,6 +4,7 @@
 //! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
 //! [`Planner::update`], so what they measure and check is what the agent does.
 
+use super::eligibility::Eligibility;
 use super::flows::{FlowMaker, answer_keys};
 use super::northbound::{GroupPlan, NorthboundConfig};
 use super::order;
@@ -19,8 +20,9 @@ use std::sync::Arc;
 pub struct Planner {
     services: ServiceIndex,
     rows: Option<RowTable>,
-    /// Which VIPs this node announces, when a bridge announces.
-    announcements: Option<Announcements>,
+    /// Which VIPs this node announces, when a bridge announces, and which nodes may announce
+    /// each VIP.
+    announcements: Option<(Announcements, Eligibility)>,
     /// The membership's live nodes; `None`: the Nodes' Ready condition decides.
     members: crate::membership::task::LiveMembers,
     /// The last announcement state handed on.
@@ -107,14 +109,14 @@ impl Planner {
     /// Keep this node's VIPs while it is marked for drain
     /// ([`Announcements::hold_while_draining`]).
     pub fn hold_while_draining(&mut self, hold: bool) {
-        if let Some(a) = &mut self.announcements {
+        if let Some((a, _)) = &mut self.announcements {
             a.hold_while_draining(hold);
         }
     }
 
     /// Plan the ARP answers of the bridges that announce, as node `node`.
     pub fn announcing_as(mut self, node: &str) -> Planner {
-        self.announcements = Some(Announcements::new(node));
+        self.announcements = Some((Announcements::new(node), Eligibility::default()));
         self
     }
 
@@ -141,11 +143,14 @@ impl Planner {
         let mut deltas = self.services.update(objects);
         let mut announce = vec![Vec::new(); deltas.len()];
         let mut taken = 0;
-        if let Some(a) = &mut self.announcements {
-            let change = a.update(
+        if let Some((a, eligibility)) = &mut self.announcements {
+            let changed = eligibility.update(objects, &self.services);
+            let change = a.update_eligible(
                 &self.services.vips(),
                 &objects.nodes,
                 self.members.as_deref(),
+                &|vip| eligibility.of(vip),
+                &changed,
             );
             taken = change.turns.iter().filter(|t| t.here).count();
             if self.announce_state.is_none() || !change.turns.is_empty() || change.live_changed {
@@ -217,7 +222,7 @@ impl Planner {
 
     /// Who announces what, when a bridge announces.
     pub fn announcements(&self) -> Option<&Announcements> {
-        self.announcements.as_ref()
+        self.announcements.as_ref().map(|(a, _)| a)
     }
 
     /// The rows per Service, when the planner keeps them.

@@ -120,3 +120,69 @@ fn a_bridge_that_does_not_announce_plans_no_answers() {
     let plans = p.update(&objects(["True", "True", "True"]));
     assert!(answers(&plans.bridges[0].flows).is_empty());
 }
+
+/// Three Ready Nodes and `local`: an externalTrafficPolicy Local Service on 198.51.100.50 whose
+/// ready endpoints are on `ready_on` (and one endpoint on n1 that is not ready).
+fn local_objects(ready_on: &[&str]) -> Objects {
+    let mut s = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for n in ["n1", "n2", "n3"] {
+        s.push_str(&format!(
+            "- {{apiVersion: v1, kind: Node, metadata: {{name: {n}}}}}\n"
+        ));
+    }
+    s.push_str(
+        "- apiVersion: v1
+  kind: Service
+  metadata: {name: local, namespace: shop}
+  spec:
+    externalIPs: [198.51.100.50]
+    externalTrafficPolicy: Local
+    ports: [{port: 80, protocol: TCP, targetPort: 8080}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: local-1, namespace: shop, labels: {kubernetes.io/service-name: local}}
+  addressType: IPv4
+  ports: [{port: 8080, protocol: TCP}]
+  endpoints:
+  - {addresses: [10.0.1.9], nodeName: n1, conditions: {ready: false}}
+",
+    );
+    for (i, n) in ready_on.iter().enumerate() {
+        s.push_str(&format!(
+            "  - {{addresses: [10.0.2.{i}], nodeName: {n}, conditions: {{ready: true}}}}\n"
+        ));
+    }
+    crate::source::file::parse(&s).expect("objects").objects
+}
+
+/// Which of the three nodes answer for the Local VIP, each planning the same objects.
+fn owners_of_local(nodes: &mut [Planner], objects: &Objects) -> Vec<usize> {
+    let key = FlowKey::ArpAnswer(Ipv4Addr::new(198, 51, 100, 50));
+    let mut owners = Vec::new();
+    for (i, p) in nodes.iter_mut().enumerate() {
+        if p.update(objects).bridges[0].flows.contains(&key) {
+            owners.push(i + 1);
+        }
+    }
+    owners
+}
+
+#[test]
+fn an_etp_local_vip_is_announced_only_by_a_node_with_a_ready_local_endpoint() {
+    let mut nodes: Vec<Planner> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| planner(n, true))
+        .collect();
+    // Only n3 has a ready endpoint: n3 answers, whatever the hash prefers.
+    assert_eq!(owners_of_local(&mut nodes, &local_objects(&["n3"])), [3]);
+    // The endpoint moves to n2: so does the answer.
+    assert_eq!(owners_of_local(&mut nodes, &local_objects(&["n2"])), [2]);
+    // Endpoints on two nodes: one of them answers.
+    let both = owners_of_local(&mut nodes, &local_objects(&["n2", "n3"]));
+    assert!(both == [2] || both == [3], "{both:?}");
+    // No ready endpoint anywhere (n1's is not ready): nobody could serve it, nobody answers.
+    assert_eq!(
+        owners_of_local(&mut nodes, &local_objects(&[])),
+        Vec::<usize>::new()
+    );
+}

@@ -5,8 +5,8 @@
 //! for the model and plan at 10,000 Services); a change concerns one Service. This planner sits
 //! on the service index ([`ServiceIndex`]), which already re-validates only the changed Services
 //! and knows which Service wins each VIP:port. It adds:
-//! - the EndpointSlices of each Service, noticed by allocation: a snapshot's unchanged slice is
-//!   the same `Arc`, so a change is found by comparing pointers, position by position;
+//! - the EndpointSlices of each Service ([`SliceIndex`]: noticed by allocation, a snapshot's
+//!   unchanged slice being the same `Arc`);
 //! - each Service's rows, in a persistent map (handing it to the reconciler is O(1)).
 //!
 //! A Service's rows are re-planned when its object changed, it won or lost a VIP:port, one of
@@ -17,8 +17,9 @@
 
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
 use super::service_index::ServiceIndex;
-use crate::model::{KeptSlice, Objects, ServiceKey, build_slices, slice_service_key};
-use std::collections::{HashMap, HashSet};
+use super::slice_index::SliceIndex;
+use crate::model::{Objects, ServiceKey};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Every Service's rows, sorted by key within a Service.
@@ -33,21 +34,10 @@ pub struct NbDelta {
     pub vips: bool,
 }
 
-/// A slice allocation seen in the last snapshot: its Service (none: not for a Service) and how
-/// many times the snapshot lists it. Held, so its address cannot be reused by a new slice.
-struct SeenSlice {
-    owner: Option<ServiceKey>,
-    count: usize,
-    _held: Arc<KeptSlice>,
-}
-
 pub struct RowTable {
     cfg: NorthboundConfig,
-    /// The last snapshot's slices, by position (allocation addresses).
-    order: Vec<usize>,
-    seen: HashMap<usize, SeenSlice>,
-    /// Each Service's slices, by allocation (a Service has one or a few).
-    slices_of: HashMap<ServiceKey, Vec<(usize, Arc<KeptSlice>)>>,
+    /// Each Service's slices.
+    slices: SliceIndex,
     rows: RowIndex,
     /// The number of rows in `rows`.
     count: usize,
@@ -60,9 +50,7 @@ impl RowTable {
         RowTable {
             group: own_group(&cfg, &Default::default()).map(Arc::new),
             cfg,
-            order: Vec::new(),
-            seen: HashMap::new(),
-            slices_of: HashMap::new(),
+            slices: SliceIndex::default(),
             rows: RowIndex::new(),
             count: 0,
         }
@@ -87,7 +75,7 @@ impl RowTable {
     pub fn update(&mut self, objects: &Objects, services: &ServiceIndex) -> NbDelta {
         let changes = services.changes();
         let mut dirty: HashSet<ServiceKey> = changes.services.clone();
-        self.track_slices(&objects.endpoint_slices, &mut dirty);
+        self.slices.update(&objects.endpoint_slices, &mut dirty);
         if changes.node_names {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
@@ -95,16 +83,12 @@ impl RowTable {
         }
 
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
-        let (slices_of, cfg) = (&self.slices_of, &self.cfg);
+        let (slices, cfg) = (&self.slices, &self.cfg);
         let plan_one = |k: &ServiceKey| -> Vec<LbRow> {
             let Some(svc) = services.resolved(k) else {
                 return Vec::new();
             };
-            let slices = slices_of
-                .get(k)
-                .and_then(|v| build_slices(v.iter().map(|(_, s)| s), &mut Vec::new()).remove(k))
-                .unwrap_or_default();
-            service_rows(&svc, &slices, services.node_names(), cfg)
+            service_rows(&svc, &slices.built(k), services.node_names(), cfg)
         };
         let planned = super::map_split(&dirty, plan_one);
 
@@ -131,71 +115,17 @@ impl RowTable {
             vips: changes.vips,
         }
     }
-
-    /// Follow the slices: the Services of those that appeared or went are `dirty`. Only the
-    /// span of the list that differs from last time is looked at.
-    fn track_slices(&mut self, slices: &[Arc<KeptSlice>], dirty: &mut HashSet<ServiceKey>) {
-        let ptr = |s: &Arc<KeptSlice>| Arc::as_ptr(s) as usize;
-        let (start, old_end, new_end) =
-            super::changed_span(self.order.len(), slices.len(), |i, j| {
-                self.order[i] == ptr(&slices[j])
-            });
-        let gone: Vec<usize> = self.order[start..old_end].to_vec();
-        for s in &slices[start..new_end] {
-            let p = ptr(s);
-            match self.seen.get_mut(&p) {
-                Some(e) => e.count += 1,
-                None => {
-                    let owner = slice_service_key(s);
-                    if let Some(k) = &owner {
-                        self.slices_of
-                            .entry(k.clone())
-                            .or_default()
-                            .push((p, Arc::clone(s)));
-                        dirty.insert(k.clone());
-                    }
-                    self.seen.insert(
-                        p,
-                        SeenSlice {
-                            owner,
-                            count: 1,
-                            _held: Arc::clone(s),
-                        },
-                    );
-                }
-            }
-        }
-        self.order
-            .splice(start..old_end, slices[start..new_end].iter().map(ptr));
-        for ptr in gone {
-            let Some(e) = self.seen.get_mut(&ptr) else {
-                continue;
-            };
-            e.count -= 1;
-            if e.count > 0 {
-                continue;
-            }
-            if let Some(SeenSlice { owner: Some(k), .. }) = self.seen.remove(&ptr) {
-                if let Some(m) = self.slices_of.get_mut(&k) {
-                    m.retain(|(p, _)| *p != ptr);
-                    if m.is_empty() {
-                        self.slices_of.remove(&k);
-                    }
-                }
-                dirty.insert(k);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{KeptService, Model, ModelOptions};
+    use crate::model::{KeptService, KeptSlice, Model, ModelOptions};
     use crate::plan::northbound::plan;
     use k8s_openapi::api::core::v1 as core;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+    use std::collections::HashMap;
 
     /// A Service drawn from small pools: VIPs collide (conflicts move winners), policies vary
     /// (node-scoped rows), and endpoints sit on nodes that come and go.

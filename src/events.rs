@@ -23,7 +23,8 @@ use tokio::time::Instant;
 pub struct ServiceEvent {
     pub service: ServiceKey,
     pub warning: bool,
-    /// PascalCase reason: VipProgrammed, VipSkipped, VipConflict, VipNotExcluded.
+    /// PascalCase reason: VipProgrammed, VipAnnounced, VipSkipped, VipConflict,
+    /// VipNotExcluded.
     pub reason: &'static str,
     /// Shared: the statements are copied between the report, the observer and the sink,
     /// one per Service each.
@@ -75,10 +76,44 @@ pub fn statements(
     out
 }
 
+/// What to say about the Services whose VIPs this node announces ([`crate::announce`]): one
+/// VipAnnounced statement per Service, naming its VIPs `here` and this node. Published by the
+/// node that takes a VIP when it takes it (a statement is published once while it holds), so
+/// every change of owner is an Event from the new owner. `vips` is in VIP order.
+pub fn announced(
+    vips: &[crate::agent::status::VipDoc],
+    here: &[std::net::IpAddr],
+    node: &str,
+) -> BTreeSet<ServiceEvent> {
+    let mut per_service: std::collections::BTreeMap<&ServiceKey, Vec<String>> =
+        std::collections::BTreeMap::new();
+    for vip in here {
+        let Ok(i) = vips.binary_search_by(|d| d.vip.cmp(vip)) else {
+            continue;
+        };
+        for svc in &vips[i].services {
+            per_service.entry(svc).or_default().push(vip.to_string());
+        }
+    }
+    per_service
+        .into_iter()
+        .map(|(svc, vips)| ServiceEvent {
+            service: svc.clone(),
+            warning: false,
+            reason: "VipAnnounced",
+            note: format!(
+                "VIPs {} announced by node {node} (it answers ARP/ND for them)",
+                vips.join(", ")
+            )
+            .into(),
+        })
+        .collect()
+}
+
 /// Keep saying what was programmed while a new plan is on its way: `fresh` lacks the
-/// VipProgrammed statements until every bridge has applied the plan, and dropping them in the
-/// meantime would publish them again once it lands, on every change. `programmed` remembers
-/// those of the last applied plan.
+/// VipProgrammed (and VipAnnounced) statements until every bridge has applied the plan, and
+/// dropping them in the meantime would publish them again once it lands, on every change.
+/// `programmed` remembers those of the last applied plan.
 pub fn hold_programmed(
     mut fresh: BTreeSet<ServiceEvent>,
     applied: bool,
@@ -87,7 +122,7 @@ pub fn hold_programmed(
     if applied {
         *programmed = fresh
             .iter()
-            .filter(|e| e.reason == "VipProgrammed")
+            .filter(|e| matches!(e.reason, "VipProgrammed" | "VipAnnounced"))
             .cloned()
             .collect();
     } else {
@@ -276,6 +311,53 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn announced_names_each_service_once_with_the_vips_this_node_announces() {
+        use crate::agent::status::VipDoc;
+        let web = ServiceKey::new("shop", "web");
+        let api = ServiceKey::new("shop", "api");
+        let doc = |vip: &str, services: Vec<ServiceKey>| VipDoc {
+            vip: vip.parse().unwrap(),
+            ports: Vec::new(),
+            services,
+        };
+        // In VIP order, as the plan has them; 192.0.2.2 is shared by both Services.
+        let vips = vec![
+            doc("192.0.2.1", vec![web.clone()]),
+            doc("192.0.2.2", vec![api.clone(), web.clone()]),
+            doc("192.0.2.3", vec![api.clone()]),
+            doc("2001:db8::1", vec![web.clone()]),
+        ];
+        let here: Vec<std::net::IpAddr> = ["192.0.2.2", "2001:db8::1", "198.51.100.9"]
+            .iter()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let got: Vec<(String, String)> = announced(&vips, &here, "node-a")
+            .into_iter()
+            .map(|e| {
+                assert_eq!((e.reason, e.warning), ("VipAnnounced", false));
+                (e.service.to_string(), e.note.to_string())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "shop/api".to_string(),
+                    "VIPs 192.0.2.2 announced by node node-a (it answers ARP/ND for them)"
+                        .to_string()
+                ),
+                (
+                    "shop/web".to_string(),
+                    "VIPs 192.0.2.2, 2001:db8::1 announced by node node-a (it answers ARP/ND for them)"
+                        .to_string()
+                ),
+            ]
+        );
+        // Nothing announced, nothing said.
+        assert!(announced(&vips, &[], "node-a").is_empty());
+    }
 
     fn ev(reason: &'static str, note: &str) -> ServiceEvent {
         ServiceEvent {

@@ -59,6 +59,7 @@ pub struct Metrics {
     pub pool_addresses: Family<PoolLabel, Gauge>,
     pub announced_vips: Gauge,
     pub announce_takeovers: Counter,
+    pub announce_takeover_seconds: Family<TargetLabel, Histogram, fn() -> Histogram>,
     pub live_nodes: Gauge,
 }
 
@@ -85,6 +86,7 @@ impl Metrics {
             pool_addresses: Family::default(),
             announced_vips: Gauge::default(),
             announce_takeovers: Counter::default(),
+            announce_takeover_seconds: Family::new_with_constructor(latency_histogram),
             live_nodes: Gauge::default(),
             registry: Registry::default(),
         };
@@ -137,13 +139,20 @@ impl Metrics {
         );
         registry.register(
             "announced_vips",
-            "VIPs this node answers ARP for (announce)",
+            "VIPs this node answers ARP or neighbor solicitations for (announce)",
             m.announced_vips.clone(),
         );
         registry.register(
             "announce_takeovers",
             "VIPs this node took over from another node or took first (announce)",
             m.announce_takeovers.clone(),
+        );
+        registry.register(
+            "announce_takeover_seconds",
+            "From the news that made this node take VIPs (a node found dead by the membership, \
+             a Node no longer Ready) reaching the planner to the answer flows on the bridge, \
+             when the first gratuitous ARP or unsolicited advertisement goes out (announce)",
+            m.announce_takeover_seconds.clone(),
         );
         registry.register(
             "live_nodes",

@@ -606,3 +606,45 @@ async fn the_elected_agent_allocates_an_address_programs_it_and_shows_the_pool()
     );
     cluster.shutdown().await;
 }
+
+/// With `announce`, the node that takes a VIP says so on its Service (VipAnnounced), and answers
+/// ARP for it; a node that is not Ready takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_that_takes_a_vip_tells_its_service_with_an_event() {
+    let kube = KubeServer::start().await;
+    // node-b is not Ready: node-a announces every VIP.
+    kube.apply_yaml(NODES);
+    kube.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-b"},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.10.12"}],
+                   "conditions": [{"type": "Ready", "status": "False"}]}
+    }));
+    kube.apply(slice(&[("10.244.1.5", "node-a")]));
+    kube.apply(service(Some("172.18.0.100")));
+    let sb = Sandbox::start();
+    let mut cfg = config(&sb, "node-a", None);
+    for b in &mut cfg.bridges {
+        b.announce = true;
+    }
+    let cluster = agent::start_cluster(cfg, cluster_options(&kube, "agent-a"))
+        .await
+        .unwrap();
+    eventually("the ARP answer on br-ex", 15, || {
+        flows(&sb)
+            .iter()
+            .any(|f| f.contains("arp_tpa=172.18.0.100") && f.contains("IN_PORT"))
+    })
+    .await;
+    eventually("VipAnnounced event", 15, || {
+        kube.events().iter().any(|e| {
+            e["reason"] == "VipAnnounced"
+                && e["type"] == "Normal"
+                && e["regarding"]["name"] == "web"
+                && e["note"]
+                    .as_str()
+                    .is_some_and(|n| n.contains("172.18.0.100") && n.contains("node node-a"))
+        })
+    })
+    .await;
+    cluster.shutdown().await;
+}

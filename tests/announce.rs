@@ -302,6 +302,28 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         "{}",
         http_get(http[next - 1], "/metrics")
     );
+    // How long the takeover took from the news reaching the planner to the first gratuitous
+    // ARP: one observation at least, and none that hung.
+    let labelled = |name: &str| {
+        http_get(http[next - 1], "/metrics")
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix("{target=\"bridge/br-ex\"} ")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    eventually("the takeover's time in /metrics", 5, || {
+        labelled("vipflow_announce_takeover_seconds_count") >= 1.0
+    });
+    let took = (
+        labelled("vipflow_announce_takeover_seconds_count"),
+        labelled("vipflow_announce_takeover_seconds_sum"),
+    );
+    assert!(took.1 / took.0 < 5.0, "{took:?}");
     eventually("the client's neighbor entry on the new owner", 5, || {
         client_neighbor(&tb).as_deref() == Some(next_mac.as_str())
     });

@@ -1,6 +1,7 @@
 //! The observer: follows the planner and the reconcilers, and turns what they report into
 //! metrics, readiness, the status document and Events.
 
+use super::planner_task::Arrival;
 use super::*;
 use crate::reconcile::error::ReconcileError;
 
@@ -14,6 +15,8 @@ struct Report<'a> {
     last_sync: Duration,
     applied: Option<u64>,
     error: &'a Option<ReconcileError>,
+    /// A bridge: a plan that made this node take VIPs is announced once it is applied.
+    announces: bool,
 }
 
 /// What the observer last saw of one reconciler, so that each sync, applied plan and error
@@ -27,13 +30,14 @@ struct Seen {
 
 impl Seen {
     /// Count what is new in `r`: a sync's duration, the time from a plan's objects arriving
-    /// to the plan applied, a new error under its kind's label.
+    /// to the plan applied (and, on a bridge, from a takeover's trigger to its announcement),
+    /// a new error under its kind's label.
     fn follow(
         &mut self,
         m: &crate::metrics::Metrics,
         target: &crate::metrics::TargetLabel,
         r: Report<'_>,
-        arrived: &dyn Fn(Option<u64>) -> Option<std::time::Instant>,
+        arrived: &dyn Fn(Option<u64>) -> Option<Arrival>,
     ) {
         if r.syncs > self.syncs {
             self.syncs = r.syncs;
@@ -42,11 +46,28 @@ impl Seen {
                 .observe(r.last_sync.as_secs_f64());
         }
         if r.applied != self.applied {
+            let before = self.applied.unwrap_or(0);
             self.applied = r.applied;
-            if let Some(t) = arrived(r.applied) {
+            if let Some(a) = arrived(r.applied) {
                 m.event_to_dataplane_seconds
                     .get_or_create(target)
-                    .observe(t.elapsed().as_secs_f64());
+                    .observe(a.at.elapsed().as_secs_f64());
+            }
+            // A takeover's plan may have been overtaken by a later one before the bridge got
+            // to it: the first takeover among the plans this apply covers counts.
+            let takeover = r.applied.filter(|_| r.announces).and_then(|now| {
+                (before + 1..=now)
+                    .rev()
+                    .take(64)
+                    .filter_map(|g| arrived(Some(g)))
+                    .filter(|a| a.takeover)
+                    .map(|a| a.at)
+                    .min()
+            });
+            if let Some(at) = takeover {
+                m.announce_takeover_seconds
+                    .get_or_create(target)
+                    .observe(at.elapsed().as_secs_f64());
             }
         }
         if *r.error != self.error {
@@ -80,7 +101,7 @@ pub(super) async fn observe_agent(
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
     // The plan and applied state the Events were last updated for.
-    let mut events_for: Option<(u64, bool)> = None;
+    let mut events_for: Option<(u64, bool, usize)> = None;
     let mut events_at = std::time::Instant::now();
     loop {
         let plan = plans.borrow_and_update().clone();
@@ -115,6 +136,7 @@ pub(super) async fn observe_agent(
                     last_sync: s.last_sync,
                     applied: s.applied_generation,
                     error: &s.last_error,
+                    announces: true,
                 },
                 &arrived,
             );
@@ -151,6 +173,7 @@ pub(super) async fn observe_agent(
                     last_sync: s.last_sync,
                     applied: s.applied_generation,
                     error: &s.last_error,
+                    announces: false,
                 },
                 &arrived,
             );
@@ -186,17 +209,22 @@ pub(super) async fn observe_agent(
         });
         if let Some(p) = &plan {
             let applied_here = min_applied.is_some_and(|g| g >= p.generation);
+            let ann = announce.borrow_and_update().clone();
+            let ann_id = ann.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize);
             // Events change only with the plan or with whether it is applied here; now and
             // then they are handed on again, so those the rate limit held back are retried.
             if let Some(ev) = &opts.events
-                && (events_for != Some((p.generation, applied_here))
+                && (events_for != Some((p.generation, applied_here, ann_id))
                     || events_at.elapsed() >= EVENTS_RETRY)
             {
-                events_for = Some((p.generation, applied_here));
+                events_for = Some((p.generation, applied_here, ann_id));
                 events_at = std::time::Instant::now();
                 let mut st = p.warnings.clone();
                 if applied_here {
                     st.extend(p.programmed.iter().cloned());
+                    if let Some(a) = &ann {
+                        st.extend(crate::events::announced(&p.vips, &a.here, &cfg.node_name));
+                    }
                 }
                 let st = crate::events::hold_programmed(st, applied_here, &mut programmed);
                 ev.update(st);
@@ -215,11 +243,9 @@ pub(super) async fn observe_agent(
                     .as_mut()
                     .map(|p| p.borrow_and_update().to_vec())
                     .unwrap_or_default(),
-                announce: announce.borrow_and_update().as_ref().map(|a| {
-                    crate::agent::status::AnnounceDoc {
-                        live: a.live.iter().map(|n| n.to_string()).collect(),
-                        here: a.here.clone(),
-                    }
+                announce: ann.as_ref().map(|a| crate::agent::status::AnnounceDoc {
+                    live: a.live.iter().map(|n| n.to_string()).collect(),
+                    here: a.here.clone(),
                 }),
             }));
         }

@@ -125,7 +125,13 @@ impl PlannerTask {
             );
             {
                 let mut s = stamps.lock().unwrap_or_else(|p| p.into_inner());
-                s.insert(generation, received);
+                s.insert(
+                    generation,
+                    Arrival {
+                        at: received,
+                        takeover: plans.taken > 0,
+                    },
+                );
                 while s.len() > 64 {
                     s.pop_first();
                 }
@@ -320,7 +326,16 @@ async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) 
 }
 
 /// When each recent plan generation's objects arrived.
-pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, std::time::Instant>>>;
+/// When each recent plan's trigger (a snapshot, or news from the membership) reached the
+/// planner, by generation.
+pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, Arrival>>>;
+
+/// When a plan's trigger reached the planner, and whether the plan made this node take VIPs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Arrival {
+    pub at: std::time::Instant,
+    pub takeover: bool,
+}
 
 /// Build the full model of the latest snapshot, for problems, Events and the status document.
 /// Off the planning path: a burst of snapshots is reported once, for the latest.

@@ -9,12 +9,21 @@
 //! union: valid sharing puts them on the same pods, and the union never leaves a VIP
 //! unannounced that one of its Services could serve). A Local VIP with no ready endpoint
 //! anywhere has no owner and is not announced: no node could serve it.
+//!
+//! A VIP inside a pool with node selectors (`VipPool` `nodeSelectors`, as MetalLB's
+//! L2Advertisement has them) may only be announced by the Nodes whose labels match one of
+//! them, on top of the above. The pools and the Nodes' labels are read again only when they
+//! changed, and VIPs are re-placed only when a pool's set of nodes changed.
 
+use super::exclude::IpRange;
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
 use crate::announce::placement::{Eligible, NodeName};
+use crate::ipam::pool::Pool;
+use crate::ipam::pool_object::VipPool;
+use crate::ipam::selector;
 use crate::model::{Objects, ServiceKey, TrafficPolicy};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -26,12 +35,22 @@ struct Says {
     nodes: Option<BTreeSet<NodeName>>,
 }
 
+/// A pool with node selectors: its address ranges and the Nodes that match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PoolNodes {
+    ranges: Vec<IpRange>,
+    nodes: Arc<BTreeSet<NodeName>>,
+}
+
 #[derive(Default)]
 pub struct Eligibility {
     slices: SliceIndex,
     says: HashMap<ServiceKey, Says>,
     /// The Services that serve each VIP (nearly always one).
     by_vip: HashMap<IpAddr, Vec<ServiceKey>>,
+    /// The pools and Nodes last read (Nodes by allocation), and what they gave.
+    pools_read: (Vec<VipPool>, Vec<usize>),
+    pools: Vec<PoolNodes>,
 }
 
 impl Eligibility {
@@ -79,23 +98,85 @@ impl Eligibility {
                 touched.push(*v);
             }
         }
+        if self.read_pools(objects) {
+            touched.extend(self.by_vip.keys().copied());
+        }
         touched.sort_unstable();
         touched.dedup();
         touched
     }
 
+    /// Read the pools' node selectors again if the pools or the Nodes changed; whether what
+    /// they select changed.
+    fn read_pools(&mut self, objects: &Objects) -> bool {
+        let ptr = |n: &Arc<k8s_openapi::api::core::v1::Node>| Arc::as_ptr(n) as usize;
+        let same_nodes = self.pools_read.1.len() == objects.nodes.len()
+            && self
+                .pools_read
+                .1
+                .iter()
+                .zip(&objects.nodes)
+                .all(|(a, n)| *a == ptr(n));
+        if same_nodes && self.pools_read.0 == objects.pools {
+            return false;
+        }
+        self.pools_read = (
+            objects.pools.clone(),
+            objects.nodes.iter().map(ptr).collect(),
+        );
+        let empty = BTreeMap::new();
+        let pools: Vec<PoolNodes> = objects
+            .pools
+            .iter()
+            .map(|p| Pool::of(p.to_spec()))
+            .filter(|p| !p.spec.node_selectors.is_empty() && !p.ranges.is_empty())
+            .map(|p| {
+                let nodes = objects
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        let labels = n.metadata.labels.as_ref().unwrap_or(&empty);
+                        p.spec
+                            .node_selectors
+                            .iter()
+                            .any(|sel| selector::matches(sel, labels))
+                    })
+                    .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
+                    .collect();
+                PoolNodes {
+                    ranges: p.ranges,
+                    nodes: Arc::new(nodes),
+                }
+            })
+            .collect();
+        let changed = pools != self.pools;
+        self.pools = pools;
+        changed
+    }
+
     /// The nodes that may announce `vip`.
     pub fn of(&self, vip: IpAddr) -> Eligible {
-        let Some(keys) = self.by_vip.get(&vip) else {
-            return Eligible::Any;
-        };
+        let pool = self
+            .pools
+            .iter()
+            .find(|p| p.ranges.iter().any(|r| r.contains(vip)))
+            .map(|p| &p.nodes);
+        match (self.serving(vip), pool) {
+            (None, None) => Eligible::Any,
+            (None, Some(p)) => Eligible::Nodes(Arc::clone(p)),
+            (Some(s), None) => Eligible::Nodes(Arc::new(s)),
+            (Some(s), Some(p)) => Eligible::Nodes(Arc::new(s.intersection(p).cloned().collect())),
+        }
+    }
+
+    /// The nodes with a ready endpoint of the Services on `vip`, when all of them are Local
+    /// (`None`: any node can serve it).
+    fn serving(&self, vip: IpAddr) -> Option<BTreeSet<NodeName>> {
+        let keys = self.by_vip.get(&vip)?;
         let mut nodes: BTreeSet<NodeName> = BTreeSet::new();
         for k in keys {
-            match self.says.get(k).and_then(|s| s.nodes.as_ref()) {
-                Some(n) => nodes.extend(n.iter().cloned()),
-                None => return Eligible::Any,
-            }
+            nodes.extend(self.says.get(k)?.nodes.as_ref()?.iter().cloned());
         }
-        Eligible::Nodes(Arc::new(nodes))
+        Some(nodes)
     }
 }

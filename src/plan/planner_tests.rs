@@ -186,3 +186,58 @@ fn an_etp_local_vip_is_announced_only_by_a_node_with_a_ready_local_endpoint() {
         Vec::<usize>::new()
     );
 }
+
+/// Three Ready Nodes, those in `edge` labelled `edge: "true"`; a pool whose nodeSelectors pick
+/// the edge nodes; and `web`, a Cluster Service on 198.51.100.60 in it.
+fn pool_objects(edge: &[&str]) -> Objects {
+    let mut s = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for n in ["n1", "n2", "n3"] {
+        let edge = edge.contains(&n);
+        let labels = if edge { ", labels: {edge: 'true'}" } else { "" };
+        s.push_str(&format!(
+            "- {{apiVersion: v1, kind: Node, metadata: {{name: {n}{labels}}}}}\n"
+        ));
+    }
+    s.push_str(
+        "- apiVersion: vipflow.io/v1alpha1
+  kind: VipPool
+  metadata: {name: edge}
+  spec:
+    addresses: [198.51.100.48/28]
+    nodeSelectors: [{matchLabels: {edge: 'true'}}]
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop}
+  spec:
+    externalIPs: [198.51.100.60]
+    ports: [{port: 80, protocol: TCP}]
+",
+    );
+    crate::source::file::parse(&s).expect("objects").objects
+}
+
+#[test]
+fn a_vip_in_a_pool_with_node_selectors_is_announced_only_by_a_selected_node() {
+    let key = FlowKey::ArpAnswer(Ipv4Addr::new(198, 51, 100, 60));
+    let mut nodes: Vec<Planner> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| planner(n, true))
+        .collect();
+    let mut owners = |objects: &Objects| -> Vec<usize> {
+        let mut o = Vec::new();
+        for (i, p) in nodes.iter_mut().enumerate() {
+            if p.update(objects).bridges[0].flows.contains(&key) {
+                o.push(i + 1);
+            }
+        }
+        o
+    };
+    // Only n2 is selected, then only n3: the VIP follows the labels.
+    assert_eq!(owners(&pool_objects(&["n2"])), [2]);
+    assert_eq!(owners(&pool_objects(&["n3"])), [3]);
+    // Both: one of the two announces, never n1.
+    let two = owners(&pool_objects(&["n2", "n3"]));
+    assert!(two == [2] || two == [3], "{two:?}");
+    // None selected: nobody may announce it.
+    assert_eq!(owners(&pool_objects(&[])), Vec::<usize>::new());
+}

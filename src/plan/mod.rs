@@ -3,6 +3,7 @@
 
 pub mod eligibility;
 pub mod exclude;
+pub mod flow_key;
 pub mod flow_text;
 pub mod flows;
 pub mod northbound;

@@ -52,12 +52,14 @@ mod faults;
 mod group;
 mod lb_row;
 mod observed;
+mod oneshot;
 mod session;
 mod task;
 
 pub use diff::*;
 use lb_row::*;
 pub use observed::*;
+pub use oneshot::*;
 pub use session::*;
 pub use task::*;
 

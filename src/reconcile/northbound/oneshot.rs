@@ -1,0 +1,133 @@
+//! One-shot I/O against a database, for the CLI: the batched sync of `vipflow agent --once`,
+//! `vipflow verify` and `vipflow check`.
+
+use super::*;
+
+/// Connect, read the current rows (one monitor snapshot), and close.
+pub(super) async fn snapshot(
+    remotes: &str,
+) -> Result<(Client, ovsdb::Monitor, Observed), ovsdb::Error> {
+    let client = Client::connect(nb_options(
+        ClientOptions::new(remotes, DB)?,
+        Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
+    ))
+    .await?;
+    let monitor = client.monitor(monitor_spec()).await?;
+    let observed = Observed::from_cache(&monitor.cache());
+    Ok((client, monitor, observed))
+}
+
+/// One batched sync (`vipflow agent --once`): returns the number of operations written and
+/// the attachment problems.
+pub async fn sync_once(
+    remotes: &str,
+    rows: &[LbRow],
+    group: Option<GroupPlan>,
+    exclude: Option<&Exclude>,
+) -> Result<(usize, Vec<String>), ovsdb::Error> {
+    // A writer for this moment: take over (a running writer resumes on its next connection),
+    // read, write the difference as a batch.
+    let client = Client::connect(nb_options(
+        ClientOptions::new(remotes, DB)?,
+        Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
+    ))
+    .await?;
+    let token = new_token();
+    take_over(&client, &token).await?;
+    let monitor = client.monitor(monitor_spec()).await?;
+    let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
+    let plan = DesiredRows {
+        generation: 1,
+        step: 1,
+        complete: true,
+        rows: index_rows(rows.iter().cloned()),
+        row_count: rows.len(),
+        delta: None,
+        vips: exclude
+            .into_iter()
+            .flat_map(|e| e.vips.iter())
+            .copied()
+            .collect(),
+        pool_ranges: Arc::new(exclude.map(|e| e.pools.clone()).unwrap_or_default()),
+        exclude_ips: exclude.is_some(),
+        group: group.map(Arc::new),
+    };
+    group::ensure(&mut session, &client, &plan).await?;
+    let changes = session.changes(&plan);
+    let ops = changes.iter().map(|c| c.ops).sum();
+    send(&mut session, &client, monitor, &plan, changes)
+        .await
+        .result?;
+    Ok((ops, session.problems()))
+}
+
+/// Differences between the database and the plan, one line each (`vipflow verify`).
+pub async fn drift(
+    remotes: &str,
+    rows: &[LbRow],
+    group: Option<&GroupPlan>,
+    exclude: Option<&Exclude>,
+) -> Result<Vec<String>, ovsdb::Error> {
+    let (_client, monitor, observed) = snapshot(remotes).await?;
+    let mut lines = describe_drift(&observed, &monitor.cache(), rows);
+    if let Some(g) = group {
+        lines.extend(group::describe(&observed, g));
+    }
+    if let Some(e) = exclude {
+        let switches: Vec<LogicalSwitchIpam> =
+            observed.ipam.iter().map(|s| s.ipam.clone()).collect();
+        for ch in crate::plan::exclude::plan_ovn_with_pools(&e.vips, &e.pools, &switches).changes {
+            lines.push(format!(
+                "~ Logical_Switch {}: other_config:exclude_ips should be {:?}",
+                ch.name,
+                ch.exclude_ips.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+/// VIPs and pool addresses inside a logical switch's `other_config:subnet` that its current
+/// `exclude_ips` does not cover (`vipflow check`).
+pub async fn unexcluded(remotes: &str, exclude: &Exclude) -> Result<Vec<String>, ovsdb::Error> {
+    use crate::plan::exclude::{RangeSet, gaps, ipam_span, parse_ovn_subnet};
+    let (_client, _monitor, observed) = snapshot(remotes).await?;
+    let mut out = Vec::new();
+    for sw in &observed.ipam {
+        let Some(Ok(net)) = sw.ipam.subnet.as_deref().map(parse_ovn_subnet) else {
+            continue;
+        };
+        let (covered, _) = RangeSet::from_ovn_text(sw.ipam.exclude_ips.as_deref().unwrap_or(""));
+        for vip in &exclude.vips {
+            if let std::net::IpAddr::V4(v4) = vip
+                && net.contains(v4)
+                && !covered.contains(*vip)
+            {
+                out.push(format!(
+                    "Logical_Switch {}: VIP {vip} is in subnet {net} but not in exclude_ips",
+                    sw.ipam.name
+                ));
+            }
+        }
+        let (lo, hi) = ipam_span(&net);
+        for &(a, b) in &exclude.pools {
+            let open = gaps(&covered.v4, u32::from(a).max(lo), u32::from(b).min(hi));
+            let count: u64 = open.iter().map(|&(s, e)| u64::from(e - s) + 1).sum();
+            if let Some(&(first, _)) = open.first() {
+                out.push(format!(
+                    "Logical_Switch {}: {count} pool addresses from {} are in subnet {net} but not in exclude_ips",
+                    sw.ipam.name,
+                    std::net::Ipv4Addr::from(first)
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What `exclude_ips` must hold: every VIP, and every IPv4 pool range (inclusive).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Exclude {
+    pub vips: BTreeSet<IpAddr>,
+    pub pools: Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>,
+}

@@ -167,10 +167,23 @@ impl AnnounceBed {
     /// the client's MAC. OVN drops the first replies towards a neighbor it has not resolved (it
     /// asks for it instead); on a real network the routers answer for clients behind the
     /// upstream router, whose MAC they know, so a takeover never waits for that.
+    ///
+    /// Each gateway router first hears an ARP request for its own address from the client,
+    /// from which it learns the client's MAC: otherwise it learns it only by asking, when the
+    /// first reply towards the client leaves it, and once in a while (a fresh testbed, the
+    /// client's kernel already knowing the router's address) that did not happen within the
+    /// 10 s this allows. A failure says what the bed looked like.
     fn warm_gateways(&self) {
         let udp = NsUdp::new(&self.tb.ns("client"), false).expect("client socket");
         let to = SocketAddr::new(VIP.parse::<IpAddr>().unwrap(), 53);
         for i in 1..=NODES {
+            let _ = testkit::netns::arp_request(
+                &self.tb.ns("client"),
+                "eth0",
+                testbed::CLIENT_V4.parse().unwrap(),
+                testbed::node_ip(i).parse().unwrap(),
+                Duration::from_millis(200),
+            );
             let mac = testbed::node_mac(i);
             self.tb.ip(
                 "client",
@@ -194,7 +207,8 @@ impl AnnounceBed {
             while answered < 5 {
                 assert!(
                     Instant::now() < deadline,
-                    "the VIP never answered via node{i}"
+                    "the VIP never answered via node{i}:\n{}",
+                    self.what_node_saw(i)
                 );
                 if udp.request(to, 16, Duration::from_millis(300)).is_ok() {
                     answered += 1;
@@ -203,6 +217,28 @@ impl AnnounceBed {
         }
         self.tb
             .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+    }
+
+    /// For a failure: node `i`'s flows with their counters, the routers' MAC bindings, node
+    /// `i`'s connection tracking towards the pods, and the client's neighbors.
+    fn what_node_saw(&self, i: usize) -> String {
+        let flows = self.tb.ofctl(i, &["dump-flows", "br-ex"]);
+        let bindings = self.tb.sbctl(&[
+            "--columns=logical_port,ip,mac,timestamp",
+            "list",
+            "MAC_Binding",
+        ]);
+        let ct: String = self
+            .tb
+            .appctl(i, &["dpctl/dump-conntrack"])
+            .lines()
+            .filter(|l| l.contains("172.18.0.") || l.contains("10.244."))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let neigh = self.tb.ip("client", &["neigh"]);
+        format!(
+            "node{i} br-ex:\n{flows}\nMAC bindings:\n{bindings}\nnode{i} conntrack:\n{ct}\nclient neighbors:\n{neigh}"
+        )
     }
 
     fn args(&self, node: usize) -> Vec<String> {

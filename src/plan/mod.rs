@@ -6,6 +6,7 @@ pub mod exclude;
 pub mod flow_key;
 pub mod flow_text;
 pub mod flows;
+pub mod node_template;
 pub mod northbound;
 pub mod order;
 pub mod planner;

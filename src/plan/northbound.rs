@@ -30,6 +30,7 @@
 //!   unique in the schema) and never touches anyone else's. `vipflow.io/managed=true` marks
 //!   them all at once.
 
+use super::node_template::{self, NodeRows};
 use super::str_map::StrMap;
 use crate::model::{
     EndpointSlice, Model, Protocol, Service, ServiceKey, Text, TrafficPolicy, VipPort,
@@ -76,6 +77,11 @@ pub struct NorthboundConfig {
     /// Keep VIPs out of the IPAM (`other_config:exclude_ips`) of logical switches whose
     /// subnet holds them.
     pub exclude_ips: bool,
+    /// How ETP=Local's gateway router rows are written: one per node, or one template row.
+    /// Not read from the config file yet: the writer does not keep `Chassis_Template_Var`
+    /// yet, and a template row without its variables would leave the VIPs unbalanced.
+    #[serde(skip)]
+    pub node_rows: NodeRows,
 }
 
 impl Default for NorthboundConfig {
@@ -91,6 +97,7 @@ impl Default for NorthboundConfig {
             kube_ovn: false,
             // A VIP handed to a pod breaks both: on by default.
             exclude_ips: true,
+            node_rows: NodeRows::PerNode,
         }
     }
 }
@@ -122,6 +129,9 @@ pub enum Scope {
     /// `externalTrafficPolicy: Local`'s row for pod traffic: all endpoints, on switches only.
     Switches,
     Node(String),
+    /// `externalTrafficPolicy: Local`'s one row for every node's gateway router, its backends
+    /// a variable each chassis expands to its own endpoints ([`super::node_template`]).
+    Template,
 }
 
 impl fmt::Display for Scope {
@@ -130,6 +140,7 @@ impl fmt::Display for Scope {
             Scope::Cluster => f.write_str("cluster"),
             Scope::Switches => f.write_str("switches"),
             Scope::Node(n) => write!(f, "node/{n}"),
+            Scope::Template => f.write_str("template"),
         }
     }
 }
@@ -140,6 +151,7 @@ impl Scope {
         match s {
             "cluster" => Some(Scope::Cluster),
             "switches" => Some(Scope::Switches),
+            "template" => Some(Scope::Template),
             s => Some(Scope::Node(s.strip_prefix("node/")?.to_owned())),
         }
     }
@@ -205,6 +217,17 @@ pub struct LbRow {
     pub external_ids: StrMap,
     pub ip_port_mappings: StrMap,
     pub attach: Attach,
+    /// A template row's variables: each node's value of each (not a column of this row:
+    /// the writer keeps them in `Chassis_Template_Var`).
+    pub template_vars: Vec<TemplateVar>,
+}
+
+/// One template variable's value on one chassis.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TemplateVar {
+    pub chassis: String,
+    pub name: String,
+    pub value: String,
 }
 
 impl fmt::Display for LbRow {
@@ -358,6 +381,10 @@ fn row_name(key: &LbKey) -> String {
             "vipflow/{}/{}/{}/switches",
             key.owner.namespace, key.owner.name, key.protocol
         ),
+        Scope::Template => format!(
+            "vipflow/{}/{}/{}/template",
+            key.owner.namespace, key.owner.name, key.protocol
+        ),
     }
 }
 
@@ -415,10 +442,13 @@ fn rows_for(
         ports.iter().map(|vp| (*vp, backends(slices, vp))).collect();
     let local = svc.traffic_policy == TrafficPolicy::Local;
     let prefer_local = !local && (cfg.prefer_local || svc.prefer_local);
-    let mk = |scope: Scope, attach: Attach, pick: &dyn Fn(&[Backend]) -> Vec<Backend>| {
+    let mk_some = |scope: Scope,
+                   attach: Attach,
+                   pick: &dyn Fn(&[Backend]) -> Vec<Backend>,
+                   keep: &dyn Fn(&VipPort) -> bool| {
         // Only rows holding nothing but the node's own endpoints may keep the client's
         // address: the reply comes back through the same node.
-        let node_local = local && matches!(scope, Scope::Node(_));
+        let node_local = local && matches!(scope, Scope::Node(_) | Scope::Template);
         let key = LbKey {
             owner: svc.key.clone(),
             protocol,
@@ -426,7 +456,7 @@ fn rows_for(
         };
         let mut vips = BTreeMap::new();
         let mut mappings = BTreeMap::new();
-        for (vp, bs) in &per_port {
+        for (vp, bs) in per_port.iter().filter(|(vp, _)| keep(vp)) {
             let chosen = pick(bs);
             vips.insert(socket(vp.vip, vp.port), join(&chosen));
             if cfg.kube_ovn && prefer_local {
@@ -464,22 +494,60 @@ fn rows_for(
             external_ids,
             ip_port_mappings: mappings.into_iter().collect(),
             attach,
+            template_vars: Vec::new(),
         }
+    };
+    let mk = |scope: Scope, attach: Attach, pick: &dyn Fn(&[Backend]) -> Vec<Backend>| {
+        mk_some(scope, attach, pick, &|_| true)
     };
     let all = |bs: &[Backend]| bs.to_vec();
 
     if local {
-        // Gateway routers: the node's endpoints only. Switches (pod traffic): all of them.
-        let mut rows: Vec<LbRow> = nodes
-            .iter()
-            .map(|node| {
+        // Gateway routers: the node's endpoints only, in a row per node or in one template
+        // row (for the VIPs a template can hold). Switches (pod traffic): all of them.
+        let templated = cfg.node_rows == NodeRows::Template;
+        let per_node = |vp: &VipPort| !(templated && node_template::templatable(vp.vip));
+        let mut rows: Vec<LbRow> = Vec::new();
+        if per_port.iter().any(|(vp, _)| per_node(vp)) {
+            rows.extend(nodes.iter().map(|node| {
                 let attach = Attach {
                     routers: template(&cfg.node_router, node).into_iter().collect(),
                     ..Attach::default()
                 };
-                mk(Scope::Node(node.clone()), attach, &|bs| on_node(bs, node))
-            })
-            .collect();
+                mk_some(
+                    Scope::Node(node.clone()),
+                    attach,
+                    &|bs| on_node(bs, node),
+                    &per_node,
+                )
+            }));
+        }
+        if templated && per_port.iter().any(|(vp, _)| !per_node(vp)) {
+            let attach = Attach {
+                routers: nodes
+                    .iter()
+                    .filter_map(|n| template(&cfg.node_router, n))
+                    .collect(),
+                ..Attach::default()
+            };
+            let mut row = mk_some(Scope::Template, attach, &all, &|vp| !per_node(vp));
+            let mut names = Vec::new();
+            let mut vars = Vec::new();
+            for (vp, bs) in per_port.iter().filter(|(vp, _)| !per_node(vp)) {
+                let var = node_template::backends_var(&svc.key, vp.vip, vp.port, protocol);
+                for node in nodes {
+                    vars.push(TemplateVar {
+                        chassis: node.clone(),
+                        name: var.clone(),
+                        value: join(&on_node(bs, node)),
+                    });
+                }
+                names.push((socket(vp.vip, vp.port), var));
+            }
+            vars.sort();
+            node_template::make_template(&mut row, vars, names);
+            rows.push(row);
+        }
         let switches: BTreeSet<String> = cfg
             .switches
             .iter()

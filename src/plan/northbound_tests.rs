@@ -511,3 +511,156 @@ fn options_follow_the_attachment_and_config() {
     assert_eq!(&o["neighbor_responder"], "none");
     assert_eq!(&o["hairpin_snat_ip"], "169.254.0.5");
 }
+
+#[test]
+fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_chassis_and_node_rows_for_ipv6()
+ {
+    let y = list(&[
+        NODES.into(),
+        svc("", "Local", PORTS),
+        slice("IPv4", &[("10.244.1.5", "node-a", true, true, false)]),
+        slice("IPv6", &[("fd00:244:1::5", "node-a", true, true, false)]),
+    ]);
+    let cfg = NorthboundConfig {
+        node_router: Some("GR_{node}".into()),
+        node_switch: Some("{node}".into()),
+        node_rows: NodeRows::Template,
+        ..Default::default()
+    };
+    let r = rows(&y, &cfg);
+    assert_eq!(
+        r.keys().collect::<Vec<_>>(),
+        [
+            "vipflow/shop/web/tcp/node-a",
+            "vipflow/shop/web/tcp/node-b",
+            "vipflow/shop/web/tcp/switches",
+            "vipflow/shop/web/tcp/template",
+            "vipflow/shop/web/udp/node-a",
+            "vipflow/shop/web/udp/node-b",
+            "vipflow/shop/web/udp/switches",
+            "vipflow/shop/web/udp/template",
+        ]
+    );
+    // The IPv6 VIP cannot be a template VIP: it stays in the per-node rows, alone.
+    let a = &r["vipflow/shop/web/tcp/node-a"];
+    assert_eq!(a.vips, m(&[("[fd00:18::100]:80", "[fd00:244:1::5]:8080")]));
+    assert!(a.template_vars.is_empty());
+    // The IPv4 VIP: one row on every node's router, its backends a variable.
+    let t = &r["vipflow/shop/web/tcp/template"];
+    let var = node_template::backends_var(
+        &ServiceKey::new("shop", "web"),
+        "172.18.0.100".parse().unwrap(),
+        80,
+        Protocol::Tcp,
+    );
+    assert_eq!(t.vips, m(&[("172.18.0.100:80", &format!("^{var}"))]));
+    assert_eq!(
+        t.options,
+        m(&[
+            ("address-family", "ipv4"),
+            ("neighbor_responder", "none"),
+            ("reject", "true"),
+            ("skip_snat", "true"),
+            ("template", "true"),
+        ])
+    );
+    assert_eq!(&t.external_ids[SCOPE_KEY], "template");
+    assert_eq!(Scope::parse("template"), Some(Scope::Template));
+    assert_eq!(
+        t.attach,
+        Attach {
+            routers: BTreeSet::from(["GR_node-a".to_string(), "GR_node-b".to_string()]),
+            ..Attach::default()
+        }
+    );
+    // Each chassis's value: its own endpoints, none on node-b (OVN rejects there, as the
+    // per-node row with no backends does).
+    assert_eq!(
+        t.template_vars,
+        [
+            TemplateVar {
+                chassis: "node-a".into(),
+                name: var.clone(),
+                value: "10.244.1.5:8080".into()
+            },
+            TemplateVar {
+                chassis: "node-b".into(),
+                name: var,
+                value: String::new()
+            },
+        ]
+    );
+    // Per-node mode is as it was: no template row, no variables.
+    let per_node = rows(
+        &y,
+        &NorthboundConfig {
+            node_rows: NodeRows::PerNode,
+            ..cfg.clone()
+        },
+    );
+    assert!(
+        per_node
+            .values()
+            .all(|r| r.template_vars.is_empty() && r.key.scope != Scope::Template)
+    );
+    assert_eq!(
+        &per_node["vipflow/shop/web/tcp/node-a"].vips["172.18.0.100:80"],
+        "10.244.1.5:8080"
+    );
+}
+
+#[test]
+fn at_two_thousand_nodes_a_local_service_is_two_rows_in_template_mode_and_two_thousand_and_one_per_node()
+ {
+    let nodes: String = (0..2000)
+        .map(|i| format!("\n- {{apiVersion: v1, kind: Node, metadata: {{name: n{i}}}}}"))
+        .collect();
+    let y = format!(
+        "apiVersion: v1\nkind: List\nitems:{nodes}{}{}\n",
+        r#"
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop}
+  spec:
+    externalIPs: [172.18.0.100]
+    externalTrafficPolicy: Local
+    ports: [{port: 80, protocol: TCP, targetPort: 8080}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+  addressType: IPv4
+  ports: [{port: 8080, protocol: TCP}]
+  endpoints: [{addresses: [10.244.1.5], nodeName: n7, conditions: {ready: true}}]"#,
+        ""
+    );
+    let cfg = NorthboundConfig {
+        node_router: Some("GR_{node}".into()),
+        node_switch: Some("{node}".into()),
+        ..Default::default()
+    };
+    let per_node = plan(&model(&y), &cfg);
+    let templated = plan(
+        &model(&y),
+        &NorthboundConfig {
+            node_rows: NodeRows::Template,
+            ..cfg
+        },
+    );
+    assert_eq!((per_node.len(), templated.len()), (2001, 2));
+    // The template row carries the 2,000 chassis values instead; one holds the endpoint.
+    let t = templated
+        .iter()
+        .find(|r| r.key.scope == Scope::Template)
+        .unwrap();
+    assert_eq!(t.template_vars.len(), 2000);
+    let with: Vec<&TemplateVar> = t
+        .template_vars
+        .iter()
+        .filter(|v| !v.value.is_empty())
+        .collect();
+    assert_eq!(with.len(), 1);
+    assert_eq!(
+        (with[0].chassis.as_str(), with[0].value.as_str()),
+        ("n7", "10.244.1.5:8080")
+    );
+}

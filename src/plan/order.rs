@@ -82,6 +82,7 @@ mod tests {
             external_ids: StrMap::new(),
             ip_port_mappings: StrMap::new(),
             attach: Attach::default(),
+            template_vars: Vec::new(),
         }
     }
 

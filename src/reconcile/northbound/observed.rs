@@ -302,6 +302,7 @@ mod tests {
             external_ids,
             ip_port_mappings,
             attach: Attach::default(),
+            template_vars: Vec::new(),
         }
     }
 

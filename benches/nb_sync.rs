@@ -260,7 +260,7 @@ fn check_exact(rt: &Runtime, sb: &Sandbox, rows: &[LbRow], who: &str) {
     assert_eq!(nbctl_count(sb), rows.len(), "{who}: Load_Balancer rows");
     let drift = rt.block_on(async {
         let c = connect(sb).await;
-        let m = c.monitor(monitor_spec()).await.expect("monitor");
+        let m = c.monitor(monitor_spec(false)).await.expect("monitor");
         let o = Observed::from_cache(&m.cache());
         assert_eq!(o.len(), rows.len(), "{who}: rows with our external_ids");
         describe_drift(&o, &m.cache(), rows)
@@ -347,7 +347,7 @@ fn initial_sync(
             .expect("take over as writer");
         s.connect = t.elapsed();
         let t = Instant::now();
-        let mut monitor = client.monitor(monitor_spec()).await.expect("monitor");
+        let mut monitor = client.monitor(monitor_spec(false)).await.expect("monitor");
         s.monitor = t.elapsed();
 
         // Diffed and written as the run loop does: batches stream out while the rest is

@@ -36,7 +36,7 @@ fn endpoint(ip: &str, node: usize) -> String {
 
 /// The objects: two nodes; `web` (ETP=Cluster, dual-stack VIPs, endpoints pod1a and pod2a) and
 /// `local` (ETP=Local, its only endpoint pod1b on node1).
-fn objects(nodes: usize) -> String {
+fn objects(nodes: usize, local_on: usize) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
     for i in 1..=nodes {
         y += &format!(
@@ -84,7 +84,7 @@ fn objects(nodes: usize) -> String {
         "local",
         "local-v4",
         "IPv4",
-        &[endpoint(&testbed::pod_ip(1, 'b'), 1)],
+        &[endpoint(&testbed::pod_ip(local_on, 'b'), local_on)],
     );
     y
 }
@@ -96,6 +96,8 @@ struct Bed {
     objects: PathBuf,
     agents: Vec<AgentProcess>,
     _pods: Vec<PodServer>,
+    /// More arguments for node1's agent (the Northbound writer).
+    writer_args: Vec<String>,
 }
 
 /// As a user runs it on an OVN-Kubernetes node: no port flags (the uplink and the localnet patch
@@ -120,6 +122,10 @@ fn agent_args(tb: &Testbed, node: usize) -> Vec<String> {
 
 impl Bed {
     fn start() -> Option<Bed> {
+        Bed::start_with(&[])
+    }
+
+    fn start_with(writer_args: &[&str]) -> Option<Bed> {
         let tb = Testbed::start(2)?;
         let mut pods = Vec::new();
         for i in 1..=tb.nodes {
@@ -135,6 +141,7 @@ impl Bed {
             objects,
             _pods: pods,
             tb,
+            writer_args: writer_args.iter().map(|s| s.to_string()).collect(),
         };
         for i in 1..=bed.tb.nodes {
             bed.start_agent(i);
@@ -144,9 +151,11 @@ impl Bed {
     }
 
     fn start_agent(&mut self, node: usize) {
-        let a = self
-            .tb
-            .agent(&vipflow(), node, &self.objects, &agent_args(&self.tb, node));
+        let mut args = agent_args(&self.tb, node);
+        if node == 1 {
+            args.extend(self.writer_args.iter().cloned());
+        }
+        let a = self.tb.agent(&vipflow(), node, &self.objects, &args);
         if self.agents.len() < node {
             self.agents.push(a);
         } else {
@@ -198,7 +207,12 @@ impl Bed {
 }
 
 fn objects_yaml(nodes: usize) -> String {
-    objects(nodes)
+    objects(nodes, 1)
+}
+
+/// [`objects_yaml`] with `local`'s one endpoint on node `local_on` (its pod b).
+fn objects_yaml_local_on(nodes: usize, local_on: usize) -> String {
+    objects(nodes, local_on)
 }
 
 fn sock(ip: &str, port: u16) -> SocketAddr {
@@ -801,4 +815,97 @@ fn a_service_with_no_address_gets_one_from_a_pool_and_answers() {
         answer.trim()
     );
     task.abort();
+}
+
+/// TCP to `to` from the client, tried for `secs`: `Some(answer)`, or `None` when every try
+/// timed out (dropped). A reset fails the test: template rows drop, they never reject.
+fn tcp_answer_or_drop(bed: &Bed, to: SocketAddr, secs: u64) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        match netns::tcp_request(&bed.client(), to, Duration::from_millis(500)) {
+            Ok(s) => return Some(s),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                panic!("{to} was reset, not dropped")
+            }
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+#[test]
+fn in_template_mode_an_etp_local_vip_reaches_the_local_endpoint_only_and_follows_it_without_rewriting_the_row()
+ {
+    let Some(bed) = Bed::start_with(&["--node-rows", "template"]) else {
+        return;
+    };
+    // One template row per protocol for `local` (no row per node), its backends a variable.
+    let rows = bed
+        .tb
+        .nbctl(&["--columns=name,vips,options", "list", "Load_Balancer"]);
+    let templates: Vec<&str> = rows
+        .lines()
+        .filter(|l| l.contains("vipflow/demo/local/") && l.contains("/template"))
+        .collect();
+    assert_eq!(templates.len(), 2, "{rows}");
+    assert!(
+        !rows.contains("vipflow/demo/local/tcp/node"),
+        "no per-node rows for an IPv4 VIP:\n{rows}"
+    );
+    let row_uuid = bed.tb.nbctl(&[
+        "--bare",
+        "--columns=_uuid",
+        "find",
+        "Load_Balancer",
+        "name=vipflow/demo/local/tcp/template",
+    ]);
+    let vars = |node: usize| {
+        bed.tb.nbctl(&[
+            "--bare",
+            "--columns=variables",
+            "find",
+            "Chassis_Template_Var",
+            &format!("chassis=node{node}"),
+        ])
+    };
+    let pod1b = format!("{}:{POD_TCP_PORT}", testbed::pod_ip(1, 'b'));
+    assert!(vars(1).contains(&pod1b), "node1: {}", vars(1));
+    assert!(
+        !vars(2).contains("vf_"),
+        "node2 has no endpoint: {}",
+        vars(2)
+    );
+
+    // Through node1: the local endpoint, with the client's own address.
+    let to = sock(LOCAL_V4, 80);
+    bed.via(1, LOCAL_V4);
+    let got = tcp_warm(&bed, to, 10);
+    assert_eq!(got, format!("pod1b {}", testbed::CLIENT_V4));
+    // Through node2, which has no endpoint: dropped (per-node rows reset instead).
+    bed.via(2, LOCAL_V4);
+    assert_eq!(tcp_answer_or_drop(&bed, to, 3), None);
+
+    // The endpoint moves to node2: the variables follow, the row is the same row, unchanged.
+    let before = bed.tb.nbctl(&[
+        "--columns=vips,options",
+        "list",
+        "Load_Balancer",
+        row_uuid.trim(),
+    ]);
+    std::fs::write(&bed.objects, objects_yaml_local_on(bed.tb.nodes, 2)).unwrap();
+    let pod2b = format!("{}:{POD_TCP_PORT}", testbed::pod_ip(2, 'b'));
+    eventually("node2's value", 30, || vars(2).contains(&pod2b));
+    eventually("node1's value gone", 30, || !vars(1).contains("vf_"));
+    let after = bed.tb.nbctl(&[
+        "--columns=vips,options",
+        "list",
+        "Load_Balancer",
+        row_uuid.trim(),
+    ]);
+    assert_eq!(before, after, "the template row was rewritten");
+    bed.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+    let got = tcp_warm(&bed, to, 10);
+    assert_eq!(got, format!("pod2b {}", testbed::CLIENT_V4));
+    bed.via(1, LOCAL_V4);
+    assert_eq!(tcp_answer_or_drop(&bed, to, 3), None);
 }

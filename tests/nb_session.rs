@@ -87,7 +87,7 @@ async fn connect(sb: &Sandbox) -> (Client, Option<Monitor>, Session) {
     let client = Client::connect(options(sb)).await.unwrap();
     let token = new_token();
     take_over(&client, &token).await.unwrap();
-    let mut monitor = client.monitor(monitor_spec()).await.unwrap();
+    let mut monitor = client.monitor(monitor_spec(false)).await.unwrap();
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
     absorb_queued(&mut session, &mut monitor, None);
     (client, Some(monitor), session)

@@ -83,6 +83,9 @@ impl NorthboundFlags {
         set_some(&mut nb.node_router, &self.node_router);
         set_some(&mut nb.node_switch, &self.node_switch);
         nb.prefer_local |= self.prefer_local;
+        if let Some(m) = self.node_rows {
+            nb.node_rows = m;
+        }
         set_some(&mut nb.hairpin_snat_ip, &self.hairpin_snat_ip);
         nb.kube_ovn |= self.kube_ovn;
         if self.no_exclude_ips {

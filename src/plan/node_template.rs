@@ -5,8 +5,14 @@
 //! Local Services make 4 million rows, and one endpoint change rewrites a row per node. OVN
 //! (22.12+) can instead take one *template* row per Service (`options:template=true`) whose
 //! backends name a variable, `^vf_…`, that each chassis expands from its own
-//! `Chassis_Template_Var` row: the row count is O(Services + nodes), and an endpoint change
-//! rewrites the variable on the nodes whose local endpoints changed, nothing else.
+//! `Chassis_Template_Var` row: the row count is O(Services + nodes), a variable is set only on
+//! the nodes with endpoints (O(endpoints) values), and an endpoint change rewrites the
+//! variable on the nodes whose local endpoints changed, nothing else.
+//!
+//! A node without local endpoints has no value: `ovn-controller` there cannot expand the
+//! backends and installs no balancing for the VIP, so its gateway router drops the VIP's
+//! traffic (as kube-proxy does for Local without local endpoints). Per-node rows reject it
+//! instead (a TCP reset); a value of `""` drops it too.
 //!
 //! What templates cannot express falls back to per-node rows, per VIP:port:
 //! - IPv6 VIPs: OVN parses a template row's VIP key by splitting at `:`, so an IPv6 literal
@@ -21,7 +27,17 @@ use crate::model::{Protocol, ServiceKey};
 use std::net::IpAddr;
 
 /// How node-scoped rows are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum NodeRows {
     /// One row per Service per node.

@@ -78,9 +78,6 @@ pub struct NorthboundConfig {
     /// subnet holds them.
     pub exclude_ips: bool,
     /// How ETP=Local's gateway router rows are written: one per node, or one template row.
-    /// Not read from the config file yet: the writer does not keep `Chassis_Template_Var`
-    /// yet, and a template row without its variables would leave the VIPs unbalanced.
-    #[serde(skip)]
     pub node_rows: NodeRows,
 }
 
@@ -535,9 +532,12 @@ fn rows_for(
             let mut vars = Vec::new();
             for (vp, bs) in per_port.iter().filter(|(vp, _)| !per_node(vp)) {
                 let var = node_template::backends_var(&svc.key, vp.vip, vp.port, protocol);
-                for node in nodes {
+                // Only where the node has endpoints: elsewhere the variable stays unset and the
+                // node drops the VIP's traffic, as kube-proxy does for Local without endpoints.
+                let on: BTreeSet<&str> = bs.iter().filter_map(|b| b.node.as_deref()).collect();
+                for node in on.into_iter().filter(|n| nodes.contains(*n)) {
                     vars.push(TemplateVar {
-                        chassis: node.clone(),
+                        chassis: node.to_string(),
                         name: var.clone(),
                         value: join(&on_node(bs, node)),
                     });

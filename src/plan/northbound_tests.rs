@@ -573,22 +573,15 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
             ..Attach::default()
         }
     );
-    // Each chassis's value: its own endpoints, none on node-b (OVN rejects there, as the
-    // per-node row with no backends does).
+    // Each chassis with endpoints gets its own; node-b has none and no value (it drops the
+    // VIP's traffic, where a per-node row without backends rejects it).
     assert_eq!(
         t.template_vars,
-        [
-            TemplateVar {
-                chassis: "node-a".into(),
-                name: var.clone(),
-                value: "10.244.1.5:8080".into()
-            },
-            TemplateVar {
-                chassis: "node-b".into(),
-                name: var,
-                value: String::new()
-            },
-        ]
+        [TemplateVar {
+            chassis: "node-a".into(),
+            name: var,
+            value: "10.244.1.5:8080".into()
+        }]
     );
     // Per-node mode is as it was: no template row, no variables.
     let per_node = rows(
@@ -647,20 +640,15 @@ fn at_two_thousand_nodes_a_local_service_is_two_rows_in_template_mode_and_two_th
         },
     );
     assert_eq!((per_node.len(), templated.len()), (2001, 2));
-    // The template row carries the 2,000 chassis values instead; one holds the endpoint.
+    // The template row carries one value instead: on the node with the endpoint.
     let t = templated
         .iter()
         .find(|r| r.key.scope == Scope::Template)
         .unwrap();
-    assert_eq!(t.template_vars.len(), 2000);
-    let with: Vec<&TemplateVar> = t
-        .template_vars
-        .iter()
-        .filter(|v| !v.value.is_empty())
-        .collect();
-    assert_eq!(with.len(), 1);
+    assert_eq!(t.template_vars.len(), 1);
+    let v = &t.template_vars[0];
     assert_eq!(
-        (with[0].chassis.as_str(), with[0].value.as_str()),
+        (v.chassis.as_str(), v.value.as_str()),
         ("n7", "10.244.1.5:8080")
     );
 }

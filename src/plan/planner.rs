@@ -55,6 +55,8 @@ pub struct NorthboundRows {
     pub previous_vips: imbl::OrdSet<IpAddr>,
     /// vipflow's own Load_Balancer_Group and where it goes.
     pub group: Option<Arc<GroupPlan>>,
+    /// With template rows: the chassis that need a `Chassis_Template_Var` row.
+    pub template_chassis: Option<Arc<std::collections::BTreeSet<String>>>,
     /// Rows serving the previous plan and this one, to commit before the flows change (see
     /// [`order`]); `None` when this plan's rows can go first.
     pub make_first: Option<RowIndex>,
@@ -204,6 +206,7 @@ impl Planner {
                 vips: services.vips(),
                 previous_vips,
                 group: table.group(),
+                template_chassis: table.template_chassis(),
             }
         });
         Plans {

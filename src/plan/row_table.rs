@@ -15,6 +15,7 @@
 //! and the group equal the full plan, and that exactly the Services whose rows changed are
 //! reported.
 
+use super::node_template::NodeRows;
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
@@ -43,6 +44,8 @@ pub struct RowTable {
     count: usize,
     /// vipflow's own group and its targets ([`own_group`]).
     group: Option<Arc<GroupPlan>>,
+    /// With template rows: every node's chassis (one per node, named as the node).
+    template_chassis: Option<Arc<std::collections::BTreeSet<String>>>,
 }
 
 impl RowTable {
@@ -51,6 +54,7 @@ impl RowTable {
             group: own_group(&cfg, &Default::default()).map(Arc::new),
             cfg,
             slices: SliceIndex::default(),
+            template_chassis: None,
             rows: RowIndex::new(),
             count: 0,
         }
@@ -64,6 +68,11 @@ impl RowTable {
     /// Every Service's rows.
     pub fn rows(&self) -> RowIndex {
         self.rows.clone()
+    }
+
+    /// The chassis that need a `Chassis_Template_Var` row, with template rows.
+    pub fn template_chassis(&self) -> Option<Arc<std::collections::BTreeSet<String>>> {
+        self.template_chassis.clone()
     }
 
     /// vipflow's own Load_Balancer_Group and its targets, when cluster rows use it.
@@ -80,6 +89,8 @@ impl RowTable {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
             self.group = own_group(&self.cfg, services.node_names()).map(Arc::new);
+            self.template_chassis = (self.cfg.node_rows == NodeRows::Template)
+                .then(|| Arc::new(services.node_names().clone()));
         }
 
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();

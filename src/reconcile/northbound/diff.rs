@@ -130,6 +130,11 @@ pub(super) fn diff_owner(
             }
         }
     }
+    let had = observed.vars_of(owner);
+    if !had.is_empty() || want.values().any(|d| !d.template_vars.is_empty()) {
+        let want: Vec<&LbRow> = want.values().copied().collect();
+        template_vars::diff(observed, &want, &had, p, problems);
+    }
 }
 
 /// The transactions that turn `observed` into `desired` for the Services in `owners` (all of

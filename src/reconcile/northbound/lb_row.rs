@@ -59,11 +59,17 @@ pub(super) fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
     let protocol = str_of(row.get("protocol"));
     let key = parse_key(&external_ids, protocol.as_deref())?;
     let name = str_of(row.get("name")).unwrap_or_default();
+    let vars = if key.scope == Scope::Template {
+        super::template_vars::named_in(str_pairs(row.get("vips")))
+    } else {
+        Vec::new()
+    };
     Some(ObservedLb {
         uuid,
         key,
         content: LbDigest::observed(&name, row),
         name,
+        vars,
     })
 }
 

@@ -55,6 +55,7 @@ mod observed;
 mod oneshot;
 mod session;
 mod task;
+mod template_vars;
 
 pub use diff::*;
 use lb_row::*;
@@ -72,6 +73,7 @@ const LB: &str = "Load_Balancer";
 const GROUP: &str = "Load_Balancer_Group";
 const SWITCH: &str = "Logical_Switch";
 const ROUTER: &str = "Logical_Router";
+const CHASSIS_VARS: &str = "Chassis_Template_Var";
 
 const NB_GLOBAL: &str = "NB_Global";
 
@@ -124,6 +126,9 @@ pub struct DesiredRows {
     pub exclude_ips: bool,
     /// vipflow's own Load_Balancer_Group and where it goes, when cluster rows join it.
     pub group: Option<Arc<GroupPlan>>,
+    /// With template rows: the chassis that must have a `Chassis_Template_Var` row (one per
+    /// node).
+    pub template_chassis: Option<Arc<BTreeSet<String>>>,
 }
 
 impl DesiredRows {
@@ -144,6 +149,7 @@ impl DesiredRows {
             pool_ranges: Arc::default(),
             exclude_ips,
             group: planned.group.clone(),
+            template_chassis: planned.template_chassis.clone(),
         }
     }
 }
@@ -192,32 +198,41 @@ pub struct NbSettings {
     /// A request (transaction, monitor, token read) unanswered this long ends the session
     /// with a WARN; the writer connects again.
     pub request_timeout: Duration,
+    /// Template rows are in use: `Chassis_Template_Var` is monitored (an OVN before 22.12
+    /// has no such table, and a monitor of it would fail).
+    pub templates: bool,
 }
 
-/// The monitor subscription: our tables and the columns we read.
-pub fn monitor_spec() -> MonitorSpec {
-    MonitorSpec::new()
-        .columns(
-            LB,
-            &[
-                "name",
-                "protocol",
-                "vips",
-                "options",
-                "external_ids",
-                "ip_port_mappings",
-            ],
-        )
-        .columns(GROUP, &["name", "load_balancer"])
-        .columns(
-            SWITCH,
-            &[
-                "name",
-                "load_balancer",
-                "load_balancer_group",
-                "other_config",
-                "external_ids",
-            ],
-        )
-        .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
+/// The monitor subscription: our tables and the columns we read (with `templates`, the
+/// chassis's template variables too).
+pub fn monitor_spec(templates: bool) -> MonitorSpec {
+    let spec = MonitorSpec::new();
+    let spec = if templates {
+        spec.columns(CHASSIS_VARS, &["chassis", "variables"])
+    } else {
+        spec
+    };
+    spec.columns(
+        LB,
+        &[
+            "name",
+            "protocol",
+            "vips",
+            "options",
+            "external_ids",
+            "ip_port_mappings",
+        ],
+    )
+    .columns(GROUP, &["name", "load_balancer"])
+    .columns(
+        SWITCH,
+        &[
+            "name",
+            "load_balancer",
+            "load_balancer_group",
+            "other_config",
+            "external_ids",
+        ],
+    )
+    .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
 }

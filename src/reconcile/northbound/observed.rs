@@ -14,6 +14,8 @@ pub struct ObservedLb {
     pub key: LbKey,
     pub name: String,
     pub content: LbDigest,
+    /// The template variables its VIPs name (a template row; empty for the others).
+    pub vars: Vec<String>,
 }
 
 /// Two independent 64-bit hashes of the columns a diff compares (name, vips, options,
@@ -100,6 +102,13 @@ pub struct Observed {
     pub(super) groups: BTreeMap<String, Holder>,
     pub(super) switches: BTreeMap<String, Holder>,
     pub(super) routers: BTreeMap<String, Holder>,
+    /// Each chassis's `Chassis_Template_Var` row (vipflow's variables of it), when template
+    /// rows are in use (the table is monitored).
+    pub(super) chassis: HashMap<String, template_vars::ChassisVars>,
+    /// The chassis holding each of vipflow's variables.
+    pub(super) var_chassis: HashMap<String, BTreeSet<String>>,
+    /// The Service whose rows name each variable.
+    pub(super) var_owner: HashMap<String, ServiceKey>,
 }
 
 /// What monitor events changed, for the next diff.
@@ -134,8 +143,22 @@ impl Observed {
         for (uuid, row) in cache.table(LB).into_iter().flatten() {
             o.put_lb(*uuid, row);
         }
+        for (uuid, row) in cache.table(CHASSIS_VARS).into_iter().flatten() {
+            template_vars::apply(&mut o.chassis, &mut o.var_chassis, *uuid, Some(row));
+        }
         o.read_holders(cache);
         o
+    }
+
+    /// The variables the rows of `owner` in the database name.
+    pub(super) fn vars_of(&self, owner: &ServiceKey) -> BTreeSet<&str> {
+        self.by_owner
+            .get(owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|u| self.lbs.get(u))
+            .flat_map(|o| o.vars.iter().map(String::as_str))
+            .collect()
     }
 
     /// Our rows, in no particular order.
@@ -179,6 +202,9 @@ impl Observed {
     pub(super) fn put_lb(&mut self, uuid: Uuid, row: &Row) -> Option<ServiceKey> {
         let o = read_lb(uuid, row)?;
         let owner = o.key.owner.clone();
+        for v in &o.vars {
+            self.var_owner.insert(v.clone(), owner.clone());
+        }
         self.by_owner.entry(owner.clone()).or_default().insert(uuid);
         self.lbs.insert(uuid, o);
         Some(owner)
@@ -187,6 +213,11 @@ impl Observed {
     /// Forget a Load_Balancer row; returns its Service if it was ours.
     pub(super) fn remove_lb(&mut self, uuid: &Uuid) -> Option<ServiceKey> {
         let o = self.lbs.remove(uuid)?;
+        for v in &o.vars {
+            if self.var_owner.get(v) == Some(&o.key.owner) {
+                self.var_owner.remove(v);
+            }
+        }
         if let Some(uuids) = self.by_owner.get_mut(&o.key.owner) {
             uuids.remove(uuid);
             if uuids.is_empty() {
@@ -216,7 +247,33 @@ impl Observed {
             Event::Delete { table, uuid, .. } if table == LB => {
                 touched.owners.extend(self.remove_lb(uuid));
             }
+            Event::Insert { table, uuid, new }
+            | Event::Modify {
+                table, uuid, new, ..
+            } if table == CHASSIS_VARS => {
+                let changed = template_vars::apply(
+                    &mut self.chassis,
+                    &mut self.var_chassis,
+                    *uuid,
+                    Some(new),
+                );
+                self.touch_vars(changed, touched);
+            }
+            Event::Delete { table, uuid, .. } if table == CHASSIS_VARS => {
+                let changed =
+                    template_vars::apply(&mut self.chassis, &mut self.var_chassis, *uuid, None);
+                self.touch_vars(changed, touched);
+            }
             _ => touched.holders = true,
+        }
+    }
+
+    /// The Services whose variables changed in the database are diffed again.
+    fn touch_vars(&self, changed: BTreeSet<String>, touched: &mut Touched) {
+        for n in changed {
+            if let Some(o) = self.var_owner.get(&n) {
+                touched.owners.insert(o.clone());
+            }
         }
     }
 

@@ -106,7 +106,7 @@ fn a_first_sync_repairs_deletes_and_inserts_only_what_is_ours() {
             Value::map([("192.0.2.99:80", "10.0.0.1:80")]),
         ),
     ]);
-    let mut cache = Cache::new(schema(), monitor_spec());
+    let mut cache = Cache::new(schema(), monitor_spec(false));
     cache
         .apply(updates(vec![
             (uuid(1), RowUpdate::Initial(wrong)),
@@ -161,7 +161,7 @@ fn after_the_sync_only_an_outside_edit_is_written_again_and_only_for_its_service
     let d = plan();
     let web = row_of(&d, "shop", "web").clone();
     let api = row_of(&d, "shop", "api").clone();
-    let mut cache = Cache::new(schema(), monitor_spec());
+    let mut cache = Cache::new(schema(), monitor_spec(false));
     cache
         .apply(updates(vec![
             (uuid(1), RowUpdate::Initial(insert_columns(&web))),
@@ -258,7 +258,7 @@ fn many(n: usize) -> String {
 #[test]
 fn a_first_sync_is_diffed_one_batch_per_step_and_adds_up_to_the_whole() {
     let d = plan_of(&many(250));
-    let cache = Cache::new(schema(), monitor_spec());
+    let cache = Cache::new(schema(), monitor_spec(false));
 
     let mut at_once = Session::new(Observed::from_cache(&cache), None);
     let whole = at_once.changes(&d);
@@ -286,4 +286,149 @@ fn a_first_sync_is_diffed_one_batch_per_step_and_adds_up_to_the_whole() {
     let problems = session.problems();
     assert_eq!(problems.len(), 250);
     assert!(problems == at_once.problems(), "the problems differ");
+}
+
+/// Two nodes and `web`, an externalTrafficPolicy Local Service with its one endpoint on
+/// `on`.
+fn local_objects(on: &str) -> String {
+    format!(
+        "
+apiVersion: v1
+kind: List
+items:
+- {{apiVersion: v1, kind: Node, metadata: {{name: n1}}}}
+- {{apiVersion: v1, kind: Node, metadata: {{name: n2}}}}
+- apiVersion: v1
+  kind: Service
+  metadata: {{name: web, namespace: shop}}
+  spec:
+    externalIPs: [192.0.2.10]
+    externalTrafficPolicy: Local
+    ports: [{{port: 80, protocol: TCP, targetPort: 8080}}]
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{name: web-1, namespace: shop, labels: {{kubernetes.io/service-name: web}}}}
+  addressType: IPv4
+  endpoints: [{{addresses: [10.244.1.5], nodeName: {on}, conditions: {{ready: true}}}}]
+  ports: [{{port: 8080, protocol: TCP}}]
+"
+    )
+}
+
+fn template_plan(on: &str) -> DesiredRows {
+    let loaded = crate::source::file::parse(&local_objects(on)).unwrap();
+    let mut planner = Planner::new(
+        ModelOptions::default(),
+        &[],
+        0x7f1f,
+        Some(NorthboundConfig {
+            exclude_ips: false,
+            node_router: Some("GR_{node}".into()),
+            node_rows: crate::plan::node_template::NodeRows::Template,
+            ..NorthboundConfig::default()
+        }),
+    );
+    let plans = planner.update(&loaded.objects);
+    DesiredRows::from_rows(plans.generation, plans.northbound.as_ref().unwrap(), false)
+}
+
+/// A database holding both chassis's rows (n1's with a variable of OVN-Kubernetes') and,
+/// when given, `rows` and vipflow's variables as a writer left them.
+fn template_cache(rows: &[&LbRow], n1_vars: &[(&str, &str)]) -> Cache {
+    let mut cache = Cache::new(schema(), monitor_spec(true));
+    let mut n1: Vec<(&str, &str)> = vec![("NODEIP", "192.168.0.1")];
+    n1.extend_from_slice(n1_vars);
+    let chassis = |name: &str, vars: &[(&str, &str)]| {
+        Row::from([
+            ("chassis".to_string(), Value::Atom(Atom::string(name))),
+            ("variables".to_string(), Value::map(vars.iter().copied())),
+        ])
+    };
+    let mut all = TableUpdates::from([(
+        CHASSIS_VARS.to_string(),
+        [
+            (uuid(101), RowUpdate::Initial(chassis("n1", &n1))),
+            (uuid(102), RowUpdate::Initial(chassis("n2", &[]))),
+        ]
+        .into_iter()
+        .collect(),
+    )]);
+    all.insert(
+        LB.to_string(),
+        rows.iter()
+            .enumerate()
+            .map(|(i, r)| (uuid(200 + i as u128), RowUpdate::Initial(insert_columns(r))))
+            .collect(),
+    );
+    cache.apply(all).unwrap();
+    cache
+}
+
+#[test]
+fn a_template_row_and_its_variables_go_in_one_transaction_and_an_endpoint_move_touches_two_chassis()
+{
+    let d = template_plan("n1");
+    let t = d.rows[&ServiceKey::new("shop", "web")]
+        .iter()
+        .find(|r| r.key.scope == crate::plan::northbound::Scope::Template)
+        .expect("a template row")
+        .clone();
+    let var = &t.template_vars[0].name;
+    assert_eq!(
+        d.template_chassis.as_deref(),
+        Some(&BTreeSet::from(["n1".to_string(), "n2".to_string()]))
+    );
+
+    // First sync on an empty database: the row, and n1's value in the same transaction.
+    let mut session = Session::new(
+        Observed::from_cache(&template_cache(&[], &[])),
+        Some("tok".into()),
+    );
+    let changes = session.changes(&d);
+    let per_txn: Vec<Vec<String>> = changes
+        .iter()
+        .filter_map(|c| c.txn.as_ref())
+        .map(|t| t.ops.iter().map(|o| o.to_json().to_string()).collect())
+        .collect();
+    let with_row: Vec<&Vec<String>> = per_txn
+        .iter()
+        .filter(|ops| ops.iter().any(|o| o.contains("/template")))
+        .collect();
+    assert_eq!(with_row.len(), 1, "{per_txn:#?}");
+    let mutations: Vec<&String> = with_row[0]
+        .iter()
+        .filter(|o| o.contains(CHASSIS_VARS))
+        .collect();
+    assert_eq!(mutations.len(), 1, "{mutations:#?}");
+    assert!(
+        mutations[0].contains(&format!("{:?}", uuid(101).to_string()))
+            && mutations[0].contains("\"insert\"")
+            && mutations[0].contains(var)
+            && mutations[0].contains("10.244.1.5:8080")
+            && !mutations[0].contains("NODEIP"),
+        "{}",
+        mutations[0]
+    );
+
+    // Written, and the endpoint moves to n2: the row stays; n1 loses the value, n2 gets it.
+    let written = template_cache(&[&t], &[(var, "10.244.1.5:8080")]);
+    let mut session = Session::new(Observed::from_cache(&written), Some("tok".into()));
+    let moved = template_plan("n2");
+    let all = ops(&session.changes(&moved));
+    assert!(
+        !all.iter().any(|o| o.contains("\"Load_Balancer\"")),
+        "{all:#?}"
+    );
+    let n1 = uuid(101).to_string();
+    let n2 = uuid(102).to_string();
+    let on = |u: &str| all.iter().filter(|o| o.contains(u)).collect::<Vec<_>>();
+    assert_eq!(on(&n1).len(), 1, "{all:#?}");
+    assert!(on(&n1)[0].contains("\"delete\"") && !on(&n1)[0].contains("\"insert\""));
+    assert_eq!(on(&n2).len(), 1, "{all:#?}");
+    assert!(on(&n2)[0].contains("\"insert\"") && on(&n2)[0].contains("10.244.1.5:8080"));
+
+    // Nothing changed: nothing to write.
+    let written = template_cache(&[&t], &[(var, "10.244.1.5:8080")]);
+    let mut session = Session::new(Observed::from_cache(&written), Some("tok".into()));
+    assert!(ops(&session.changes(&d)).is_empty());
 }

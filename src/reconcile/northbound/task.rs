@@ -78,8 +78,12 @@ pub async fn write_plan_reporting(
     plan: &DesiredRows,
     committed: &mut (dyn FnMut(&Session, u64) + Send),
 ) -> Sent {
-    if let Err(e) = group::ensure(session, client, plan).await {
-        tracing::warn!(error = %e, "cannot create vipflow's Load_Balancer_Group; will retry");
+    let ensured = match group::ensure(session, client, plan).await {
+        Ok(()) => template_vars::ensure_planned(session, client, plan).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = ensured {
+        tracing::warn!(error = %e, "cannot create vipflow's Load_Balancer_Group or a chassis's Chassis_Template_Var; will retry");
         let result = Err(e);
         session.done(plan, &result);
         return Sent {
@@ -230,7 +234,10 @@ pub(super) async fn finish_batches(
     }
     let monitor = match out.monitor {
         Some(Monitored::Open(m)) => Some(m),
-        Some(Monitored::Cancelled) => match client.monitor(monitor_spec()).await {
+        Some(Monitored::Cancelled) => match client
+            .monitor(monitor_spec(plan.template_chassis.is_some()))
+            .await
+        {
             Ok(m) => {
                 tracing::debug!(since_written = ?out.written.elapsed(), "Northbound monitored again after the first sync");
                 session.resubscribed(Observed::from_cache(&m.cache()));
@@ -310,7 +317,7 @@ pub async fn run(
                 backoff = (backoff * 2).min(settings.backoff_max);
                 continue 'connect;
             }
-            let mut monitor = match client.monitor(monitor_spec()).await {
+            let mut monitor = match client.monitor(monitor_spec(settings.templates)).await {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot monitor the Northbound database");

@@ -1,0 +1,220 @@
+//! The variables of vipflow's template rows ([`crate::plan::node_template`]), kept in each
+//! chassis's `Chassis_Template_Var` row.
+//!
+//! A chassis's row is shared: OVN-Kubernetes keeps its NodePort variables there too. vipflow
+//! reads and writes only the keys with its prefix (`vf_`), by mutating the `variables` map
+//! (delete then insert of its own keys), never by replacing it. A Service's variables change
+//! in the same transaction as its rows, so the row and the values it names come and go
+//! together. The schema keeps one row per chassis: a missing one is created before the diffs
+//! ([`ensure`]), in a transaction of its own, as vipflow's group is.
+
+use super::{CHASSIS_VARS, DB, DesiredRows, Observed, Pending, Session, fenced};
+use crate::plan::node_template::VAR_PREFIX;
+use crate::plan::northbound::LbRow;
+use crate::reconcile::northbound::lb_row::{map_of, str_of};
+use ovsdb::{Atom, Client, Condition, Mutation, Mutator, OpResult, Row, Transaction, Uuid, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// One chassis's row: its uuid and vipflow's variables in it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChassisVars {
+    pub uuid: Uuid,
+    pub vars: BTreeMap<String, String>,
+}
+
+/// The chassis's name and vipflow's variables of a `Chassis_Template_Var` row.
+pub(super) fn read(uuid: Uuid, row: &Row) -> Option<(String, ChassisVars)> {
+    let chassis = str_of(row.get("chassis"))?;
+    let mut vars = map_of(row.get("variables"));
+    vars.retain(|k, _| k.starts_with(VAR_PREFIX));
+    Some((chassis, ChassisVars { uuid, vars }))
+}
+
+/// The variables a template row's VIPs name (`^vf_…` backends).
+pub(super) fn named_in<'a>(vips: impl Iterator<Item = (&'a str, &'a str)>) -> Vec<String> {
+    let mut names: Vec<String> = vips
+        .flat_map(|(_, backends)| backends.split(','))
+        .filter_map(|b| b.strip_prefix('^'))
+        .filter(|n| n.starts_with(VAR_PREFIX))
+        .map(str::to_owned)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Create the rows of the chassis the plan has values for and the session has not seen. A
+/// cache that is behind cannot make a second one: the schema's index on `chassis` fails
+/// such an insert (and the next attempt sees the row).
+pub(super) async fn ensure(
+    session: &mut Session,
+    client: &Client,
+    missing: BTreeSet<String>,
+) -> Result<(), ovsdb::Error> {
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut txn = Transaction::new(DB);
+    for c in &missing {
+        txn.insert(
+            CHASSIS_VARS,
+            Row::from([("chassis".to_string(), Value::Atom(Atom::string(c)))]),
+        );
+    }
+    txn.comment(&format!(
+        "vipflow: Chassis_Template_Var for {} chassis",
+        missing.len()
+    ));
+    let replies = client
+        .transact(&fenced(txn, session.token.as_deref()))
+        .await?;
+    let uuids: Vec<Uuid> = replies.iter().filter_map(OpResult::uuid).collect();
+    if uuids.len() == missing.len() {
+        for (c, uuid) in missing.into_iter().zip(uuids) {
+            session.observed.chassis.entry(c).or_insert(ChassisVars {
+                uuid,
+                vars: BTreeMap::new(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// [`ensure`] the rows of the chassis `plan` names.
+pub(super) async fn ensure_planned(
+    session: &mut Session,
+    client: &Client,
+    plan: &DesiredRows,
+) -> Result<(), ovsdb::Error> {
+    let Some(want) = &plan.template_chassis else {
+        return Ok(());
+    };
+    let missing: BTreeSet<String> = want
+        .iter()
+        .filter(|c| !session.observed.chassis.contains_key(*c))
+        .cloned()
+        .collect();
+    ensure(session, client, missing).await
+}
+
+/// One chassis row's changes: keys to delete, then pairs to insert.
+type RowOps<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
+
+/// Add to `p` what makes one Service's variables as `want` plans them: `had` names the
+/// variables its rows in the database use (some may no longer be planned). A chassis
+/// without a row is a problem (it is created before the diff; it went meanwhile).
+pub(super) fn diff(
+    observed: &Observed,
+    want: &[&LbRow],
+    had: &BTreeSet<&str>,
+    p: &mut Pending,
+    problems: &mut Vec<String>,
+) {
+    let desired: BTreeMap<(&str, &str), &str> = want
+        .iter()
+        .flat_map(|r| &r.template_vars)
+        .map(|v| ((v.chassis.as_str(), v.name.as_str()), v.value.as_str()))
+        .collect();
+    let names: BTreeSet<&str> = had
+        .iter()
+        .copied()
+        .chain(desired.keys().map(|(_, n)| *n))
+        .collect();
+    let mut ops: BTreeMap<&str, RowOps<'_>> = BTreeMap::new();
+    let chassis: BTreeSet<&str> = names
+        .iter()
+        .flat_map(|n| observed.var_chassis.get(*n).into_iter().flatten())
+        .map(String::as_str)
+        .chain(desired.keys().map(|(c, _)| *c))
+        .collect();
+    for c in chassis {
+        let have = observed.chassis.get(c).map(|cv| &cv.vars);
+        for n in &names {
+            let was = have.and_then(|h| h.get(*n)).map(String::as_str);
+            let now = desired.get(&(c, *n)).copied();
+            if was == now {
+                continue;
+            }
+            let e = ops.entry(c).or_default();
+            if was.is_some() {
+                e.0.push(n);
+            }
+            if let Some(v) = now {
+                e.1.push((n, v));
+            }
+        }
+    }
+    for (c, (delete, insert)) in ops {
+        let Some(cv) = observed.chassis.get(c) else {
+            problems.push(format!(
+                "no Chassis_Template_Var row for chassis {c}: its template values wait"
+            ));
+            continue;
+        };
+        let mut mutations = Vec::with_capacity(2);
+        if !delete.is_empty() {
+            mutations.push(Mutation::new(
+                "variables",
+                Mutator::Delete,
+                Value::Set(delete.into_iter().map(Atom::string).collect()),
+            ));
+        }
+        if !insert.is_empty() {
+            mutations.push(Mutation::new(
+                "variables",
+                Mutator::Insert,
+                Value::map(insert),
+            ));
+        }
+        p.body
+            .mutate(CHASSIS_VARS, vec![Condition::uuid(cv.uuid)], mutations);
+    }
+}
+
+/// Keep the chassis rows current from one monitor event of their table; returns the names
+/// of vipflow's variables whose values changed.
+pub(super) fn apply(
+    chassis: &mut HashMap<String, ChassisVars>,
+    var_chassis: &mut HashMap<String, BTreeSet<String>>,
+    uuid: Uuid,
+    new: Option<&Row>,
+) -> BTreeSet<String> {
+    let old = chassis
+        .iter()
+        .find(|(_, cv)| cv.uuid == uuid)
+        .map(|(c, _)| c.clone());
+    let before = old.and_then(|c| chassis.remove(&c).map(|cv| (c, cv)));
+    let after = new.and_then(|row| read(uuid, row));
+    let mut changed = BTreeSet::new();
+    if let Some((c, cv)) = &before {
+        for (n, v) in &cv.vars {
+            let now = after
+                .as_ref()
+                .filter(|(ac, _)| ac == c)
+                .and_then(|(_, a)| a.vars.get(n));
+            if now != Some(v) {
+                changed.insert(n.clone());
+            }
+            if let Some(set) = var_chassis.get_mut(n) {
+                set.remove(c);
+                if set.is_empty() {
+                    var_chassis.remove(n);
+                }
+            }
+        }
+    }
+    if let Some((c, cv)) = after {
+        for (n, v) in &cv.vars {
+            let was = before
+                .as_ref()
+                .filter(|(bc, _)| *bc == c)
+                .and_then(|(_, b)| b.vars.get(n));
+            if was != Some(v) {
+                changed.insert(n.clone());
+            }
+            var_chassis.entry(n.clone()).or_default().insert(c.clone());
+        }
+        chassis.insert(c, cv);
+    }
+    changed
+}

@@ -285,6 +285,9 @@ pub struct EndpointSlice {
 pub struct Node {
     pub name: String,
     pub addresses: Vec<IpAddr>,
+    /// Its OVN chassis's name, when a Node annotation gives one
+    /// ([`validate::CHASSIS_ID_ANNOTATION`]); otherwise the chassis is named as the node.
+    pub chassis: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -31,6 +31,8 @@ pub(crate) fn meta_key(m: &KeptMeta) -> Option<ServiceKey> {
 /// OVN-Kubernetes' per-node gateway settings: `{"default": {"mode": ..., "mac-address": ...}}`
 /// (ovn-kubernetes `go-controller/pkg/util/node_annotations.go`).
 pub const L3_GATEWAY_CONFIG_ANNOTATION: &str = "k8s.ovn.org/l3-gateway-config";
+/// The Node annotation OVN-Kubernetes names the node's OVN chassis by (its system-id).
+pub const CHASSIS_ID_ANNOTATION: &str = "k8s.ovn.org/node-chassis-id";
 
 /// The MAC of a node's OVN gateway router as OVN-Kubernetes publishes it. `Ok(None)`: no
 /// annotation, or the gateway is disabled (mode ""). An annotation that does not read is an
@@ -109,7 +111,21 @@ pub(crate) fn build_nodes(
                 )),
             }
         }
-        out.insert(name.clone(), Node { name, addresses });
+        let chassis = n
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CHASSIS_ID_ANNOTATION))
+            .filter(|c| !c.is_empty())
+            .cloned();
+        out.insert(
+            name.clone(),
+            Node {
+                name,
+                addresses,
+                chassis,
+            },
+        );
     }
     out
 }

@@ -393,10 +393,16 @@ fn template(t: &Option<String>, node: &str) -> Option<String> {
 pub fn plan(model: &Model, cfg: &NorthboundConfig) -> Vec<LbRow> {
     let no_slices = Vec::new();
     let nodes: BTreeSet<String> = model.nodes.keys().cloned().collect();
+    let chassis: BTreeMap<String, String> = model
+        .nodes
+        .values()
+        .filter_map(|n| Some((n.name.clone(), n.chassis.clone()?)))
+        .filter(|(n, c)| n != c)
+        .collect();
     let mut rows = Vec::new();
     for svc in model.services.values() {
         let slices = model.endpoint_slices.get(&svc.key).unwrap_or(&no_slices);
-        rows.extend(service_rows(svc, slices, &nodes, cfg));
+        rows.extend(service_rows(svc, slices, &nodes, &chassis, cfg));
     }
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     rows
@@ -408,6 +414,7 @@ pub fn service_rows(
     svc: &Service,
     slices: &[EndpointSlice],
     nodes: &BTreeSet<String>,
+    chassis: &BTreeMap<String, String>,
     cfg: &NorthboundConfig,
 ) -> Vec<LbRow> {
     let protocols: BTreeSet<Protocol> = svc.vip_ports.iter().map(|v| v.protocol).collect();
@@ -418,7 +425,7 @@ pub fn service_rows(
             .iter()
             .filter(|v| v.protocol == proto)
             .collect();
-        rows.extend(rows_for(svc, proto, &ports, slices, nodes, cfg));
+        rows.extend(rows_for(svc, proto, &ports, slices, nodes, chassis, cfg));
     }
     rows.sort_by(|a, b| a.key.cmp(&b.key));
     // Kept for as long as the Service is unchanged, usually one row: without this, the
@@ -433,6 +440,7 @@ fn rows_for(
     ports: &[&VipPort],
     slices: &[EndpointSlice],
     nodes: &BTreeSet<String>,
+    chassis: &BTreeMap<String, String>,
     cfg: &NorthboundConfig,
 ) -> Vec<LbRow> {
     let per_port: Vec<(&VipPort, Vec<Backend>)> =
@@ -537,7 +545,7 @@ fn rows_for(
                 let on: BTreeSet<&str> = bs.iter().filter_map(|b| b.node.as_deref()).collect();
                 for node in on.into_iter().filter(|n| nodes.contains(*n)) {
                     vars.push(TemplateVar {
-                        chassis: node.to_string(),
+                        chassis: chassis.get(node).map_or(node, String::as_str).to_string(),
                         name: var.clone(),
                         value: join(&on_node(bs, node)),
                     });

@@ -652,3 +652,47 @@ fn at_two_thousand_nodes_a_local_service_is_two_rows_in_template_mode_and_two_th
         ("n7", "10.244.1.5:8080")
     );
 }
+
+#[test]
+fn template_values_go_to_the_chassis_the_node_annotation_names() {
+    let nodes = r#"
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-a, annotations: {k8s.ovn.org/node-chassis-id: 8f2c6e0e-aaaa-4bbb-8ccc-000000000001}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: node-b}"#;
+    let y = list(&[
+        nodes.into(),
+        svc("", "Local", PORTS),
+        slice(
+            "IPv4",
+            &[
+                ("10.244.1.5", "node-a", true, true, false),
+                ("10.244.2.5", "node-b", true, true, false),
+            ],
+        ),
+    ]);
+    let cfg = NorthboundConfig {
+        node_router: Some("GR_{node}".into()),
+        node_rows: NodeRows::Template,
+        ..Default::default()
+    };
+    let r = rows(&y, &cfg);
+    let t = &r["vipflow/shop/web/tcp/template"];
+    let chassis: Vec<(&str, &str)> = t
+        .template_vars
+        .iter()
+        .map(|v| (v.chassis.as_str(), v.value.as_str()))
+        .collect();
+    // OVN-Kubernetes names chassis by system-id; a Node without the annotation by its name.
+    assert_eq!(
+        chassis,
+        [
+            ("8f2c6e0e-aaaa-4bbb-8ccc-000000000001", "10.244.1.5:8080"),
+            ("node-b", "10.244.2.5:8080"),
+        ]
+    );
+    // The router is still the node's.
+    assert!(t.attach.routers.contains("GR_node-a"));
+}

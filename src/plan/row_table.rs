@@ -89,8 +89,16 @@ impl RowTable {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
             self.group = own_group(&self.cfg, services.node_names()).map(Arc::new);
-            self.template_chassis = (self.cfg.node_rows == NodeRows::Template)
-                .then(|| Arc::new(services.node_names().clone()));
+            self.template_chassis = (self.cfg.node_rows == NodeRows::Template).then(|| {
+                let chassis = services.chassis();
+                Arc::new(
+                    services
+                        .node_names()
+                        .iter()
+                        .map(|n| chassis.get(n).unwrap_or(n).clone())
+                        .collect(),
+                )
+            });
         }
 
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
@@ -99,7 +107,13 @@ impl RowTable {
             let Some(svc) = services.resolved(k) else {
                 return Vec::new();
             };
-            service_rows(&svc, &slices.built(k), services.node_names(), cfg)
+            service_rows(
+                &svc,
+                &slices.built(k),
+                services.node_names(),
+                services.chassis(),
+                cfg,
+            )
         };
         let planned = super::map_split(&dirty, plan_one);
 

@@ -24,7 +24,7 @@ use crate::model::{
 };
 use crate::vec_set::VecSet;
 use k8s_openapi::api::core::v1 as core;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -67,6 +67,8 @@ pub struct ServiceIndex {
     bridges: Vec<Bridge>,
     nodes: Vec<Arc<core::Node>>,
     node_names: BTreeSet<String>,
+    /// The chassis of the nodes whose Node names one that differs from the node's name.
+    chassis: BTreeMap<String, String>,
     node_ips: BTreeSet<IpAddr>,
     /// Cluster IPs with the number of Services having each.
     cluster_ip_refs: HashMap<IpAddr, usize>,
@@ -153,6 +155,7 @@ impl ServiceIndex {
                 .collect(),
             nodes: Vec::new(),
             node_names: BTreeSet::new(),
+            chassis: BTreeMap::new(),
             node_ips: BTreeSet::new(),
             cluster_ip_refs: HashMap::new(),
             cluster_ips: BTreeSet::new(),
@@ -276,6 +279,11 @@ impl ServiceIndex {
         &self.node_names
     }
 
+    /// The chassis of the nodes whose chassis is not named as the node.
+    pub fn chassis(&self) -> &BTreeMap<String, String> {
+        &self.chassis
+    }
+
     /// Every VIP with at least one valid VIP:port.
     pub fn vips(&self) -> imbl::OrdSet<IpAddr> {
         self.vips.clone()
@@ -327,9 +335,16 @@ impl ServiceIndex {
                 .values()
                 .flat_map(|n| n.addresses.iter().copied())
                 .collect();
+            let chassis: BTreeMap<String, String> = nodes
+                .values()
+                .filter_map(|n| Some((n.name.clone(), n.chassis.clone()?)))
+                .filter(|(n, c)| n != c)
+                .collect();
             let names: BTreeSet<String> = nodes.into_keys().collect();
-            if names != self.node_names {
+            // A node's chassis names where its template values go: as good as a rename.
+            if names != self.node_names || chassis != self.chassis {
                 self.node_names = names;
+                self.chassis = chassis;
                 changes.node_names = true;
             }
             if ips != self.node_ips {

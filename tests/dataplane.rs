@@ -859,6 +859,15 @@ fn in_template_mode_an_etp_local_vip_reaches_the_local_endpoint_only_and_follows
         "Load_Balancer",
         "name=vipflow/demo/local/tcp/template",
     ]);
+    // Attached once, to vipflow's routers group (on every gateway router), not per router.
+    let in_group = bed.tb.nbctl(&[
+        "--bare",
+        "--columns=load_balancer",
+        "find",
+        "Load_Balancer_Group",
+        "name=vipflow-node-routers",
+    ]);
+    assert!(in_group.contains(row_uuid.trim()), "{in_group}");
     let vars = |node: usize| {
         bed.tb.nbctl(&[
             "--bare",

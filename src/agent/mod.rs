@@ -144,9 +144,9 @@ pub fn plan_northbound(cfg: &Config, model: &Model) -> Vec<LbRow> {
     nbplan::plan(model, &cfg.northbound)
 }
 
-/// vipflow's own Load_Balancer_Group for `model`'s nodes, when cluster rows join it.
-pub fn plan_northbound_group(cfg: &Config, model: &Model) -> Option<nbplan::GroupPlan> {
-    nbplan::own_group(&cfg.northbound, &model.nodes.keys().cloned().collect())
+/// vipflow's own Load_Balancer_Groups for `model`'s nodes.
+pub fn plan_northbound_groups(cfg: &Config, model: &Model) -> Vec<nbplan::GroupPlan> {
+    nbplan::own_groups(&cfg.northbound, &model.nodes.keys().cloned().collect())
 }
 
 pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {

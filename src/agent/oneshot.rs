@@ -98,7 +98,7 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
         };
         let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
         let (changes, skipped) =
-            nb::sync_once(remotes, &rows, plan_northbound_group(cfg, &model), exclude)
+            nb::sync_once(remotes, &rows, plan_northbound_groups(cfg, &model), exclude)
                 .await
                 .map_err(|source| AgentError::Northbound {
                     remotes: remotes.clone(),
@@ -129,8 +129,8 @@ pub async fn verify_northbound(
         pools: pool_v4_ranges(objects),
     };
     let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
-    let group = plan_northbound_group(cfg, &model);
-    nb::drift(remotes, &rows, group.as_ref(), exclude)
+    let groups = plan_northbound_groups(cfg, &model);
+    nb::drift(remotes, &rows, &groups, exclude)
         .await
         .map(Some)
         .map_err(|source| AgentError::Northbound {

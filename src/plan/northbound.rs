@@ -50,6 +50,10 @@ pub const MANAGED_KEY: &str = "vipflow.io/managed";
 /// switch and no group is configured. Known by this name: the schema gives groups no
 /// `external_ids`, and keeps names unique.
 pub const OWN_GROUP: &str = "vipflow-cluster";
+/// The Load_Balancer_Group vipflow owns for template rows: on every node's gateway router
+/// (not on switches: pod traffic must reach every endpoint), so that a Service's template row
+/// joins one group instead of being attached to each router.
+pub const OWN_ROUTERS_GROUP: &str = "vipflow-node-routers";
 
 /// How rows are attached and which options they carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +165,23 @@ pub struct GroupPlan {
     pub name: String,
     pub routers: BTreeSet<String>,
     pub switches: BTreeSet<String>,
+}
+
+/// vipflow's own groups: the cluster rows' ([`own_group`]) and, with template rows, the node
+/// routers' ([`OWN_ROUTERS_GROUP`]).
+pub fn own_groups(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Vec<GroupPlan> {
+    let mut groups: Vec<GroupPlan> = own_group(cfg, nodes).into_iter().collect();
+    if cfg.node_rows == NodeRows::Template && cfg.node_router.is_some() {
+        groups.push(GroupPlan {
+            name: OWN_ROUTERS_GROUP.to_string(),
+            routers: nodes
+                .iter()
+                .filter_map(|n| template(&cfg.node_router, n))
+                .collect(),
+            switches: BTreeSet::new(),
+        });
+    }
+    groups
 }
 
 /// vipflow's own group, when cluster rows use it ([`NorthboundConfig::cluster_group`]).
@@ -528,11 +549,12 @@ fn rows_for(
             }));
         }
         if templated && per_port.iter().any(|(vp, _)| !per_node(vp)) {
+            // Every node's router, through vipflow's routers group: one attachment.
             let attach = Attach {
-                routers: nodes
-                    .iter()
-                    .filter_map(|n| template(&cfg.node_router, n))
-                    .collect(),
+                group: cfg
+                    .node_router
+                    .as_ref()
+                    .map(|_| OWN_ROUTERS_GROUP.to_string()),
                 ..Attach::default()
             };
             let mut row = mk_some(Scope::Template, attach, &all, &|vp| !per_node(vp));

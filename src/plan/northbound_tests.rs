@@ -566,13 +566,23 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
     );
     assert_eq!(&t.external_ids[SCOPE_KEY], "template");
     assert_eq!(Scope::parse("template"), Some(Scope::Template));
+    // Every node's router, through vipflow's routers group (routers only).
     assert_eq!(
         t.attach,
         Attach {
-            routers: BTreeSet::from(["GR_node-a".to_string(), "GR_node-b".to_string()]),
+            group: Some(OWN_ROUTERS_GROUP.into()),
             ..Attach::default()
         }
     );
+    let nodes = BTreeSet::from(["node-a".to_string(), "node-b".to_string()]);
+    let groups = own_groups(&cfg, &nodes);
+    assert_eq!(groups.len(), 2, "{groups:?}");
+    assert_eq!(groups[1].name, OWN_ROUTERS_GROUP);
+    assert_eq!(
+        groups[1].routers,
+        BTreeSet::from(["GR_node-a".to_string(), "GR_node-b".to_string()])
+    );
+    assert!(groups[1].switches.is_empty());
     // Each chassis with endpoints gets its own; node-b has none and no value (it drops the
     // VIP's traffic, where a per-node row without backends rejects it).
     assert_eq!(
@@ -693,6 +703,5 @@ fn template_values_go_to_the_chassis_the_node_annotation_names() {
             ("node-b", "10.244.2.5:8080"),
         ]
     );
-    // The router is still the node's.
-    assert!(t.attach.routers.contains("GR_node-a"));
+    assert_eq!(t.attach.group.as_deref(), Some(OWN_ROUTERS_GROUP));
 }

@@ -54,7 +54,7 @@ pub struct NorthboundRows {
     /// The previous plan's VIPs.
     pub previous_vips: imbl::OrdSet<IpAddr>,
     /// vipflow's own Load_Balancer_Group and where it goes.
-    pub group: Option<Arc<GroupPlan>>,
+    pub groups: Arc<Vec<GroupPlan>>,
     /// With template rows: the chassis that need a `Chassis_Template_Var` row.
     pub template_chassis: Option<Arc<std::collections::BTreeSet<String>>>,
     /// Rows serving the previous plan and this one, to commit before the flows change (see
@@ -205,7 +205,7 @@ impl Planner {
                 delta,
                 vips: services.vips(),
                 previous_vips,
-                group: table.group(),
+                groups: table.groups(),
                 template_chassis: table.template_chassis(),
             }
         });

@@ -16,7 +16,7 @@
 //! reported.
 
 use super::node_template::NodeRows;
-use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_group, service_rows};
+use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_groups, service_rows};
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
 use crate::model::{Objects, ServiceKey};
@@ -43,7 +43,7 @@ pub struct RowTable {
     /// The number of rows in `rows`.
     count: usize,
     /// vipflow's own group and its targets ([`own_group`]).
-    group: Option<Arc<GroupPlan>>,
+    groups: Arc<Vec<GroupPlan>>,
     /// With template rows: every node's chassis (one per node, named as the node).
     template_chassis: Option<Arc<std::collections::BTreeSet<String>>>,
 }
@@ -51,7 +51,7 @@ pub struct RowTable {
 impl RowTable {
     pub fn new(cfg: NorthboundConfig) -> Self {
         RowTable {
-            group: own_group(&cfg, &Default::default()).map(Arc::new),
+            groups: Arc::new(own_groups(&cfg, &Default::default())),
             cfg,
             slices: SliceIndex::default(),
             template_chassis: None,
@@ -76,8 +76,8 @@ impl RowTable {
     }
 
     /// vipflow's own Load_Balancer_Group and its targets, when cluster rows use it.
-    pub fn group(&self) -> Option<Arc<GroupPlan>> {
-        self.group.clone()
+    pub fn groups(&self) -> Arc<Vec<GroupPlan>> {
+        self.groups.clone()
     }
 
     /// Take the same snapshot `services` was just updated with.
@@ -88,7 +88,7 @@ impl RowTable {
         if changes.node_names {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
-            self.group = own_group(&self.cfg, services.node_names()).map(Arc::new);
+            self.groups = Arc::new(own_groups(&self.cfg, services.node_names()));
             self.template_chassis = (self.cfg.node_rows == NodeRows::Template).then(|| {
                 let chassis = services.chassis();
                 Arc::new(
@@ -374,7 +374,7 @@ mod tests {
                 let have: Vec<LbRow> = nb.rows().values().flat_map(|v| v.iter().cloned()).collect();
                 prop_assert_eq!(&have, &want);
                 let nodes = model.nodes.keys().cloned().collect();
-                prop_assert_eq!(nb.group().map(|g| (*g).clone()), own_group(&cfg, &nodes));
+                prop_assert_eq!(&*nb.groups(), &own_groups(&cfg, &nodes));
                 prop_assert_eq!(nb.row_count(), want.len());
                 let now: BTreeMap<ServiceKey, Vec<LbRow>> = nb
                     .rows()

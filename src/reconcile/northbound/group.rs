@@ -21,9 +21,17 @@ pub(super) async fn ensure(
     client: &Client,
     plan: &DesiredRows,
 ) -> Result<(), ovsdb::Error> {
-    let Some(g) = &plan.group else {
-        return Ok(());
-    };
+    for g in plan.groups.iter() {
+        ensure_one(session, client, g).await?;
+    }
+    Ok(())
+}
+
+async fn ensure_one(
+    session: &mut Session,
+    client: &Client,
+    g: &GroupPlan,
+) -> Result<(), ovsdb::Error> {
     if session.observed.groups.contains_key(&g.name) {
         return Ok(());
     }
@@ -75,7 +83,7 @@ fn steps(observed: &Observed, g: &GroupPlan) -> (Option<Uuid>, Vec<Step>, Vec<St
         for t in targets {
             match holders.get(t) {
                 None => problems.push(format!(
-                    "{table} {t} does not exist; Load_Balancer_Group {} (cluster rows) cannot be attached to it",
+                    "{table} {t} does not exist; Load_Balancer_Group {} cannot be attached to it",
                     g.name
                 )),
                 Some(h) if !h.groups.contains(&own.uuid) => steps.push(Step {

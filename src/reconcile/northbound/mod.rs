@@ -124,8 +124,8 @@ pub struct DesiredRows {
     pub pool_ranges: Arc<Vec<(std::net::Ipv4Addr, std::net::Ipv4Addr)>>,
     /// Whether to manage `other_config:exclude_ips` at all.
     pub exclude_ips: bool,
-    /// vipflow's own Load_Balancer_Group and where it goes, when cluster rows join it.
-    pub group: Option<Arc<GroupPlan>>,
+    /// vipflow's own Load_Balancer_Groups and where they go (cluster rows', template rows').
+    pub groups: Arc<Vec<GroupPlan>>,
     /// With template rows: the chassis that must have a `Chassis_Template_Var` row (one per
     /// node).
     pub template_chassis: Option<Arc<BTreeSet<String>>>,
@@ -148,7 +148,7 @@ impl DesiredRows {
             vips: planned.vips.clone(),
             pool_ranges: Arc::default(),
             exclude_ips,
-            group: planned.group.clone(),
+            groups: planned.groups.clone(),
             template_chassis: planned.template_chassis.clone(),
         }
     }

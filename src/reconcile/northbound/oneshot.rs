@@ -22,7 +22,7 @@ pub(super) async fn snapshot(
 pub async fn sync_once(
     remotes: &str,
     rows: &[LbRow],
-    group: Option<GroupPlan>,
+    groups: Vec<GroupPlan>,
     exclude: Option<&Exclude>,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
@@ -50,7 +50,7 @@ pub async fn sync_once(
             .collect(),
         pool_ranges: Arc::new(exclude.map(|e| e.pools.clone()).unwrap_or_default()),
         exclude_ips: exclude.is_some(),
-        group: group.map(Arc::new),
+        groups: Arc::new(groups),
         template_chassis: None,
     };
     group::ensure(&mut session, &client, &plan).await?;
@@ -66,12 +66,12 @@ pub async fn sync_once(
 pub async fn drift(
     remotes: &str,
     rows: &[LbRow],
-    group: Option<&GroupPlan>,
+    groups: &[GroupPlan],
     exclude: Option<&Exclude>,
 ) -> Result<Vec<String>, ovsdb::Error> {
     let (_client, monitor, observed) = snapshot(remotes).await?;
     let mut lines = describe_drift(&observed, &monitor.cache(), rows);
-    if let Some(g) = group {
+    for g in groups {
         lines.extend(group::describe(&observed, g));
     }
     if let Some(e) = exclude {

@@ -233,10 +233,11 @@ impl Session {
     /// one per node, checked on every pass as a holder event would be) and, when `vips_due`
     /// or a switch or the pools changed, `exclude_ips`.
     fn holders_into(&mut self, plan: &DesiredRows, vips_due: bool, sink: &mut dyn FnMut(Change)) {
-        if let Some(g) = &plan.group {
+        self.group_problems.clear();
+        for g in plan.groups.iter() {
             let (c, p) = group::diff(&self.observed, g);
             c.into_iter().for_each(&mut *sink);
-            self.group_problems = p;
+            self.group_problems.extend(p);
         }
         let pools_changed = !Arc::ptr_eq(&self.last_pools, &plan.pool_ranges)
             && *self.last_pools != *plan.pool_ranges;

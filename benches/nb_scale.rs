@@ -61,7 +61,7 @@ fn vip(i: u32) -> Ipv4Addr {
 }
 
 fn local(i: u32) -> bool {
-    i % 5 == 0
+    i.is_multiple_of(5)
 }
 
 fn service(i: u32) -> Service {

@@ -298,7 +298,14 @@ fn measure(rt: &Runtime, nodes: u32, services: u32, mode: NodeRows) -> Figures {
         let sent = write_plan(&mut session, &client, monitor, &desired).await;
         sent.result.expect("first sync");
         f.transactions = sent.transactions as usize;
-        let mut monitor = sent.monitor.expect("monitor again");
+        let mut monitor = match sent.monitor {
+            Some(m) => m,
+            // The writer takes the monitor again after a large first sync; say why it could not.
+            None => client
+                .monitor(monitor_spec(templates))
+                .await
+                .unwrap_or_else(|e| panic!("cannot monitor after the first sync: {e}")),
+        };
         absorb_queued(&mut session, &mut monitor, None);
         (client, monitor, session)
     });

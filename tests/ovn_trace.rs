@@ -656,7 +656,8 @@ async fn etp_local_pods_on_a_node_without_endpoints_reach_remote_ones_through_th
         "10.244.2.20",
         &["10.244.1.9:8080", "10.244.3.4:8080"],
     );
-    // The switch row is vipflow's `switches` row, on every node switch and no router.
+    // The switch row is vipflow's `switches` row, in vipflow's switches group, which is on
+    // every node switch and no router.
     let sw = h.sb.nbctl(&[
         "--bare",
         "--columns=_uuid",
@@ -665,26 +666,45 @@ async fn etp_local_pods_on_a_node_without_endpoints_reach_remote_ones_through_th
         "external_ids:\"vipflow.io/scope\"=switches",
     ]);
     let sw = sw.trim();
+    let group = h.sb.nbctl(&[
+        "--bare",
+        "--columns=_uuid,load_balancer",
+        "find",
+        "Load_Balancer_Group",
+        "name=vipflow-node-switches",
+    ]);
+    let group_uuid = group
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        group.contains(sw),
+        "the switches group holds the row: {group}"
+    );
     for node in NODES {
         let on_switch = h.sb.nbctl(&[
             "--bare",
-            "--columns=load_balancer",
+            "--columns=load_balancer_group",
             "list",
             "Logical_Switch",
             node,
         ]);
         assert!(
-            on_switch.contains(sw),
-            "switch {node} holds the switches row"
+            on_switch.contains(&group_uuid),
+            "switch {node} holds the switches group"
         );
         let on_router = h.sb.nbctl(&[
             "--bare",
-            "--columns=load_balancer",
+            "--columns=load_balancer,load_balancer_group",
             "list",
             "Logical_Router",
             &format!("GR_{node}"),
         ]);
-        assert!(!on_router.contains(sw), "GR_{node} does not");
+        assert!(
+            !on_router.contains(sw) && !on_router.contains(&group_uuid),
+            "GR_{node} holds neither"
+        );
     }
 }
 

@@ -54,6 +54,12 @@ pub const OWN_GROUP: &str = "vipflow-cluster";
 /// (not on switches: pod traffic must reach every endpoint), so that a Service's template row
 /// joins one group instead of being attached to each router.
 pub const OWN_ROUTERS_GROUP: &str = "vipflow-node-routers";
+/// The Load_Balancer_Group vipflow owns for externalTrafficPolicy Local's switch rows (every
+/// endpoint, for pod traffic): on every node's switch, so that such a row joins one group
+/// instead of being attached to each switch (at 2,000 nodes and 2,000 Local Services, direct
+/// attachments made each switch hold 2,000 references and the monitor's snapshot outgrew
+/// 64 MiB).
+pub const OWN_SWITCHES_GROUP: &str = "vipflow-node-switches";
 
 /// How rows are attached and which options they carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -167,10 +173,20 @@ pub struct GroupPlan {
     pub switches: BTreeSet<String>,
 }
 
-/// vipflow's own groups: the cluster rows' ([`own_group`]) and, with template rows, the node
-/// routers' ([`OWN_ROUTERS_GROUP`]).
+/// vipflow's own groups: the cluster rows' ([`own_group`]), the node switches'
+/// ([`OWN_SWITCHES_GROUP`]) and, with template rows, the node routers' ([`OWN_ROUTERS_GROUP`]).
 pub fn own_groups(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Vec<GroupPlan> {
     let mut groups: Vec<GroupPlan> = own_group(cfg, nodes).into_iter().collect();
+    if cfg.node_switch.is_some() {
+        groups.push(GroupPlan {
+            name: OWN_SWITCHES_GROUP.to_string(),
+            routers: BTreeSet::new(),
+            switches: nodes
+                .iter()
+                .filter_map(|n| template(&cfg.node_switch, n))
+                .collect(),
+        });
+    }
     if cfg.node_rows == NodeRows::Template && cfg.node_router.is_some() {
         groups.push(GroupPlan {
             name: OWN_ROUTERS_GROUP.to_string(),
@@ -495,7 +511,12 @@ fn rows_for(
         }
         let mut options = BTreeMap::from([("reject".to_string(), "true".to_string())]);
         // OVN must not answer ARP/ND for these VIPs on routers: the host does (see the flows).
-        if attach.group.is_some() || !attach.routers.is_empty() {
+        let on_routers = !attach.routers.is_empty()
+            || attach
+                .group
+                .as_deref()
+                .is_some_and(|g| g != OWN_SWITCHES_GROUP);
+        if on_routers {
             options.insert("neighbor_responder".into(), "none".into());
         }
         if node_local {
@@ -578,14 +599,15 @@ fn rows_for(
             node_template::make_template(&mut row, vars, names);
             rows.push(row);
         }
-        let switches: BTreeSet<String> = cfg
-            .switches
-            .iter()
-            .cloned()
-            .chain(nodes.iter().filter_map(|n| template(&cfg.node_switch, n)))
-            .collect();
-        if !switches.is_empty() {
+        // Every node's switch through vipflow's switches group; configured switches directly.
+        let group = cfg
+            .node_switch
+            .as_ref()
+            .map(|_| OWN_SWITCHES_GROUP.to_string());
+        let switches: BTreeSet<String> = cfg.switches.iter().cloned().collect();
+        if group.is_some() || !switches.is_empty() {
             let attach = Attach {
+                group,
                 switches,
                 ..Attach::default()
             };

@@ -204,7 +204,8 @@ fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_r
             ..Attach::default()
         }
     );
-    // Pod traffic: every endpoint (a remote one too), on every switch and on no router or group.
+    // Pod traffic: every endpoint (a remote one too), on every node switch (through vipflow's
+    // switches group) and the configured ones, and on no router.
     let sw = &r["vipflow/shop/web/tcp/switches"];
     assert_eq!(sw.key.scope, Scope::Switches);
     assert_eq!(
@@ -222,10 +223,18 @@ fn etp_local_gives_node_rows_on_routers_with_only_local_endpoints_and_a_switch_r
     assert_eq!(
         sw.attach,
         Attach {
-            switches: BTreeSet::from(["join".into(), "node-a".into(), "node-b".into()]),
+            group: Some(OWN_SWITCHES_GROUP.into()),
+            switches: BTreeSet::from(["join".into()]),
             ..Attach::default()
         }
     );
+    let nodes = BTreeSet::from(["node-a".to_string(), "node-b".to_string()]);
+    let switches_group = own_groups(&cfg, &nodes)
+        .into_iter()
+        .find(|g| g.name == OWN_SWITCHES_GROUP)
+        .expect("the switches group");
+    assert_eq!(switches_group.switches, nodes);
+    assert!(switches_group.routers.is_empty());
     assert_eq!(
         sw.options,
         m(&[("reject", "true")]),
@@ -259,10 +268,22 @@ fn etp_local_without_switches_has_no_switch_row_and_without_a_node_router_rows_a
         },
     );
     assert!(r["vipflow/shop/web/tcp/node-a"].attach.is_nowhere());
+    // Every node's switch, through vipflow's switches group.
     assert_eq!(
-        r["vipflow/shop/web/tcp/switches"].attach.switches,
-        BTreeSet::from(["node-a".into(), "node-b".into()])
+        r["vipflow/shop/web/tcp/switches"].attach.group.as_deref(),
+        Some(OWN_SWITCHES_GROUP)
     );
+    let cfg = NorthboundConfig {
+        node_switch: Some("{node}".into()),
+        ..Default::default()
+    };
+    let nodes = BTreeSet::from(["node-a".to_string(), "node-b".to_string()]);
+    let g = own_groups(&cfg, &nodes)
+        .into_iter()
+        .find(|g| g.name == OWN_SWITCHES_GROUP)
+        .expect("the switches group");
+    assert_eq!(g.switches, nodes);
+    assert!(g.routers.is_empty());
 }
 
 #[test]
@@ -576,13 +597,15 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
     );
     let nodes = BTreeSet::from(["node-a".to_string(), "node-b".to_string()]);
     let groups = own_groups(&cfg, &nodes);
-    assert_eq!(groups.len(), 2, "{groups:?}");
-    assert_eq!(groups[1].name, OWN_ROUTERS_GROUP);
+    let routers = groups
+        .iter()
+        .find(|g| g.name == OWN_ROUTERS_GROUP)
+        .expect("the routers group");
     assert_eq!(
-        groups[1].routers,
+        routers.routers,
         BTreeSet::from(["GR_node-a".to_string(), "GR_node-b".to_string()])
     );
-    assert!(groups[1].switches.is_empty());
+    assert!(routers.switches.is_empty());
     // Each chassis with endpoints gets its own; node-b has none and no value (it drops the
     // VIP's traffic, where a per-node row without backends rejects it).
     assert_eq!(

@@ -175,6 +175,8 @@ impl Session {
             }
             Some(o)
         };
+        // vipflow's groups go where they belong before rows join them (make before break).
+        self.groups_into(plan, sink);
         if owners.as_ref().is_none_or(|o| !o.is_empty()) {
             let p = diff(&self.observed, &plan.rows, owners.as_ref(), false, sink);
             if whole {
@@ -208,6 +210,9 @@ impl Session {
         sync: &mut FirstSync,
         sink: &mut dyn FnMut(Change),
     ) -> bool {
+        if sync.next == 0 {
+            self.groups_into(plan, sink);
+        }
         let mut rest = sync.owners.get(sync.next..).unwrap_or(&[]).iter();
         let more = diff_some(
             &self.observed,
@@ -229,16 +234,19 @@ impl Session {
         false
     }
 
-    /// The changes to the rows that hold vipflow's: the group's attachments (a few targets,
-    /// one per node, checked on every pass as a holder event would be) and, when `vips_due`
-    /// or a switch or the pools changed, `exclude_ips`.
-    fn holders_into(&mut self, plan: &DesiredRows, vips_due: bool, sink: &mut dyn FnMut(Change)) {
+    /// The attachments of vipflow's groups (a few targets, one per node, checked on every pass
+    /// as a holder event would be).
+    fn groups_into(&mut self, plan: &DesiredRows, sink: &mut dyn FnMut(Change)) {
         self.group_problems.clear();
         for g in plan.groups.iter() {
             let (c, p) = group::diff(&self.observed, g);
             c.into_iter().for_each(&mut *sink);
             self.group_problems.extend(p);
         }
+    }
+
+    /// `exclude_ips`, when `vips_due` or a switch or the pools changed.
+    fn holders_into(&mut self, plan: &DesiredRows, vips_due: bool, sink: &mut dyn FnMut(Change)) {
         let pools_changed = !Arc::ptr_eq(&self.last_pools, &plan.pool_ranges)
             && *self.last_pools != *plan.pool_ranges;
         if plan.exclude_ips && (vips_due || self.exclude_due || pools_changed) {

@@ -415,6 +415,10 @@ fn main() {
             ms(percentile(&f.northd_change, 50.0)),
         );
     }
+    for (mode, f) in rows.iter().filter(|(_, f)| f.written) {
+        let each: Vec<String> = f.change.iter().map(|d| format!("{:.1}", ms(*d))).collect();
+        println!("{mode:?}: each endpoint move, ms: {}", each.join(" "));
+    }
     if let (Some((_, t)), Some((_, p))) = (
         rows.iter().find(|(m, _)| *m == NodeRows::Template),
         rows.iter().find(|(m, _)| *m == NodeRows::PerNode),

@@ -27,22 +27,18 @@
 //! at a smaller NODES for its timings (the table says which figures are measured).
 
 mod support;
+use support::k8s::{Port, endpoint_slice, lb_service};
 use support::{ms, percentile};
 
-use k8s_openapi::api::core::v1::{
-    LoadBalancerIngress, LoadBalancerStatus, Node, Service, ServicePort, ServiceSpec, ServiceStatus,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use ovsdb::{Client, ClientOptions};
-use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::{Options, Sandbox};
 use tokio::runtime::Runtime;
-use vipflow::model::{ModelOptions, Objects, SERVICE_NAME_LABEL};
+use vipflow::model::{ModelOptions, Objects};
 use vipflow::plan::node_template::NodeRows;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
@@ -56,75 +52,31 @@ const CHANGES: usize = 20;
 /// Per-node mode is written only up to this many rows.
 const PER_NODE_MAX_ROWS: usize = 250_000;
 
-fn vip(i: u32) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + i)
-}
-
 fn local(i: u32) -> bool {
     i.is_multiple_of(5)
 }
 
-fn service(i: u32) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}")),
-            namespace: Some("bench".into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            external_traffic_policy: Some(if local(i) { "Local" } else { "Cluster" }.into()),
-            ports: Some(vec![ServicePort {
-                port: 80,
-                target_port: Some(IntOrString::Int(8080)),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        status: Some(ServiceStatus {
-            load_balancer: Some(LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    ip: Some(vip(i).to_string()),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        }),
-    }
+fn service(i: u32) -> k8s_openapi::api::core::v1::Service {
+    let port = Port {
+        name: None,
+        port: 80,
+        target: Some(8080),
+        protocol: "TCP",
+    };
+    lb_service(i, &[port], Some(if local(i) { "Local" } else { "Cluster" }))
 }
 
 /// Service `i`'s two endpoints, on nodes `first` and `first + 1` (of `nodes`).
-fn slice(i: u32, first: u32, nodes: u32) -> EndpointSlice {
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}-abcde")),
-            namespace: Some("bench".into()),
-            labels: Some(BTreeMap::from([(
-                SERVICE_NAME_LABEL.to_string(),
-                format!("svc-{i}"),
-            )])),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        endpoints: (0..2u32)
-            .map(|j| Endpoint {
-                addresses: vec![Ipv4Addr::from((10 << 24) | (i * 2 + j)).to_string()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(true),
-                    serving: Some(true),
-                    terminating: Some(false),
-                }),
-                node_name: Some(format!("n{}", (first + j) % nodes)),
-                ..Default::default()
-            })
-            .collect(),
-        ports: Some(vec![EndpointPort {
-            port: Some(8080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-    }
+fn slice(i: u32, first: u32, nodes: u32) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    let eps: Vec<(Ipv4Addr, String)> = (0..2u32)
+        .map(|j| {
+            (
+                Ipv4Addr::from((10 << 24) | (i * 2 + j)),
+                format!("n{}", (first + j) % nodes),
+            )
+        })
+        .collect();
+    endpoint_slice(i, &eps, 8080)
 }
 
 fn node(i: u32) -> Node {

@@ -36,21 +36,18 @@
 //! `--wait=none`).
 
 mod support;
+use support::k8s::{Port, endpoint_slice, lb_service, vip};
 use support::{median, ms, percentile};
 
-use k8s_openapi::api::core::v1::{
-    LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ovsdb::{Client, ClientOptions, Event, Monitor, Uuid, Value};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use testkit::{Options, Sandbox};
 use tokio::runtime::Runtime;
-use vipflow::model::{Model, ModelOptions, Objects, SERVICE_NAME_LABEL, ServiceKey};
+use vipflow::model::{Model, ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
@@ -67,11 +64,6 @@ const NBCTL_UPDATES: usize = 20;
 /// The kernel caps argv + envp at 3/4 of 8 MiB however large the stack limit is; keep a margin.
 const ARGV_LIMIT: usize = 6 * 1024 * 1024 * 9 / 10;
 
-fn vip(i: u32) -> Ipv4Addr {
-    // 198.18.0.0/15: the benchmarking range.
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + i)
-}
-
 /// Backend `j` of Service `i` in endpoint generation `generation`: distinct per generation, so
 /// every change really changes the row.
 fn backend(i: u32, j: u32, generation: u32) -> Ipv4Addr {
@@ -80,64 +72,20 @@ fn backend(i: u32, j: u32, generation: u32) -> Ipv4Addr {
 }
 
 fn service(i: u32) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}")),
-            namespace: Some("bench".into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(vec![ServicePort {
-                port: 80,
-                target_port: Some(IntOrString::Int(8080)),
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        status: Some(ServiceStatus {
-            load_balancer: Some(LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    ip: Some(vip(i).to_string()),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        }),
-    }
+    let port = Port {
+        name: None,
+        port: 80,
+        target: Some(8080),
+        protocol: "TCP",
+    };
+    lb_service(i, &[port], None)
 }
 
 fn slice(i: u32, generation: u32) -> EndpointSlice {
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}-abcde")),
-            namespace: Some("bench".into()),
-            labels: Some(BTreeMap::from([(
-                SERVICE_NAME_LABEL.to_string(),
-                format!("svc-{i}"),
-            )])),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        endpoints: (0..2)
-            .map(|j| Endpoint {
-                addresses: vec![backend(i, j, generation).to_string()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(true),
-                    serving: Some(true),
-                    terminating: Some(false),
-                }),
-                node_name: Some(format!("node-{j}")),
-                ..Default::default()
-            })
-            .collect(),
-        ports: Some(vec![EndpointPort {
-            port: Some(8080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-    }
+    let eps: Vec<(Ipv4Addr, String)> = (0..2)
+        .map(|j| (backend(i, j, generation), format!("node-{j}")))
+        .collect();
+    endpoint_slice(i, &eps, 8080)
 }
 
 fn objects(n: u32) -> Objects {

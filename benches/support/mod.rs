@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub mod k8s;
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

@@ -295,6 +295,10 @@ impl fmt::Display for LbRow {
                 .collect();
             write!(f, "\n    ip_port_mappings: {}", m.join(" "))?;
         }
+        // A template row's values, per chassis (no value: that node drops the VIP's traffic).
+        for v in &self.template_vars {
+            write!(f, "\n    ^{} on chassis {}: {}", v.name, v.chassis, v.value)?;
+        }
         let a = &self.attach;
         let mut on = Vec::new();
         if let Some(g) = &a.group {

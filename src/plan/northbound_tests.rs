@@ -616,6 +616,15 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
             value: "10.244.1.5:8080".into()
         }]
     );
+    // `vipflow plan` shows each chassis's value.
+    let text = t.to_string();
+    assert!(
+        text.contains(&format!(
+            "^{} on chassis node-a: 10.244.1.5:8080",
+            t.template_vars[0].name
+        )),
+        "{text}"
+    );
     // Per-node mode is as it was: no template row, no variables.
     let per_node = rows(
         &y,

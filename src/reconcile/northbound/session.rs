@@ -188,6 +188,11 @@ impl Session {
             }
         }
         let vips_changed = new_plan && delta.is_none_or(|d| d.vips);
+        if whole {
+            template_vars::sweep(&self.observed, &plan.rows)
+                .into_iter()
+                .for_each(&mut *sink);
+        }
         self.holders_into(plan, whole || vips_changed, sink);
     }
 
@@ -230,6 +235,9 @@ impl Session {
         problems.sort();
         problems.dedup();
         self.attach_problems = problems;
+        template_vars::sweep(&self.observed, &plan.rows)
+            .into_iter()
+            .for_each(&mut *sink);
         self.holders_into(plan, true, sink);
         false
     }

@@ -432,3 +432,19 @@ fn a_template_row_and_its_variables_go_in_one_transaction_and_an_endpoint_move_t
     let mut session = Session::new(Observed::from_cache(&written), Some("tok".into()));
     assert!(ops(&session.changes(&d)).is_empty());
 }
+
+#[test]
+fn a_full_sync_deletes_template_values_no_row_names_and_leaves_other_writers_variables() {
+    let d = template_plan("n1");
+    let orphan = "vf_00000000deadbeef";
+    let db = template_cache(&[], &[(orphan, "10.9.9.9:80")]);
+    let mut session = Session::new(Observed::from_cache(&db), Some("tok".into()));
+    let all = ops(&session.changes(&d));
+    let n1 = uuid(101).to_string();
+    let deletes: Vec<&String> = all
+        .iter()
+        .filter(|o| o.contains(&n1) && o.contains("\"delete\"") && o.contains(orphan))
+        .collect();
+    assert_eq!(deletes.len(), 1, "{all:#?}");
+    assert!(!all.iter().any(|o| o.contains("NODEIP")), "{all:#?}");
+}

@@ -8,7 +8,7 @@
 //! together. The schema keeps one row per chassis: a missing one is created before the diffs
 //! ([`ensure`]), in a transaction of its own, as vipflow's group is.
 
-use super::{CHASSIS_VARS, DB, DesiredRows, Observed, Pending, Session, fenced};
+use super::{CHASSIS_VARS, Change, DB, DesiredRows, Observed, Pending, RowIndex, Session, fenced};
 use crate::plan::node_template::VAR_PREFIX;
 use crate::plan::northbound::LbRow;
 use crate::reconcile::northbound::lb_row::{map_of, str_of};
@@ -169,6 +169,55 @@ pub(super) fn diff(
         p.body
             .mutate(CHASSIS_VARS, vec![Condition::uuid(cv.uuid)], mutations);
     }
+}
+
+/// After a full diff: delete vipflow's variables that no planned row names (left by rows
+/// deleted outside vipflow, or by a writer stopped between versions), one mutation per
+/// chassis row holding any.
+pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
+    if observed.var_chassis.is_empty() {
+        return None;
+    }
+    let planned: BTreeSet<&str> = rows
+        .values()
+        .flat_map(|v| v.iter())
+        .flat_map(|r| &r.template_vars)
+        .map(|v| v.name.as_str())
+        .collect();
+    let mut per_chassis: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, chassis) in &observed.var_chassis {
+        if planned.contains(name.as_str()) {
+            continue;
+        }
+        for c in chassis {
+            per_chassis.entry(c).or_default().push(name);
+        }
+    }
+    if per_chassis.is_empty() {
+        return None;
+    }
+    let mut txn = Transaction::new(DB);
+    for (c, names) in &per_chassis {
+        let Some(cv) = observed.chassis.get(*c) else {
+            continue;
+        };
+        txn.mutate(
+            CHASSIS_VARS,
+            vec![Condition::uuid(cv.uuid)],
+            vec![Mutation::new(
+                "variables",
+                Mutator::Delete,
+                Value::Set(names.iter().map(|n| Atom::string(*n)).collect()),
+            )],
+        );
+    }
+    txn.comment("vipflow: template values no row names");
+    let ops = txn.ops.len();
+    Some(Change {
+        owners: BTreeSet::new(),
+        txn: Some(txn),
+        ops,
+    })
 }
 
 /// Keep the chassis rows current from one monitor event of their table; returns the names

@@ -180,3 +180,67 @@ impl Eligibility {
         Some(nodes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ModelOptions;
+
+    /// `web` (Cluster, port 80) and `api` (Local, port 443) on one VIP, `api`'s endpoint on
+    /// `api_on`; with `web` left out when `with_web` is false.
+    fn objects(api_on: &str, with_web: bool) -> Objects {
+        let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        if with_web {
+            y.push_str(
+                "- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop, creationTimestamp: '2026-01-01T00:00:00Z'}
+  spec: {externalIPs: [192.0.2.7], ports: [{port: 80, protocol: TCP}]}
+",
+            );
+        }
+        y.push_str(&format!(
+            "- apiVersion: v1
+  kind: Service
+  metadata: {{name: api, namespace: shop, creationTimestamp: '2026-01-02T00:00:00Z'}}
+  spec: {{externalIPs: [192.0.2.7], externalTrafficPolicy: Local, ports: [{{port: 443, protocol: TCP, targetPort: 8443}}]}}
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata: {{name: api-1, namespace: shop, labels: {{kubernetes.io/service-name: api}}}}
+  addressType: IPv4
+  ports: [{{port: 8443, protocol: TCP}}]
+  endpoints: [{{addresses: [10.0.0.9], nodeName: {api_on}, conditions: {{ready: true}}}}]
+"
+        ));
+        crate::source::file::parse(&y).expect("objects").objects
+    }
+
+    #[test]
+    fn a_vip_any_cluster_service_serves_may_go_anywhere_and_a_local_only_one_follows_its_endpoints()
+    {
+        let vip: IpAddr = "192.0.2.7".parse().unwrap();
+        let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+        let mut e = Eligibility::default();
+        let only = |n: &str| Eligible::Nodes(Arc::new(BTreeSet::from([NodeName::from(n)])));
+
+        // Shared with a Cluster Service: any node can serve the VIP (port 80 from anywhere).
+        let o = objects("n3", true);
+        services.update(&o);
+        assert_eq!(e.update(&o, &services), [vip]);
+        assert_eq!(e.of(vip), Eligible::Any);
+
+        // The Cluster Service goes: only api's endpoint's node.
+        let o = objects("n3", false);
+        services.update(&o);
+        assert_eq!(e.update(&o, &services), [vip]);
+        assert_eq!(e.of(vip), only("n3"));
+
+        // The endpoint moves: the eligible node follows; nothing else is re-read.
+        let o = objects("n1", false);
+        services.update(&o);
+        assert_eq!(e.update(&o, &services), [vip]);
+        assert_eq!(e.of(vip), only("n1"));
+        services.update(&o);
+        assert!(e.update(&o, &services).is_empty(), "the same snapshot again");
+    }
+}

@@ -241,6 +241,9 @@ mod tests {
         assert_eq!(e.update(&o, &services), [vip]);
         assert_eq!(e.of(vip), only("n1"));
         services.update(&o);
-        assert!(e.update(&o, &services).is_empty(), "the same snapshot again");
+        assert!(
+            e.update(&o, &services).is_empty(),
+            "the same snapshot again"
+        );
     }
 }

@@ -86,10 +86,23 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
                 eprintln!("skipped: {p}");
             }
             let router_mac = agent::router_mac(&cfg, &loaded.objects);
-            for (b, flows) in agent::plan_bridges(&cfg, &model) {
+            let answers = agent::plan_answers(&cfg, &loaded.objects);
+            for ((b, flows), answers) in agent::plan_bridges(&cfg, &model).into_iter().zip(answers)
+            {
                 println!("# bridge {} ({} flows)", b.name, flows.len());
                 for f in &flows {
                     println!("{}", f.display(&b));
+                }
+                if b.announce {
+                    println!(
+                        "# answers node {} puts on {} ({} flows: the VIPs placed on it over the Ready Nodes; the membership may place them elsewhere)",
+                        cfg.node_name,
+                        b.name,
+                        answers.len()
+                    );
+                    for f in &answers {
+                        println!("{}", f.display(&b));
+                    }
                 }
                 // Known only at the switch: the bridge's own MAC, which decides the rewrite.
                 if let Some(mac) = router_mac.filter(|_| vipflow::plan::flows::steers_to_router(&b))

@@ -176,3 +176,59 @@ async fn the_owner_turns_a_neighbor_solicitation_into_the_advertisement_and_the_
     let t = trace_nd(&sb, ELSEWHERE6, 135);
     assert_eq!(datapath_actions(&t).trim(), "Datapath actions: drop", "{t}");
 }
+
+/// `vipflow plan --announce` lists the answers this node would put on the bridge (the planner's
+/// placement over the objects' Ready Nodes): here the only Node, so every VIP.
+#[test]
+fn vipflow_plan_lists_the_answers_of_this_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("objects.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Node, metadata: {name: n1}}
+- apiVersion: v1
+  kind: Service
+  metadata: {name: web, namespace: shop}
+  spec:
+    externalIPs: [172.18.0.200, 'fd00:18::200']
+    ports: [{port: 80, protocol: TCP}]
+",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args(["plan", "--announce", "--node-name", "n1", "--objects"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answers = text
+        .split("# answers node n1 puts on br-ex (3 flows")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no answers section:\n{text}"));
+    assert!(
+        answers
+            .lines()
+            .any(|l| l.contains("arp_tpa=172.18.0.200") && l.ends_with("IN_PORT")),
+        "{text}"
+    );
+    assert!(
+        answers
+            .lines()
+            .any(|l| l.contains("nd_target=fd00:18::200") && l.contains("resubmit(,0)")),
+        "{text}"
+    );
+    assert!(
+        answers
+            .lines()
+            .any(|l| l.contains("reg0=0x56464e41") && l.contains("->nd_tll,IN_PORT")),
+        "{text}"
+    );
+}

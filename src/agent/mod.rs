@@ -81,6 +81,39 @@ pub fn plan_bridges(cfg: &Config, model: &Model) -> Vec<(BridgeConfig, Vec<Plann
         .collect()
 }
 
+/// The answer flows (ARP and ND, [`crate::announce`]) this node (`node-name`) would put on each
+/// bridge that announces, as the agent's planner places the VIPs over the objects' Nodes (by
+/// their Ready condition: `vipflow plan` runs no membership). Empty for the other bridges.
+pub fn plan_answers(cfg: &Config, objects: &Objects) -> Vec<Vec<PlannedFlow>> {
+    if !cfg.bridges.iter().any(|b| b.announce) {
+        return vec![Vec::new(); cfg.bridges.len()];
+    }
+    let mut planner = Planner::for_config(cfg);
+    let plans = planner.update(objects);
+    cfg.bridges
+        .iter()
+        .zip(&plans.bridges)
+        .map(|(b, p)| {
+            let input = PlanInput {
+                bridge: b,
+                cookie_prefix: cfg.cookie_prefix,
+            };
+            p.flows
+                .iter()
+                .filter(|k| {
+                    matches!(
+                        k,
+                        crate::plan::flows::FlowKey::ArpAnswer(_)
+                            | crate::plan::flows::FlowKey::NdAnswer(_)
+                            | crate::plan::flows::FlowKey::NdAdvert(_)
+                    )
+                })
+                .map(|k| crate::plan::flows::flow_of(*k, &input))
+                .collect()
+        })
+        .collect()
+}
+
 pub fn model_options(cfg: &Config) -> ModelOptions {
     ModelOptions {
         load_balancer_class: cfg.load_balancer_class.clone(),

@@ -104,9 +104,7 @@ pub struct Observed {
     pub(super) routers: BTreeMap<String, Holder>,
     /// Each chassis's `Chassis_Template_Var` row (vipflow's variables of it), when template
     /// rows are in use (the table is monitored).
-    pub(super) chassis: HashMap<String, template_vars::ChassisVars>,
-    /// The chassis holding each of vipflow's variables.
-    pub(super) var_chassis: HashMap<String, BTreeSet<String>>,
+    pub(super) chassis: template_vars::ChassisRows,
     /// The Service whose rows name each variable.
     pub(super) var_owner: HashMap<String, ServiceKey>,
 }
@@ -144,7 +142,7 @@ impl Observed {
             o.put_lb(*uuid, row);
         }
         for (uuid, row) in cache.table(CHASSIS_VARS).into_iter().flatten() {
-            template_vars::apply(&mut o.chassis, &mut o.var_chassis, *uuid, Some(row));
+            o.chassis.apply(*uuid, Some(row));
         }
         o.read_holders(cache);
         o
@@ -251,17 +249,11 @@ impl Observed {
             | Event::Modify {
                 table, uuid, new, ..
             } if table == CHASSIS_VARS => {
-                let changed = template_vars::apply(
-                    &mut self.chassis,
-                    &mut self.var_chassis,
-                    *uuid,
-                    Some(new),
-                );
+                let changed = self.chassis.apply(*uuid, Some(new));
                 self.touch_vars(changed, touched);
             }
             Event::Delete { table, uuid, .. } if table == CHASSIS_VARS => {
-                let changed =
-                    template_vars::apply(&mut self.chassis, &mut self.var_chassis, *uuid, None);
+                let changed = self.chassis.apply(*uuid, None);
                 self.touch_vars(changed, touched);
             }
             _ => touched.holders = true,

@@ -71,10 +71,7 @@ pub(super) async fn ensure(
     let uuids: Vec<Uuid> = replies.iter().filter_map(OpResult::uuid).collect();
     if uuids.len() == missing.len() {
         for (c, uuid) in missing.into_iter().zip(uuids) {
-            session.observed.chassis.entry(c).or_insert(ChassisVars {
-                uuid,
-                vars: BTreeMap::new(),
-            });
+            session.observed.chassis.created(c, uuid);
         }
     }
     Ok(())
@@ -91,7 +88,7 @@ pub(super) async fn ensure_planned(
     };
     let missing: BTreeSet<String> = want
         .iter()
-        .filter(|c| !session.observed.chassis.contains_key(*c))
+        .filter(|c| !session.observed.chassis.contains(c))
         .cloned()
         .collect();
     ensure(session, client, missing).await
@@ -123,7 +120,7 @@ pub(super) fn diff(
     let mut ops: BTreeMap<&str, RowOps<'_>> = BTreeMap::new();
     let chassis: BTreeSet<&str> = names
         .iter()
-        .flat_map(|n| observed.var_chassis.get(*n).into_iter().flatten())
+        .flat_map(|n| observed.chassis.holding(n))
         .map(String::as_str)
         .chain(desired.keys().map(|(c, _)| *c))
         .collect();
@@ -175,9 +172,8 @@ pub(super) fn diff(
 /// deleted outside vipflow, or by a writer stopped between versions), one mutation per
 /// chassis row holding any.
 pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
-    if observed.var_chassis.is_empty() {
-        return None;
-    }
+    // No variable of vipflow's anywhere (per-node rows): nothing to read the plan for.
+    observed.chassis.variables().next()?;
     let planned: BTreeSet<&str> = rows
         .values()
         .flat_map(|v| v.iter())
@@ -185,7 +181,7 @@ pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
         .map(|v| v.name.as_str())
         .collect();
     let mut per_chassis: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (name, chassis) in &observed.var_chassis {
+    for (name, chassis) in observed.chassis.variables() {
         if planned.contains(name.as_str()) {
             continue;
         }
@@ -198,7 +194,7 @@ pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
     }
     let mut txn = Transaction::new(DB);
     for (c, names) in &per_chassis {
-        let Some(cv) = observed.chassis.get(*c) else {
+        let Some(cv) = observed.chassis.get(c) else {
             continue;
         };
         txn.mutate(
@@ -220,50 +216,90 @@ pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
     })
 }
 
-/// Keep the chassis rows current from one monitor event of their table; returns the names
-/// of vipflow's variables whose values changed.
-pub(super) fn apply(
-    chassis: &mut HashMap<String, ChassisVars>,
-    var_chassis: &mut HashMap<String, BTreeSet<String>>,
-    uuid: Uuid,
-    new: Option<&Row>,
-) -> BTreeSet<String> {
-    let old = chassis
-        .iter()
-        .find(|(_, cv)| cv.uuid == uuid)
-        .map(|(c, _)| c.clone());
-    let before = old.and_then(|c| chassis.remove(&c).map(|cv| (c, cv)));
-    let after = new.and_then(|row| read(uuid, row));
-    let mut changed = BTreeSet::new();
-    if let Some((c, cv)) = &before {
-        for (n, v) in &cv.vars {
-            let now = after
-                .as_ref()
-                .filter(|(ac, _)| ac == c)
-                .and_then(|(_, a)| a.vars.get(n));
-            if now != Some(v) {
-                changed.insert(n.clone());
-            }
-            if let Some(set) = var_chassis.get_mut(n) {
-                set.remove(c);
-                if set.is_empty() {
-                    var_chassis.remove(n);
+/// The chassis rows as the database has them: each one's vipflow variables, and where each
+/// variable is set, kept from the table's monitor events.
+#[derive(Debug, Clone, Default)]
+pub struct ChassisRows {
+    by_name: HashMap<String, ChassisVars>,
+    /// Each row's chassis, so that an event (which names the row) finds it at once.
+    by_uuid: HashMap<Uuid, String>,
+    /// The chassis holding each of vipflow's variables.
+    holding: HashMap<String, BTreeSet<String>>,
+}
+
+impl ChassisRows {
+    pub(super) fn get(&self, chassis: &str) -> Option<&ChassisVars> {
+        self.by_name.get(chassis)
+    }
+
+    pub(super) fn contains(&self, chassis: &str) -> bool {
+        self.by_name.contains_key(chassis)
+    }
+
+    /// The chassis on which variable `name` is set.
+    pub(super) fn holding(&self, name: &str) -> impl Iterator<Item = &String> {
+        self.holding.get(name).into_iter().flatten()
+    }
+
+    /// Every variable of vipflow's set on some chassis, with the chassis holding it.
+    pub(super) fn variables(&self) -> impl Iterator<Item = (&String, &BTreeSet<String>)> {
+        self.holding.iter()
+    }
+
+    /// A row vipflow just created (before the monitor shows it): no variables yet.
+    pub(super) fn created(&mut self, chassis: String, uuid: Uuid) {
+        if !self.by_name.contains_key(&chassis) {
+            self.by_uuid.insert(uuid, chassis.clone());
+            self.by_name.insert(
+                chassis,
+                ChassisVars {
+                    uuid,
+                    vars: BTreeMap::new(),
+                },
+            );
+        }
+    }
+
+    /// Keep the rows current from one monitor event of their table (`new`: the row as it is
+    /// now; `None`: deleted); returns the names of vipflow's variables whose values changed.
+    pub(super) fn apply(&mut self, uuid: Uuid, new: Option<&Row>) -> BTreeSet<String> {
+        let before = self
+            .by_uuid
+            .remove(&uuid)
+            .and_then(|c| self.by_name.remove(&c).map(|cv| (c, cv)));
+        let after = new.and_then(|row| read(uuid, row));
+        let mut changed = BTreeSet::new();
+        if let Some((c, cv)) = &before {
+            for (n, v) in &cv.vars {
+                let now = after
+                    .as_ref()
+                    .filter(|(ac, _)| ac == c)
+                    .and_then(|(_, a)| a.vars.get(n));
+                if now != Some(v) {
+                    changed.insert(n.clone());
+                }
+                if let Some(set) = self.holding.get_mut(n) {
+                    set.remove(c);
+                    if set.is_empty() {
+                        self.holding.remove(n);
+                    }
                 }
             }
         }
-    }
-    if let Some((c, cv)) = after {
-        for (n, v) in &cv.vars {
-            let was = before
-                .as_ref()
-                .filter(|(bc, _)| *bc == c)
-                .and_then(|(_, b)| b.vars.get(n));
-            if was != Some(v) {
-                changed.insert(n.clone());
+        if let Some((c, cv)) = after {
+            for (n, v) in &cv.vars {
+                let was = before
+                    .as_ref()
+                    .filter(|(bc, _)| *bc == c)
+                    .and_then(|(_, b)| b.vars.get(n));
+                if was != Some(v) {
+                    changed.insert(n.clone());
+                }
+                self.holding.entry(n.clone()).or_default().insert(c.clone());
             }
-            var_chassis.entry(n.clone()).or_default().insert(c.clone());
+            self.by_uuid.insert(uuid, c.clone());
+            self.by_name.insert(c, cv);
         }
-        chassis.insert(c, cv);
+        changed
     }
-    changed
 }

@@ -582,7 +582,10 @@ fn rows_for(
                     .map(|_| OWN_ROUTERS_GROUP.to_string()),
                 ..Attach::default()
             };
-            let mut row = mk_some(Scope::Template, attach, &all, &|vp| !per_node(vp));
+            // The backends are the variables below: none are joined into the row.
+            let mut row = mk_some(Scope::Template, attach, &|_| Vec::new(), &|vp| {
+                !per_node(vp)
+            });
             let mut names = Vec::new();
             let mut vars = Vec::new();
             for (vp, bs) in per_port.iter().filter(|(vp, _)| !per_node(vp)) {

@@ -14,6 +14,15 @@ fn announcing(vlan: Option<u16>) -> BridgeConfig {
     }
 }
 
+/// The actions of `flow` as the switch gets them (uplink 1).
+fn actions_of(flow: &PlannedFlow) -> Vec<openflow::Action> {
+    let fm = flow.resolve(&resolved(1));
+    match fm.instructions.first() {
+        Some(Instruction::ApplyActions(actions)) => actions.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn input(b: &BridgeConfig) -> PlanInput<'_> {
     PlanInput {
         bridge: b,
@@ -55,15 +64,7 @@ fn on_a_vlan_uplink_the_answer_matches_the_tag_and_keeps_it() {
     let vip = "192.0.2.10".parse().unwrap();
     let answer = flow_of(FlowKey::ArpAnswer(vip), &input(&b));
     assert_eq!(answer.match_.fields[0], OxmField::vlan_vid(100));
-    let resolved = answer.resolve(&Resolved {
-        uplink: 1,
-        patch: 2,
-        bridge_mac: [0x0a, 0x58, 0xac, 0x12, 0x00, 0x11],
-        steer_dst: None,
-    });
-    let Instruction::ApplyActions(actions) = &resolved.instructions[0] else {
-        panic!("{resolved:?}");
-    };
+    let actions = actions_of(&answer);
     assert!(!actions.contains(&openflow::Action::PopVlan), "{actions:?}");
     assert_eq!(
         actions.last(),
@@ -112,17 +113,8 @@ fn for_an_ipv6_vip_the_solicitation_is_answered_in_two_marked_steps_and_the_bypa
         "{text}"
     );
     // The resubmit goes to the flow's own table, wherever that is.
-    let resolved = answer.resolve(&Resolved {
-        uplink: 1,
-        patch: 2,
-        bridge_mac: [0x0a, 0x58, 0xac, 0x12, 0x00, 0x11],
-        steer_dst: None,
-    });
-    let Instruction::ApplyActions(actions) = &resolved.instructions[0] else {
-        panic!("{resolved:?}");
-    };
     assert_eq!(
-        actions.last(),
+        actions_of(&answer).last(),
         Some(&openflow::Action::Resubmit {
             in_port: openflow::action::NX_RESUBMIT_IN_PORT,
             table: answer.table

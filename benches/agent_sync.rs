@@ -27,16 +27,13 @@
 //! silently installed nothing.
 
 mod support;
+use support::k8s::{Port, lb_service};
 use support::{median, ms, percentile};
 
-use k8s_openapi::api::core::v1::{
-    LoadBalancerIngress, LoadBalancerStatus, Service, ServicePort, ServiceSpec, ServiceStatus,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Service;
 use openflow::multipart::{MultipartReplyBody, MultipartRequestBody};
 use openflow::{Connection, FlowMod, FlowStatsRequest, Message};
 use std::io::Write;
-use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
@@ -66,40 +63,18 @@ fn service(i: u32) -> KeptService {
     k8s_service(i).into()
 }
 
-/// The same as the API server would send it.
+/// The same as the API server would send it: one named TCP port per entry of `PORTS`.
 fn k8s_service(i: u32) -> Service {
-    let vip = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + i);
-    Service {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}")),
-            namespace: Some("bench".into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ports: Some(
-                PORTS
-                    .iter()
-                    .map(|&p| ServicePort {
-                        name: Some(format!("p{p}")),
-                        port: p,
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        status: Some(ServiceStatus {
-            load_balancer: Some(LoadBalancerStatus {
-                ingress: Some(vec![LoadBalancerIngress {
-                    ip: Some(vip.to_string()),
-                    ..Default::default()
-                }]),
-            }),
-            ..Default::default()
-        }),
-    }
+    let ports: Vec<Port<'_>> = PORTS
+        .iter()
+        .map(|&p| Port {
+            name: Some(format!("p{p}")),
+            port: p,
+            target: None,
+            protocol: "TCP",
+        })
+        .collect();
+    lb_service(i, &ports, None)
 }
 
 fn objects(services: u32) -> Objects {

@@ -15,7 +15,8 @@ struct Report<'a> {
     last_sync: Duration,
     applied: Option<u64>,
     error: &'a Option<ReconcileError>,
-    /// A bridge: a plan that made this node take VIPs is announced once it is applied.
+    /// A bridge that announces: a plan that made this node take VIPs is announced once it is
+    /// applied there.
     announces: bool,
 }
 
@@ -136,7 +137,7 @@ pub(super) async fn observe_agent(
                     last_sync: s.last_sync,
                     applied: s.applied_generation,
                     error: &s.last_error,
-                    announces: true,
+                    announces: cfg.bridges.iter().any(|b| b.name == *name && b.announce),
                 },
                 &arrived,
             );

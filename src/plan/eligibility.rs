@@ -65,16 +65,16 @@ impl Eligibility {
                 let mut vips: Vec<IpAddr> = svc.vip_ports.iter().map(|vp| vp.vip).collect();
                 vips.sort_unstable();
                 vips.dedup();
-                let nodes =
-                    (svc.traffic_policy == TrafficPolicy::Local && !svc.prefer_local).then(|| {
-                        self.slices
-                            .built(&k)
-                            .iter()
-                            .flat_map(|s| &s.endpoints)
-                            .filter(|e| e.ready)
-                            .filter_map(|e| e.node.as_deref().map(NodeName::from))
-                            .collect()
-                    });
+                // Local wins over prefer-local, as in the rows (`northbound::rows_for`).
+                let nodes = (svc.traffic_policy == TrafficPolicy::Local).then(|| {
+                    self.slices
+                        .built(&k)
+                        .iter()
+                        .flat_map(|s| &s.endpoints)
+                        .filter(|e| e.ready)
+                        .filter_map(|e| e.node.as_deref().map(NodeName::from))
+                        .collect()
+                });
                 Says { vips, nodes }
             });
             let before = match &now {
@@ -189,6 +189,11 @@ mod tests {
     /// `web` (Cluster, port 80) and `api` (Local, port 443) on one VIP, `api`'s endpoint on
     /// `api_on`; with `web` left out when `with_web` is false.
     fn objects(api_on: &str, with_web: bool) -> Objects {
+        objects_with(api_on, with_web, "")
+    }
+
+    /// [`objects`] with `meta` added to `api`'s metadata.
+    fn objects_with(api_on: &str, with_web: bool, meta: &str) -> Objects {
         let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
         if with_web {
             y.push_str(
@@ -202,7 +207,7 @@ mod tests {
         y.push_str(&format!(
             "- apiVersion: v1
   kind: Service
-  metadata: {{name: api, namespace: shop, creationTimestamp: '2026-01-02T00:00:00Z'}}
+  metadata: {{name: api, namespace: shop, creationTimestamp: '2026-01-02T00:00:00Z'{meta}}}
   spec: {{externalIPs: [192.0.2.7], externalTrafficPolicy: Local, ports: [{{port: 443, protocol: TCP, targetPort: 8443}}]}}
 - apiVersion: discovery.k8s.io/v1
   kind: EndpointSlice
@@ -244,6 +249,24 @@ mod tests {
         assert!(
             e.update(&o, &services).is_empty(),
             "the same snapshot again"
+        );
+    }
+
+    #[test]
+    fn local_wins_over_prefer_local_as_in_the_rows() {
+        let vip: IpAddr = "192.0.2.7".parse().unwrap();
+        let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+        let mut e = Eligibility::default();
+        let o = objects_with(
+            "n2",
+            false,
+            ", annotations: {vipflow.io/prefer-local: 'true'}",
+        );
+        services.update(&o);
+        e.update(&o, &services);
+        assert_eq!(
+            e.of(vip),
+            Eligible::Nodes(Arc::new(BTreeSet::from([NodeName::from("n2")])))
         );
     }
 }

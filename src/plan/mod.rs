@@ -8,6 +8,7 @@ pub mod flow_text;
 pub mod flows;
 pub mod node_template;
 pub mod northbound;
+mod northbound_config;
 pub mod order;
 pub mod planner;
 pub mod ports;

@@ -1,0 +1,148 @@
+//! Cluster mode: the Kubernetes source, an elected Northbound writer, membership, IP
+//! allocation, Events and the HTTP endpoint, wired around [`super::start_with`].
+
+use super::{AgentError, AgentOptions, Running, members, serve_http, shutdown_signal, start_with};
+use crate::config::Config;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Settings of the cluster mode that come from the environment or flags.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterOptions {
+    pub kubeconfig: Option<PathBuf>,
+    /// This agent's identity for the Lease (pod name, else node name).
+    pub identity: String,
+    /// Default Lease namespace (the pod's namespace).
+    pub namespace: String,
+    pub events_per_second: f64,
+    pub events_burst: u32,
+}
+
+/// A running cluster-mode agent.
+pub struct Cluster {
+    pub running: Running,
+    pub election: Option<crate::leader::Election>,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    source: tokio::task::JoinHandle<()>,
+    ipam: Option<tokio::task::JoinHandle<()>>,
+    members: Option<members::Members>,
+    http: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Graceful stop: hand the Northbound over at once (release the Lease) rather than after
+    /// it expires; flows and rows stay in place.
+    pub async fn shutdown(mut self) {
+        if let Some(m) = self.members.take() {
+            m.leave(&mut self.running).await;
+        }
+        if let Some(e) = self.election {
+            e.release().await;
+        }
+        self.source.abort();
+        if let Some(t) = self.ipam {
+            t.abort();
+        }
+        self.running.stop();
+        if let Some(h) = self.http {
+            h.abort();
+        }
+    }
+}
+
+/// Start in a cluster: the Kubernetes source, an elected Northbound writer, Events, HTTP.
+pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Cluster, AgentError> {
+    use crate::source::kube as ksrc;
+    let client = ksrc::client(cluster.kubeconfig.as_deref())
+        .await
+        .map_err(AgentError::Kube)?;
+    let writer_possible = cfg.nb_remote.is_some();
+    let source_cfg = ksrc::KubeSourceConfig {
+        node_name: cfg.node_name.clone(),
+        // Placing VIPs needs every Node, as the Northbound writer's templates do.
+        all_nodes: writer_possible || cfg.bridges.iter().any(|b| b.announce),
+        ..Default::default()
+    };
+    let (rx, source) = ksrc::start(client.clone(), source_cfg);
+    let members = members::start(&cfg, rx.clone())?;
+    let election = ((writer_possible || cfg.allocate_ips) && cfg.lease.enabled).then(|| {
+        let ns = cfg
+            .lease
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.namespace.clone());
+        crate::leader::start(
+            client.clone(),
+            crate::leader::LeaderConfig::new(
+                &ns,
+                &cfg.lease.name,
+                &cluster.identity,
+                Duration::from_secs(cfg.lease.duration_seconds.max(1)),
+            ),
+        )
+    });
+    let events = crate::events::EventSink::start(
+        client.clone(),
+        "vipflow",
+        &cfg.node_name,
+        cluster.events_per_second,
+        cluster.events_burst,
+    );
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let (pools_tx, pools_rx) = watch::channel(Arc::new(Vec::new()));
+    let ipam = cfg.allocate_ips.then(|| {
+        // Its own Event sink: its statements are a set of their own (the sink publishes what
+        // is new in the set it is given).
+        let sink = crate::events::EventSink::start(
+            client.clone(),
+            "vipflow",
+            &cfg.node_name,
+            cluster.events_per_second,
+            cluster.events_burst,
+        );
+        tokio::spawn(crate::ipam::task::run_with(
+            client,
+            crate::ipam::task::IpamSettings {
+                class: cfg.load_balancer_class.clone(),
+                instance: cfg.node_name.clone(),
+                ..Default::default()
+            },
+            election.as_ref().map(|e| e.is_leader.clone()),
+            crate::ipam::task::IpamOutputs {
+                events: Some(sink),
+                metrics: Some(metrics.clone()),
+                pools: Some(pools_tx),
+            },
+        ))
+    });
+    let opts = AgentOptions {
+        leader: election.as_ref().map(|e| e.is_leader.clone()),
+        events: Some(events),
+        metrics: metrics.clone(),
+        pools: cfg.allocate_ips.then_some(pools_rx),
+        members: members.as_ref().map(|m| m.live.clone()),
+    };
+    let http = serve_http(&cfg, &opts.metrics).await?;
+    let running = start_with(cfg, rx, opts);
+    let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
+    Ok(Cluster {
+        running,
+        election,
+        metrics,
+        source,
+        ipam,
+        members,
+        http,
+    })
+}
+
+/// Run in a cluster until SIGINT/SIGTERM.
+pub async fn run_cluster(cfg: Config, cluster: ClusterOptions) -> Result<(), AgentError> {
+    let c = start_cluster(cfg, cluster).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down; flows stay in place");
+    c.shutdown().await;
+    Ok(())
+}

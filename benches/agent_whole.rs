@@ -7,7 +7,9 @@
 //! the agent under that command (a profiler); its figures are then the profiler's, not the agent's.
 //! The whole process group is asked to stop (SIGTERM) at the end: a profiler whose helpers must
 //! outlive the agent is best started by a script that ignores SIGTERM (`trap '' TERM`) and then
-//! execs it; the agent sets its own handler and still stops.
+//! execs it; the agent sets its own handler and still stops. `VIPFLOW_BENCH_HOLD_S=N` holds
+//! each agent N more seconds in its steady state before the changes, for a profiler to look
+//! at (e.g. to stop it there with SIGKILL, so that what it still holds is what it reports).
 //!
 //! Per mode:
 //! - first full sync: from the agent's start to both the bridge and the Northbound database
@@ -301,11 +303,16 @@ impl Steady {
     fn of(agent: &Agent) -> Steady {
         let first_sync = agent.wait_first_sync();
         std::thread::sleep(Duration::from_secs(1));
-        Steady {
+        let steady = Steady {
             first_sync,
             peak_mib: proc_status_kib(agent.pid(), "VmHWM:") / 1024,
             cpu: cpu_seconds(agent.pid()),
+        };
+        let hold = std::env::var("VIPFLOW_BENCH_HOLD_S").ok();
+        if let Some(s) = hold.and_then(|s| s.parse::<u64>().ok()) {
+            std::thread::sleep(Duration::from_secs(s));
         }
+        steady
     }
 }
 

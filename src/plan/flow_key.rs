@@ -84,3 +84,63 @@ impl fmt::Display for FlowKey {
         }
     }
 }
+
+impl FlowKey {
+    /// The keys whose flow could have match `m`: read off the address and port it matches
+    /// (at most three). Which of them, if any, made it is for the caller to check by making
+    /// each one again; this only narrows the search, so a reconciler can find the key of a
+    /// flow it reads from the switch without keeping an index from every flow back to its key.
+    pub fn candidates(m: &openflow::Match) -> Vec<FlowKey> {
+        use openflow::oxm::field;
+        use std::net::{Ipv4Addr, Ipv6Addr};
+        let value = |f: u8| {
+            m.basic(f)
+                .filter(|x| x.mask.is_none())
+                .map(|x| &x.value[..])
+        };
+        let v4 = |f: u8| {
+            let b: [u8; 4] = value(f)?.try_into().ok()?;
+            Some(IpAddr::V4(Ipv4Addr::from(b)))
+        };
+        let v6 = |f: u8| {
+            let b: [u8; 16] = value(f)?.try_into().ok()?;
+            Some(IpAddr::V6(Ipv6Addr::from(b)))
+        };
+        let port = |f: u8| {
+            let b: [u8; 2] = value(f)?.try_into().ok()?;
+            Some(u16::from_be_bytes(b))
+        };
+        let l4 = |tcp: u8, udp: u8, sctp: u8| {
+            [
+                (tcp, Protocol::Tcp),
+                (udp, Protocol::Udp),
+                (sctp, Protocol::Sctp),
+            ]
+            .into_iter()
+            .find_map(|(f, p)| Some((port(f)?, p)))
+        };
+        if let Some(IpAddr::V4(ip)) = v4(field::ARP_TPA) {
+            return vec![FlowKey::Arp(ip), FlowKey::ArpAnswer(ip)];
+        }
+        if let Some(IpAddr::V6(ip)) = v6(field::IPV6_ND_TARGET) {
+            return vec![
+                FlowKey::Nd(ip),
+                FlowKey::NdAnswer(ip),
+                FlowKey::NdAdvert(ip),
+            ];
+        }
+        if let Some(vip) = v4(field::IPV4_DST).or_else(|| v6(field::IPV6_DST)) {
+            return match l4(field::TCP_DST, field::UDP_DST, field::SCTP_DST) {
+                Some((port, p)) => vec![FlowKey::Steer(vip, port, p)],
+                None => vec![FlowKey::Pmtu(vip), FlowKey::Frag(vip)],
+            };
+        }
+        if let Some(vip) = v4(field::IPV4_SRC).or_else(|| v6(field::IPV6_SRC)) {
+            return match l4(field::TCP_SRC, field::UDP_SRC, field::SCTP_SRC) {
+                Some((port, p)) => vec![FlowKey::Return(vip, port, p)],
+                None => vec![FlowKey::FragReturn(vip)],
+            };
+        }
+        Vec::new()
+    }
+}

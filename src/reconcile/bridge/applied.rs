@@ -1,10 +1,13 @@
 //! What is on the switch, as far as the reconciler knows, and the writes that change it.
 //!
 //! The state is the plan it came from (the planner's persistent key set, shared), what made
-//! each flow concrete (the bridge's [`FlowMaker`] and port [`Roles`]), and an index from each
-//! flow's slot (table, priority, match) to its key, kept as a 64-bit hash. No flow is held in
-//! typed form: a flow is made again from its key when it is written or compared, which costs
-//! far less than keeping tens of thousands of match and instruction trees.
+//! each flow concrete (the bridge's [`FlowMaker`] and port [`Roles`]), and the planned flows
+//! the switch does not hold. No flow is held in typed form: a flow is made again from its key
+//! when it is written or compared, which costs far less than keeping tens of thousands of
+//! match and instruction trees. Nor is there an index from each flow's slot (table, priority,
+//! match) back to its key: the few keys a match could come from are read off the match
+//! ([`FlowKey::candidates`]) and made again to see which one it is, where an index cost as
+//! much as the plan itself (a hash table of 80,000 keys is 4 MiB).
 //!
 //! - [`Applied::delta`]: the writes for a set of changed keys (a new plan, a new gateway
 //!   router MAC), in proportion to the change; [`Applied::commit`] records them.
@@ -16,18 +19,7 @@ use crate::plan::flows::{FlowKey, FlowMaker};
 use crate::plan::service_index::FlowIndex;
 use openflow::multipart::FlowStats;
 use openflow::{FlowMod, Message};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
-
-/// A slot (table, priority, normalized match), hashed.
-type SlotHash = u64;
-
-/// Fixed keys: the same slot hashes the same in every run.
-fn slot_hash(id: &FlowId) -> SlotHash {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    id.hash(&mut h);
-    h.finish()
-}
+use std::collections::{BTreeMap, HashMap};
 
 /// What makes a planned flow concrete: the plan's maker and the bridge's port roles.
 #[derive(Debug, Clone)]
@@ -62,7 +54,9 @@ pub enum FlowOp {
     /// Delete the flow of `key` as it was applied.
     Remove(FlowKey),
     /// Delete exactly this flow, carrying this cookie (found on the switch, not planned).
-    Delete(FlowId, u64),
+    /// Boxed: a full sync holds an op per planned flow, nearly all of them adds, and each op
+    /// is as large as its largest variant.
+    Delete(Box<(FlowId, u64)>),
 }
 
 fn delete(id: &FlowId, cookie: u64) -> Message {
@@ -93,9 +87,8 @@ pub struct Applied {
     planned: FlowIndex,
     /// `None`: nothing of a plan is known to be on the switch.
     making: Option<Making>,
-    /// Every flow of ours on the switch: slot -> key.
-    slots: HashMap<SlotHash, FlowKey>,
     /// Planned flows not on the switch, with why (a missing port, rejected by the switch).
+    /// Every other planned flow is.
     skipped: BTreeMap<FlowKey, String>,
     /// The plan generation this reflects; `None` when unknown.
     pub generation: Option<u64>,
@@ -110,15 +103,9 @@ impl Applied {
             generation: Some(generation),
             ..Applied::default()
         };
-        a.slots.reserve(flows.len());
         for key in flows {
-            match making.resolve(key) {
-                Ok((id, _)) => {
-                    a.slots.insert(slot_hash(&id), *key);
-                }
-                Err(why) => {
-                    a.skipped.insert(*key, why);
-                }
+            if let Err(why) = making.resolve(key) {
+                a.skipped.insert(*key, why);
             }
         }
         a.making = Some(making);
@@ -135,18 +122,22 @@ impl Applied {
 
     /// The flow of ours in slot `id`, if there is one: its key and content.
     pub fn at(&self, id: &FlowId) -> Option<(FlowKey, FlowBody)> {
-        let key = *self.slots.get(&slot_hash(id))?;
-        let (slot, body) = self.on_switch(&key)?;
-        (slot == *id).then_some((key, body))
+        FlowKey::candidates(&id.2).into_iter().find_map(|key| {
+            let (slot, body) = self.on_switch(&key)?;
+            (slot == *id).then_some((key, body))
+        })
     }
 
     /// How many flows of ours are on the switch.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        match self.making {
+            Some(_) => self.planned.len().saturating_sub(self.skipped.len()),
+            None => 0,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.len() == 0
     }
 
     /// The plan this state came from.
@@ -169,7 +160,7 @@ impl Applied {
                 let (id, body) = self.on_switch(key)?;
                 Some(delete(&id, body.cookie))
             }
-            FlowOp::Delete(id, cookie) => Some(delete(id, *cookie)),
+            FlowOp::Delete(d) => Some(delete(&d.0, d.1)),
         }
     }
 
@@ -190,7 +181,6 @@ impl Applied {
         for key in touched {
             let old = self.on_switch(&key);
             let new = flows.contains(&key).then(|| making.resolve(&key));
-            let old_slot = old.as_ref().map(|(id, _)| slot_hash(id));
             let outcome = match new {
                 Some(Ok((id, body))) => {
                     let same = old.as_ref() == Some(&(id.clone(), body));
@@ -200,7 +190,7 @@ impl Applied {
                         }
                         adds.push(FlowOp::Add(key));
                     }
-                    Outcome::On(slot_hash(&id))
+                    Outcome::On
                 }
                 Some(Err(why)) => {
                     if old.is_some() {
@@ -215,7 +205,7 @@ impl Applied {
                     Outcome::Gone
                 }
             };
-            d.changes.push((key, old_slot, outcome));
+            d.changes.push((key, outcome));
         }
         // Deletes first: within the bundle order is kept.
         d.ops.extend(adds);
@@ -233,22 +223,14 @@ impl Applied {
                 _ => None,
             })
             .collect();
-        for (key, old_slot, outcome) in d.changes {
-            if let Some(h) = old_slot
-                && self.slots.get(&h) == Some(&key)
-            {
-                self.slots.remove(&h);
-            }
+        for (key, outcome) in d.changes {
             self.skipped.remove(&key);
             match outcome {
-                Outcome::On(h) => match refused.get(&key) {
-                    Some(why) => {
+                Outcome::On => {
+                    if let Some(why) = refused.get(&key) {
                         self.skipped.insert(key, (*why).clone());
                     }
-                    None => {
-                        self.slots.insert(h, key);
-                    }
-                },
+                }
                 Outcome::Skipped(why) => {
                     self.skipped.insert(key, why);
                 }
@@ -266,9 +248,6 @@ impl Applied {
     pub fn refused(&mut self, ops: &[FlowOp], rejected: &[(usize, String)]) {
         for (i, why) in rejected {
             if let Some(FlowOp::Add(key)) = ops.get(*i) {
-                if let Some((id, _)) = self.on_switch(key) {
-                    self.slots.remove(&slot_hash(&id));
-                }
                 self.skipped.insert(*key, why.clone());
             }
         }
@@ -298,7 +277,7 @@ impl Applied {
 /// Where a touched key's flow is once a delta lands.
 #[derive(Debug)]
 enum Outcome {
-    On(SlotHash),
+    On,
     Skipped(String),
     Gone,
 }
@@ -308,8 +287,8 @@ enum Outcome {
 pub struct DeltaPlan {
     /// Deletes, then adds.
     pub ops: Vec<FlowOp>,
-    /// Each touched key: its old slot and where it ends.
-    changes: Vec<(FlowKey, Option<SlotHash>, Outcome)>,
+    /// Each touched key and where it ends.
+    changes: Vec<(FlowKey, Outcome)>,
     planned: FlowIndex,
     making: Option<Making>,
 }
@@ -328,7 +307,8 @@ impl DeltaPlan {
 /// fed one flow at a time ([`FullSync::observe`]).
 pub struct FullSync<'a> {
     target: &'a Applied,
-    seen: HashSet<SlotHash>,
+    /// The planned keys found on the switch.
+    seen: Vec<FlowKey>,
     deletes: Vec<FlowOp>,
     rewrites: Vec<FlowOp>,
 }
@@ -337,7 +317,7 @@ impl<'a> FullSync<'a> {
     pub fn new(target: &'a Applied) -> FullSync<'a> {
         FullSync {
             target,
-            seen: HashSet::with_capacity(target.len()),
+            seen: Vec::new(),
             deletes: Vec::new(),
             rewrites: Vec::new(),
         }
@@ -348,12 +328,12 @@ impl<'a> FullSync<'a> {
         let id = (f.table_id, f.priority, f.match_.normalized());
         match self.target.at(&id) {
             Some((key, want)) => {
-                self.seen.insert(slot_hash(&id));
+                self.seen.push(key);
                 if want.cookie != f.cookie || want.instructions != f.instructions {
                     self.rewrites.push(FlowOp::Add(key));
                 }
             }
-            None => self.deletes.push(FlowOp::Delete(id, f.cookie)),
+            None => self.deletes.push(FlowOp::Delete(Box::new((id, f.cookie)))),
         }
     }
 
@@ -362,19 +342,17 @@ impl<'a> FullSync<'a> {
     pub fn finish(self) -> Vec<FlowOp> {
         let FullSync {
             target,
-            seen,
+            mut seen,
             mut deletes,
             rewrites,
         } = self;
-        let mut missing: Vec<FlowKey> = target
-            .slots
+        seen.sort_unstable();
+        let missing = target
+            .planned
             .iter()
-            .filter(|(h, _)| !seen.contains(*h))
-            .map(|(_, k)| *k)
-            .collect();
-        missing.sort_unstable();
+            .filter(|k| !target.skipped.contains_key(k) && seen.binary_search(k).is_err());
         deletes.extend(rewrites);
-        deletes.extend(missing.into_iter().map(FlowOp::Add));
+        deletes.extend(missing.map(|k| FlowOp::Add(*k)));
         deletes
     }
 }

@@ -44,8 +44,10 @@ fn key(k: u8) -> FlowKey {
     FlowKey::Arp(std::net::Ipv4Addr::new(198, 51, 100, k))
 }
 
-/// A planned flow for key `k` in one of a few shapes: the shape decides the match (so a key
-/// can move to another (priority, match) slot) and the output (so its content can change).
+/// A planned flow for key `k` in one of a few shapes: the shape decides the slot (priority and
+/// input port: a key can move to another slot) and the output (so its content can change).
+/// Its match names the key's address, as every flow a [`FlowMaker`] makes does: that is how a
+/// flow read from the switch is traced back to its key ([`FlowKey::candidates`]).
 fn flow(k: u8, shape: u8) -> PlannedFlow {
     PlannedFlow {
         key: key(k),
@@ -59,8 +61,8 @@ fn flow(k: u8, shape: u8) -> PlannedFlow {
         },
         dl_src_bridge: shape == 3,
         match_: Match::new()
-            .with(OxmField::eth_type(0x0800))
-            .with(OxmField::ipv4_dst([192, 0, 2, k].into())),
+            .with(OxmField::eth_type(0x0806))
+            .with(OxmField::arp_tpa([198, 51, 100, k].into())),
         actions: vec![PlannedAction::Output(if shape.is_multiple_of(2) {
             PortRef::Patch
         } else {
@@ -362,4 +364,84 @@ fn only_changes_to_our_slots_or_cookie_count_and_lost_updates_ask_for_a_read_bac
     };
     assert!(heard.note(Err(bad), &applied, BASE, MASK));
     assert!(heard.lost);
+}
+
+fn arb_key() -> impl Strategy<Value = FlowKey> {
+    use crate::model::Protocol;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let v4 = any::<u32>().prop_map(Ipv4Addr::from);
+    let v6 = any::<u128>().prop_map(Ipv6Addr::from);
+    let ip = prop_oneof![
+        v4.clone().prop_map(IpAddr::V4),
+        v6.clone().prop_map(IpAddr::V6)
+    ];
+    let proto = prop_oneof![
+        Just(Protocol::Tcp),
+        Just(Protocol::Udp),
+        Just(Protocol::Sctp)
+    ];
+    prop_oneof![
+        v4.clone().prop_map(FlowKey::Arp),
+        v4.prop_map(FlowKey::ArpAnswer),
+        v6.clone().prop_map(FlowKey::Nd),
+        v6.clone().prop_map(FlowKey::NdAnswer),
+        v6.prop_map(FlowKey::NdAdvert),
+        ip.clone().prop_map(FlowKey::Pmtu),
+        ip.clone().prop_map(FlowKey::Frag),
+        ip.clone().prop_map(FlowKey::FragReturn),
+        (ip.clone(), any::<u16>(), proto.clone()).prop_map(|(i, p, x)| FlowKey::Steer(i, p, x)),
+        (ip, any::<u16>(), proto).prop_map(|(i, p, x)| FlowKey::Return(i, p, x)),
+    ]
+}
+
+proptest! {
+    /// A flow read from the switch is traced back to its key from its match alone, for every
+    /// kind of key and every bridge setting that changes how flows look (VLAN, announcing,
+    /// the profile, the gateway mode): the reconciler keeps no index from slot to key.
+    #[test]
+    fn every_flow_of_the_real_maker_is_found_from_its_slot(
+        keys in prop::collection::btree_set(arb_key(), 1..24),
+        vlan in prop::option::of(1u16..4095),
+        announce: bool,
+        underlay: bool,
+        shared: bool,
+    ) {
+        use crate::config::{GatewayMode, Profile};
+        let b = BridgeConfig {
+            uplink: Some("eth0".into()),
+            patch: Some("patch".into()),
+            vlan,
+            announce,
+            profile: if underlay { Profile::Underlay } else { Profile::default() },
+            gateway_mode: if shared { GatewayMode::Shared } else { GatewayMode::default() },
+            router_mac: Some([2, 0, 0, 0, 0, 2]),
+            ..BridgeConfig::default()
+        };
+        let ports = Ports {
+            desc: BTreeMap::from([(1, "eth0".into()), (2, "patch".into())]),
+            local_mac: Some([2, 0, 0, 0, 0, 1]),
+            db: OvsDb::NotUsed,
+        };
+        let making = Making {
+            maker: FlowMaker::for_bridge(b.clone(), 0x7f1f),
+            roles: Roles::of(&b, &ports, None),
+        };
+        let plan: FlowIndex = keys.iter().copied().collect();
+        let a = Applied::from_plan(&plan, making.clone(), 1);
+        for key in &keys {
+            let (id, body) = making.resolve(key).map_err(|e| TestCaseError::fail(format!("{key}: {e}")))?;
+            prop_assert_eq!(a.at(&id), Some((*key, body)), "{}", key);
+        }
+        prop_assert_eq!(a.len(), keys.len());
+    }
+}
+
+#[test]
+fn a_write_costs_no_more_than_its_key() {
+    // A full sync holds one op per planned flow.
+    assert!(
+        std::mem::size_of::<FlowOp>() <= 32,
+        "{}",
+        std::mem::size_of::<FlowOp>()
+    );
 }

@@ -8,9 +8,10 @@
 //! 10 flows (ARP bypass, PMTU, fragments in and back, and a steer + return flow per port).
 //!
 //! (a) Full sync from empty, timed from "objects known" to "committed", on the agent's own path:
-//!     the planner's first update, the applied-state index (every flow made and resolved once),
-//!     PORT_DESC and the read of our flows by cookie compared flow by flow as they arrive, one
-//!     bundle encoded one message at a time. vs `ovs-ofctl -O OpenFlow13 --bundle add-flows` of
+//!     the planner's first update, the applied state (each flow made and resolved only when a
+//!     port role or the bridge MAC is unknown, to find what cannot be written), PORT_DESC and
+//!     the read of our flows by cookie compared flow by flow as they arrive, one bundle encoded
+//!     one message at a time. vs `ovs-ofctl -O OpenFlow13 --bundle add-flows` of
 //!     the same flows, written to a file beforehand. Table emptied before each run, sides
 //!     alternate, median of RUNS.
 //! (b) With the full set installed, one Service added then removed, CHANGES times: each change
@@ -99,8 +100,9 @@ struct Bench {
 struct Split {
     /// The planner's update: the bridge's flow keys.
     plan: Duration,
-    /// Full sync: the applied-state index (every flow made and resolved). Incremental: the
-    /// touched flows made, resolved, compared with what was applied and encoded.
+    /// Full sync: the applied state (flows made only when a port role is unknown).
+    /// Incremental: the touched flows made, resolved, compared with what was applied and
+    /// encoded.
     resolve: Duration,
     /// PORT_DESC and the read of our flows, each compared with the plan as it arrives (full
     /// sync only).
@@ -343,8 +345,8 @@ fn main() {
     // (a) Full sync from empty.
     println!("(a) full sync from empty vs `ovs-ofctl --bundle add-flows` (median of {RUNS})");
     println!(
-        "    vipflow = plan (the planner's first update) + index (every flow made and resolved) \
-         + read (PORT_DESC, our flows by cookie, each compared as it arrives) + bundle \
+        "    vipflow = plan (the planner's first update) + index (the applied state; flows made \
+         here only when a port role is unknown) + read (PORT_DESC, our flows by cookie, each compared as it arrives) + bundle \
          (each column its own median)"
     );
     println!(

@@ -196,6 +196,11 @@ impl Roles {
     }
 
     /// One planned flow with real port numbers, or why it cannot be written now.
+    /// Every role is known: then [`Roles::resolve`] makes every flow.
+    pub fn complete(&self) -> bool {
+        self.uplink.is_ok() && self.patch.is_ok() && self.mac.is_some()
+    }
+
     pub fn resolve(&self, f: &PlannedFlow) -> Result<(FlowId, FlowBody), String> {
         let needs = |p: PortRef| {
             f.in_port == p

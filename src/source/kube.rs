@@ -15,7 +15,7 @@
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
-use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects, Text};
+use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects};
 use crate::source::file::Loaded;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -24,7 +24,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource};
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,54 +111,77 @@ enum WatchEvent<K> {
     Ready,
 }
 
-/// What a store is keyed by: namespace and name, held in place (a store keeps a key per
-/// object, tens of thousands, and most names are short).
-type StoreKey = (Text, Text);
-
+/// What a store is keyed by: namespace and name, read from the object itself (a store holds
+/// tens of thousands of objects; a key of its own beside each would be two more strings each).
 trait Keyed {
-    fn key(&self) -> StoreKey;
-}
-
-fn key_of<S: AsRef<str>>(namespace: &Option<S>, name: &Option<S>) -> StoreKey {
-    let text = |s: &Option<S>| {
-        s.as_ref()
-            .map(|s| Text::from(s.as_ref()))
-            .unwrap_or_default()
-    };
-    (text(namespace), text(name))
+    fn key(&self) -> (&str, &str);
 }
 
 impl Keyed for KeptService {
-    fn key(&self) -> StoreKey {
-        key_of(&self.metadata.namespace, &self.metadata.name)
+    fn key(&self) -> (&str, &str) {
+        let m = &self.metadata;
+        (
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 
 impl Keyed for KeptSlice {
-    fn key(&self) -> StoreKey {
-        key_of(&self.namespace, &self.name)
+    fn key(&self) -> (&str, &str) {
+        (
+            self.namespace.as_deref().unwrap_or_default(),
+            self.name.as_deref().unwrap_or_default(),
+        )
     }
 }
 
 /// Objects kept whole (Nodes, Kube-OVN Subnets).
 impl<K: Resource> Keyed for K {
-    fn key(&self) -> StoreKey {
-        key_of(&self.meta().namespace, &self.meta().name)
+    fn key(&self) -> (&str, &str) {
+        let m = self.meta();
+        (
+            m.namespace.as_deref().unwrap_or_default(),
+            m.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+/// A stored object, ordered by its namespace/name.
+struct Stored<K>(Arc<K>);
+
+impl<K: Keyed> PartialEq for Stored<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl<K: Keyed> Eq for Stored<K> {}
+
+impl<K: Keyed> PartialOrd for Stored<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K: Keyed> Ord for Stored<K> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.key().cmp(&other.0.key())
     }
 }
 
 /// A store per kind, keyed by namespace/name; `ready` once its first list completed.
 struct Store<K> {
-    objects: BTreeMap<StoreKey, Arc<K>>,
+    objects: BTreeSet<Stored<K>>,
     /// Objects of a relist in progress (swapped in at `Ready`).
-    pending: Option<BTreeMap<StoreKey, Arc<K>>>,
+    pending: Option<BTreeSet<Stored<K>>>,
     ready: bool,
 }
 
 impl<K: Keyed> Store<K> {
     fn new() -> Self {
         Store {
-            objects: BTreeMap::new(),
+            objects: BTreeSet::new(),
             pending: None,
             ready: false,
         }
@@ -166,13 +189,13 @@ impl<K: Keyed> Store<K> {
 
     fn apply(&mut self, ev: WatchEvent<K>) {
         match ev {
-            WatchEvent::Restart => self.pending = Some(BTreeMap::new()),
+            WatchEvent::Restart => self.pending = Some(BTreeSet::new()),
             WatchEvent::Apply(o) => {
                 let target = self.pending.as_mut().unwrap_or(&mut self.objects);
-                target.insert(o.key(), Arc::new(o));
+                target.replace(Stored(Arc::new(o)));
             }
             WatchEvent::Delete(o) => {
-                self.objects.remove(&o.key());
+                self.objects.remove(&Stored(Arc::new(o)));
             }
             WatchEvent::Ready => {
                 if let Some(p) = self.pending.take() {
@@ -185,7 +208,12 @@ impl<K: Keyed> Store<K> {
 
     /// The objects, shared: unchanged ones keep their allocation from snapshot to snapshot.
     fn values(&self) -> Vec<Arc<K>> {
-        self.objects.values().cloned().collect()
+        self.objects.iter().map(|s| Arc::clone(&s.0)).collect()
+    }
+
+    /// The objects, in key order.
+    fn iter(&self) -> impl Iterator<Item = &K> {
+        self.objects.iter().map(|s| &*s.0)
     }
 }
 
@@ -360,15 +388,10 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             services: services.values(),
             endpoint_slices: slices.values(),
             nodes: nodes.values(),
-            subnets: subnet_store
-                .objects
-                .values()
-                .filter_map(|o| to_subnet(o))
-                .collect(),
+            subnets: subnet_store.iter().filter_map(to_subnet).collect(),
             pools: pool_store
-                .objects
-                .values()
-                .filter_map(|o| crate::ipam::task::to_pool_object(o))
+                .iter()
+                .filter_map(crate::ipam::task::to_pool_object)
                 .collect(),
         };
         tracing::debug!(
@@ -401,4 +424,69 @@ pub fn start(
     let (tx, rx) = watch::channel(Arc::new(Loaded::default()));
     let task = tokio::spawn(run(client, cfg, tx));
     (rx, task)
+}
+
+#[cfg(test)]
+mod store_tests {
+    use super::*;
+    use crate::model::KeptMeta;
+
+    fn svc(ns: &str, name: &str, port: i32) -> KeptService {
+        let mut s = KeptService::default();
+        s.metadata = KeptMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        };
+        s.spec = Some(crate::model::KeptServiceSpec {
+            ports: Some(vec![crate::model::KeptServicePort {
+                port,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn ports(s: &Store<KeptService>) -> Vec<(String, i32)> {
+        s.iter()
+            .map(|o| {
+                let (ns, name) = Keyed::key(o);
+                let p = o
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.ports.as_ref())
+                    .map_or(0, |p| p[0].port);
+                (format!("{ns}/{name}"), p)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_store_keeps_one_object_per_key_in_key_order_and_swaps_in_a_relist_when_it_is_done() {
+        let mut s = Store::new();
+        s.apply(WatchEvent::Restart);
+        s.apply(WatchEvent::Apply(svc("b", "x", 1)));
+        s.apply(WatchEvent::Apply(svc("a", "y", 2)));
+        assert!(
+            ports(&s).is_empty(),
+            "a relist in progress is not the store yet"
+        );
+        s.apply(WatchEvent::Ready);
+        assert!(s.ready);
+        assert_eq!(ports(&s), [("a/y".into(), 2), ("b/x".into(), 1)]);
+        // A newer version replaces the old one under the same key.
+        s.apply(WatchEvent::Apply(svc("b", "x", 3)));
+        assert_eq!(ports(&s), [("a/y".into(), 2), ("b/x".into(), 3)]);
+        // A delete names the object by its key, whatever version it carries.
+        s.apply(WatchEvent::Delete(svc("a", "y", 9)));
+        assert_eq!(ports(&s), [("b/x".into(), 3)]);
+        // A relist replaces everything once it is done.
+        s.apply(WatchEvent::Restart);
+        s.apply(WatchEvent::Apply(svc("c", "z", 4)));
+        assert_eq!(ports(&s), [("b/x".into(), 3)]);
+        s.apply(WatchEvent::Ready);
+        assert_eq!(ports(&s), [("c/z".into(), 4)]);
+        assert_eq!(s.values().len(), 1);
+    }
 }

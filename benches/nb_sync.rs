@@ -47,7 +47,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use testkit::{Options, Sandbox};
 use tokio::runtime::Runtime;
-use vipflow::model::{Model, ModelOptions, Objects, ServiceKey};
+use vipflow::model::{Model, ModelOptions, Objects, Protocol, ServiceKey};
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
@@ -375,10 +375,10 @@ impl Update {
 }
 
 fn uuid_of(observed: &Observed, i: u32) -> Uuid {
-    let name = format!("vipflow/bench/svc-{i}/tcp");
+    let owner = ServiceKey::new("bench", &format!("svc-{i}"));
     observed
         .lbs()
-        .find(|o| o.name == name)
+        .find(|o| o.key.owner == owner && o.key.protocol == Protocol::Tcp)
         .map(|o| o.uuid)
         .expect("row of the Service")
 }

@@ -206,3 +206,41 @@ fn template_values_go_to_the_chassis_the_node_annotation_names() {
     );
     assert_eq!(t.attach.group.as_deref(), Some(OWN_ROUTERS_GROUP));
 }
+
+/// prefer-local cannot be a template row: a chassis without local endpoints would need every
+/// endpoint as its value, so the values would cost O(Services x nodes) again and one endpoint
+/// change would rewrite them on every chassis. It keeps its per-node rows, the same ones in
+/// both modes, whether asked for by annotation or for every Service. (A Local Service is Local
+/// whatever prefer-local says, and so gets template rows.)
+#[test]
+fn prefer_local_keeps_the_same_per_node_rows_in_template_mode() {
+    let slices = [
+        slice("IPv4", &[("10.244.1.5", "node-a", true, true, false)]),
+        slice("IPv6", &[("fd00:244:1::5", "node-a", true, true, false)]),
+    ];
+    let by_annotation = svc(
+        ", annotations: {vipflow.io/prefer-local: \"true\"}",
+        "Cluster",
+        PORTS,
+    );
+    for (service, everywhere) in [(by_annotation, false), (svc("", "Cluster", PORTS), true)] {
+        let mut items = vec![NODES.to_string(), service];
+        items.extend(slices.iter().cloned());
+        let y = list(&items);
+        let cfg = |node_rows| NorthboundConfig {
+            node_router: Some("GR_{node}".into()),
+            node_switch: Some("{node}".into()),
+            prefer_local: everywhere,
+            node_rows,
+            ..Default::default()
+        };
+        let per_node = rows(&y, &cfg(NodeRows::PerNode));
+        let template = rows(&y, &cfg(NodeRows::Template));
+        assert!(
+            per_node.keys().any(|k| k.ends_with("/node-b")),
+            "{per_node:?}"
+        );
+        assert_eq!(template, per_node);
+        assert!(template.values().all(|r| r.template_vars.is_empty()));
+    }
+}

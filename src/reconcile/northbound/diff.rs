@@ -423,9 +423,13 @@ pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec
     for (k, os) in &by_key {
         if !want.contains(k) {
             for o in os {
+                let name = cache
+                    .row(LB, &o.uuid)
+                    .and_then(|r| lb_row::str_of(r.get("name")))
+                    .unwrap_or_default();
                 out.push(format!(
-                    "- {}: orphan ({} {})",
-                    o.name, o.key.owner, o.key.scope
+                    "- {name}: orphan ({} {})",
+                    o.key.owner, o.key.scope
                 ));
             }
         }

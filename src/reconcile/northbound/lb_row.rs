@@ -68,7 +68,6 @@ pub(super) fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
         uuid,
         key,
         content: LbDigest::observed(&name, row),
-        name,
         vars,
     })
 }

@@ -12,7 +12,7 @@ use std::hash::{Hash, Hasher};
 pub struct ObservedLb {
     pub uuid: Uuid,
     pub key: LbKey,
-    pub name: String,
+    /// Its name is in the digest; the name itself stays in the monitor's cache.
     pub content: LbDigest,
     /// The template variables its VIPs name (a template row; empty for the others).
     pub vars: Vec<String>,

@@ -168,7 +168,8 @@ impl fmt::Display for Protocol {
 }
 
 /// namespace/name. Shared strings: the planners copy keys into several indexes, and a copy
-/// is then a reference count, not two allocations.
+/// is then a reference count, not two allocations; keys made from the same text anew (a
+/// Service's, its slices', its rows' read back) share it too (`interned.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
     pub namespace: Arc<str>,
@@ -178,8 +179,8 @@ pub struct ServiceKey {
 impl ServiceKey {
     pub fn new(namespace: &str, name: &str) -> Self {
         ServiceKey {
-            namespace: namespace.into(),
-            name: name.into(),
+            namespace: interned::interned(namespace),
+            name: interned::interned(name),
         }
     }
 }
@@ -391,6 +392,7 @@ impl fmt::Display for SocketLike<'_> {
     }
 }
 
+mod interned;
 mod validate;
 pub use validate::*;
 

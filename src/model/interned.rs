@@ -14,9 +14,9 @@ use std::sync::{Arc, Mutex, Weak};
 
 #[derive(Default)]
 struct Table {
-    /// Strings by a hash of their text (nearly always one each).
-    by_hash: HashMap<u64, Vec<Weak<str>>>,
-    entries: usize,
+    /// Strings by a hash of their text. Two live strings with the same hash (practically
+    /// never) are both kept, the later one unshared.
+    by_hash: HashMap<u64, Weak<str>>,
     swept_at: usize,
 }
 
@@ -35,26 +35,17 @@ pub fn interned(s: &str) -> Arc<str> {
     // still a valid cache (at worst it misses an entry).
     let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
     let t = guard.get_or_insert_with(Table::default);
-    let slot = t.by_hash.entry(h).or_default();
-    if let Some(live) = slot.iter().filter_map(Weak::upgrade).find(|a| &**a == s) {
-        return live;
+    let live = t.by_hash.get(&h).and_then(Weak::upgrade);
+    match live {
+        Some(a) if &*a == s => return a,
+        Some(_) => return Arc::from(s),
+        None => {}
     }
     let new: Arc<str> = Arc::from(s);
-    // Reuse a dead entry of this hash before growing.
-    match slot.iter_mut().find(|w| w.strong_count() == 0) {
-        Some(w) => *w = Arc::downgrade(&new),
-        None => {
-            slot.push(Arc::downgrade(&new));
-            t.entries += 1;
-        }
-    }
-    if t.entries >= 1024 && t.entries >= 2 * t.swept_at {
-        t.by_hash.retain(|_, v| {
-            v.retain(|w| w.strong_count() > 0);
-            !v.is_empty()
-        });
-        t.entries = t.by_hash.values().map(Vec::len).sum();
-        t.swept_at = t.entries;
+    t.by_hash.insert(h, Arc::downgrade(&new));
+    if t.by_hash.len() >= 1024 && t.by_hash.len() >= 2 * t.swept_at {
+        t.by_hash.retain(|_, w| w.strong_count() > 0);
+        t.swept_at = t.by_hash.len();
     }
     new
 }
@@ -79,6 +70,6 @@ mod tests {
         }
         let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
         let t = guard.as_ref().expect("the table");
-        assert!(t.entries < 5_000, "{} entries", t.entries);
+        assert!(t.by_hash.len() < 5_000, "{} entries", t.by_hash.len());
     }
 }

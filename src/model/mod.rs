@@ -244,7 +244,8 @@ pub struct VipPort {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Service {
     pub key: ServiceKey,
-    pub created: Option<String>,
+    /// Its creation time: the oldest Service wins a contested VIP:port.
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
     pub traffic_policy: TrafficPolicy,
     pub prefer_local: bool,
     /// Every VIP:port/protocol this Service owns, sorted.

@@ -315,11 +315,7 @@ pub(crate) fn build_service(
             ),
         );
     }
-    let created = svc
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0.to_string());
+    let created = svc.metadata.creation_timestamp.as_ref().map(|t| t.0);
     Some(Service {
         key,
         created,
@@ -336,11 +332,7 @@ pub(crate) type Rank = (bool, Option<k8s_openapi::jiff::Timestamp>, ServiceKey);
 /// every dated one. Times compare as times: as text, "08:00:00.5Z" would sort before
 /// "08:00:00Z".
 pub(crate) fn rank(s: &Service) -> Rank {
-    let t = s
-        .created
-        .as_deref()
-        .and_then(|c| c.parse::<k8s_openapi::jiff::Timestamp>().ok());
-    (t.is_none(), t, s.key.clone())
+    (s.created.is_none(), s.created, s.key.clone())
 }
 
 /// Keep one owner per VIP:port/protocol: the oldest Service, then by namespace/name.

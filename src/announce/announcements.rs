@@ -21,7 +21,7 @@ pub struct Turn {
 
 /// What one update changed for this node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Change {
+pub struct PlacementChange {
     /// The VIPs it took or gave up, in VIP order.
     pub turns: Vec<Turn>,
     /// Nodes became live. Either side of a healed partition may have announced a VIP while
@@ -75,7 +75,7 @@ impl Announcements {
         vips: &imbl::OrdSet<IpAddr>,
         nodes: &[Arc<core::Node>],
         members: Option<&BTreeSet<NodeName>>,
-    ) -> Change {
+    ) -> PlacementChange {
         self.update_eligible(vips, nodes, members, &|_| Eligible::Any, &[])
     }
 
@@ -89,7 +89,7 @@ impl Announcements {
         members: Option<&BTreeSet<NodeName>>,
         eligible: &dyn Fn(IpAddr) -> Eligible,
         changed: &[IpAddr],
-    ) -> Change {
+    ) -> PlacementChange {
         let mut moves: Vec<Move> = Vec::new();
         let same = self.nodes_read.0.len() == nodes.len()
             && self
@@ -150,7 +150,7 @@ impl Announcements {
             }
         }
         turns.sort();
-        Change {
+        PlacementChange {
             turns,
             joined,
             live_changed,

@@ -38,7 +38,7 @@ pub struct BridgeFlows {
     pub maker: FlowMaker,
     pub delta: FlowDelta,
     /// VIPs this node answers for whose answer did not change but must be announced again
-    /// (a node came back; see [`crate::announce::announcements::Change::joined`]).
+    /// (a node came back; see [`crate::announce::announcements::PlacementChange::joined`]).
     pub announce: Vec<IpAddr>,
 }
 

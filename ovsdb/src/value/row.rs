@@ -74,8 +74,8 @@ impl Row {
     }
 
     /// `(column, value)` pairs in column order.
-    pub fn iter(&self) -> Iter<'_> {
-        Iter(self.0.iter())
+    pub fn iter(&self) -> ColumnIter<'_> {
+        ColumnIter(self.0.iter())
     }
 
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &str> + ExactSizeIterator + Clone {
@@ -89,9 +89,9 @@ impl Row {
 
 /// Iterator over a [`Row`]'s columns and values, as references.
 #[derive(Clone, Debug)]
-pub struct Iter<'a>(std::slice::Iter<'a, (Arc<str>, Value)>);
+pub struct ColumnIter<'a>(std::slice::Iter<'a, (Arc<str>, Value)>);
 
-impl<'a> Iterator for Iter<'a> {
+impl<'a> Iterator for ColumnIter<'a> {
     type Item = (&'a str, &'a Value);
     fn next(&mut self) -> Option<Self::Item> {
         self.0.next().map(|(c, v)| (&**c, v))
@@ -101,14 +101,14 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
-impl DoubleEndedIterator for Iter<'_> {
+impl DoubleEndedIterator for ColumnIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         self.0.next_back().map(|(c, v)| (&**c, v))
     }
 }
 
-impl ExactSizeIterator for Iter<'_> {}
-impl FusedIterator for Iter<'_> {}
+impl ExactSizeIterator for ColumnIter<'_> {}
+impl FusedIterator for ColumnIter<'_> {}
 
 /// Columns in name order; of a column given twice the last value stays, as with repeated
 /// inserts.
@@ -144,8 +144,8 @@ impl IntoIterator for Row {
 
 impl<'a> IntoIterator for &'a Row {
     type Item = (&'a str, &'a Value);
-    type IntoIter = Iter<'a>;
-    fn into_iter(self) -> Iter<'a> {
+    type IntoIter = ColumnIter<'a>;
+    fn into_iter(self) -> ColumnIter<'a> {
         self.iter()
     }
 }

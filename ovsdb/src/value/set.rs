@@ -196,8 +196,8 @@ impl AtomMap {
     }
 
     /// `(key, value)` pairs in key order.
-    pub fn iter(&self) -> Iter<'_> {
-        Iter(self.0.iter())
+    pub fn iter(&self) -> MapIter<'_> {
+        MapIter(self.0.iter())
     }
 
     pub fn keys(&self) -> impl DoubleEndedIterator<Item = &Atom> + ExactSizeIterator + Clone {
@@ -259,9 +259,9 @@ impl AtomMap {
 
 /// Iterator over an [`AtomMap`]'s pairs, as references (like a `BTreeMap`'s).
 #[derive(Clone, Debug)]
-pub struct Iter<'a>(std::slice::Iter<'a, (Atom, Atom)>);
+pub struct MapIter<'a>(std::slice::Iter<'a, (Atom, Atom)>);
 
-impl<'a> Iterator for Iter<'a> {
+impl<'a> Iterator for MapIter<'a> {
     type Item = (&'a Atom, &'a Atom);
     fn next(&mut self) -> Option<Self::Item> {
         self.0.next().map(|(k, v)| (k, v))
@@ -271,14 +271,14 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
-impl DoubleEndedIterator for Iter<'_> {
+impl DoubleEndedIterator for MapIter<'_> {
     fn next_back(&mut self) -> Option<Self::Item> {
         self.0.next_back().map(|(k, v)| (k, v))
     }
 }
 
-impl ExactSizeIterator for Iter<'_> {}
-impl FusedIterator for Iter<'_> {}
+impl ExactSizeIterator for MapIter<'_> {}
+impl FusedIterator for MapIter<'_> {}
 
 /// Pairs in key order; of pairs with the same key the last one stays, as with repeated
 /// inserts.
@@ -320,8 +320,8 @@ impl IntoIterator for AtomMap {
 
 impl<'a> IntoIterator for &'a AtomMap {
     type Item = (&'a Atom, &'a Atom);
-    type IntoIter = Iter<'a>;
-    fn into_iter(self) -> Iter<'a> {
+    type IntoIter = MapIter<'a>;
+    fn into_iter(self) -> MapIter<'a> {
         self.iter()
     }
 }

@@ -236,9 +236,10 @@ impl PlanInfo {
     /// file source), no Event statements: one per Service is a lot to keep for nobody.
     fn of(cfg: &Config, events: bool, generation: u64, loaded: &Loaded) -> PlanInfo {
         let (model, problems) = build_model_without_slices(cfg, loaded);
+        let vips = vip_docs(&model);
         let (mut programmed, mut warnings) = (BTreeSet::new(), BTreeSet::new());
         if events {
-            let vip_set: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+            let vip_set: BTreeSet<std::net::IpAddr> = vips.iter().map(|d| d.vip).collect();
             let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
             programmed = crate::events::statements(&model, &[], &cfg.node_name, true);
             warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
@@ -246,7 +247,7 @@ impl PlanInfo {
         }
         PlanInfo {
             generation,
-            vips: Arc::new(vip_docs(&model)),
+            vips: Arc::new(vips),
             problems,
             programmed,
             warnings,
@@ -265,26 +266,36 @@ fn kept_delta(
     (delta.touched.len() <= SMALL.max(flows / 4)).then_some(delta)
 }
 
-/// Every VIP of `model` with its ports and Services, in VIP order.
+/// Every VIP of `model` with its ports and Services, in VIP order. Every VIP:port in the
+/// model's order (Services by key, each one's VIP:ports sorted), grouped by VIP with a stable
+/// sort: each VIP's ports keep that order and its Services come out sorted. One vector for the
+/// whole model, where a map of a set per VIP was an allocation per VIP for a moment.
 fn vip_docs(model: &Model) -> Vec<crate::agent::status::VipDoc> {
     use crate::agent::status::{PortDoc, VipDoc};
-    let mut ports: BTreeMap<std::net::IpAddr, Vec<PortDoc>> = BTreeMap::new();
-    for (_, vp) in model.vip_ports() {
-        ports.entry(vp.vip).or_default().push(PortDoc {
-            port: vp.port,
-            protocol: vp.protocol,
-        });
-    }
-    model
-        .vips()
-        .into_iter()
-        .map(|(vip, svcs)| {
-            let mut ports = ports.remove(&vip).unwrap_or_default();
-            ports.shrink_to_fit();
+    let mut all: Vec<(std::net::IpAddr, &crate::model::ServiceKey, PortDoc)> = model
+        .vip_ports()
+        .map(|(k, vp)| {
+            let port = PortDoc {
+                port: vp.port,
+                protocol: vp.protocol,
+            };
+            (vp.vip, k, port)
+        })
+        .collect();
+    all.sort_by_key(|(vip, _, _)| *vip);
+    all.chunk_by(|a, b| a.0 == b.0)
+        .map(|group| {
+            let mut services: Vec<crate::model::ServiceKey> = Vec::new();
+            for (_, k, _) in group {
+                if services.last() != Some(*k) {
+                    services.push((*k).clone());
+                }
+            }
+            services.shrink_to_fit();
             VipDoc {
-                vip,
-                services: svcs.into_iter().cloned().collect(),
-                ports,
+                vip: group[0].0,
+                services,
+                ports: group.iter().map(|(_, _, p)| *p).collect(),
             }
         })
         .collect()
@@ -461,4 +472,87 @@ pub(super) fn kubeovn_findings(
         .into_iter()
         .filter_map(|f| Some((f.vip?, f.to_string())))
         .collect()
+}
+
+#[cfg(test)]
+mod vip_docs_tests {
+    use super::*;
+    use crate::agent::status::{PortDoc, VipDoc};
+
+    /// The status document's VIPs as a map of a set per VIP makes them: the reference.
+    fn by_maps(model: &Model) -> Vec<VipDoc> {
+        let mut ports: BTreeMap<std::net::IpAddr, Vec<PortDoc>> = BTreeMap::new();
+        for (_, vp) in model.vip_ports() {
+            ports.entry(vp.vip).or_default().push(PortDoc {
+                port: vp.port,
+                protocol: vp.protocol,
+            });
+        }
+        model
+            .vips()
+            .into_iter()
+            .map(|(vip, svcs)| VipDoc {
+                vip,
+                services: svcs.into_iter().cloned().collect(),
+                ports: ports.remove(&vip).unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    fn svc(ns: &str, name: &str, created: &str, ips: &str, ports: &str) -> String {
+        format!(
+            "- apiVersion: v1\n  kind: Service\n  metadata: {{name: {name}, namespace: {ns}, \
+             creationTimestamp: \"{created}\"}}\n  spec:\n    type: ClusterIP\n    \
+             externalIPs: [{ips}]\n    ports: [{ports}]\n"
+        )
+    }
+
+    #[test]
+    fn vips_are_grouped_with_their_ports_in_model_order_and_their_services_sorted() {
+        let p = |n: u16, proto: &str| format!("{{port: {n}, protocol: {proto}}}");
+        let items = [
+            // Two Services share 192.0.2.1 on different ports; a third loses a conflict.
+            svc(
+                "b",
+                "web",
+                "2024-01-01T00:00:00Z",
+                "192.0.2.1",
+                &p(443, "TCP"),
+            ),
+            svc(
+                "a",
+                "web",
+                "2024-01-02T00:00:00Z",
+                "192.0.2.1, \"2001:db8::1\"",
+                &format!("{}, {}", p(80, "TCP"), p(53, "UDP")),
+            ),
+            svc(
+                "c",
+                "late",
+                "2024-02-01T00:00:00Z",
+                "192.0.2.1",
+                &p(443, "TCP"),
+            ),
+            svc(
+                "a",
+                "dns",
+                "2024-01-03T00:00:00Z",
+                "192.0.2.9",
+                &p(53, "UDP"),
+            ),
+        ];
+        let yaml = format!("apiVersion: v1\nkind: List\nitems:\n{}", items.concat());
+        let loaded = crate::source::file::parse(&yaml).expect("fixture parses");
+        let model = Model::build(&loaded.objects, &crate::model::ModelOptions::default());
+        let docs = vip_docs(&model);
+        assert_eq!(docs, by_maps(&model));
+        let shared = docs
+            .iter()
+            .find(|d| d.vip.to_string() == "192.0.2.1")
+            .expect("the shared VIP");
+        let names: Vec<String> = shared.services.iter().map(|k| k.to_string()).collect();
+        assert_eq!(names, ["a/web", "b/web"]);
+        let ports: Vec<String> = shared.ports.iter().map(|p| p.to_string()).collect();
+        assert_eq!(ports.len(), 3, "{ports:?}");
+    }
 }

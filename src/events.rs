@@ -110,25 +110,35 @@ pub fn announced(
         .collect()
 }
 
-/// Keep saying what was programmed while a new plan is on its way: `fresh` lacks the
-/// VipProgrammed (and VipAnnounced) statements until every bridge has applied the plan, and
-/// dropping them in the meantime would publish them again once it lands, on every change.
-/// `programmed` remembers those of the last applied plan.
-pub fn hold_programmed(
-    mut fresh: BTreeSet<ServiceEvent>,
+/// The VipProgrammed and VipAnnounced statements of the last plan this node applied, kept
+/// while a newer plan is on its way. The plan's own set is shared, not copied: at 10,000
+/// Services a copy is a B-tree of 10,000 statements.
+#[derive(Debug, Default)]
+pub struct Programmed {
+    plan: std::sync::Arc<BTreeSet<ServiceEvent>>,
+    announced: BTreeSet<ServiceEvent>,
+}
+
+/// What to say now: the current plan's `warnings` and, once this node has `applied` it, its
+/// `programmed` and `announced` statements (remembered in `held`). Until then, those of the
+/// last plan it applied: dropping them in the meantime would publish them again once the new
+/// plan lands, on every change.
+pub fn with_programmed(
+    mut warnings: BTreeSet<ServiceEvent>,
+    programmed: &std::sync::Arc<BTreeSet<ServiceEvent>>,
+    announced: BTreeSet<ServiceEvent>,
     applied: bool,
-    programmed: &mut BTreeSet<ServiceEvent>,
+    held: &mut Programmed,
 ) -> BTreeSet<ServiceEvent> {
     if applied {
-        *programmed = fresh
-            .iter()
-            .filter(|e| matches!(e.reason, "VipProgrammed" | "VipAnnounced"))
-            .cloned()
-            .collect();
-    } else {
-        fresh.extend(programmed.iter().cloned());
+        *held = Programmed {
+            plan: std::sync::Arc::clone(programmed),
+            announced,
+        };
     }
-    fresh
+    warnings.extend(held.plan.iter().cloned());
+    warnings.extend(held.announced.iter().cloned());
+    warnings
 }
 
 /// Findings of the excludeIps check, attributed to the Services owning each VIP.
@@ -370,18 +380,36 @@ mod tests {
 
     #[test]
     fn programmed_statements_hold_while_a_plan_is_in_flight() {
-        let mut programmed = BTreeSet::new();
-        let applied = BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4"), ev("VipSkipped", "x")]);
+        use std::sync::Arc;
+        let mut held = Programmed::default();
+        let skipped = BTreeSet::from([ev("VipSkipped", "x")]);
+        let first = Arc::new(BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4")]));
+        let announced = BTreeSet::from([ev("VipAnnounced", "VIPs 1.2.3.4 announced")]);
+        let applied: BTreeSet<ServiceEvent> = skipped
+            .iter()
+            .chain(first.iter())
+            .chain(announced.iter())
+            .cloned()
+            .collect();
         assert_eq!(
-            hold_programmed(applied.clone(), true, &mut programmed),
+            with_programmed(skipped.clone(), &first, announced, true, &mut held),
             applied
         );
-        // A new plan, not yet applied: the warning is still true, VipProgrammed held.
-        let in_flight = BTreeSet::from([ev("VipSkipped", "x")]);
-        assert_eq!(hold_programmed(in_flight, false, &mut programmed), applied);
-        // Applied with a new VIP set: the new statement replaces the old one.
-        let next = BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4, 5.6.7.8")]);
-        assert_eq!(hold_programmed(next.clone(), true, &mut programmed), next);
+        // A new plan, not yet applied: the warning is still true, what the last applied plan
+        // programmed and announced is held, the new plan's statements wait.
+        let second = Arc::new(BTreeSet::from([ev(
+            "VipProgrammed",
+            "VIPs 1.2.3.4, 5.6.7.8",
+        )]));
+        assert_eq!(
+            with_programmed(skipped, &second, BTreeSet::new(), false, &mut held),
+            applied
+        );
+        // Applied, with a new VIP set and nothing announced: the new statement replaces the old.
+        assert_eq!(
+            with_programmed(BTreeSet::new(), &second, BTreeSet::new(), true, &mut held),
+            *second
+        );
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub(super) async fn observe_agent(
     let mut seen_bridges: Vec<Seen> = bridges.iter().map(|_| Seen::default()).collect();
     let mut seen_nb = Seen::default();
     // The VipProgrammed statements of the last plan every bridge applied.
-    let mut programmed: BTreeSet<crate::events::ServiceEvent> = BTreeSet::new();
+    let mut programmed = crate::events::Programmed::default();
     // The plan and applied state the Events were last updated for.
     let mut events_for: Option<(u64, bool, usize)> = None;
     let mut events_at = std::time::Instant::now();
@@ -220,15 +220,19 @@ pub(super) async fn observe_agent(
             {
                 events_for = Some((p.generation, applied_here, ann_id));
                 events_at = std::time::Instant::now();
-                let mut st = p.warnings.clone();
-                if applied_here {
-                    st.extend(p.programmed.iter().cloned());
-                    if let Some(a) = &ann {
-                        st.extend(crate::events::announced(&p.vips, &a.here, &cfg.node_name));
+                let announced = match &ann {
+                    Some(a) if applied_here => {
+                        crate::events::announced(&p.vips, &a.here, &cfg.node_name)
                     }
-                }
-                let st = crate::events::hold_programmed(st, applied_here, &mut programmed);
-                ev.update(st);
+                    _ => BTreeSet::new(),
+                };
+                ev.update(crate::events::with_programmed(
+                    p.warnings.clone(),
+                    &p.programmed,
+                    announced,
+                    applied_here,
+                    &mut programmed,
+                ));
             }
             let vips = p.vips.clone();
             let _ = json.send(Some(StatusDoc {

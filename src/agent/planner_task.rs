@@ -226,7 +226,7 @@ pub(super) struct PlanInfo {
     pub problems: Vec<Problem>,
     /// The Events that say a Service's VIPs are programmed (once every bridge applied this
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
-    pub programmed: BTreeSet<crate::events::ServiceEvent>,
+    pub programmed: Arc<BTreeSet<crate::events::ServiceEvent>>,
     pub warnings: BTreeSet<crate::events::ServiceEvent>,
 }
 
@@ -237,11 +237,11 @@ impl PlanInfo {
     fn of(cfg: &Config, events: bool, generation: u64, loaded: &Loaded) -> PlanInfo {
         let (model, problems) = build_model_without_slices(cfg, loaded);
         let vips = vip_docs(&model);
-        let (mut programmed, mut warnings) = (BTreeSet::new(), BTreeSet::new());
+        let (mut programmed, mut warnings) = (Arc::default(), BTreeSet::new());
         if events {
             let vip_set: BTreeSet<std::net::IpAddr> = vips.iter().map(|d| d.vip).collect();
             let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
-            programmed = crate::events::statements(&model, &[], &cfg.node_name, true);
+            programmed = Arc::new(crate::events::statements(&model, &[], &cfg.node_name, true));
             warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
             warnings.extend(crate::events::not_excluded(&model, &not_excluded));
         }

@@ -462,25 +462,14 @@ fn cli_once_then_verify_reports_sync_and_drift() {
 
     // A full OVS port name longer than OpenFlow's 15 bytes is accepted (resolved through the
     // OVS database) and named as given in the offline plan.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
-        .args([
-            "plan",
-            "--patch",
-            "patch-br-ex_node-a-to-br-int",
-            "--objects",
-        ])
-        .arg(&objects)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout)
-            .contains("actions=output:patch-br-ex_node-a-to-br-int")
-    );
+    let text = common::vipflow_ok([
+        "plan",
+        "--patch",
+        "patch-br-ex_node-a-to-br-int",
+        "--objects",
+        objects.to_str().expect("a UTF-8 sandbox path"),
+    ]);
+    assert!(text.contains("actions=output:patch-br-ex_node-a-to-br-int"));
 
     // Bad invocations: clear errors, exit 2.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
@@ -912,17 +901,8 @@ async fn a_gateway_router_mac_other_than_the_bridges_is_reported_and_rewritten_t
     // The offline plan says so too (it cannot know the bridge's MAC, so it names the rule).
     let file = h.sb.path().join("plan-objects.yaml");
     std::fs::write(&file, &y).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
-        .args(["plan", "--node-name", "node-a", "--objects"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let path = file.to_str().expect("a UTF-8 sandbox path");
+    let text = common::vipflow_ok(["plan", "--node-name", "node-a", "--objects", path]);
     assert!(
         text.contains(
             "OVN gateway router's 0a:58:64:40:00:05 (Node node-a, annotation \

@@ -4,6 +4,8 @@
 //! or the host; a request for a VIP another node owns is dropped, and an advertisement from
 //! the wire is not taken for one of ours.
 
+mod common;
+
 use openflow::{Config, Connection, Message};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use testkit::Sandbox;
@@ -198,17 +200,8 @@ items:
 ",
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
-        .args(["plan", "--announce", "--node-name", "n1", "--objects"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let path = file.to_str().expect("a UTF-8 sandbox path");
+    let text = common::vipflow_ok(["plan", "--announce", "--node-name", "n1", "--objects", path]);
     let answers = text
         .split("# answers node n1 puts on br-ex (3 flows")
         .nth(1)

@@ -17,6 +17,25 @@ pub fn write_objects(path: &Path, yaml: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// Run the `vipflow` binary with `args`; its standard output, once it exited 0 (else the test
+/// fails with its standard error).
+pub fn vipflow_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// examples/services.yaml.
 pub fn base_yaml() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))

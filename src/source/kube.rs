@@ -117,33 +117,28 @@ trait Keyed {
     fn key(&self) -> (&str, &str);
 }
 
+/// `(namespace, name)`, empty where unset.
+fn key_of<'a, S: AsRef<str>>(namespace: &'a Option<S>, name: &'a Option<S>) -> (&'a str, &'a str) {
+    let text = |s: &'a Option<S>| s.as_ref().map_or("", AsRef::as_ref);
+    (text(namespace), text(name))
+}
+
 impl Keyed for KeptService {
     fn key(&self) -> (&str, &str) {
-        let m = &self.metadata;
-        (
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default(),
-        )
+        key_of(&self.metadata.namespace, &self.metadata.name)
     }
 }
 
 impl Keyed for KeptSlice {
     fn key(&self) -> (&str, &str) {
-        (
-            self.namespace.as_deref().unwrap_or_default(),
-            self.name.as_deref().unwrap_or_default(),
-        )
+        key_of(&self.namespace, &self.name)
     }
 }
 
 /// Objects kept whole (Nodes, Kube-OVN Subnets).
 impl<K: Resource> Keyed for K {
     fn key(&self) -> (&str, &str) {
-        let m = self.meta();
-        (
-            m.namespace.as_deref().unwrap_or_default(),
-            m.name.as_deref().unwrap_or_default(),
-        )
+        key_of(&self.meta().namespace, &self.meta().name)
     }
 }
 

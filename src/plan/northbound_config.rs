@@ -112,19 +112,13 @@ pub fn own_groups(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Vec<Group
         groups.push(GroupPlan {
             name: OWN_SWITCHES_GROUP.to_string(),
             routers: BTreeSet::new(),
-            switches: nodes
-                .iter()
-                .filter_map(|n| template(&cfg.node_switch, n))
-                .collect(),
+            switches: every_node(&cfg.node_switch, nodes),
         });
     }
     if cfg.node_rows == NodeRows::Template && cfg.node_router.is_some() {
         groups.push(GroupPlan {
             name: OWN_ROUTERS_GROUP.to_string(),
-            routers: nodes
-                .iter()
-                .filter_map(|n| template(&cfg.node_router, n))
-                .collect(),
+            routers: every_node(&cfg.node_router, nodes),
             switches: BTreeSet::new(),
         });
     }
@@ -138,17 +132,17 @@ pub fn own_group(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Option<Gro
     }
     Some(GroupPlan {
         name: OWN_GROUP.to_string(),
-        routers: nodes
-            .iter()
-            .filter_map(|n| template(&cfg.node_router, n))
-            .collect(),
-        switches: nodes
-            .iter()
-            .filter_map(|n| template(&cfg.node_switch, n))
-            .collect(),
+        routers: every_node(&cfg.node_router, nodes),
+        switches: every_node(&cfg.node_switch, nodes),
     })
 }
 
+/// Node template `t` (`GR_{node}`) for `node`; `None` without a template.
 pub(super) fn template(t: &Option<String>, node: &str) -> Option<String> {
     t.as_ref().map(|t| t.replace("{node}", node))
+}
+
+/// Template `t` for every node (none without a template).
+fn every_node(t: &Option<String>, nodes: &BTreeSet<String>) -> BTreeSet<String> {
+    nodes.iter().filter_map(|n| template(t, n)).collect()
 }

@@ -150,11 +150,7 @@ pub(super) fn diff(
         };
         let mut mutations = Vec::with_capacity(2);
         if !delete.is_empty() {
-            mutations.push(Mutation::new(
-                "variables",
-                Mutator::Delete,
-                Value::Set(delete.into_iter().map(Atom::string).collect()),
-            ));
+            mutations.push(delete_vars(&delete));
         }
         if !insert.is_empty() {
             mutations.push(Mutation::new(
@@ -166,6 +162,15 @@ pub(super) fn diff(
         p.body
             .mutate(CHASSIS_VARS, vec![Condition::uuid(cv.uuid)], mutations);
     }
+}
+
+/// The mutation that deletes variables `names` from a chassis row.
+fn delete_vars(names: &[&str]) -> Mutation {
+    Mutation::new(
+        "variables",
+        Mutator::Delete,
+        Value::Set(names.iter().map(|n| Atom::string(*n)).collect()),
+    )
 }
 
 /// After a full diff: delete vipflow's variables that no planned row names (left by rows
@@ -200,11 +205,7 @@ pub(super) fn sweep(observed: &Observed, rows: &RowIndex) -> Option<Change> {
         txn.mutate(
             CHASSIS_VARS,
             vec![Condition::uuid(cv.uuid)],
-            vec![Mutation::new(
-                "variables",
-                Mutator::Delete,
-                Value::Set(names.iter().map(|n| Atom::string(*n)).collect()),
-            )],
+            vec![delete_vars(names)],
         );
     }
     txn.comment("vipflow: template values no row names");

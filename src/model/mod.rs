@@ -338,7 +338,8 @@ impl Model {
             .flat_map(|n| n.addresses.iter().copied())
             .collect();
         // The first object of each key is the Service; a later one with the same key is
-        // reported and otherwise ignored (its cluster IP included), valid or not.
+        // reported and otherwise ignored (its cluster IP included), valid or not. So is an
+        // object without a name.
         let mut keys = std::collections::HashSet::new();
         let mut firsts = Vec::with_capacity(objects.services.len());
         for svc in &objects.services {
@@ -351,7 +352,10 @@ impl Model {
                 _ => firsts.push(svc),
             }
         }
-        let cluster_ips: BTreeSet<IpAddr> = firsts.iter().flat_map(|s| cluster_ips_of(s)).collect();
+        let cluster_ips: BTreeSet<IpAddr> = (firsts.iter())
+            .filter(|s| s.key().is_some())
+            .flat_map(|s| cluster_ips_of(s))
+            .collect();
 
         // Candidate services with every valid VIP:port they claim.
         let mut candidates: BTreeMap<ServiceKey, Service> = BTreeMap::new();

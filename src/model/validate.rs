@@ -326,7 +326,7 @@ pub(crate) fn build_service(
 }
 
 /// A Service's place in a VIP:port conflict: lower wins.
-pub(crate) type Rank = (bool, Option<k8s_openapi::jiff::Timestamp>, ServiceKey);
+pub type Rank = (bool, Option<k8s_openapi::jiff::Timestamp>, ServiceKey);
 
 /// The oldest Service wins, then by namespace/name. Services without a timestamp sort after
 /// every dated one. Times compare as times: as text, "08:00:00.5Z" would sort before

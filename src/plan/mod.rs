@@ -14,6 +14,7 @@ pub mod planner;
 pub mod ports;
 pub mod row_table;
 pub mod service_index;
+pub mod service_report;
 pub mod slice_index;
 pub mod str_map;
 

@@ -17,12 +17,12 @@
 //! A property test checks that after any sequence of snapshots the index equals the full plan.
 
 use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
+use super::service_report::{Claimants, ServiceReport, with_rank, without_rank};
 use crate::config::BridgeConfig;
 use crate::model::{
-    KeptService, ModelOptions, Objects, Protocol, Rank, Service, ServiceKey, build_nodes,
-    build_service, cluster_ips_of, rank,
+    KeptService, ModelOptions, Objects, Problem, ProblemKind, Protocol, Rank, Service, ServiceKey,
+    Subject, build_nodes, build_service, cluster_ips_of, rank,
 };
-use crate::vec_set::VecSet;
 use k8s_openapi::api::core::v1 as core;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -88,15 +88,21 @@ pub struct ServiceIndex {
     by_raw_vip: HashMap<IpAddr, Vec<ServiceKey>>,
     /// The claimants of each claim, best first: the first one wins it. A claim without
     /// claimants has no entry, so the claims in the flow index are exactly its keys.
-    claimants: HashMap<Claim, Claimants>,
+    /// Persistent, like the validation problems: the report takes both in O(1).
+    claimants: imbl::OrdMap<Claim, Claimants>,
+    /// Each Service's validation problems, for the Services that have any.
+    invalid: imbl::OrdMap<ServiceKey, Arc<[Problem]>>,
+    /// The Nodes' problems, as of the last change of Nodes.
+    node_problems: Arc<[Problem]>,
+    /// A Service for each later listing of a key (the first one is used).
+    duplicate_problems: Arc<[Problem]>,
+    /// How many of the last snapshot's Services have no name.
+    unnamed: usize,
     claims_per_vip: HashMap<IpAddr, usize>,
     /// Every VIP with at least one claim (a persistent set: handing it on is O(1)).
     vips: imbl::OrdSet<IpAddr>,
     last: Changes,
 }
-
-/// The claimants of one claim, best first (nearly always one).
-type Claimants = VecSet<Rank>;
 
 /// A valid Service as validated (before conflicts), its rank and its claims, sorted.
 struct Built {
@@ -164,7 +170,11 @@ impl ServiceIndex {
             duplicates: false,
             built: HashMap::new(),
             by_raw_vip: HashMap::new(),
-            claimants: HashMap::new(),
+            claimants: imbl::OrdMap::new(),
+            invalid: imbl::OrdMap::new(),
+            node_problems: Arc::from([]),
+            duplicate_problems: Arc::from([]),
+            unnamed: 0,
             claims_per_vip: HashMap::new(),
             vips: imbl::OrdSet::new(),
             last: Changes::default(),
@@ -210,6 +220,10 @@ impl ServiceIndex {
             .cloned()
             .collect();
         changed.retain(|k, s| self.raw.get(k).is_none_or(|old| !Arc::ptr_eq(old, s)));
+        let unnamed = |v: &[(Arc<KeptService>, Option<ServiceKey>)]| {
+            v.iter().filter(|(_, k)| k.is_none()).count()
+        };
+        self.unnamed = self.unnamed - unnamed(&self.order[start..old_end]) + unnamed(&now);
         self.order.splice(start..old_end, now);
         Some(Incoming::Changed { changed, removed })
     }
@@ -217,36 +231,49 @@ impl ServiceIndex {
     /// Key every Service of a snapshot (first occurrence of a key wins) and remember the order.
     fn key_all(&mut self, services: &[Arc<KeptService>]) -> HashMap<ServiceKey, Arc<KeptService>> {
         let mut all = HashMap::with_capacity(services.len());
+        let mut duplicates = Vec::new();
         self.order.clear();
-        self.duplicates = false;
+        self.unnamed = 0;
         for s in services {
             let k = s.key();
-            if let Some(k) = &k {
-                match all.entry(k.clone()) {
-                    std::collections::hash_map::Entry::Occupied(_) => self.duplicates = true,
+            match &k {
+                Some(k) => match all.entry(k.clone()) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        duplicates.push(Problem::new(
+                            Subject::Service(k.clone()),
+                            ProblemKind::Duplicate,
+                            "listed twice; the first one is used",
+                        ));
+                    }
                     std::collections::hash_map::Entry::Vacant(e) => {
                         e.insert(Arc::clone(s));
                     }
-                }
+                },
+                None => self.unnamed += 1,
             }
             self.order.push((Arc::clone(s), k));
         }
+        self.duplicates = !duplicates.is_empty();
+        self.duplicate_problems = duplicates.into();
         all
     }
 
     /// Validate the Services of `keys` (in order; `None`: gone or invalid). Each depends only on
     /// its own object and the node and cluster addresses, so a large set (a first snapshot)
     /// is split across cores.
-    fn validate(&self, keys: &[ServiceKey]) -> Vec<Option<Service>> {
+    fn validate(&self, keys: &[ServiceKey]) -> Vec<(Option<Service>, Vec<Problem>)> {
         let one = |k: &ServiceKey| {
-            let raw = self.raw.get(k)?;
-            build_service(
-                raw,
-                &self.opts,
-                &self.node_ips,
-                &self.cluster_ips,
-                &mut Vec::new(),
-            )
+            let mut problems = Vec::new();
+            let svc = self.raw.get(k).and_then(|raw| {
+                build_service(
+                    raw,
+                    &self.opts,
+                    &self.node_ips,
+                    &self.cluster_ips,
+                    &mut problems,
+                )
+            });
+            (svc, problems)
         };
         super::map_split(keys, one)
     }
@@ -264,6 +291,26 @@ impl ServiceIndex {
     /// The Service that wins a claim.
     pub fn winner(&self, claim: &Claim) -> Option<&ServiceKey> {
         self.claimants.get(claim)?.first().map(|r| &r.2)
+    }
+
+    /// What problems, Events and the status document need to know, as of the last update
+    /// (persistent maps: O(1)).
+    pub fn report(&self) -> ServiceReport {
+        let mut other: Vec<Problem> = Vec::new();
+        other.extend(self.node_problems.iter().cloned());
+        other.extend(self.duplicate_problems.iter().cloned());
+        if self.unnamed > 0 {
+            other.push(Problem::new(
+                Subject::Unnamed("Service"),
+                ProblemKind::Invalid,
+                "no metadata.name",
+            ));
+        }
+        ServiceReport {
+            claimants: self.claimants.clone(),
+            invalid: self.invalid.clone(),
+            other: other.into(),
+        }
     }
 
     /// A Service with only the VIP:ports it wins (as [`crate::model::Model`] has it).
@@ -330,7 +377,9 @@ impl ServiceIndex {
                 .all(|(a, b)| Arc::ptr_eq(a, b));
         if !nodes_same {
             self.nodes = objects.nodes.clone();
-            let nodes = build_nodes(&objects.nodes, &mut Vec::new());
+            let mut problems = Vec::new();
+            let nodes = build_nodes(&objects.nodes, &mut problems);
+            self.node_problems = problems.into();
             let ips: BTreeSet<IpAddr> = nodes
                 .values()
                 .flat_map(|n| n.addresses.iter().copied())
@@ -450,17 +499,22 @@ impl ServiceIndex {
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
         let mut validated = self.validate(&dirty).into_iter();
         for k in &dirty {
-            let svc = validated.next().flatten();
+            let (svc, problems) = validated.next().unwrap_or_default();
+            if problems.is_empty() {
+                self.invalid.remove(k);
+            } else {
+                self.invalid.insert(k.clone(), problems.into());
+            }
             if let Some(old) = self.built.remove(k) {
                 for c in old.claims {
                     winner_before
                         .entry(c)
                         .or_insert_with(|| self.winner(&c).cloned());
-                    if let Some(set) = self.claimants.get_mut(&c) {
-                        set.remove(&old.rank);
-                        if set.is_empty() {
-                            self.claimants.remove(&c);
-                        }
+                    if let Some(set) = self.claimants.get(&c) {
+                        match without_rank(set, &old.rank) {
+                            Some(rest) => self.claimants.insert(c, rest),
+                            None => self.claimants.remove(&c),
+                        };
                     }
                 }
             }
@@ -477,7 +531,8 @@ impl ServiceIndex {
                 winner_before
                     .entry(c)
                     .or_insert_with(|| self.winner(&c).cloned());
-                self.claimants.entry(c).or_default().insert(r.clone());
+                let set = with_rank(self.claimants.get(&c), &r);
+                self.claimants.insert(c, set);
             }
             self.built.insert(
                 k.clone(),

@@ -14,6 +14,8 @@ struct Spec {
     lb: bool,
     /// Named as the next slot's Service: the same key listed twice.
     alias: bool,
+    /// No name at all.
+    unnamed: bool,
 }
 
 fn ip(n: u8) -> String {
@@ -32,6 +34,9 @@ fn service(slot: usize, s: &Spec) -> KeptService {
         "metadata": {"name": format!("s{}", if s.alias { (slot + 1) % 5 } else { slot }), "namespace": "ns", "creationTimestamp": format!("2026-01-01T00:00:0{slot}Z")},
         "spec": {"type": if s.lb { "LoadBalancer" } else { "ClusterIP" }, "clusterIP": ip(s.cluster_ip), "ports": ports},
     });
+    if s.unnamed {
+        v["metadata"].as_object_mut().unwrap().remove("name");
+    }
     let vips: Vec<String> = s.vips.iter().map(|n| ip(*n)).collect();
     if s.lb {
         let ing: Vec<serde_json::Value> =
@@ -53,13 +58,15 @@ fn spec() -> impl Strategy<Value = Spec> {
         0u8..8,
         any::<bool>(),
         prop::bool::weighted(0.1),
+        prop::bool::weighted(0.05),
     )
-        .prop_map(|(vips, ports, cluster_ip, lb, alias)| Spec {
+        .prop_map(|(vips, ports, cluster_ip, lb, alias, unnamed)| Spec {
             vips,
             ports,
             cluster_ip,
             lb,
             alias,
+            unnamed,
         })
 }
 
@@ -119,6 +126,29 @@ proptest! {
             }
             let deltas = planner.update(&objects);
             let model = Model::build(&objects, &ModelOptions::default());
+            // The report: the model's problems (there are no slices here) and winners.
+            let report = planner.report();
+            prop_assert_eq!(report.problems(), model.problems.clone());
+            let won: Vec<(Claim, ServiceKey)> =
+                report.won().map(|(c, k)| (*c, k.clone())).collect();
+            let mut want_won: Vec<(Claim, ServiceKey)> = model
+                .vip_ports()
+                .map(|(k, vp)| ((vp.vip, vp.port, vp.protocol), k.clone()))
+                .collect();
+            want_won.sort();
+            prop_assert_eq!(won, want_won);
+            let by_service: Vec<(ServiceKey, Vec<IpAddr>)> = report
+                .vips_by_service()
+                .into_iter()
+                .map(|(k, v)| (k.clone(), v))
+                .collect();
+            let want_by_service: Vec<(ServiceKey, Vec<IpAddr>)> = model
+                .services
+                .values()
+                .map(|s| (s.key.clone(), s.vips().into_iter().collect::<Vec<_>>()))
+                .filter(|(_, v)| !v.is_empty())
+                .collect();
+            prop_assert_eq!(by_service, want_by_service);
             for (i, b) in bridges.iter().enumerate() {
                 let want = plan(&model, &PlanInput { bridge: b, cookie_prefix: 0x7f1f });
                 let maker = planner.maker(i);
@@ -158,6 +188,7 @@ fn a_change_touches_only_its_own_flows() {
                     cluster_ip: 7,
                     lb: false,
                     alias: false,
+                    unnamed: false,
                 },
             ))
         })
@@ -181,6 +212,7 @@ fn a_change_touches_only_its_own_flows() {
             cluster_ip: 7,
             lb: false,
             alias: false,
+            unnamed: false,
         },
     )));
     let d = p.update(&objects);

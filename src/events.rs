@@ -7,7 +7,7 @@
 //! - A token bucket caps the rate across all Services, so a storm of changes never becomes a
 //!   storm of API writes; events over the cap are dropped and counted.
 
-use crate::model::{Model, Problem, ProblemKind, ServiceKey};
+use crate::model::{Problem, ProblemKind, ServiceKey};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -31,29 +31,31 @@ pub struct ServiceEvent {
     pub note: std::sync::Arc<str>,
 }
 
-/// What to say about each Service for a plan that this node has applied: programmed VIPs
-/// (Normal) and problems (Warning).
-pub fn statements(
-    model: &Model,
-    problems: &[Problem],
+/// What to say about each Service with VIPs once this node has applied its plan: its VIPs
+/// are programmed here (Normal). `services` gives each Service's VIPs in order.
+pub fn programmed<'a>(
+    services: impl IntoIterator<Item = (&'a ServiceKey, Vec<std::net::IpAddr>)>,
     node: &str,
-    applied: bool,
 ) -> BTreeSet<ServiceEvent> {
     let mut out = BTreeSet::new();
-    if applied {
-        for s in model.services.values() {
-            let vips: Vec<String> = s.vips().iter().map(|v| v.to_string()).collect();
-            if vips.is_empty() {
-                continue;
-            }
-            out.insert(ServiceEvent {
-                service: s.key.clone(),
-                warning: false,
-                reason: "VipProgrammed",
-                note: format!("VIPs {} programmed on node {node}", vips.join(", ")).into(),
-            });
+    for (key, vips) in services {
+        if vips.is_empty() {
+            continue;
         }
+        let vips: Vec<String> = vips.iter().map(|v| v.to_string()).collect();
+        out.insert(ServiceEvent {
+            service: key.clone(),
+            warning: false,
+            reason: "VipProgrammed",
+            note: format!("VIPs {} programmed on node {node}", vips.join(", ")).into(),
+        });
     }
+    out
+}
+
+/// What to say about the Services that have problems (Warning), by the problem's kind.
+pub fn warnings(problems: &[Problem]) -> BTreeSet<ServiceEvent> {
+    let mut out = BTreeSet::new();
     for p in problems {
         let Some(key) = p.service() else {
             continue;
@@ -143,13 +145,15 @@ pub fn with_programmed(
 
 /// Findings of the excludeIps check, attributed to the Services owning each VIP.
 pub fn not_excluded(
-    model: &Model,
+    vips: &[crate::agent::status::VipDoc],
     findings: &[(std::net::IpAddr, String)],
 ) -> BTreeSet<ServiceEvent> {
-    let owners = model.vips();
     let mut out = BTreeSet::new();
     for (vip, text) in findings {
-        for svc in owners.get(vip).into_iter().flatten() {
+        let owners = vips
+            .binary_search_by(|d| d.vip.cmp(vip))
+            .map_or(&[][..], |i| &vips[i].services[..]);
+        for svc in owners {
             out.insert(ServiceEvent {
                 service: (*svc).clone(),
                 warning: true,
@@ -431,7 +435,7 @@ mod tests {
             // Not about a Service: no Event.
             Problem::new(Subject::Node("n".into()), ProblemKind::Invalid, "x"),
         ];
-        let got = statements(&Model::default(), &problems, "node-a", false);
+        let got = warnings(&problems);
         let reasons: Vec<_> = got.iter().map(|e| (e.reason, e.service.clone())).collect();
         assert_eq!(reasons.len(), 2, "{got:?}");
         assert!(reasons.contains(&("VipConflict", web.clone())));

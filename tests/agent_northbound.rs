@@ -546,13 +546,13 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
         Duration::from_secs(30),
         running
             .planned
-            .wait_for(|p| p.as_ref().is_some_and(|(_, l)| Arc::ptr_eq(l, &fin))),
+            .wait_for(|p| p.as_ref().is_some_and(|p| Arc::ptr_eq(&p.loaded, &fin))),
     )
     .await
     .expect("the last round was planned")
     .unwrap()
     .as_ref()
-    .map_or(0, |(g, _)| *g);
+    .map_or(0, |p| p.generation);
     tokio::time::timeout(Duration::from_secs(60), running.wait_applied(g))
         .await
         .expect("converged after the leader change");

@@ -12,6 +12,7 @@ pub mod members;
 mod observer;
 mod oneshot;
 mod planner_task;
+mod report;
 pub mod status;
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::northbound::{self as nbplan, LbRow};
@@ -27,7 +28,9 @@ pub use oneshot::{
     verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
-use planner_task::{PlanInfo, PlannerTask, Received, kubeovn_subnets, report};
+use planner_task::{PlannerTask, Received};
+pub use report::Planned;
+use report::{PlanInfo, kubeovn_subnets, report};
 use status::{BridgeDoc, NorthboundDoc, StatusDoc};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -138,6 +141,25 @@ pub fn build_model_without_slices(cfg: &Config, loaded: &Loaded) -> (Model, Vec<
     with_problems(cfg, loaded, model)
 }
 
+/// Every problem of `loaded` the planner's `services` know of: the source's, the Services',
+/// Nodes' and EndpointSlices', this node's. The same as [`build_model_without_slices`]'s.
+pub fn report_problems(
+    cfg: &Config,
+    loaded: &Loaded,
+    services: &crate::plan::service_report::ServiceReport,
+) -> Vec<Problem> {
+    let mut found = services.problems();
+    crate::model::slice_problems(&loaded.objects.endpoint_slices, &mut found);
+    found.sort();
+    found.dedup();
+    let mut problems = loaded.problems.clone();
+    problems.extend(found);
+    if let Err(p) = crate::model::node_gateway_router_mac(&loaded.objects.nodes, &cfg.node_name) {
+        problems.push(p);
+    }
+    problems
+}
+
 /// `model` with every problem of `loaded`: the source's, the model's, this node's.
 fn with_problems(cfg: &Config, loaded: &Loaded, model: Model) -> (Model, Vec<Problem>) {
     let mut problems = loaded.problems.clone();
@@ -219,7 +241,7 @@ pub struct Running {
     pub generation: watch::Receiver<u64>,
     /// The latest plan's generation and the objects it was made from: which generation holds a
     /// given snapshot of the source.
-    pub planned: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
+    pub planned: watch::Receiver<Option<Arc<Planned>>>,
     /// True once every bridge (and the Northbound writer, when this agent is it) has applied
     /// a plan: the readiness probe.
     pub ready: watch::Receiver<bool>,
@@ -291,7 +313,7 @@ pub fn start_with(
     let (gtx, grx) = watch::channel(0u64);
     let (announce_tx, announce_rx) = watch::channel(None);
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
-    let (rtx, rrx) = watch::channel::<Option<(u64, Arc<Loaded>)>>(None);
+    let (rtx, rrx) = watch::channel::<Option<Arc<Planned>>>(None);
     let planned_rx = rrx.clone();
     let received: Received = Arc::default();
     let (ready_tx, ready) = watch::channel(false);

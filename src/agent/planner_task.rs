@@ -1,7 +1,6 @@
 //! The planner task: each complete snapshot of the source through the [`Planner`] (off the
-//! async workers), handed to the reconcilers make before break (see [`crate::plan::order`]);
-//! and the report task, which builds the full model for problems, Events and status at its own
-//! pace.
+//! async workers), handed to the reconcilers make before break (see [`crate::plan::order`]),
+//! and to the report task ([`super::report`]).
 
 use super::*;
 
@@ -14,8 +13,8 @@ pub(super) struct PlannerTask {
     /// One per bridge, in config order.
     pub bridges: Vec<watch::Sender<Arc<DesiredFlows>>>,
     pub northbound: Option<watch::Sender<Arc<nb::DesiredRows>>>,
-    /// The objects of each generation, for the report task.
-    pub reports: watch::Sender<Option<(u64, Arc<Loaded>)>>,
+    /// The objects and Services of each generation, for the report task.
+    pub reports: watch::Sender<Option<Arc<Planned>>>,
     pub generation: watch::Sender<u64>,
     pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
@@ -87,15 +86,16 @@ impl PlannerTask {
                 p.hold_while_draining(false);
             }
             let objs = Arc::clone(&loaded);
-            let plans = match tokio::task::spawn_blocking(move || {
+            let (plans, services) = match tokio::task::spawn_blocking(move || {
                 let plans = p.update(&objs.objects);
-                (p, plans)
+                let services = p.services().report();
+                (p, plans, services)
             })
             .await
             {
-                Ok((p, plans)) => {
+                Ok((p, plans, services)) => {
                     planner = Some(p);
-                    plans
+                    (plans, services)
                 }
                 Err(e) => {
                     tracing::error!(error = %e, "the planner failed; no more plans");
@@ -159,8 +159,12 @@ impl PlannerTask {
                 }
                 _ => None,
             };
-            // The full model for problems, Events and status: built at its own pace.
-            let _ = rtx.send(Some((generation, loaded)));
+            // Problems, Events and status: reported at their own pace.
+            let _ = rtx.send(Some(Arc::new(Planned {
+                generation,
+                loaded,
+                services,
+            })));
             let _ = gtx.send(generation);
             // Flows and rows, make before break (plan::order): rows that serve the old plan and
             // the new one, then the flows, then the new rows.
@@ -218,43 +222,6 @@ impl PlannerTask {
     }
 }
 
-/// What the planner produced for one generation, for the observer.
-pub(super) struct PlanInfo {
-    pub generation: u64,
-    /// Every VIP, its ports and Services, for the status document (shared with it).
-    pub vips: Arc<Vec<crate::agent::status::VipDoc>>,
-    pub problems: Vec<Problem>,
-    /// The Events that say a Service's VIPs are programmed (once every bridge applied this
-    /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
-    pub programmed: Arc<BTreeSet<crate::events::ServiceEvent>>,
-    pub warnings: BTreeSet<crate::events::ServiceEvent>,
-}
-
-impl PlanInfo {
-    /// What the report task says about one snapshot: built off the async workers, once per
-    /// plan, so the observer only picks from it. Without `events` (no Events are sent: the
-    /// file source), no Event statements: one per Service is a lot to keep for nobody.
-    fn of(cfg: &Config, events: bool, generation: u64, loaded: &Loaded) -> PlanInfo {
-        let (model, problems) = build_model_without_slices(cfg, loaded);
-        let vips = vip_docs(&model);
-        let (mut programmed, mut warnings) = (Arc::default(), BTreeSet::new());
-        if events {
-            let vip_set: BTreeSet<std::net::IpAddr> = vips.iter().map(|d| d.vip).collect();
-            let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
-            programmed = Arc::new(crate::events::statements(&model, &[], &cfg.node_name, true));
-            warnings = crate::events::statements(&model, &problems, &cfg.node_name, false);
-            warnings.extend(crate::events::not_excluded(&model, &not_excluded));
-        }
-        PlanInfo {
-            generation,
-            vips: Arc::new(vips),
-            problems,
-            programmed,
-            warnings,
-        }
-    }
-}
-
 /// The delta to hand on with a plan, or `None` when it names a large part of the flows (a
 /// first plan names every one): the plan is kept for as long as it stands, and such a delta
 /// with it, where comparing the two plans (without visiting what they share) costs as much.
@@ -264,41 +231,6 @@ fn kept_delta(
 ) -> Option<crate::plan::service_index::FlowDelta> {
     const SMALL: usize = 4096;
     (delta.touched.len() <= SMALL.max(flows / 4)).then_some(delta)
-}
-
-/// Every VIP of `model` with its ports and Services, in VIP order. Every VIP:port in the
-/// model's order (Services by key, each one's VIP:ports sorted), grouped by VIP with a stable
-/// sort: each VIP's ports keep that order and its Services come out sorted. One vector for the
-/// whole model, where a map of a set per VIP was an allocation per VIP for a moment.
-fn vip_docs(model: &Model) -> Vec<crate::agent::status::VipDoc> {
-    use crate::agent::status::{PortDoc, VipDoc};
-    let mut all: Vec<(std::net::IpAddr, &crate::model::ServiceKey, PortDoc)> = model
-        .vip_ports()
-        .map(|(k, vp)| {
-            let port = PortDoc {
-                port: vp.port,
-                protocol: vp.protocol,
-            };
-            (vp.vip, k, port)
-        })
-        .collect();
-    all.sort_by_key(|(vip, _, _)| *vip);
-    all.chunk_by(|a, b| a.0 == b.0)
-        .map(|group| {
-            let mut services: Vec<crate::model::ServiceKey> = Vec::new();
-            for (_, k, _) in group {
-                if services.last() != Some(*k) {
-                    services.push((*k).clone());
-                }
-            }
-            services.shrink_to_fit();
-            VipDoc {
-                vip: group[0].0,
-                services,
-                ports: group.iter().map(|(_, _, p)| *p).collect(),
-            }
-        })
-        .collect()
 }
 
 /// How long the planner waits for the other side of a make-before-break step (plan::order)
@@ -346,213 +278,4 @@ pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, Arrival>>>;
 pub(super) struct Arrival {
     pub at: std::time::Instant,
     pub takeover: bool,
-}
-
-/// Build the full model of the latest snapshot, for problems, Events and the status document.
-/// Off the planning path: a burst of snapshots is reported once, for the latest.
-/// The first report waits for the first sync (`ready`), at most [`FIRST_REPORT_WAIT`]: a
-/// report holds a model of every object while it is built, and at startup, on a busy node, its
-/// low-priority thread would hold that through the whole first sync, on top of what the sync
-/// itself holds.
-pub(super) async fn report(
-    cfg: Config,
-    events: bool,
-    mut snapshots: watch::Receiver<Option<(u64, Arc<Loaded>)>>,
-    plans: watch::Sender<Option<Arc<PlanInfo>>>,
-    mut ready: watch::Receiver<bool>,
-) {
-    let _ = tokio::time::timeout(FIRST_REPORT_WAIT, ready.wait_for(|r| *r)).await;
-    // What the first sync built and dropped (a database snapshot, every flow's encoding).
-    let _ = tokio::task::spawn_blocking(crate::memory::give_back).await;
-    let mut reported: BTreeSet<String> = BTreeSet::new();
-    let reporter = Reporter::start(&cfg, events);
-    while snapshots.changed().await.is_ok() {
-        let Some((generation, loaded)) = snapshots.borrow_and_update().clone() else {
-            continue;
-        };
-        let began = std::time::Instant::now();
-        let Some(info) = reporter.report(generation, loaded).await else {
-            continue;
-        };
-        // At most a fifth of a core: in a stream of changes the report skips to the latest
-        // plan, and the planner and the reconcilers keep the rest.
-        let rest = began.elapsed() * REPORT_IDLE;
-        // Report each problem once while it lasts, not on every re-plan.
-        let now: BTreeSet<String> = info.problems.iter().map(|p| p.to_string()).collect();
-        for p in now.difference(&reported) {
-            tracing::warn!(problem = %p, "skipped");
-        }
-        reported = now;
-        let _ = plans.send(Some(Arc::new(info)));
-        tokio::time::sleep(rest).await;
-    }
-}
-
-/// Where reports are built: a thread of their own at the lowest scheduling priority, so that
-/// on a busy node the planner and the reconcilers, which move traffic, always go first.
-enum Reporter {
-    Thread(std::sync::mpsc::Sender<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>),
-    /// The thread could not be started: the runtime's blocking threads.
-    Blocking(Box<Config>, bool),
-}
-
-impl Reporter {
-    fn start(cfg: &Config, events: bool) -> Reporter {
-        let (tx, rx) =
-            std::sync::mpsc::channel::<(u64, Arc<Loaded>, tokio::sync::oneshot::Sender<PlanInfo>)>(
-            );
-        let c = cfg.clone();
-        let spawned = std::thread::Builder::new()
-            .name("vipflow-report".into())
-            .spawn(move || {
-                lowest_priority();
-                while let Ok((generation, loaded, reply)) = rx.recv() {
-                    let info = PlanInfo::of(&c, events, generation, &loaded);
-                    // The full model it was built from is gone: its pages go back now, not
-                    // kept resident between what lives on.
-                    crate::memory::give_back();
-                    let _ = reply.send(info);
-                }
-            });
-        match spawned {
-            Ok(_) => Reporter::Thread(tx),
-            Err(e) => {
-                tracing::warn!(error = %e, "no thread for reports; they share the blocking threads");
-                Reporter::Blocking(Box::new(cfg.clone()), events)
-            }
-        }
-    }
-
-    async fn report(&self, generation: u64, loaded: Arc<Loaded>) -> Option<PlanInfo> {
-        match self {
-            Reporter::Thread(tx) => {
-                let (reply, rx) = tokio::sync::oneshot::channel();
-                tx.send((generation, loaded, reply)).ok()?;
-                rx.await.ok()
-            }
-            &Reporter::Blocking(ref cfg, events) => {
-                let c = (**cfg).clone();
-                tokio::task::spawn_blocking(move || PlanInfo::of(&c, events, generation, &loaded))
-                    .await
-                    .ok()
-            }
-        }
-    }
-}
-
-/// Give the calling thread the lowest scheduling priority (nice 19); best effort.
-fn lowest_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: gettid and setpriority only read and set this thread's scheduling attributes.
-    unsafe {
-        let tid = libc::gettid();
-        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
-    }
-}
-
-/// How long the first report waits for the first sync.
-const FIRST_REPORT_WAIT: Duration = Duration::from_secs(5);
-
-/// How long the report task rests after a report, as a multiple of what the report took.
-const REPORT_IDLE: u32 = 4;
-
-/// The objects' Kube-OVN Subnets, as the excludeIps check takes them.
-pub(super) fn kubeovn_subnets(objects: &Objects) -> Vec<crate::plan::exclude::KubeOvnSubnetIpam> {
-    objects.subnets.iter().map(Into::into).collect()
-}
-
-/// Kube-OVN Subnets that would hand a VIP to a pod.
-pub(super) fn kubeovn_findings(
-    objects: &Objects,
-    vips: &BTreeSet<std::net::IpAddr>,
-) -> Vec<(std::net::IpAddr, String)> {
-    use crate::plan::exclude::check_kubeovn;
-    let subnets = kubeovn_subnets(objects);
-    check_kubeovn(vips, &subnets)
-        .into_iter()
-        .filter_map(|f| Some((f.vip?, f.to_string())))
-        .collect()
-}
-
-#[cfg(test)]
-mod vip_docs_tests {
-    use super::*;
-    use crate::agent::status::{PortDoc, VipDoc};
-
-    /// The status document's VIPs as a map of a set per VIP makes them: the reference.
-    fn by_maps(model: &Model) -> Vec<VipDoc> {
-        let mut ports: BTreeMap<std::net::IpAddr, Vec<PortDoc>> = BTreeMap::new();
-        for (_, vp) in model.vip_ports() {
-            ports.entry(vp.vip).or_default().push(PortDoc {
-                port: vp.port,
-                protocol: vp.protocol,
-            });
-        }
-        model
-            .vips()
-            .into_iter()
-            .map(|(vip, svcs)| VipDoc {
-                vip,
-                services: svcs.into_iter().cloned().collect(),
-                ports: ports.remove(&vip).unwrap_or_default(),
-            })
-            .collect()
-    }
-
-    fn svc(ns: &str, name: &str, created: &str, ips: &str, ports: &str) -> String {
-        format!(
-            "- apiVersion: v1\n  kind: Service\n  metadata: {{name: {name}, namespace: {ns}, \
-             creationTimestamp: \"{created}\"}}\n  spec:\n    type: ClusterIP\n    \
-             externalIPs: [{ips}]\n    ports: [{ports}]\n"
-        )
-    }
-
-    #[test]
-    fn vips_are_grouped_with_their_ports_in_model_order_and_their_services_sorted() {
-        let p = |n: u16, proto: &str| format!("{{port: {n}, protocol: {proto}}}");
-        let items = [
-            // Two Services share 192.0.2.1 on different ports; a third loses a conflict.
-            svc(
-                "b",
-                "web",
-                "2024-01-01T00:00:00Z",
-                "192.0.2.1",
-                &p(443, "TCP"),
-            ),
-            svc(
-                "a",
-                "web",
-                "2024-01-02T00:00:00Z",
-                "192.0.2.1, \"2001:db8::1\"",
-                &format!("{}, {}", p(80, "TCP"), p(53, "UDP")),
-            ),
-            svc(
-                "c",
-                "late",
-                "2024-02-01T00:00:00Z",
-                "192.0.2.1",
-                &p(443, "TCP"),
-            ),
-            svc(
-                "a",
-                "dns",
-                "2024-01-03T00:00:00Z",
-                "192.0.2.9",
-                &p(53, "UDP"),
-            ),
-        ];
-        let yaml = format!("apiVersion: v1\nkind: List\nitems:\n{}", items.concat());
-        let loaded = crate::source::file::parse(&yaml).expect("fixture parses");
-        let model = Model::build(&loaded.objects, &crate::model::ModelOptions::default());
-        let docs = vip_docs(&model);
-        assert_eq!(docs, by_maps(&model));
-        let shared = docs
-            .iter()
-            .find(|d| d.vip.to_string() == "192.0.2.1")
-            .expect("the shared VIP");
-        let names: Vec<String> = shared.services.iter().map(|k| k.to_string()).collect();
-        assert_eq!(names, ["a/web", "b/web"]);
-        let ports: Vec<String> = shared.ports.iter().map(|p| p.to_string()).collect();
-        assert_eq!(ports.len(), 3, "{ports:?}");
-    }
 }

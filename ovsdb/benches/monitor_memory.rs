@@ -215,7 +215,7 @@ fn reply_from_text(schema: &Arc<DatabaseSchema>, frame: &Bytes) -> Run {
     let mut cache = Cache::new(schema.clone(), spec());
     let (events, cache_stage) = stage(base, || {
         cache
-            .replace(decoded.2)
+            .replace(decoded.2, false)
             .unwrap_or_else(|e| panic!("replace: {e}"))
     });
     assert_eq!(events.len(), N);

@@ -641,8 +641,23 @@ impl Driver {
                         }
                     }
                     Some(DriverCmd::CancelMonitor { id, reply }) => {
+                        let (mut kept, mut whole) = (true, false);
+                        if let Some(m) = self.monitors.iter().find(|m| m.id == id) {
+                            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+                            whole = c.spec().has_whole_rows();
+                            kept = c.spec().has_kept_rows() || !whole;
+                        }
                         self.monitors.retain(|m| m.id != id);
-                        let r = conn.call("monitor_cancel", json!([id])).await.map(|_| ());
+                        let mut r = Ok(());
+                        if kept {
+                            r = conn.call("monitor_cancel", json!([id])).await.map(|_| ());
+                        }
+                        if whole && r.is_ok() {
+                            r = conn
+                                .call("monitor_cancel", json!([whole_rows_id(&id)]))
+                                .await
+                                .map(|_| ());
+                        }
                         let _ = reply.send(r);
                     }
                 }
@@ -678,8 +693,57 @@ impl Driver {
         Ok(())
     }
 
-    /// (Re)subscribe monitor `i` from its last transaction id.
+    /// (Re)subscribe monitor `i`: its kept tables from their last transaction id, its
+    /// whole-row tables afresh.
     async fn resume(&mut self, conn: &Connection, i: usize) -> Result<(), Error> {
+        let Some(m) = self.monitors.get(i) else {
+            return Ok(());
+        };
+        let (kept, whole) = {
+            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let whole = c.spec().has_whole_rows();
+            (c.spec().has_kept_rows() || !whole, whole)
+        };
+        if kept {
+            self.resume_kept(conn, i).await?;
+        }
+        if whole {
+            self.resume_whole_rows(conn, i).await?;
+        }
+        Ok(())
+    }
+
+    /// Subscribe monitor `i`'s whole-row tables (RFC 7047 `monitor`, under the monitor's id
+    /// with [`WHOLE_ROWS`] appended): the reply holds every row, which replace the tables.
+    async fn resume_whole_rows(&mut self, conn: &Connection, i: usize) -> Result<(), Error> {
+        let Some(m) = self.monitors.get(i) else {
+            return Ok(());
+        };
+        let spec = {
+            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+            c.spec().to_json_whole_rows()
+        };
+        let params = json!([self.opts.database, whole_rows_id(&m.id), spec]);
+        let merr = |source| Error::Monitor {
+            remote: conn.remote().to_owned(),
+            source,
+        };
+        let r = conn.call_raw("monitor", params).await?;
+        let updates = monitor::utf8(&r)
+            .and_then(|t| monitor::parse_table_updates_text(t, &self.schema))
+            .map_err(merr)?;
+        let events = {
+            let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
+            c.replace(updates, true).map_err(merr)?
+        };
+        for e in events {
+            let _ = m.events.send(e);
+        }
+        Ok(())
+    }
+
+    /// (Re)subscribe monitor `i`'s kept tables from their last transaction id.
+    async fn resume_kept(&mut self, conn: &Connection, i: usize) -> Result<(), Error> {
         let Some(m) = self.monitors.get(i) else {
             return Ok(());
         };
@@ -715,7 +779,7 @@ impl Driver {
             c.apply(updates)
         } else {
             self.stats.full_resyncs.fetch_add(1, Ordering::Relaxed);
-            c.replace(updates)
+            c.replace(updates, false)
         }
         .map_err(|source| Error::Monitor {
             remote: conn.remote().to_owned(),
@@ -756,7 +820,7 @@ impl Driver {
     }
 
     async fn notification(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
-        if let "update2" | "update3" = n.method.as_str() {
+        if let "update" | "update2" | "update3" = n.method.as_str() {
             return self.update(n, remote).await;
         }
         // The session checked the params are a JSON array: this parse cannot fail.
@@ -789,13 +853,18 @@ impl Driver {
         Ok(())
     }
 
-    /// An `update2`/`update3` notification: decode it and apply it to its monitor's cache.
+    /// An `update`/`update2`/`update3` notification: decode it and apply it to its monitor's
+    /// cache (an `update` is for the monitor's whole-row tables).
     async fn update(&mut self, n: Notification, remote: &str) -> Result<(), Error> {
         let id = first_string(&n.params).unwrap_or_default();
         if id == SERVER_MONITOR {
             let params = n.params_json().unwrap_or(Json::Null);
             return self.server_update(&params);
         }
+        let id = match n.method.as_str() {
+            "update" => id.strip_suffix(WHOLE_ROWS).unwrap_or_default().to_owned(),
+            _ => id,
+        };
         let Some(m) = self.monitors.iter().find(|m| m.id == id) else {
             return Ok(());
         };
@@ -852,6 +921,15 @@ impl Driver {
 /// Size (bytes) of an update from which decoding and applying it leaves the runtime's
 /// workers (some 800 Load_Balancer rows).
 const BIG_UPDATE: usize = 256 * 1024;
+
+/// Appended to a monitor's id to name its whole-row tables' subscription (ids are the
+/// client's: "m1", "m2", ...).
+const WHOLE_ROWS: &str = ".rows";
+
+/// The id of monitor `id`'s whole-row subscription.
+fn whole_rows_id(id: &str) -> String {
+    format!("{id}{WHOLE_ROWS}")
+}
 
 /// The first element of a serialized JSON array, if it is a string (a monitor's id), read
 /// without parsing the rest.

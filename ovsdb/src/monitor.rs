@@ -17,8 +17,8 @@ mod wire;
 
 pub use wire::{
     RowUpdate, TableUpdates, Update, parse_notification, parse_notification_text,
-    parse_since_reply, parse_since_reply_text, parse_table_updates2, parse_table_updates2_text,
-    utf8,
+    parse_since_reply, parse_since_reply_text, parse_table_updates, parse_table_updates_text,
+    parse_table_updates2, parse_table_updates2_text, utf8,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -54,6 +54,12 @@ pub struct TableSelect {
     pub columns: Option<Vec<String>>,
     /// Empty: every row.
     pub conditions: Vec<Condition>,
+    /// Each change comes with the row's every monitored column (RFC 7047 `monitor`), so the
+    /// cache keeps no columns of the table, only which rows exist: the rows are in the events.
+    /// For a large table whose consumer keeps what it needs of each row (a digest), where a
+    /// copy of every row would cost more. No conditions; not resumed after a reconnect (the
+    /// rows come again in full).
+    pub whole_rows: bool,
 }
 
 /// Tables (and columns) a monitor subscribes to.
@@ -78,10 +84,39 @@ impl MonitorSpec {
             table.to_owned(),
             TableSelect {
                 columns: Some(columns.iter().map(|c| (*c).to_owned()).collect()),
-                conditions: vec![],
+                ..TableSelect::default()
             },
         );
         self
+    }
+
+    /// Monitor `columns` of `table` with whole rows in every event and none kept in the cache
+    /// ([`TableSelect::whole_rows`]).
+    pub fn whole_rows(mut self, table: &str, columns: &[&str]) -> Self {
+        self.tables.insert(
+            table.to_owned(),
+            TableSelect {
+                columns: Some(columns.iter().map(|c| (*c).to_owned()).collect()),
+                conditions: vec![],
+                whole_rows: true,
+            },
+        );
+        self
+    }
+
+    /// Whether `table` is monitored with whole rows.
+    pub fn is_whole_rows(&self, table: &str) -> bool {
+        self.tables.get(table).is_some_and(|s| s.whole_rows)
+    }
+
+    /// Whether any table is monitored as `monitor_cond` does (its rows kept in the cache).
+    pub fn has_kept_rows(&self) -> bool {
+        self.tables.values().any(|s| !s.whole_rows)
+    }
+
+    /// Whether any table is monitored with whole rows.
+    pub fn has_whole_rows(&self) -> bool {
+        self.tables.values().any(|s| s.whole_rows)
     }
 
     /// Check tables and columns against the schema.
@@ -95,10 +130,23 @@ impl MonitorSpec {
         Ok(())
     }
 
-    /// `<monitor-cond-requests>` object.
+    /// RFC 7047 `<monitor-requests>` object of the whole-row tables.
+    pub fn to_json_whole_rows(&self) -> Json {
+        let mut o = serde_json::Map::new();
+        for (t, sel) in self.tables.iter().filter(|(_, s)| s.whole_rows) {
+            let mut r = serde_json::Map::new();
+            if let Some(c) = &sel.columns {
+                r.insert("columns".into(), json!(c));
+            }
+            o.insert(t.clone(), Json::Object(r));
+        }
+        Json::Object(o)
+    }
+
+    /// `<monitor-cond-requests>` object of the tables whose rows are kept.
     pub fn to_json(&self) -> Json {
         let mut o = serde_json::Map::new();
-        for (t, sel) in &self.tables {
+        for (t, sel) in self.tables.iter().filter(|(_, s)| !s.whole_rows) {
             let mut r = serde_json::Map::new();
             if let Some(c) = &sel.columns {
                 r.insert("columns".into(), json!(c));
@@ -150,6 +198,8 @@ pub struct Cache {
     /// held once, not once in the cache and again in its events.
     tables: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>>,
     last_txn_id: Option<Uuid>,
+    /// What a whole-row table's row is in the cache (no columns), shared by all of them.
+    placeholder: Arc<Row>,
 }
 
 /// Name the columns: left out, the server also sends `_version` in modifications. Columns the
@@ -180,6 +230,7 @@ impl Cache {
             spec: resolved,
             tables,
             last_txn_id: None,
+            placeholder: Arc::new(Row::new()),
         }
     }
 
@@ -208,6 +259,8 @@ impl Cache {
         self.last_txn_id = id;
     }
 
+    /// The rows of `name`; those of a whole-row table have no columns
+    /// ([`TableSelect::whole_rows`]).
     pub fn table(&self, name: &str) -> Option<&BTreeMap<Uuid, Arc<Row>>> {
         self.tables.get(name)
     }
@@ -270,10 +323,22 @@ impl Cache {
             let col_list = self.columns(&table)?;
             let cols: BTreeMap<&str, &ColumnType> =
                 col_list.iter().map(|(c, t)| (&**c, t)).collect();
+            if self.spec.is_whole_rows(&table) {
+                let kept = self.tables.entry(table.clone()).or_default();
+                whole_rows(
+                    &table,
+                    rows,
+                    &col_list,
+                    kept,
+                    &self.placeholder,
+                    &mut events,
+                )?;
+                continue;
+            }
             let t = self.tables.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {
-                    RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
+                    RowUpdate::Initial(r) | RowUpdate::Insert(r) | RowUpdate::Replace(r) => {
                         let new = Arc::new(Self::complete(&col_list, r));
                         match t.insert(uuid, Arc::clone(&new)) {
                             // A re-sent row (e.g. an initial after reconnect): a modify.
@@ -340,18 +405,25 @@ impl Cache {
         Ok(events)
     }
 
-    /// Replace the whole cache with a fresh initial state (monitor_cond_since answered
-    /// found=false); events describe the difference from what the cache held.
-    pub fn replace(&mut self, initial: TableUpdates) -> Result<Vec<Event>, MonitorError> {
-        let mut fresh: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>> = self
-            .spec
-            .tables
-            .keys()
-            .map(|t| (t.clone(), BTreeMap::new()))
+    /// Replace the tables whose rows are kept (`whole_rows` false: monitor_cond_since answered
+    /// found=false) or the whole-row tables (`whole_rows`: a `monitor` reply) with a fresh
+    /// initial state; events describe the difference from what the cache held (a whole-row
+    /// table's row that was there and still is: a modification, its content unknown before).
+    pub fn replace(
+        &mut self,
+        initial: TableUpdates,
+        whole_rows: bool,
+    ) -> Result<Vec<Event>, MonitorError> {
+        let mut fresh: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>> = (self.spec.tables.iter())
+            .filter(|(_, sel)| sel.whole_rows == whole_rows)
+            .map(|(t, _)| (t.clone(), BTreeMap::new()))
             .collect();
         for (table, rows) in initial {
             if rows.is_empty() {
                 continue;
+            }
+            if self.spec.is_whole_rows(&table) != whole_rows {
+                return Err(malformed("a table of the other monitor", &json!(table)));
             }
             let cols = self.columns(&table)?;
             let f = fresh.entry(table.clone()).or_default();
@@ -371,7 +443,10 @@ impl Cache {
             }
         }
         let mut events = vec![];
-        let old = std::mem::take(&mut self.tables);
+        let old: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>> = fresh
+            .keys()
+            .map(|t| (t.clone(), self.tables.remove(t).unwrap_or_default()))
+            .collect();
         for (table, rows) in &fresh {
             let before = old.get(table);
             for (uuid, new) in rows {
@@ -381,7 +456,7 @@ impl Cache {
                         uuid: *uuid,
                         new: Arc::clone(new),
                     }),
-                    Some(o) if o != new => events.push(Event::Modify {
+                    Some(o) if whole_rows || o != new => events.push(Event::Modify {
                         table: table.clone(),
                         uuid: *uuid,
                         old: Arc::clone(o),
@@ -402,9 +477,59 @@ impl Cache {
                 }
             }
         }
-        self.tables = fresh;
+        for (table, rows) in fresh {
+            let rows = if whole_rows {
+                (rows.into_keys())
+                    .map(|u| (u, Arc::clone(&self.placeholder)))
+                    .collect()
+            } else {
+                rows
+            };
+            self.tables.insert(table, rows);
+        }
         Ok(events)
     }
+}
+
+/// Apply a whole-row table's changes: each event carries the row's every monitored column;
+/// `kept` only which rows exist (as `placeholder`).
+fn whole_rows(
+    table: &str,
+    rows: BTreeMap<Uuid, RowUpdate>,
+    cols: &[(Arc<str>, ColumnType)],
+    kept: &mut BTreeMap<Uuid, Arc<Row>>,
+    placeholder: &Arc<Row>,
+    events: &mut Vec<Event>,
+) -> Result<(), MonitorError> {
+    for (uuid, ru) in rows {
+        let table = table.to_owned();
+        match ru {
+            RowUpdate::Initial(r) | RowUpdate::Insert(r) | RowUpdate::Replace(r) => {
+                let new = Arc::new(Cache::complete(cols, r));
+                events.push(match kept.insert(uuid, Arc::clone(placeholder)) {
+                    Some(old) => Event::Modify {
+                        table,
+                        uuid,
+                        old,
+                        new,
+                    },
+                    None => Event::Insert { table, uuid, new },
+                });
+            }
+            RowUpdate::Delete => {
+                let old = kept.remove(&uuid).ok_or(MonitorError::UnknownRow {
+                    table: table.clone(),
+                    uuid,
+                    op: "delete",
+                })?;
+                events.push(Event::Delete { table, uuid, old });
+            }
+            RowUpdate::Modify(_) => {
+                return Err(malformed("a diff for a whole-row table", &json!(table)));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Apply an update2 "modify" diff to a set or map value: a map's keys in the diff are added,
@@ -438,102 +563,4 @@ pub fn make_diff(old: &Value, new: &Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn schema() -> Arc<DatabaseSchema> {
-        Arc::new(
-            DatabaseSchema::from_json(&json!({"name": "D", "version": "1", "tables": {"T": {"columns": {
-                "name": {"type": "string"},
-                "n": {"type": "integer"},
-                "opt": {"type": {"key": "string", "min": 0, "max": 1}},
-                "tags": {"type": {"key": "string", "min": 0, "max": "unlimited"}},
-                "ids": {"type": {"key": "string", "value": "string", "min": 0, "max": "unlimited"}}
-            }}}}))
-            .unwrap(),
-        )
-    }
-
-    #[test]
-    fn applies_initial_modify_delete() {
-        let s = schema();
-        let mut c = Cache::new(s.clone(), MonitorSpec::new().table("T"));
-        let u = Uuid::new_v4();
-        let key = u.to_string();
-        let init = parse_table_updates2(
-            &json!({"T": {key.clone(): {"initial": {"name": "a", "tags": "x"}}}}),
-            &s,
-        )
-        .unwrap();
-        let ev = c.apply(init).unwrap();
-        assert_eq!(ev.len(), 1);
-        let row = c.row("T", &u).unwrap();
-        assert_eq!(row["n"], Value::from(0i64));
-        assert_eq!(row["opt"], Value::empty_set());
-        assert_eq!(row["tags"], Value::set(["x"]));
-        assert_eq!(row["ids"], Value::empty_map());
-        let m = parse_table_updates2(
-            &json!({"T": {key.clone(): {"modify": {"tags": ["set", ["x", "y"]], "ids": ["map", [["k", "v"]]], "opt": "o", "n": 5}}}}),
-            &s,
-        )
-        .unwrap();
-        c.apply(m).unwrap();
-        let row = c.row("T", &u).unwrap();
-        assert_eq!(row["tags"], Value::set(["y"]));
-        assert_eq!(row["ids"], Value::map([("k", "v")]));
-        assert_eq!(row["opt"], Value::set(["o"]));
-        assert_eq!(row["n"], Value::from(5i64));
-        let m = parse_table_updates2(
-            &json!({"T": {key.clone(): {"modify": {"ids": ["map", [["k", "v"]]]}}}}),
-            &s,
-        )
-        .unwrap();
-        c.apply(m).unwrap();
-        assert_eq!(c.row("T", &u).unwrap()["ids"], Value::empty_map());
-        let d = parse_table_updates2(&json!({"T": {key.clone(): {"delete": null}}}), &s).unwrap();
-        assert!(matches!(c.apply(d).unwrap()[0], Event::Delete { .. }));
-        let d = parse_table_updates2(&json!({"T": {key: {"delete": null}}}), &s).unwrap();
-        assert!(matches!(c.apply(d), Err(MonitorError::UnknownRow { .. })));
-    }
-
-    #[test]
-    fn replace_reports_differences() {
-        let s = schema();
-        let mut c = Cache::new(s.clone(), MonitorSpec::new().table("T"));
-        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-        c.apply(
-            parse_table_updates2(
-                &json!({"T": {a.to_string(): {"initial": {"name": "a"}}}}),
-                &s,
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let ev = c
-            .replace(
-                parse_table_updates2(
-                    &json!({"T": {b.to_string(): {"initial": {"name": "b"}}}}),
-                    &s,
-                )
-                .unwrap(),
-            )
-            .unwrap();
-        assert_eq!(ev.len(), 2);
-        assert!(c.row("T", &a).is_none() && c.row("T", &b).is_some());
-    }
-
-    #[test]
-    fn rejects_bad_shapes() {
-        let s = schema();
-        for bad in [
-            json!([1]),
-            json!({"T": 1}),
-            json!({"T": {"not-a-uuid": {"insert": {}}}}),
-            json!({"T": {Uuid::nil().to_string(): {"insert": {}, "delete": null}}}),
-            json!({"T": {Uuid::nil().to_string(): {"insert": {"n": "str"}}}}),
-            json!({"Nope": {}}),
-        ] {
-            assert!(parse_table_updates2(&bad, &s).is_err(), "{bad}");
-        }
-    }
-}
+mod tests;

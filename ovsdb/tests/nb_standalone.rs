@@ -346,6 +346,100 @@ async fn monitor_columns_and_cancel() {
     assert!(matches!(e, Error::Rpc { .. }), "{e}");
 }
 
+/// A whole-row table (RFC 7047 `monitor`) beside a kept one in one monitor: every change of
+/// the whole-row table comes with the row's every monitored column, the cache keeps none of
+/// them, a reconnect sends the rows again, and cancelling ends both subscriptions.
+#[tokio::test]
+async fn whole_row_table_beside_a_kept_one() {
+    let srv = NbServer::start();
+    let mut o = ClientOptions::new(&srv.unix(), NB).unwrap();
+    o.backoff_max = Duration::from_millis(200);
+    let c = Client::connect(o).await.unwrap();
+    srv.nbctl(&["lb-add", "pre", "10.0.0.9:80", "10.1.1.9:80"]);
+    srv.nbctl(&["ls-add", "sw"]);
+    let mut m = c
+        .monitor(
+            MonitorSpec::new()
+                .whole_rows("Load_Balancer", &["name", "vips", "external_ids"])
+                .columns("Logical_Switch", &["name"]),
+        )
+        .await
+        .unwrap();
+    let next = |m: &mut ovsdb::Monitor| {
+        let e = m.try_event();
+        e.unwrap_or_else(|| panic!("an event"))
+    };
+    let mut first = vec![next(&mut m), next(&mut m)];
+    first.sort_by_key(|e| matches!(e, Event::Insert { table, .. } if table == "Logical_Switch"));
+    let Event::Insert { table, new, .. } = &first[0] else {
+        panic!("{first:?}")
+    };
+    assert_eq!(table, "Load_Balancer");
+    assert_eq!(new["vips"], Value::map([("10.0.0.9:80", "10.1.1.9:80")]));
+    let lbs = m.cache().table("Load_Balancer").unwrap().clone();
+    assert_eq!(lbs.len(), 1);
+    assert!(
+        lbs.values().all(|r| r.is_empty()),
+        "no columns kept: {lbs:?}"
+    );
+    assert_eq!(
+        m.cache()
+            .table("Logical_Switch")
+            .unwrap()
+            .values()
+            .next()
+            .unwrap()["name"],
+        Value::from("sw")
+    );
+
+    // A change of one column: the event has every monitored column of the row.
+    srv.nbctl(&["set", "Load_Balancer", "pre", "external_ids:k=v"]);
+    let ev = tokio::time::timeout(Duration::from_secs(5), m.next_event())
+        .await
+        .unwrap()
+        .unwrap();
+    let Event::Modify { table, new, .. } = &ev else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(table, "Load_Balancer");
+    assert_eq!(new["name"], Value::from("pre"));
+    assert_eq!(new["vips"], Value::map([("10.0.0.9:80", "10.1.1.9:80")]));
+    assert_eq!(new["external_ids"], Value::map([("k", "v")]));
+
+    // After a reconnect the rows come again, whole.
+    c.reconnect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let e = tokio::time::timeout_at(deadline, m.next_event())
+            .await
+            .expect("the rows again")
+            .unwrap();
+        if let Event::Modify { table, new, .. } = &e
+            && table == "Load_Balancer"
+            && new["external_ids"] == Value::map([("k", "v")])
+        {
+            break;
+        }
+    }
+    srv.nbctl(&["lb-del", "pre"]);
+    let ev = tokio::time::timeout(Duration::from_secs(5), m.next_event())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&ev, Event::Delete { table, .. } if table == "Load_Balancer"),
+        "{ev:?}"
+    );
+    assert!(m.cache().table("Load_Balancer").unwrap().is_empty());
+
+    let id = m.id().to_owned();
+    c.monitor_cancel(m).await.unwrap();
+    for id in [id.clone(), format!("{id}.rows")] {
+        let e = c.call("monitor_cancel", json!([id])).await.unwrap_err();
+        assert!(matches!(e, Error::Rpc { .. }), "{id}: {e}");
+    }
+}
+
 #[tokio::test]
 async fn locks_steal_unlock() {
     let srv = NbServer::start();

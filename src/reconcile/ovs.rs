@@ -256,7 +256,7 @@ mod tests {
         });
         let mut cache = Cache::new(schema.clone(), monitor_spec());
         let updates = ovsdb::monitor::parse_table_updates2(&initial, &schema).unwrap();
-        cache.replace(updates).unwrap();
+        cache.replace(updates, false).unwrap();
         let v = view(&cache);
         assert_eq!(v.bridge_mappings.as_deref(), Some("physnet:br-ex"));
         let br = &v.bridges["br-ex"];

@@ -28,7 +28,20 @@ fn whole<'de, S: DeserializeSeed<'de>>(text: &'de str, seed: S) -> Option<S::Val
 
 /// `<table-updates2>`.
 pub(super) fn table_updates2(text: &str, schema: &DatabaseSchema) -> Option<TableUpdates> {
-    whole(text, Tables(schema))
+    whole(text, Tables(schema, Format::Diffs))
+}
+
+/// RFC 7047 `<table-updates>`.
+pub(super) fn table_updates(text: &str, schema: &DatabaseSchema) -> Option<TableUpdates> {
+    whole(text, Tables(schema, Format::Rows))
+}
+
+/// How rows change in a payload: `<row-update2>`s, modifications as diffs (`monitor_cond`), or
+/// `<row-update>`s, each with the whole new row (RFC 7047 `monitor`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Diffs,
+    Rows,
 }
 
 /// The `monitor_cond_since` reply: `[found, last-txn-id, <table-updates2>]`.
@@ -39,15 +52,23 @@ pub(super) fn since_reply(
     whole(text, SinceReply(schema))
 }
 
-/// The params of an `update2` (`[id, <table-updates2>]`) or `update3` (`[id, last-txn-id,
-/// <table-updates2>]`) notification.
+/// The params of an `update` (`[id, <table-updates>]`), `update2` (`[id, <table-updates2>]`)
+/// or `update3` (`[id, last-txn-id, <table-updates2>]`) notification.
 pub(super) fn notification(method: &str, text: &str, schema: &DatabaseSchema) -> Option<Update> {
-    let with_txn = match method {
-        "update2" => false,
-        "update3" => true,
+    let (with_txn, format) = match method {
+        "update" => (false, Format::Rows),
+        "update2" => (false, Format::Diffs),
+        "update3" => (true, Format::Diffs),
         _ => return None,
     };
-    whole(text, Notification { schema, with_txn })
+    whole(
+        text,
+        Notification {
+            schema,
+            with_txn,
+            format,
+        },
+    )
 }
 
 /// Implements `DeserializeSeed` for a seed that is its own visitor, through `$how`.
@@ -91,7 +112,7 @@ impl<'de> Visitor<'de> for SinceReply<'_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
         let found = element(&mut s, std::marker::PhantomData::<bool>)?;
         let txn = element(&mut s, UuidText)?;
-        let updates = element(&mut s, Tables(self.0))?;
+        let updates = element(&mut s, Tables(self.0, Format::Diffs))?;
         end(&mut s)?;
         Ok((found, txn, updates))
     }
@@ -101,13 +122,14 @@ impl<'de> Visitor<'de> for SinceReply<'_> {
 struct Notification<'s> {
     schema: &'s DatabaseSchema,
     with_txn: bool,
+    format: Format,
 }
 seed_visits!(Notification<'_>, deserialize_seq);
 
 impl<'de> Visitor<'de> for Notification<'_> {
     type Value = Update;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("update2 or update3 params")
+        f.write_str("update, update2 or update3 params")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Update, A::Error> {
         let monitor_id = element(&mut s, std::marker::PhantomData::<Json>)?;
@@ -115,7 +137,7 @@ impl<'de> Visitor<'de> for Notification<'_> {
             true => Some(element(&mut s, UuidText)?),
             false => None,
         };
-        let updates = element(&mut s, Tables(self.schema))?;
+        let updates = element(&mut s, Tables(self.schema, self.format))?;
         end(&mut s)?;
         Ok(Update {
             monitor_id,
@@ -125,9 +147,9 @@ impl<'de> Visitor<'de> for Notification<'_> {
     }
 }
 
-/// `<table-updates2>`: table name to its rows.
+/// `<table-updates2>` or `<table-updates>`: table name to its rows.
 #[derive(Clone, Copy)]
-struct Tables<'s>(&'s DatabaseSchema);
+struct Tables<'s>(&'s DatabaseSchema, Format);
 seed_visits!(Tables<'_>, deserialize_map);
 
 impl<'de> Visitor<'de> for Tables<'_> {
@@ -139,7 +161,7 @@ impl<'de> Visitor<'de> for Tables<'_> {
         let mut out = BTreeMap::new();
         while let Some(name) = m.next_key::<String>()? {
             let table = self.0.table(&name).map_err(A::Error::custom)?;
-            let rows = m.next_value_seed(Rows(table))?;
+            let rows = m.next_value_seed(Rows(table, self.1))?;
             if out.insert(name, rows).is_some() {
                 return Err(A::Error::custom("table given twice"));
             }
@@ -148,9 +170,9 @@ impl<'de> Visitor<'de> for Tables<'_> {
     }
 }
 
-/// `<table-update2>`: row uuid to its change.
+/// `<table-update2>` or `<table-update>`: row uuid to its change.
 #[derive(Clone, Copy)]
-struct Rows<'s>(&'s TableSchema);
+struct Rows<'s>(&'s TableSchema, Format);
 seed_visits!(Rows<'_>, deserialize_map);
 
 impl<'de> Visitor<'de> for Rows<'_> {
@@ -161,7 +183,10 @@ impl<'de> Visitor<'de> for Rows<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
         let mut out = BTreeMap::new();
         while let Some(uuid) = m.next_key_seed(UuidText)? {
-            let change = m.next_value_seed(Change(self.0))?;
+            let change = match self.1 {
+                Format::Diffs => m.next_value_seed(Change(self.0))?,
+                Format::Rows => m.next_value_seed(WholeChange(self.0))?,
+            };
             // Two spellings of one uuid: which one a tree keeps depends on its key order.
             if out.insert(uuid, change).is_some() {
                 return Err(A::Error::custom("row given twice"));
@@ -199,6 +224,39 @@ impl<'de> Visitor<'de> for Change<'_> {
         match m.next_key::<IgnoredAny>()? {
             None => Ok(change),
             Some(_) => Err(A::Error::custom("more than one member")),
+        }
+    }
+}
+
+/// `<row-update>`: `old`, `new` or both; `old` is read and dropped (a delete's or a
+/// modification's before), `new` is the whole row after.
+#[derive(Clone, Copy)]
+struct WholeChange<'s>(&'s TableSchema);
+seed_visits!(WholeChange<'_>, deserialize_map);
+
+impl<'de> Visitor<'de> for WholeChange<'_> {
+    type Value = RowUpdate;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("row-update")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<RowUpdate, A::Error> {
+        let (mut old, mut new) = (false, None);
+        while let Some(kind) = m.next_key::<String>()? {
+            match kind.as_str() {
+                "old" if !old => {
+                    // Read, not skipped: skipping would not apply the tree's nesting limit.
+                    m.next_value::<Json>()?;
+                    old = true;
+                }
+                "new" if new.is_none() => new = Some(m.next_value_seed(Columns(self.0))?),
+                _ => return Err(A::Error::custom("unknown or repeated member")),
+            }
+        }
+        match (old, new) {
+            (false, Some(new)) => Ok(RowUpdate::Insert(new)),
+            (true, Some(new)) => Ok(RowUpdate::Replace(new)),
+            (true, None) => Ok(RowUpdate::Delete),
+            (false, None) => Err(A::Error::custom("neither old nor new")),
         }
     }
 }

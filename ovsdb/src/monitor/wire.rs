@@ -13,7 +13,8 @@ use super::{MonitorError, malformed, seed};
 use crate::schema::DatabaseSchema;
 use crate::value::{Row, Uuid};
 
-/// One row's change in an `update2` (`<row-update2>`), values already schema-shaped.
+/// One row's change, values already schema-shaped: a `<row-update2>` (`monitor_cond`), or a
+/// `<row-update>` (RFC 7047 `monitor`, whose modifications carry the whole new row).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowUpdate {
     Initial(Row),
@@ -21,6 +22,8 @@ pub enum RowUpdate {
     Delete,
     /// Only changed columns: sets hold the elements to toggle, maps the changed keys.
     Modify(Row),
+    /// A modification as RFC 7047 `monitor` sends it: every monitored column's new value.
+    Replace(Row),
 }
 
 pub type TableUpdates = BTreeMap<String, BTreeMap<Uuid, RowUpdate>>;
@@ -75,6 +78,57 @@ fn row_update2(
     Ok((uuid, ru))
 }
 
+/// Decode RFC 7047 `<table-updates>` (a `monitor` reply or `update` notification): each row's
+/// `old` and `new`, `new` holding every monitored column.
+pub fn parse_table_updates(
+    j: &Json,
+    schema: &DatabaseSchema,
+) -> Result<TableUpdates, MonitorError> {
+    let tables = j
+        .as_object()
+        .ok_or_else(|| malformed("table-updates is not an object", j))?;
+    let mut out = BTreeMap::new();
+    for (table, rows) in tables {
+        schema.table(table)?;
+        let rows = rows
+            .as_object()
+            .ok_or_else(|| malformed("table-update is not an object", rows))?;
+        let mut t = BTreeMap::new();
+        for (uuid, upd) in rows {
+            let uuid = Uuid::parse_str(uuid)
+                .map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
+            t.insert(uuid, row_update1(schema, table, upd)?);
+        }
+        out.insert(table.clone(), t);
+    }
+    Ok(out)
+}
+
+/// One `<row-update>` of `table`: `new` alone is an insert (or a row of the snapshot), `old`
+/// alone a delete, both a modification.
+fn row_update1(
+    schema: &DatabaseSchema,
+    table: &str,
+    upd: &Json,
+) -> Result<RowUpdate, MonitorError> {
+    let o = upd
+        .as_object()
+        .ok_or_else(|| malformed("row-update is not an object", upd))?;
+    if o.keys().any(|k| k != "old" && k != "new") {
+        return Err(malformed("unknown row-update member", upd));
+    }
+    let new = o
+        .get("new")
+        .map(|b| schema.decode_row(table, b))
+        .transpose()?;
+    match (o.contains_key("old"), new) {
+        (false, Some(new)) => Ok(RowUpdate::Insert(new)),
+        (true, Some(new)) => Ok(RowUpdate::Replace(new)),
+        (true, None) => Ok(RowUpdate::Delete),
+        (false, None) => Err(malformed("row-update has neither old nor new", upd)),
+    }
+}
+
 /// A result's bytes as text. The reader checked they are JSON, so UTF-8.
 pub fn utf8(bytes: &[u8]) -> Result<&str, MonitorError> {
     std::str::from_utf8(bytes).map_err(|e| MonitorError::Malformed {
@@ -100,7 +154,7 @@ pub struct Update {
     pub updates: TableUpdates,
 }
 
-/// Decode the params of an `update2` or `update3` notification.
+/// Decode the params of an `update`, `update2` or `update3` notification.
 pub fn parse_notification(
     method: &str,
     params: &Json,
@@ -126,7 +180,15 @@ pub fn parse_notification(
                 updates: parse_table_updates2(u, schema)?,
             })
         }
-        _ => Err(malformed("not an update2/update3 notification", params)),
+        ("update", [id, u]) => Ok(Update {
+            monitor_id: id.clone(),
+            last_txn_id: None,
+            updates: parse_table_updates(u, schema)?,
+        }),
+        _ => Err(malformed(
+            "not an update, update2 or update3 notification",
+            params,
+        )),
     }
 }
 
@@ -157,6 +219,17 @@ pub fn parse_table_updates2_text(
     match seed::table_updates2(text, schema) {
         Some(u) => Ok(u),
         None => parse_table_updates2(&tree(text)?, schema),
+    }
+}
+
+/// [`parse_table_updates`] from its text, decoded as [`parse_table_updates2_text`] does.
+pub fn parse_table_updates_text(
+    text: &str,
+    schema: &DatabaseSchema,
+) -> Result<TableUpdates, MonitorError> {
+    match seed::table_updates(text, schema) {
+        Some(u) => Ok(u),
+        None => parse_table_updates(&tree(text)?, schema),
     }
 }
 
@@ -316,6 +389,63 @@ mod tests {
                     "{params}"
                 );
             }
+        }
+    }
+
+    /// RFC 7047 `<table-updates>` text decodes as its tree does: `new` alone an insert, both a
+    /// whole-row modification, `old` alone a delete; anything else an error either way.
+    #[test]
+    fn whole_row_updates_decode_as_their_tree() {
+        let s = schema();
+        let u = "36bdbd1c-0f30-4b02-b1a3-2ef0b5d16c2b";
+        let row = |body: &str| format!(r#"{{"T":{{"{u}":{body}}}}}"#);
+        let cases: Vec<(String, Option<RowUpdate>)> = vec![
+            (
+                row(r#"{"new":{"name":"a","n":1}}"#),
+                Some(RowUpdate::Insert(Row::new())),
+            ),
+            (
+                row(r#"{"old":{"n":1},"new":{"name":"a","n":2}}"#),
+                Some(RowUpdate::Replace(Row::new())),
+            ),
+            (
+                row(r#"{"old":{"name":"a","n":2}}"#),
+                Some(RowUpdate::Delete),
+            ),
+            (row(r#"{}"#), None),
+            (row(r#"{"insert":{}}"#), None),
+            (row(r#"{"new":{"n":"str"}}"#), None),
+        ];
+        for (text, want) in cases {
+            let tree = serde_json::from_str::<Json>(&text).unwrap();
+            let from_tree = parse_table_updates(&tree, &s);
+            assert_eq!(parse_table_updates_text(&text, &s), from_tree, "{text}");
+            let params = format!(r#"["m1.rows",{text}]"#);
+            let p_tree = serde_json::from_str::<Json>(&params).unwrap();
+            assert_eq!(
+                parse_notification_text("update", &params, &s),
+                parse_notification("update", &p_tree, &s),
+                "{params}"
+            );
+            match (want, from_tree) {
+                (None, got) => assert!(got.is_err(), "{text}: {got:?}"),
+                (Some(want), Ok(got)) => {
+                    let got = &got["T"].values().next().cloned();
+                    let same = matches!(
+                        (&want, got),
+                        (RowUpdate::Insert(_), Some(RowUpdate::Insert(_)))
+                            | (RowUpdate::Replace(_), Some(RowUpdate::Replace(_)))
+                            | (RowUpdate::Delete, Some(RowUpdate::Delete))
+                    );
+                    assert!(same, "{text}: {got:?}");
+                }
+                (Some(_), Err(e)) => panic!("{text}: {e}"),
+            }
+            assert_eq!(
+                seed::table_updates(&text, &s).is_some(),
+                parse_table_updates(&tree, &s).is_ok(),
+                "{text}"
+            );
         }
     }
 }

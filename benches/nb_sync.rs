@@ -52,7 +52,7 @@ use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     BATCH_OWNERS, DB, DesiredRows, LbDigest, Observed, Session, absorb_queued, describe_drift,
-    monitor_spec, new_token, send, take_over, write_plan,
+    monitor_spec, new_token, send, snapshot_spec, take_over, write_plan,
 };
 
 /// Runs per side for the medians of (a).
@@ -208,7 +208,7 @@ fn check_exact(rt: &Runtime, sb: &Sandbox, rows: &[LbRow], who: &str) {
     assert_eq!(nbctl_count(sb), rows.len(), "{who}: Load_Balancer rows");
     let drift = rt.block_on(async {
         let c = connect(sb).await;
-        let m = c.monitor(monitor_spec(false)).await.expect("monitor");
+        let m = c.monitor(snapshot_spec(false)).await.expect("monitor");
         let o = Observed::from_cache(&m.cache());
         assert_eq!(o.len(), rows.len(), "{who}: rows with our external_ids");
         describe_drift(&o, &m.cache(), rows)

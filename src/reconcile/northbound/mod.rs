@@ -203,36 +203,51 @@ pub struct NbSettings {
     pub templates: bool,
 }
 
-/// The monitor subscription: our tables and the columns we read (with `templates`, the
-/// chassis's template variables too).
+/// The Load_Balancer columns the writer reads.
+const LB_COLUMNS: [&str; 6] = [
+    "name",
+    "protocol",
+    "vips",
+    "options",
+    "external_ids",
+    "ip_port_mappings",
+];
+
+/// The writer's subscription: our tables and the columns we read (with `templates`, the
+/// chassis's template variables too). Load_Balancer rows come whole in every event and are not
+/// kept in the cache ([`ovsdb::TableSelect::whole_rows`]): [`Observed`] keeps a digest of each
+/// of ours, and a second copy of tens of thousands of rows would cost more than everything else
+/// the writer holds. A session is therefore current only once the monitor's queued events are
+/// absorbed ([`absorb_queued`]), not from the cache alone.
 pub fn monitor_spec(templates: bool) -> MonitorSpec {
+    tables_spec(templates).whole_rows(LB, &LB_COLUMNS)
+}
+
+/// [`monitor_spec`] with the Load_Balancer rows kept in the cache: for one-shot reads that look
+/// at the rows themselves (`vipflow verify` says what differs) and build their state from the
+/// cache alone.
+pub fn snapshot_spec(templates: bool) -> MonitorSpec {
+    tables_spec(templates).columns(LB, &LB_COLUMNS)
+}
+
+/// Every table but Load_Balancer.
+fn tables_spec(templates: bool) -> MonitorSpec {
     let spec = MonitorSpec::new();
     let spec = if templates {
         spec.columns(CHASSIS_VARS, &["chassis", "variables"])
     } else {
         spec
     };
-    spec.columns(
-        LB,
-        &[
-            "name",
-            "protocol",
-            "vips",
-            "options",
-            "external_ids",
-            "ip_port_mappings",
-        ],
-    )
-    .columns(GROUP, &["name", "load_balancer"])
-    .columns(
-        SWITCH,
-        &[
-            "name",
-            "load_balancer",
-            "load_balancer_group",
-            "other_config",
-            "external_ids",
-        ],
-    )
-    .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
+    spec.columns(GROUP, &["name", "load_balancer"])
+        .columns(
+            SWITCH,
+            &[
+                "name",
+                "load_balancer",
+                "load_balancer_group",
+                "other_config",
+                "external_ids",
+            ],
+        )
+        .columns(ROUTER, &["name", "load_balancer", "load_balancer_group"])
 }

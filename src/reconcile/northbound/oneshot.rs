@@ -12,7 +12,7 @@ pub(super) async fn snapshot(
         Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
     ))
     .await?;
-    let monitor = client.monitor(monitor_spec(false)).await?;
+    let monitor = client.monitor(snapshot_spec(false)).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
 }
@@ -34,7 +34,7 @@ pub async fn sync_once(
     .await?;
     let token = new_token();
     take_over(&client, &token).await?;
-    let monitor = client.monitor(monitor_spec(false)).await?;
+    let monitor = client.monitor(snapshot_spec(false)).await?;
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
     let plan = DesiredRows {
         generation: 1,

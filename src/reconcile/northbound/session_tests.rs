@@ -106,7 +106,7 @@ fn a_first_sync_repairs_deletes_and_inserts_only_what_is_ours() {
             Value::map([("192.0.2.99:80", "10.0.0.1:80")]),
         ),
     ]);
-    let mut cache = Cache::new(schema(), monitor_spec(false));
+    let mut cache = Cache::new(schema(), snapshot_spec(false));
     cache
         .apply(updates(vec![
             (uuid(1), RowUpdate::Initial(wrong)),
@@ -156,12 +156,62 @@ fn a_first_sync_repairs_deletes_and_inserts_only_what_is_ours() {
     assert!(!text.contains("theirs"), "{text}");
 }
 
+/// The writer's own subscription keeps no Load_Balancer columns: its session, built from the
+/// cache and the snapshot's events as the writer builds it, diffs exactly as one built from a
+/// cache that keeps every row; an outside edit's event (a whole row) is written back alike.
+#[test]
+fn whole_row_events_give_the_same_diff_as_kept_rows() {
+    let d = plan();
+    let web = row_of(&d, "shop", "web");
+    let api = row_of(&d, "shop", "api");
+    let mut wrong = insert_columns(web);
+    wrong.insert("vips", Value::map([("192.0.2.10:80", "10.9.9.9:1")]));
+    let initial = || {
+        updates(vec![
+            (uuid(1), RowUpdate::Initial(wrong.clone())),
+            (uuid(2), RowUpdate::Initial(insert_columns(web))),
+            (uuid(3), RowUpdate::Initial(insert_columns(api))),
+        ])
+    };
+    let mut kept = Cache::new(schema(), snapshot_spec(false));
+    kept.apply(initial()).unwrap();
+    let mut reference = Session::new(Observed::from_cache(&kept), Some("tok".into()));
+    let mut whole = Cache::new(schema(), monitor_spec(false));
+    let events = whole.apply(initial()).unwrap();
+    assert!(
+        (whole.table(LB).into_iter().flatten()).all(|(_, r)| r.is_empty()),
+        "no Load_Balancer columns kept"
+    );
+    let mut session = Session::new(Observed::from_cache(&whole), Some("tok".into()));
+    session.absorb(events, &whole);
+    let want = ops(&reference.changes(&d));
+    assert!(!want.is_empty());
+    assert_eq!(ops(&session.changes(&d)), want);
+    reference.done(&d, &Ok(()));
+    session.done(&d, &Ok(()));
+
+    // Someone edits api's vips: the event carries the whole row.
+    let mut edited = insert_columns(api);
+    edited.insert("vips", Value::map([("192.0.2.11:80", "10.9.9.9:2")]));
+    let edit = || updates(vec![(uuid(3), RowUpdate::Replace(edited.clone()))]);
+    let ev = kept.apply(edit()).unwrap();
+    reference.absorb(ev, &kept);
+    let ev = whole.apply(edit()).unwrap();
+    session.absorb(ev, &whole);
+    let want = ops(&reference.changes(&d));
+    assert!(
+        want.iter().any(|o| o.contains(&uuid(3).to_string())),
+        "{want:?}"
+    );
+    assert_eq!(ops(&session.changes(&d)), want);
+}
+
 #[test]
 fn after_the_sync_only_an_outside_edit_is_written_again_and_only_for_its_service() {
     let d = plan();
     let web = row_of(&d, "shop", "web").clone();
     let api = row_of(&d, "shop", "api").clone();
-    let mut cache = Cache::new(schema(), monitor_spec(false));
+    let mut cache = Cache::new(schema(), snapshot_spec(false));
     cache
         .apply(updates(vec![
             (uuid(1), RowUpdate::Initial(insert_columns(&web))),
@@ -258,7 +308,7 @@ fn many(n: usize) -> String {
 #[test]
 fn a_first_sync_is_diffed_one_batch_per_step_and_adds_up_to_the_whole() {
     let d = plan_of(&many(250));
-    let cache = Cache::new(schema(), monitor_spec(false));
+    let cache = Cache::new(schema(), snapshot_spec(false));
 
     let mut at_once = Session::new(Observed::from_cache(&cache), None);
     let whole = at_once.changes(&d);
@@ -335,7 +385,7 @@ fn template_plan(on: &str) -> DesiredRows {
 /// A database holding both chassis's rows (n1's with a variable of OVN-Kubernetes') and,
 /// when given, `rows` and vipflow's variables as a writer left them.
 fn template_cache(rows: &[&LbRow], n1_vars: &[(&str, &str)]) -> Cache {
-    let mut cache = Cache::new(schema(), monitor_spec(true));
+    let mut cache = Cache::new(schema(), snapshot_spec(true));
     let mut n1: Vec<(&str, &str)> = vec![("NODEIP", "192.168.0.1")];
     n1.extend_from_slice(n1_vars);
     let chassis = |name: &str, vars: &[(&str, &str)]| {

@@ -238,9 +238,11 @@ pub(super) async fn finish_batches(
             .monitor(monitor_spec(plan.template_chassis.is_some()))
             .await
         {
-            Ok(m) => {
+            Ok(mut m) => {
                 tracing::debug!(since_written = ?out.written.elapsed(), "Northbound monitored again after the first sync");
                 session.resubscribed(Observed::from_cache(&m.cache()));
+                // The rows are in the snapshot's events, not in the cache.
+                absorb_queued(session, &mut m, None);
                 Some(m)
             }
             Err(e) => {

@@ -349,7 +349,8 @@ fn main() {
     for (mode, f) in &rows {
         let name = match mode {
             NodeRows::Template => "template",
-            NodeRows::PerNode => "per-node",
+            // Unresolved auto plans per-node rows.
+            NodeRows::PerNode | NodeRows::Auto => "per-node",
         };
         if !f.written {
             println!(

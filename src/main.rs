@@ -77,7 +77,20 @@ fn main() -> ExitCode {
     code
 }
 
-async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<ExitCode, String> {
+async fn dispatch(
+    cmd: Command,
+    mut cfg: Config,
+    cluster: ClusterFlags,
+) -> Result<ExitCode, String> {
+    // `--node-rows auto` is decided by the Northbound database in front of this agent (`plan`
+    // connects to nothing: it prints per-node rows and says so).
+    if let Some(remotes) = &cfg.nb_remote
+        && matches!(cmd, Command::Agent { .. } | Command::Verify)
+    {
+        let mode = cfg.northbound.node_rows;
+        cfg.northbound.node_rows =
+            vipflow::reconcile::northbound::resolve_node_rows(remotes, mode).await;
+    }
     match cmd {
         Command::Plan => {
             let loaded = load_objects(&cfg)?;
@@ -116,6 +129,11 @@ async fn dispatch(cmd: Command, cfg: Config, cluster: ClusterFlags) -> Result<Ex
             }
             let rows = agent::plan_northbound(&cfg, &model);
             println!("# northbound Load_Balancer rows ({})", rows.len());
+            if cfg.northbound.node_rows == vipflow::plan::node_template::NodeRows::Auto {
+                println!(
+                    "# node rows: auto, printed per-node; the agent writes templates where the Northbound database has Chassis_Template_Var (--node-rows template shows them)"
+                );
+            }
             for r in &rows {
                 println!("{r}");
             }

@@ -14,7 +14,7 @@ use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     BATCH_OWNERS, Change, DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec,
-    new_token, send, take_over, write_plan,
+    new_token, resolve_node_rows, send, take_over, write_plan,
 };
 
 fn nb() -> Sandbox {
@@ -300,4 +300,37 @@ async fn after_the_first_sync_only_changed_services_are_diffed() {
         .unwrap();
     absorb_until(m(&mut monitor), &mut session, 20).await;
     assert_eq!(our_names(&sb).len(), 20);
+}
+
+/// `--node-rows auto` against a real database: templates where the schema has
+/// Chassis_Template_Var; a database that cannot be reached gives per-node rows (and the
+/// explicit modes are kept as they are).
+#[tokio::test]
+async fn auto_node_rows_are_read_from_the_database() {
+    use vipflow::plan::node_template::NodeRows;
+    let sb = nb();
+    let remote = format!("unix:{}", sb.nb_sock().display());
+    assert_eq!(
+        resolve_node_rows(&remote, NodeRows::Auto).await,
+        NodeRows::Template
+    );
+    assert_eq!(
+        resolve_node_rows(&remote, NodeRows::PerNode).await,
+        NodeRows::PerNode
+    );
+    let gone = format!("unix:{}", sb.path().join("no-such.sock").display());
+    let t = std::time::Instant::now();
+    assert_eq!(
+        resolve_node_rows(&gone, NodeRows::Auto).await,
+        NodeRows::PerNode
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        resolve_node_rows(&gone, NodeRows::Template).await,
+        NodeRows::Template
+    );
 }

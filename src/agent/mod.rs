@@ -213,7 +213,7 @@ pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {
         backoff_max: Duration::from_secs(5),
         leading: None,
         request_timeout: Duration::from_millis(cfg.nb_timeout_ms.max(1)),
-        templates: cfg.northbound.node_rows == crate::plan::node_template::NodeRows::Template,
+        templates: cfg.northbound.node_rows.templates(),
     }
 }
 

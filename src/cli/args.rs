@@ -204,9 +204,11 @@ pub(crate) struct NorthboundFlags {
     #[arg(long, global = true)]
     pub(crate) prefer_local: bool,
     /// How externalTrafficPolicy Local's gateway router rows are written: per-node (one row
-    /// per Service per node) or template (one row per Service whose IPv4 backends each
+    /// per Service per node), template (one row per Service whose IPv4 backends each
     /// chassis expands from its Chassis_Template_Var row; needs OVN 22.12 or later; IPv6
-    /// VIPs keep per-node rows). See docs/TEMPLATES.md.
+    /// VIPs keep per-node rows), or auto (the default: template where the Northbound
+    /// database has Chassis_Template_Var, read when the agent starts; per-node otherwise).
+    /// See docs/TEMPLATES.md.
     #[arg(long, global = true, value_enum, value_name = "MODE")]
     pub(crate) node_rows: Option<vipflow::plan::node_template::NodeRows>,
     /// options:hairpin_snat_ip for every row.

@@ -41,10 +41,21 @@ use std::net::IpAddr;
 #[serde(rename_all = "kebab-case")]
 pub enum NodeRows {
     /// One row per Service per node.
-    #[default]
     PerNode,
     /// One template row per Service, its backends in a variable per chassis.
     Template,
+    /// Template rows where the Northbound database has `Chassis_Template_Var` (OVN 22.12 and
+    /// later), per-node rows where it has not: decided from its schema when the agent starts.
+    #[default]
+    Auto,
+}
+
+impl NodeRows {
+    /// Whether rows are planned as templates. `Auto` not yet made definite ([`NodeRows::Auto`]
+    /// is decided where the database is read) plans per-node rows, which every OVN takes.
+    pub fn templates(self) -> bool {
+        self == NodeRows::Template
+    }
 }
 
 /// The prefix of every template variable vipflow owns: the writer reads and writes only

@@ -30,7 +30,7 @@
 //!   unique in the schema) and never touches anyone else's. `vipflow.io/managed=true` marks
 //!   them all at once.
 
-use super::node_template::{self, NodeRows};
+use super::node_template;
 use super::northbound_config::template;
 pub use super::northbound_config::{
     GroupPlan, MANAGED_KEY, NorthboundConfig, OWN_GROUP, OWN_ROUTERS_GROUP, OWN_SWITCHES_GROUP,
@@ -412,7 +412,7 @@ fn rows_for(
     if local {
         // Gateway routers: the node's endpoints only, in a row per node or in one template
         // row (for the VIPs a template can hold). Switches (pod traffic): all of them.
-        let templated = cfg.node_rows == NodeRows::Template;
+        let templated = cfg.node_rows.templates();
         let per_node = |vp: &VipPort| !(templated && node_template::templatable(vp.vip));
         let mut rows: Vec<LbRow> = Vec::new();
         if per_port.iter().any(|(vp, _)| per_node(vp)) {

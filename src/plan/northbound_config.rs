@@ -69,7 +69,7 @@ impl Default for NorthboundConfig {
             kube_ovn: false,
             // A VIP handed to a pod breaks both: on by default.
             exclude_ips: true,
-            node_rows: NodeRows::PerNode,
+            node_rows: NodeRows::Auto,
         }
     }
 }
@@ -115,7 +115,7 @@ pub fn own_groups(cfg: &NorthboundConfig, nodes: &BTreeSet<String>) -> Vec<Group
             switches: every_node(&cfg.node_switch, nodes),
         });
     }
-    if cfg.node_rows == NodeRows::Template && cfg.node_router.is_some() {
+    if cfg.node_rows.templates() && cfg.node_router.is_some() {
         groups.push(GroupPlan {
             name: OWN_ROUTERS_GROUP.to_string(),
             routers: every_node(&cfg.node_router, nodes),

@@ -1,6 +1,7 @@
 //! Template rows for externalTrafficPolicy Local, beside per-node rows.
 
 use super::*;
+use crate::plan::node_template::NodeRows;
 
 #[test]
 fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_chassis_and_node_rows_for_ipv6()

@@ -15,7 +15,6 @@
 //! and the group equal the full plan, and that exactly the Services whose rows changed are
 //! reported.
 
-use super::node_template::NodeRows;
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_groups, service_rows};
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
@@ -89,7 +88,7 @@ impl RowTable {
             dirty.extend(services.service_keys().cloned());
             dirty.extend(self.rows.keys().cloned());
             self.groups = Arc::new(own_groups(&self.cfg, services.node_names()));
-            self.template_chassis = (self.cfg.node_rows == NodeRows::Template).then(|| {
+            self.template_chassis = self.cfg.node_rows.templates().then(|| {
                 let chassis = services.chassis();
                 Arc::new(
                     services

@@ -367,6 +367,12 @@ async fn an_agent_killed_or_stopped_and_restarted_deletes_nothing_still_desired(
         ..Config::default()
     };
     cfg.northbound.switches = vec!["pods".into()];
+    // The binary decides `--node-rows auto` from the database; the checker plans the same.
+    cfg.northbound.node_rows = vipflow::reconcile::northbound::resolve_node_rows(
+        &format!("unix:{}", sb.nb_sock().display()),
+        cfg.northbound.node_rows,
+    )
+    .await;
     let mut agent = AgentProc::start(&sb, &objects);
     let h = Probe { sb, cfg };
     h.converge(&c.text, &base, "first sync").await;

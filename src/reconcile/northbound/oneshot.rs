@@ -2,6 +2,7 @@
 //! `vipflow verify` and `vipflow check`.
 
 use super::*;
+use crate::plan::node_template::NodeRows;
 
 /// Connect, read the current rows (one monitor snapshot), and close.
 pub(super) async fn snapshot(
@@ -15,6 +16,49 @@ pub(super) async fn snapshot(
     let monitor = client.monitor(snapshot_spec(false)).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
+}
+
+/// `mode` made definite for the database at `remotes`: [`NodeRows::Auto`] is template rows
+/// where the schema has `Chassis_Template_Var` (OVN 22.12 and later), per-node rows where it
+/// has not or the schema cannot be read (said at WARN; then until the next start).
+pub async fn resolve_node_rows(remotes: &str, mode: NodeRows) -> NodeRows {
+    if mode != NodeRows::Auto {
+        return mode;
+    }
+    let schema = async {
+        let opts = nb_options(
+            ClientOptions::new(remotes, DB)?,
+            Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
+        );
+        Ok::<_, ovsdb::Error>(Client::connect(opts).await?.schema())
+    };
+    match schema.await {
+        Ok(s) => {
+            let mode = node_rows_for(&s);
+            match mode {
+                NodeRows::Template => {
+                    tracing::info!(version = %s.version, "Northbound has Chassis_Template_Var: externalTrafficPolicy Local's node rows are templates (--node-rows auto)")
+                }
+                _ => {
+                    tracing::info!(version = %s.version, "Northbound has no Chassis_Template_Var (OVN before 22.12): a node row per Service per node (--node-rows auto)")
+                }
+            }
+            mode
+        }
+        Err(e) => {
+            tracing::warn!(remotes, error = %e, "cannot read the Northbound schema: --node-rows auto writes a node row per Service per node until the next start");
+            NodeRows::PerNode
+        }
+    }
+}
+
+/// What [`NodeRows::Auto`] is for a database of `schema`.
+pub fn node_rows_for(schema: &ovsdb::DatabaseSchema) -> NodeRows {
+    if schema.table(CHASSIS_VARS).is_ok() {
+        NodeRows::Template
+    } else {
+        NodeRows::PerNode
+    }
 }
 
 /// One batched sync (`vipflow agent --once`): returns the number of operations written and

@@ -498,3 +498,20 @@ fn a_full_sync_deletes_template_values_no_row_names_and_leaves_other_writers_var
     assert_eq!(deletes.len(), 1, "{all:#?}");
     assert!(!all.iter().any(|o| o.contains("NODEIP")), "{all:#?}");
 }
+
+/// `--node-rows auto` is templates on an NB schema with Chassis_Template_Var (Debian's OVN
+/// 23.03), per-node rows on one without (an OVN before 22.12: the same schema less that table).
+#[test]
+fn auto_node_rows_follow_the_schema() {
+    use crate::plan::node_template::NodeRows;
+    let path = std::env::var("OVN_NB_SCHEMA")
+        .unwrap_or_else(|_| "/usr/share/ovn/ovn-nb.ovsschema".to_string());
+    let mut j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let with = DatabaseSchema::from_json(&j).unwrap();
+    assert_eq!(node_rows_for(&with), NodeRows::Template);
+    let tables = j["tables"].as_object_mut().unwrap();
+    assert!(tables.remove(CHASSIS_VARS).is_some());
+    let without = DatabaseSchema::from_json(&j).unwrap();
+    assert_eq!(node_rows_for(&without), NodeRows::PerNode);
+}

@@ -20,7 +20,7 @@ use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
 use super::service_report::{Claimants, ServiceReport, with_rank, without_rank};
 use crate::config::BridgeConfig;
 use crate::model::{
-    KeptService, ModelOptions, Objects, Problem, ProblemKind, Protocol, Rank, Service, ServiceKey,
+    KeptService, ModelOptions, Objects, Problem, ProblemKind, Protocol, Service, ServiceKey,
     Subject, build_nodes, build_service, cluster_ips_of, rank,
 };
 use k8s_openapi::api::core::v1 as core;
@@ -78,10 +78,10 @@ pub struct ServiceIndex {
     /// The last snapshot's Services in order, with their keys; whether a key was listed twice.
     order: Vec<(Arc<KeptService>, Option<ServiceKey>)>,
     duplicates: bool,
-    /// Each valid Service as validated (before conflicts), with its rank and claims.
+    /// Each valid Service as validated (before conflicts); its rank and claims are made from it.
     /// Boxed: a table sized for tens of thousands of entries holds a pointer per slot, not
     /// a whole validated Service (its free slots are a third of it).
-    built: HashMap<ServiceKey, Box<Built>>,
+    built: HashMap<ServiceKey, Box<Service>>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes.
     /// A vector each: nearly always one Service, where a set would take a table.
@@ -98,17 +98,19 @@ pub struct ServiceIndex {
     duplicate_problems: Arc<[Problem]>,
     /// How many of the last snapshot's Services have no name.
     unnamed: usize,
-    claims_per_vip: HashMap<IpAddr, usize>,
     /// Every VIP with at least one claim (a persistent set: handing it on is O(1)).
     vips: imbl::OrdSet<IpAddr>,
     last: Changes,
 }
 
-/// A valid Service as validated (before conflicts), its rank and its claims, sorted.
-struct Built {
-    service: Service,
-    rank: Rank,
-    claims: Vec<Claim>,
+/// The distinct claims of a validated Service, sorted.
+fn claims_of(svc: &Service) -> Vec<Claim> {
+    let mut claims: Vec<Claim> = (svc.vip_ports.iter())
+        .map(|vp| (vp.vip, vp.port, vp.protocol))
+        .collect();
+    claims.sort();
+    claims.dedup();
+    claims
 }
 
 /// Every address a Service object names as a VIP, whether valid or not.
@@ -161,7 +163,6 @@ impl ServiceIndex {
             node_problems: Arc::from([]),
             duplicate_problems: Arc::from([]),
             unnamed: 0,
-            claims_per_vip: HashMap::new(),
             vips: imbl::OrdSet::new(),
             last: Changes::default(),
         }
@@ -224,7 +225,7 @@ impl ServiceIndex {
 
     /// A Service with only the VIP:ports it wins (as [`crate::model::Model`] has it).
     pub fn resolved(&self, key: &ServiceKey) -> Option<Service> {
-        let mut s = self.built.get(key)?.service.clone();
+        let mut s = (**self.built.get(key)?).clone();
         s.vip_ports
             .retain(|vp| self.winner(&(vp.vip, vp.port, vp.protocol)) == Some(key));
         Some(s)
@@ -415,12 +416,13 @@ impl ServiceIndex {
                 self.invalid.insert(k.clone(), problems.into());
             }
             if let Some(old) = self.built.remove(k) {
-                for c in old.claims {
+                let old_rank = rank(&old);
+                for c in claims_of(&old) {
                     winner_before
                         .entry(c)
                         .or_insert_with(|| self.winner(&c).cloned());
                     if let Some(set) = self.claimants.get(&c) {
-                        match without_rank(set, &old.rank) {
+                        match without_rank(set, &old_rank) {
                             Some(rest) => self.claimants.insert(c, rest),
                             None => self.claimants.remove(&c),
                         };
@@ -428,29 +430,15 @@ impl ServiceIndex {
                 }
             }
             let Some(svc) = svc else { continue };
-            let mut claims: Vec<Claim> = svc
-                .vip_ports
-                .iter()
-                .map(|vp| (vp.vip, vp.port, vp.protocol))
-                .collect();
-            claims.sort();
-            claims.dedup();
             let r = rank(&svc);
-            for &c in &claims {
+            for c in claims_of(&svc) {
                 winner_before
                     .entry(c)
                     .or_insert_with(|| self.winner(&c).cloned());
                 let set = with_rank(self.claimants.get(&c), &r);
                 self.claimants.insert(c, set);
             }
-            self.built.insert(
-                k.clone(),
-                Box::new(Built {
-                    service: svc,
-                    rank: r,
-                    claims,
-                }),
-            );
+            self.built.insert(k.clone(), Box::new(svc));
         }
 
         // Claims that appeared or went; Services that won or lost a claim.
@@ -483,25 +471,13 @@ impl ServiceIndex {
         changes: &mut Changes,
     ) -> Vec<FlowDelta> {
         let affected: BTreeSet<IpAddr> = added.iter().chain(&removed).map(|c| c.0).collect();
-        let had: Vec<bool> = affected
-            .iter()
-            .map(|v| self.claims_per_vip.contains_key(v))
-            .collect();
-        for c in &removed {
-            if let Some(n) = self.claims_per_vip.get_mut(&c.0) {
-                *n -= 1;
-                if *n == 0 {
-                    self.claims_per_vip.remove(&c.0);
-                }
-            }
-        }
-        for c in &added {
-            *self.claims_per_vip.entry(c.0).or_insert(0) += 1;
-        }
         let mut vips_added = Vec::new();
         let mut vips_removed = Vec::new();
-        for (v, had) in affected.into_iter().zip(had) {
-            match (had, self.claims_per_vip.contains_key(&v)) {
+        for v in affected {
+            // `vips` is still the last update's; the claimants are already this one's.
+            let has_claims = (self.claimants.range((v, 0, Protocol::Tcp)..).next())
+                .is_some_and(|(c, _)| c.0 == v);
+            match (self.vips.contains(&v), has_claims) {
                 (false, true) => vips_added.push(v),
                 (true, false) => vips_removed.push(v),
                 _ => {}

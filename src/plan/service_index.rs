@@ -83,9 +83,9 @@ pub struct ServiceIndex {
     /// a whole validated Service (its free slots are a third of it).
     built: HashMap<ServiceKey, Box<Service>>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
-    /// cluster address equal to one of them appears or goes.
-    /// A vector each: nearly always one Service, where a set would take a table.
-    by_raw_vip: HashMap<IpAddr, Vec<ServiceKey>>,
+    /// cluster address equal to one of them appears or goes. One ordered set of pairs: nearly
+    /// every VIP has one Service, where a table of a vector each cost a slot and an allocation.
+    by_raw_vip: BTreeSet<(IpAddr, ServiceKey)>,
     /// The claimants of each claim, best first: the first one wins it. A claim without
     /// claimants has no entry, so the claims in the flow index are exactly its keys.
     /// Persistent, like the validation problems: the report takes both in O(1).
@@ -157,7 +157,7 @@ impl ServiceIndex {
             order: Vec::new(),
             duplicates: false,
             built: HashMap::new(),
-            by_raw_vip: HashMap::new(),
+            by_raw_vip: BTreeSet::new(),
             claimants: imbl::OrdMap::new(),
             invalid: imbl::OrdMap::new(),
             node_problems: Arc::from([]),
@@ -186,6 +186,13 @@ impl ServiceIndex {
             (svc, problems)
         };
         super::map_split(keys, one)
+    }
+
+    /// The Services whose objects name `ip` as a VIP.
+    fn naming(&self, ip: IpAddr) -> impl Iterator<Item = &ServiceKey> {
+        (self.by_raw_vip.range((ip, ServiceKey::new("", ""))..))
+            .take_while(move |(v, _)| *v == ip)
+            .map(|(_, k)| k)
     }
 
     /// What the last update changed besides flows.
@@ -311,7 +318,7 @@ impl ServiceIndex {
                     ips.symmetric_difference(&self.node_ips).copied().collect();
                 self.node_ips = ips;
                 for ip in changed {
-                    dirty.extend(self.by_raw_vip.get(&ip).into_iter().flatten().cloned());
+                    dirty.extend(self.naming(ip).cloned());
                 }
             }
         }
@@ -358,12 +365,7 @@ impl ServiceIndex {
                     }
                 }
                 for ip in raw_vips_of(old) {
-                    if let Some(keys) = self.by_raw_vip.get_mut(&ip) {
-                        keys.retain(|x| *x != k);
-                        if keys.is_empty() {
-                            self.by_raw_vip.remove(&ip);
-                        }
-                    }
+                    self.by_raw_vip.remove(&(ip, k.clone()));
                 }
             }
             let new = match &incoming {
@@ -382,12 +384,7 @@ impl ServiceIndex {
                     }
                 }
                 for ip in raw_vips_of(new) {
-                    let keys = self.by_raw_vip.entry(ip).or_default();
-                    if !keys.contains(&k) {
-                        // Room for one more only: a first push leaves room for four.
-                        keys.reserve_exact(1);
-                        keys.push(k.clone());
-                    }
+                    self.by_raw_vip.insert((ip, k.clone()));
                 }
             }
         }
@@ -399,7 +396,7 @@ impl ServiceIndex {
                 self.cluster_ips.remove(&ip)
             };
             if changed {
-                dirty.extend(self.by_raw_vip.get(&ip).into_iter().flatten().cloned());
+                dirty.extend(self.naming(ip).cloned());
             }
         }
 

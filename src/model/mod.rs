@@ -324,8 +324,8 @@ impl Model {
     }
 
     /// [`Model::build`] with no EndpointSlices kept (their problems are still reported): for
-    /// what reads only Services, VIPs and problems, such as the agent's reports, which then
-    /// hold no model of every endpoint.
+    /// what reads only Services, VIPs and problems (`agent --once`'s problem list; the
+    /// reference the running agent's reports are tested against).
     pub fn build_without_slices(objects: &Objects, opts: &ModelOptions) -> Model {
         Model::build_with(objects, opts, false)
     }

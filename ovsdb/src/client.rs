@@ -1,6 +1,7 @@
 //! The reconnecting client: one database, one or more remotes (a cluster), the leader found
-//! through `_Server`, monitors resumed with `monitor_cond_since`, transactions never retried
-//! once they may have run.
+//! through `_Server`, monitors resumed with `monitor_cond_since` (a monitor's whole-row tables
+//! by RFC 7047 `monitor`, under the monitor's id with `.rows` appended, taken afresh),
+//! transactions never retried once they may have run.
 //!
 //! A driver task owns the session lifecycle and the monitors (so an initial reply and the
 //! updates that follow it are applied in stream order); transactions go straight to the

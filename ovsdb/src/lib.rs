@@ -6,7 +6,8 @@
 //! - [`framing`]: the resumable JSON stream splitter (with a message size cap);
 //! - [`jsonrpc`]: JSON-RPC 1.0 request/response/notification shapes;
 //! - [`txn`]: the transaction builder, pre-send schema check and result decoding;
-//! - [`monitor`]: monitor requests, `update2`/`update3` decoding and the cache state machine.
+//! - [`monitor`]: monitor requests, `update2`/`update3` (and RFC 7047 `update`, for whole-row
+//!   tables) decoding and the cache state machine.
 //!
 //! Thin tokio shell:
 //! - [`remote`]: `unix:`, `tcp:`, `ssl:` remote strings (comma lists for clusters);

@@ -722,17 +722,23 @@ impl Driver {
         };
         let spec = {
             let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
-            c.spec().to_json_whole_rows()
+            c.spec().clone()
         };
-        let params = json!([self.opts.database, whole_rows_id(&m.id), spec]);
+        let params = json!([
+            self.opts.database,
+            whole_rows_id(&m.id),
+            spec.to_json_whole_rows()
+        ]);
         let merr = |source| Error::Monitor {
             remote: conn.remote().to_owned(),
             source,
         };
         let r = conn.call_raw("monitor", params).await?;
+        let project = |table: &str, row| spec.project(table, row);
         let updates = monitor::utf8(&r)
-            .and_then(|t| monitor::parse_table_updates_text(t, &self.schema))
+            .and_then(|t| monitor::parse_table_updates_projected(t, &self.schema, &project))
             .map_err(merr)?;
+        drop(r);
         let events = {
             let mut c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
             c.replace(updates, true).map_err(merr)?
@@ -951,9 +957,15 @@ fn apply_notification(
     schema: &DatabaseSchema,
     cache: &Mutex<Cache>,
 ) -> Result<Vec<Event>, MonitorError> {
+    let spec = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .spec()
+        .clone();
+    let project = |table: &str, row| spec.project(table, row);
     let u = match std::str::from_utf8(&n.params) {
         // Decoded from the text: a bulk transaction's update is never one JSON tree.
-        Ok(text) => monitor::parse_notification_text(&n.method, text, schema)?,
+        Ok(text) => monitor::parse_notification_projected(&n.method, text, schema, &project)?,
         // Not text, so not JSON either: serde_json's error says where.
         Err(_) => {
             let params: Json =
@@ -961,7 +973,15 @@ fn apply_notification(
                     reason: "params are not JSON",
                     excerpt: e.to_string(),
                 })?;
-            monitor::parse_notification(&n.method, &params, schema)?
+            let mut u = monitor::parse_notification(&n.method, &params, schema)?;
+            for (table, rows) in u.updates.iter_mut() {
+                for ru in rows.values_mut() {
+                    if let monitor::RowUpdate::Insert(r) | monitor::RowUpdate::Replace(r) = ru {
+                        *r = spec.project(table, std::mem::take(r));
+                    }
+                }
+            }
+            u
         }
     };
     let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());

@@ -4,6 +4,7 @@
 //! Pure state machine: decoded `update2`/`update3` payloads go in, change events come out.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 
 use serde_json::{Value as Json, json};
@@ -16,9 +17,10 @@ mod seed;
 mod wire;
 
 pub use wire::{
-    RowUpdate, TableUpdates, Update, parse_notification, parse_notification_text,
-    parse_since_reply, parse_since_reply_text, parse_table_updates, parse_table_updates_text,
-    parse_table_updates2, parse_table_updates2_text, utf8,
+    RowUpdate, TableUpdates, Update, parse_notification, parse_notification_projected,
+    parse_notification_text, parse_since_reply, parse_since_reply_text, parse_table_updates,
+    parse_table_updates_projected, parse_table_updates_text, parse_table_updates2,
+    parse_table_updates2_text, utf8,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -60,6 +62,27 @@ pub struct TableSelect {
     /// copy of every row would cost more. No conditions; not resumed after a reconnect (the
     /// rows come again in full).
     pub whole_rows: bool,
+    /// A whole-row table's rows made into what the consumer keeps of them, each as soon as it
+    /// is decoded, so a snapshot of every row is never held whole; events carry the result.
+    /// Applied to its own output it must change nothing.
+    pub project: Option<Projection>,
+}
+
+/// What a whole-row table's rows are made into ([`TableSelect::project`]): a plain function
+/// (table, row) -> row.
+#[derive(Clone, Copy)]
+pub struct Projection(pub fn(&str, Row) -> Row);
+
+impl fmt::Debug for Projection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Projection")
+    }
+}
+
+impl PartialEq for Projection {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
 }
 
 /// Tables (and columns) a monitor subscribes to.
@@ -99,14 +122,42 @@ impl MonitorSpec {
                 columns: Some(columns.iter().map(|c| (*c).to_owned()).collect()),
                 conditions: vec![],
                 whole_rows: true,
+                project: None,
             },
         );
+        self
+    }
+
+    /// [`MonitorSpec::whole_rows`], each row made into `project`'s as it is decoded.
+    pub fn whole_rows_projected(
+        mut self,
+        table: &str,
+        columns: &[&str],
+        project: Projection,
+    ) -> Self {
+        self = self.whole_rows(table, columns);
+        if let Some(sel) = self.tables.get_mut(table) {
+            sel.project = Some(project);
+        }
         self
     }
 
     /// Whether `table` is monitored with whole rows.
     pub fn is_whole_rows(&self, table: &str) -> bool {
         self.tables.get(table).is_some_and(|s| s.whole_rows)
+    }
+
+    /// Whether `table`'s rows are projected ([`TableSelect::project`]).
+    fn is_projected(&self, table: &str) -> bool {
+        self.tables.get(table).is_some_and(|s| s.project.is_some())
+    }
+
+    /// `row` of `table` as its projection makes it (unchanged for a table without one).
+    pub fn project(&self, table: &str, row: Row) -> Row {
+        match self.tables.get(table).and_then(|s| s.project) {
+            Some(Projection(p)) => p(table, row),
+            None => row,
+        }
     }
 
     /// Whether any table is monitored as `monitor_cond` does (its rows kept in the cache).
@@ -324,15 +375,16 @@ impl Cache {
             let cols: BTreeMap<&str, &ColumnType> =
                 col_list.iter().map(|(c, t)| (&**c, t)).collect();
             if self.spec.is_whole_rows(&table) {
+                // A projected row holds what its projection makes of it, not every column
+                // (made as it was decoded; made again, it stays the same).
+                let spec = &self.spec;
+                let projected = spec.is_projected(&table);
+                let make = |r: Row| match projected {
+                    true => spec.project(&table, r),
+                    false => Self::complete(&col_list, r),
+                };
                 let kept = self.tables.entry(table.clone()).or_default();
-                whole_rows(
-                    &table,
-                    rows,
-                    &col_list,
-                    kept,
-                    &self.placeholder,
-                    &mut events,
-                )?;
+                whole_rows(&table, rows, &make, kept, &self.placeholder, &mut events)?;
                 continue;
             }
             let t = self.tables.entry(table.clone()).or_default();
@@ -425,12 +477,17 @@ impl Cache {
             if self.spec.is_whole_rows(&table) != whole_rows {
                 return Err(malformed("a table of the other monitor", &json!(table)));
             }
+            let projected = self.spec.is_projected(&table);
             let cols = self.columns(&table)?;
             let f = fresh.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {
                     RowUpdate::Initial(r) | RowUpdate::Insert(r) => {
-                        f.insert(uuid, Arc::new(Self::complete(&cols, r)));
+                        let row = match projected {
+                            true => self.spec.project(&table, r),
+                            false => Self::complete(&cols, r),
+                        };
+                        f.insert(uuid, Arc::new(row));
                     }
                     _ => {
                         return Err(MonitorError::UnknownRow {
@@ -496,7 +553,7 @@ impl Cache {
 fn whole_rows(
     table: &str,
     rows: BTreeMap<Uuid, RowUpdate>,
-    cols: &[(Arc<str>, ColumnType)],
+    make: &dyn Fn(Row) -> Row,
     kept: &mut BTreeMap<Uuid, Arc<Row>>,
     placeholder: &Arc<Row>,
     events: &mut Vec<Event>,
@@ -505,7 +562,7 @@ fn whole_rows(
         let table = table.to_owned();
         match ru {
             RowUpdate::Initial(r) | RowUpdate::Insert(r) | RowUpdate::Replace(r) => {
-                let new = Arc::new(Cache::complete(cols, r));
+                let new = Arc::new(make(r));
                 events.push(match kept.insert(uuid, Arc::clone(placeholder)) {
                     Some(old) => Event::Modify {
                         table,

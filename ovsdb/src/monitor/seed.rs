@@ -31,17 +31,24 @@ pub(super) fn table_updates2(text: &str, schema: &DatabaseSchema) -> Option<Tabl
     whole(text, Tables(schema, Format::Diffs))
 }
 
-/// RFC 7047 `<table-updates>`.
-pub(super) fn table_updates(text: &str, schema: &DatabaseSchema) -> Option<TableUpdates> {
-    whole(text, Tables(schema, Format::Rows))
+/// RFC 7047 `<table-updates>`, each new row through `project` as soon as it is read.
+pub(super) fn table_updates(
+    text: &str,
+    schema: &DatabaseSchema,
+    project: Project<'_>,
+) -> Option<TableUpdates> {
+    whole(text, Tables(schema, Format::Rows(project)))
 }
+
+/// What a whole-row table's rows are made into as they are read (table, row).
+pub(super) type Project<'p> = &'p (dyn Fn(&str, Row) -> Row + Sync);
 
 /// How rows change in a payload: `<row-update2>`s, modifications as diffs (`monitor_cond`), or
 /// `<row-update>`s, each with the whole new row (RFC 7047 `monitor`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Format {
+#[derive(Clone, Copy)]
+enum Format<'p> {
     Diffs,
-    Rows,
+    Rows(Project<'p>),
 }
 
 /// The `monitor_cond_since` reply: `[found, last-txn-id, <table-updates2>]`.
@@ -54,9 +61,14 @@ pub(super) fn since_reply(
 
 /// The params of an `update` (`[id, <table-updates>]`), `update2` (`[id, <table-updates2>]`)
 /// or `update3` (`[id, last-txn-id, <table-updates2>]`) notification.
-pub(super) fn notification(method: &str, text: &str, schema: &DatabaseSchema) -> Option<Update> {
+pub(super) fn notification(
+    method: &str,
+    text: &str,
+    schema: &DatabaseSchema,
+    project: Project<'_>,
+) -> Option<Update> {
     let (with_txn, format) = match method {
-        "update" => (false, Format::Rows),
+        "update" => (false, Format::Rows(project)),
         "update2" => (false, Format::Diffs),
         "update3" => (true, Format::Diffs),
         _ => return None,
@@ -122,7 +134,7 @@ impl<'de> Visitor<'de> for SinceReply<'_> {
 struct Notification<'s> {
     schema: &'s DatabaseSchema,
     with_txn: bool,
-    format: Format,
+    format: Format<'s>,
 }
 seed_visits!(Notification<'_>, deserialize_seq);
 
@@ -149,7 +161,7 @@ impl<'de> Visitor<'de> for Notification<'_> {
 
 /// `<table-updates2>` or `<table-updates>`: table name to its rows.
 #[derive(Clone, Copy)]
-struct Tables<'s>(&'s DatabaseSchema, Format);
+struct Tables<'s>(&'s DatabaseSchema, Format<'s>);
 seed_visits!(Tables<'_>, deserialize_map);
 
 impl<'de> Visitor<'de> for Tables<'_> {
@@ -161,7 +173,7 @@ impl<'de> Visitor<'de> for Tables<'_> {
         let mut out = BTreeMap::new();
         while let Some(name) = m.next_key::<String>()? {
             let table = self.0.table(&name).map_err(A::Error::custom)?;
-            let rows = m.next_value_seed(Rows(table, self.1))?;
+            let rows = m.next_value_seed(Rows(table, self.1, &name))?;
             if out.insert(name, rows).is_some() {
                 return Err(A::Error::custom("table given twice"));
             }
@@ -172,10 +184,10 @@ impl<'de> Visitor<'de> for Tables<'_> {
 
 /// `<table-update2>` or `<table-update>`: row uuid to its change.
 #[derive(Clone, Copy)]
-struct Rows<'s>(&'s TableSchema, Format);
-seed_visits!(Rows<'_>, deserialize_map);
+struct Rows<'s, 'n>(&'s TableSchema, Format<'s>, &'n str);
+seed_visits!(Rows<'_, '_>, deserialize_map);
 
-impl<'de> Visitor<'de> for Rows<'_> {
+impl<'de> Visitor<'de> for Rows<'_, '_> {
     type Value = BTreeMap<Uuid, RowUpdate>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("table-update2")
@@ -185,7 +197,9 @@ impl<'de> Visitor<'de> for Rows<'_> {
         while let Some(uuid) = m.next_key_seed(UuidText)? {
             let change = match self.1 {
                 Format::Diffs => m.next_value_seed(Change(self.0))?,
-                Format::Rows => m.next_value_seed(WholeChange(self.0))?,
+                Format::Rows(project) => {
+                    m.next_value_seed(WholeChange(self.0, |r| project(self.2, r)))?
+                }
             };
             // Two spellings of one uuid: which one a tree keeps depends on its key order.
             if out.insert(uuid, change).is_some() {
@@ -230,11 +244,16 @@ impl<'de> Visitor<'de> for Change<'_> {
 
 /// `<row-update>`: `old`, `new` or both; `old` is read and dropped (a delete's or a
 /// modification's before), `new` is the whole row after.
-#[derive(Clone, Copy)]
-struct WholeChange<'s>(&'s TableSchema);
-seed_visits!(WholeChange<'_>, deserialize_map);
+struct WholeChange<'s, P>(&'s TableSchema, P);
 
-impl<'de> Visitor<'de> for WholeChange<'_> {
+impl<'de, P: Fn(Row) -> Row> DeserializeSeed<'de> for WholeChange<'_, P> {
+    type Value = RowUpdate;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, P: Fn(Row) -> Row> Visitor<'de> for WholeChange<'_, P> {
     type Value = RowUpdate;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("row-update")
@@ -248,7 +267,7 @@ impl<'de> Visitor<'de> for WholeChange<'_> {
                     m.next_value::<Json>()?;
                     old = true;
                 }
-                "new" if new.is_none() => new = Some(m.next_value_seed(Columns(self.0))?),
+                "new" if new.is_none() => new = Some((self.1)(m.next_value_seed(Columns(self.0))?)),
                 _ => return Err(A::Error::custom("unknown or repeated member")),
             }
         }

@@ -227,10 +227,38 @@ pub fn parse_table_updates_text(
     text: &str,
     schema: &DatabaseSchema,
 ) -> Result<TableUpdates, MonitorError> {
-    match seed::table_updates(text, schema) {
+    parse_table_updates_projected(text, schema, &|_, r| r)
+}
+
+/// [`parse_table_updates_text`], each new row made into `project(table, row)` as soon as it
+/// is read: the decoded rows are never all held whole at once.
+pub fn parse_table_updates_projected(
+    text: &str,
+    schema: &DatabaseSchema,
+    project: &(dyn Fn(&str, Row) -> Row + Sync),
+) -> Result<TableUpdates, MonitorError> {
+    match seed::table_updates(text, schema, project) {
         Some(u) => Ok(u),
-        None => parse_table_updates(&tree(text)?, schema),
+        None => Ok(projected(
+            parse_table_updates(&tree(text)?, schema)?,
+            project,
+        )),
     }
+}
+
+/// `updates` with each new row made into `project(table, row)`.
+fn projected(
+    mut updates: TableUpdates,
+    project: &(dyn Fn(&str, Row) -> Row + Sync),
+) -> TableUpdates {
+    for (table, rows) in updates.iter_mut() {
+        for ru in rows.values_mut() {
+            if let RowUpdate::Insert(r) | RowUpdate::Replace(r) | RowUpdate::Initial(r) = ru {
+                *r = project(table, std::mem::take(r));
+            }
+        }
+    }
+    updates
 }
 
 /// [`parse_since_reply`] from the reply's text, decoded as [`parse_table_updates2_text`] does.
@@ -251,14 +279,29 @@ pub fn parse_notification_text(
     text: &str,
     schema: &DatabaseSchema,
 ) -> Result<Update, MonitorError> {
-    if let Some(u) = seed::notification(method, text, schema) {
+    parse_notification_projected(method, text, schema, &|_, r| r)
+}
+
+/// [`parse_notification_text`], an `update`'s new rows made into `project(table, row)` as they
+/// are read ([`parse_table_updates_projected`]).
+pub fn parse_notification_projected(
+    method: &str,
+    text: &str,
+    schema: &DatabaseSchema,
+    project: &(dyn Fn(&str, Row) -> Row + Sync),
+) -> Result<Update, MonitorError> {
+    if let Some(u) = seed::notification(method, text, schema, project) {
         return Ok(u);
     }
     let params: Json = serde_json::from_str(text).map_err(|e| MonitorError::Malformed {
         reason: "params are not JSON",
         excerpt: e.to_string(),
     })?;
-    parse_notification(method, &params, schema)
+    let mut u = parse_notification(method, &params, schema)?;
+    if method == "update" {
+        u.updates = projected(u.updates, project);
+    }
+    Ok(u)
 }
 
 #[cfg(test)]
@@ -384,7 +427,7 @@ mod tests {
                 assert_eq!(seed::table_updates2(&text, &s).is_some(), fast, "{text}");
                 assert_eq!(seed::since_reply(&reply, &s).is_some(), fast, "{reply}");
                 assert_eq!(
-                    seed::notification("update2", &params, &s).is_some(),
+                    seed::notification("update2", &params, &s, &|_, r| r).is_some(),
                     fast,
                     "{params}"
                 );
@@ -442,7 +485,7 @@ mod tests {
                 (Some(_), Err(e)) => panic!("{text}: {e}"),
             }
             assert_eq!(
-                seed::table_updates(&text, &s).is_some(),
+                seed::table_updates(&text, &s, &|_, r| r).is_some(),
                 parse_table_updates(&tree, &s).is_ok(),
                 "{text}"
             );

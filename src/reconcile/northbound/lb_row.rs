@@ -58,18 +58,74 @@ pub(super) fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
     let external_ids = map_of(row.get("external_ids"));
     let protocol = str_of(row.get("protocol"));
     let key = parse_key(&external_ids, protocol.as_deref())?;
-    let name = str_of(row.get("name")).unwrap_or_default();
-    let vars = if key.scope == Scope::Template {
-        super::template_vars::named_in(str_pairs(row.get("vips")))
-    } else {
-        Vec::new()
+    let summarized = match (row.get(&DIGEST_A), row.get(&DIGEST_B)) {
+        (Some(Value::Atom(Atom::Integer(a))), Some(Value::Atom(Atom::Integer(b)))) => {
+            Some(LbDigest::from_parts(*a as u64, *b as u64))
+        }
+        _ => None,
+    };
+    let vars = match (key.scope == Scope::Template, row.get(&VARS)) {
+        (false, _) => Vec::new(),
+        (true, Some(Value::Set(vars))) => vars
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect(),
+        (true, _) => super::template_vars::named_in(str_pairs(row.get("vips"))),
+    };
+    let content = match summarized {
+        Some(d) => d,
+        None => LbDigest::observed(&str_of(row.get("name")).unwrap_or_default(), row),
     };
     Some(ObservedLb {
         uuid,
         key,
-        content: LbDigest::observed(&name, row),
+        content,
         vars,
     })
+}
+
+/// The columns [`lb_summary`] adds: the digest's halves and the template variables.
+static DIGEST_A: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from("_vipflow_digest_a"));
+static DIGEST_B: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from("_vipflow_digest_b"));
+static VARS: std::sync::LazyLock<Arc<str>> =
+    std::sync::LazyLock::new(|| Arc::from("_vipflow_vars"));
+
+/// A Load_Balancer row as the writer's monitor keeps it (its [`ovsdb::monitor::Projection`]):
+/// for one of ours, its protocol, its owner and scope, the digest of what a diff compares and
+/// the template variables its VIPs name, which is all [`read_lb`] reads; for another's,
+/// nothing. Each row is made so as it is decoded: the snapshot the writer takes after a large
+/// first sync never holds every row whole. Applied to its own output, it changes nothing.
+pub fn lb_summary(_table: &str, row: Row) -> Row {
+    if row.contains_key(&DIGEST_A) || row.is_empty() {
+        return row;
+    }
+    let Some(o) = read_lb(Uuid::nil(), &row) else {
+        return Row::new();
+    };
+    let (a, b) = o.content.parts();
+    let mut cols: Vec<(Arc<str>, Value)> = Vec::with_capacity(5);
+    for (name, v) in row {
+        match &*name {
+            "protocol" => cols.push((name, v)),
+            "external_ids" => {
+                let ours = str_pairs(Some(&v)).filter(|(k, _)| *k == OWNER_KEY || *k == SCOPE_KEY);
+                cols.push((name, Value::map(ours)));
+            }
+            _ => {}
+        }
+    }
+    // Stored as integers: the halves' bits as they are.
+    cols.push((Arc::clone(&DIGEST_A), Value::Atom(Atom::Integer(a as i64))));
+    cols.push((Arc::clone(&DIGEST_B), Value::Atom(Atom::Integer(b as i64))));
+    if !o.vars.is_empty() {
+        cols.push((
+            Arc::clone(&VARS),
+            Value::set(o.vars.iter().map(String::as_str)),
+        ));
+    }
+    cols.into_iter().collect()
 }
 
 pub(super) fn smap(m: &BTreeMap<String, String>) -> Value {

@@ -25,6 +25,16 @@ pub struct ObservedLb {
 pub struct LbDigest(u64, u64);
 
 impl LbDigest {
+    /// The digest's two halves, to keep in a row ([`super::lb_row::lb_summary`]).
+    pub(super) fn parts(self) -> (u64, u64) {
+        (self.0, self.1)
+    }
+
+    /// A digest from its two halves.
+    pub(super) fn from_parts(a: u64, b: u64) -> LbDigest {
+        LbDigest(a, b)
+    }
+
     /// `maps` in column order, each one's pairs in key order.
     fn of<'a, M, P>(name: &str, maps: M) -> LbDigest
     where

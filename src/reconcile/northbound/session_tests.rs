@@ -182,6 +182,15 @@ fn whole_row_events_give_the_same_diff_as_kept_rows() {
         (whole.table(LB).into_iter().flatten()).all(|(_, r)| r.is_empty()),
         "no Load_Balancer columns kept"
     );
+    // Each event's row is what the writer keeps of it: no VIPs, options or names.
+    for e in &events {
+        if let Event::Insert { new, .. } = e {
+            assert!(
+                !new.contains_key("vips") && !new.contains_key("name"),
+                "{new:?}"
+            );
+        }
+    }
     let mut session = Session::new(Observed::from_cache(&whole), Some("tok".into()));
     session.absorb(events, &whole);
     let want = ops(&reference.changes(&d));
@@ -514,4 +523,34 @@ fn auto_node_rows_follow_the_schema() {
     assert!(tables.remove(CHASSIS_VARS).is_some());
     let without = DatabaseSchema::from_json(&j).unwrap();
     assert_eq!(node_rows_for(&without), NodeRows::PerNode);
+}
+
+/// The writer's summary of a row reads as the row itself: the same identity, digest and
+/// template variables, for a cluster row and a template row; made again, it is the same; a row
+/// not ours is summarized to nothing.
+#[test]
+fn a_summarized_row_reads_as_the_whole_row() {
+    let d = plan();
+    let web = row_of(&d, "shop", "web");
+    let mut rows = vec![insert_columns(web)];
+    let mut template = insert_columns(web);
+    template.insert(
+        "external_ids",
+        Value::map([(OWNER_KEY, "shop/web"), (SCOPE_KEY, "template")]),
+    );
+    template.insert(
+        "vips",
+        Value::map([("192.0.2.10:80", "^vf_00112233aabbccdd")]),
+    );
+    rows.push(template);
+    for row in rows {
+        let summary = lb_row::lb_summary(LB, row.clone());
+        for kept_out in ["name", "vips", "options"] {
+            assert!(!summary.contains_key(kept_out), "{summary:?}");
+        }
+        assert_eq!(read_lb(uuid(1), &summary), read_lb(uuid(1), &row));
+        assert_eq!(lb_row::lb_summary(LB, summary.clone()), summary);
+    }
+    let theirs = Row::from([("name".to_string(), Value::Atom(Atom::string("theirs")))]);
+    assert!(lb_row::lb_summary(LB, theirs).is_empty());
 }

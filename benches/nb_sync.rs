@@ -577,7 +577,12 @@ fn main() {
         "incremental plan = full plan after the updates"
     );
 
-    // ovn-nbctl: other Services than vipflow's, each given new backends.
+    // ovn-nbctl: other Services than vipflow's, each given new backends. Its writes are seen
+    // through a monitor that keeps the rows (the writer's keeps only their digests).
+    drop(monitor);
+    let mut monitor = rt
+        .block_on(client.monitor(snapshot_spec(false)))
+        .expect("a monitor that keeps the rows");
     let mut nbctl = Vec::with_capacity(NBCTL_UPDATES);
     for k in 0..NBCTL_UPDATES {
         let i = ((k as u64 * 104_729 + 1) % n as u64) as u32;

@@ -152,22 +152,27 @@ pub fn report_problems(
     crate::model::slice_problems(&loaded.objects.endpoint_slices, &mut found);
     found.sort();
     found.dedup();
+    with_source_and_node(cfg, loaded, found)
+}
+
+/// `model` with every problem of `loaded`: the source's, the model's, this node's.
+fn with_problems(cfg: &Config, loaded: &Loaded, model: Model) -> (Model, Vec<Problem>) {
+    let problems = with_source_and_node(cfg, loaded, model.problems.iter().cloned());
+    (model, problems)
+}
+
+/// The objects' problems `found` between the source's and this node's.
+fn with_source_and_node(
+    cfg: &Config,
+    loaded: &Loaded,
+    found: impl IntoIterator<Item = Problem>,
+) -> Vec<Problem> {
     let mut problems = loaded.problems.clone();
     problems.extend(found);
     if let Err(p) = crate::model::node_gateway_router_mac(&loaded.objects.nodes, &cfg.node_name) {
         problems.push(p);
     }
     problems
-}
-
-/// `model` with every problem of `loaded`: the source's, the model's, this node's.
-fn with_problems(cfg: &Config, loaded: &Loaded, model: Model) -> (Model, Vec<Problem>) {
-    let mut problems = loaded.problems.clone();
-    problems.extend(model.problems.iter().cloned());
-    if let Err(p) = crate::model::node_gateway_router_mac(&loaded.objects.nodes, &cfg.node_name) {
-        problems.push(p);
-    }
-    (model, problems)
 }
 
 /// This node's OVN gateway router MAC from its Node object, when it has a readable one.

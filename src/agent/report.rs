@@ -3,6 +3,7 @@
 //! path.
 
 use super::*;
+
 /// What the planner produced for one generation, for the observer.
 pub(super) struct PlanInfo {
     pub generation: u64,

@@ -385,14 +385,20 @@ impl Model {
 }
 
 /// `VIP:port/proto`, with brackets around IPv6.
-pub struct SocketLike<'a>(pub &'a VipPort);
+pub struct SocketLike(pub IpAddr, pub u16, pub Protocol);
 
-impl fmt::Display for SocketLike<'_> {
+impl SocketLike {
+    pub fn of(vp: &VipPort) -> SocketLike {
+        SocketLike(vp.vip, vp.port, vp.protocol)
+    }
+}
+
+impl fmt::Display for SocketLike {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = self.0;
-        match v.vip {
-            IpAddr::V4(ip) => write!(f, "{ip}:{}/{}", v.port, v.protocol),
-            IpAddr::V6(ip) => write!(f, "[{ip}]:{}/{}", v.port, v.protocol),
+        let SocketLike(vip, port, protocol) = self;
+        match vip {
+            IpAddr::V4(ip) => write!(f, "{ip}:{port}/{protocol}"),
+            IpAddr::V6(ip) => write!(f, "[{ip}]:{port}/{protocol}"),
         }
     }
 }

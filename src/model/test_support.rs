@@ -26,7 +26,7 @@ pub(super) fn build_class(yaml: &str, class: &str) -> Model {
 /// Every VIP:port/proto as `ns/name VIP:port/proto`.
 pub(super) fn vip_ports(m: &Model) -> Vec<String> {
     m.vip_ports()
-        .map(|(k, vp)| format!("{k} {}", SocketLike(vp)))
+        .map(|(k, vp)| format!("{k} {}", SocketLike::of(vp)))
         .collect()
 }
 

@@ -366,7 +366,7 @@ pub(crate) fn resolve_conflicts(
                     ProblemKind::ConflictLost,
                     format!("also claimed by the older Service {w}; conflict lost"),
                 )
-                .with_vip(Some(SocketLike(vp).to_string())),
+                .with_vip(Some(SocketLike::of(vp).to_string())),
             );
             false
         });

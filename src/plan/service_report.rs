@@ -4,7 +4,7 @@
 //! own pace, off the planning path; nothing rebuilds a model of every Service for them.
 
 use super::service_index::Claim;
-use crate::model::{Problem, ProblemKind, Rank, ServiceKey, Subject};
+use crate::model::{Problem, ProblemKind, Rank, ServiceKey, SocketLike, Subject};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -75,20 +75,12 @@ impl ServiceReport {
                             winner.2
                         ),
                     )
-                    .with_vip(Some(claim_text(c))),
+                    .with_vip(Some(SocketLike(c.0, c.1, c.2).to_string())),
                 );
             }
         }
         out.sort();
         out.dedup();
         out
-    }
-}
-
-/// `VIP:port/proto`, with brackets around IPv6 (as [`crate::model::SocketLike`]).
-fn claim_text(&(vip, port, protocol): &Claim) -> String {
-    match vip {
-        IpAddr::V4(ip) => format!("{ip}:{port}/{protocol}"),
-        IpAddr::V6(ip) => format!("[{ip}]:{port}/{protocol}"),
     }
 }

@@ -1,18 +1,18 @@
 //! What the writer knows of the database: vipflow's rows and the attachment targets, built
-//! once from the monitor's cache and kept current from its events.
+//! once from the monitor's cache and its queued events, and kept current from its events.
 
 use super::*;
 use crate::vec_set::VecSet;
 use std::hash::{Hash, Hasher};
 
-/// One of our rows as the database has it: its identity, name and a digest of what a diff
-/// compares. The columns themselves stay in the monitor's cache; a second copy of tens of
-/// thousands of rows would cost more than everything else the writer keeps.
+/// One of our rows as the database has it: its identity and a digest of what a diff compares.
+/// The writer's monitor keeps no more of the row than this ([`super::monitor_spec`]): a copy of
+/// tens of thousands of rows would cost more than everything else the writer keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedLb {
     pub uuid: Uuid,
     pub key: LbKey,
-    /// Its name is in the digest; the name itself stays in the monitor's cache.
+    /// Its name is in the digest (a one-shot read's cache keeps the name itself).
     pub content: LbDigest,
     /// The template variables its VIPs name (a template row; empty for the others).
     pub vars: Vec<String>,

@@ -330,7 +330,9 @@ pub async fn run(
             };
             backoff = settings.backoff_min;
             tracing::info!(remotes = %settings.remotes, "Northbound connected");
-            // Events already queued are in the cache too; applying them again changes nothing.
+            // Load_Balancer rows are only in the queued events (the loop absorbs them before
+            // any diff); the other tables' are in the cache too, and applying them again
+            // changes nothing.
             let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token.clone()));
             let mut event = None;
             loop {

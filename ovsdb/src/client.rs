@@ -642,12 +642,10 @@ impl Driver {
                         }
                     }
                     Some(DriverCmd::CancelMonitor { id, reply }) => {
-                        let (mut kept, mut whole) = (true, false);
-                        if let Some(m) = self.monitors.iter().find(|m| m.id == id) {
-                            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
-                            whole = c.spec().has_whole_rows();
-                            kept = c.spec().has_kept_rows() || !whole;
-                        }
+                        let (kept, whole) = match self.monitors.iter().find(|m| m.id == id) {
+                            Some(m) => m.cache.lock().unwrap_or_else(|p| p.into_inner()).spec().subscriptions(),
+                            None => (true, false),
+                        };
                         self.monitors.retain(|m| m.id != id);
                         let mut r = Ok(());
                         if kept {
@@ -700,11 +698,10 @@ impl Driver {
         let Some(m) = self.monitors.get(i) else {
             return Ok(());
         };
-        let (kept, whole) = {
-            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let whole = c.spec().has_whole_rows();
-            (c.spec().has_kept_rows() || !whole, whole)
-        };
+        let (kept, whole) = (m.cache.lock())
+            .unwrap_or_else(|p| p.into_inner())
+            .spec()
+            .subscriptions();
         if kept {
             self.resume_kept(conn, i).await?;
         }
@@ -973,15 +970,8 @@ fn apply_notification(
                     reason: "params are not JSON",
                     excerpt: e.to_string(),
                 })?;
-            let mut u = monitor::parse_notification(&n.method, &params, schema)?;
-            for (table, rows) in u.updates.iter_mut() {
-                for ru in rows.values_mut() {
-                    if let monitor::RowUpdate::Insert(r) | monitor::RowUpdate::Replace(r) = ru {
-                        *r = spec.project(table, std::mem::take(r));
-                    }
-                }
-            }
-            u
+            // Never reached with rows: text that is not UTF-8 is not JSON either.
+            monitor::parse_notification(&n.method, &params, schema)?
         }
     };
     let mut c = cache.lock().unwrap_or_else(|p| p.into_inner());

@@ -116,15 +116,10 @@ impl MonitorSpec {
     /// Monitor `columns` of `table` with whole rows in every event and none kept in the cache
     /// ([`TableSelect::whole_rows`]).
     pub fn whole_rows(mut self, table: &str, columns: &[&str]) -> Self {
-        self.tables.insert(
-            table.to_owned(),
-            TableSelect {
-                columns: Some(columns.iter().map(|c| (*c).to_owned()).collect()),
-                conditions: vec![],
-                whole_rows: true,
-                project: None,
-            },
-        );
+        self = self.columns(table, columns);
+        if let Some(sel) = self.tables.get_mut(table) {
+            sel.whole_rows = true;
+        }
         self
     }
 
@@ -163,6 +158,13 @@ impl MonitorSpec {
     /// Whether any table is monitored as `monitor_cond` does (its rows kept in the cache).
     pub fn has_kept_rows(&self) -> bool {
         self.tables.values().any(|s| !s.whole_rows)
+    }
+
+    /// The subscriptions this spec takes: (`monitor_cond`'s, RFC 7047 `monitor`'s). A spec of
+    /// no tables still takes a `monitor_cond` one, as before whole-row tables.
+    pub fn subscriptions(&self) -> (bool, bool) {
+        let whole = self.has_whole_rows();
+        (self.has_kept_rows() || !whole, whole)
     }
 
     /// Whether any table is monitored with whole rows.
@@ -372,8 +374,6 @@ impl Cache {
         for (table, rows) in updates {
             // Looked up once per table, not per row: a bulk insert brings thousands.
             let col_list = self.columns(&table)?;
-            let cols: BTreeMap<&str, &ColumnType> =
-                col_list.iter().map(|(c, t)| (&**c, t)).collect();
             if self.spec.is_whole_rows(&table) {
                 // A projected row holds what its projection makes of it, not every column
                 // (made as it was decoded; made again, it stays the same).
@@ -387,6 +387,8 @@ impl Cache {
                 whole_rows(&table, rows, &make, kept, &self.placeholder, &mut events)?;
                 continue;
             }
+            let cols: BTreeMap<&str, &ColumnType> =
+                col_list.iter().map(|(c, t)| (&**c, t)).collect();
             let t = self.tables.entry(table.clone()).or_default();
             for (uuid, ru) in rows {
                 match ru {

@@ -33,19 +33,33 @@ pub fn parse_table_updates2(
     j: &Json,
     schema: &DatabaseSchema,
 ) -> Result<TableUpdates, MonitorError> {
-    let tables = j
-        .as_object()
-        .ok_or_else(|| malformed("table-updates2 is not an object", j))?;
+    let names = [
+        "table-updates2 is not an object",
+        "table-update2 is not an object",
+    ];
+    tables_of(j, schema, names, row_update2)
+}
+
+/// Table name to row uuid to each row's change, `row` decoding each change; `not_objects` say
+/// that the whole or a table's part is not an object.
+fn tables_of(
+    j: &Json,
+    schema: &DatabaseSchema,
+    not_objects: [&'static str; 2],
+    row: fn(&DatabaseSchema, &str, &Json) -> Result<RowUpdate, MonitorError>,
+) -> Result<TableUpdates, MonitorError> {
+    let tables = j.as_object().ok_or_else(|| malformed(not_objects[0], j))?;
     let mut out = BTreeMap::new();
     for (table, rows) in tables {
         schema.table(table)?;
         let rows = rows
             .as_object()
-            .ok_or_else(|| malformed("table-update2 is not an object", rows))?;
+            .ok_or_else(|| malformed(not_objects[1], rows))?;
         let mut t = BTreeMap::new();
         for (uuid, upd) in rows {
-            let (uuid, ru) = row_update2(schema, table, uuid, upd)?;
-            t.insert(uuid, ru);
+            let uuid = Uuid::parse_str(uuid)
+                .map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
+            t.insert(uuid, row(schema, table, upd)?);
         }
         out.insert(table.clone(), t);
     }
@@ -56,11 +70,8 @@ pub fn parse_table_updates2(
 fn row_update2(
     schema: &DatabaseSchema,
     table: &str,
-    uuid: &str,
     upd: &Json,
-) -> Result<(Uuid, RowUpdate), MonitorError> {
-    let uuid =
-        Uuid::parse_str(uuid).map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
+) -> Result<RowUpdate, MonitorError> {
     let o = upd
         .as_object()
         .ok_or_else(|| malformed("row-update2 is not an object", upd))?;
@@ -75,7 +86,7 @@ fn row_update2(
         "delete" => RowUpdate::Delete,
         _ => return Err(malformed("unknown row-update2 member", upd)),
     };
-    Ok((uuid, ru))
+    Ok(ru)
 }
 
 /// Decode RFC 7047 `<table-updates>` (a `monitor` reply or `update` notification): each row's
@@ -84,24 +95,11 @@ pub fn parse_table_updates(
     j: &Json,
     schema: &DatabaseSchema,
 ) -> Result<TableUpdates, MonitorError> {
-    let tables = j
-        .as_object()
-        .ok_or_else(|| malformed("table-updates is not an object", j))?;
-    let mut out = BTreeMap::new();
-    for (table, rows) in tables {
-        schema.table(table)?;
-        let rows = rows
-            .as_object()
-            .ok_or_else(|| malformed("table-update is not an object", rows))?;
-        let mut t = BTreeMap::new();
-        for (uuid, upd) in rows {
-            let uuid = Uuid::parse_str(uuid)
-                .map_err(|_| malformed("row key is not a uuid", &json!(uuid)))?;
-            t.insert(uuid, row_update1(schema, table, upd)?);
-        }
-        out.insert(table.clone(), t);
-    }
-    Ok(out)
+    let names = [
+        "table-updates is not an object",
+        "table-update is not an object",
+    ];
+    tables_of(j, schema, names, row_update1)
 }
 
 /// One `<row-update>` of `table`: `new` alone is an insert (or a row of the snapshot), `old`

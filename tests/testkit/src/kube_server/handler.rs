@@ -69,7 +69,10 @@ impl Selectors {
 }
 
 fn json_response(code: u16, value: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes_response(code, serde_json::to_vec(value).unwrap_or_default())
+}
+
+fn bytes_response(code: u16, bytes: Vec<u8>) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     resp.headers_mut()
@@ -505,35 +508,70 @@ fn list(
             (rv, Some((ns, name)))
         }
     };
-    let key_of = |o: &Value| {
-        (
-            meta_str(o, "namespace").unwrap_or("").to_string(),
-            meta_str(o, "name").unwrap_or("").to_string(),
-        )
-    };
-    let mut matching = store
-        .list(def, ns)
-        .filter(|o| after.as_ref().is_none_or(|a| key_of(o) > *a))
-        .filter(|o| sel.matches(o));
-    let mut items: Vec<Value> = Vec::new();
+    let after = after.as_ref().map(|(n, name)| (n.as_str(), name.as_str()));
+    let mut items: Vec<&Value> = Vec::new();
     let mut cont = None;
-    for o in matching.by_ref() {
+    for o in store.list_after(def, ns, after).filter(|o| sel.matches(o)) {
         if limit.is_some_and(|l| items.len() >= l) {
-            let (ns, name) = items.last().map(key_of).unwrap_or_default();
+            let last = items.last().copied().unwrap_or(o);
+            let ns = meta_str(last, "namespace").unwrap_or("");
+            let name = meta_str(last, "name").unwrap_or("");
             cont = Some(format!("{list_rv}/{ns}/{name}"));
             break;
         }
-        let mut item = o.clone();
-        if !def.crd
-            && let Some(m) = item.as_object_mut()
-        {
-            // The apiserver's JSON lists of built-in types carry no kind/apiVersion per item.
-            m.remove("kind");
-            m.remove("apiVersion");
-        }
-        items.push(item);
+        items.push(o);
     }
-    Ok(json_response(200, &list_doc(def, list_rv, cont, items)))
+    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(c) = cont {
+        metadata["continue"] = json!(c);
+    }
+    let doc = ListDoc {
+        kind: format!("{}List", def.kind),
+        api_version: def.api_version(),
+        metadata,
+        items: items
+            .into_iter()
+            .map(|obj| ListItem {
+                obj,
+                // The apiserver's JSON lists of built-in types carry no kind/apiVersion per item.
+                strip_type: !def.crd,
+            })
+            .collect(),
+    };
+    let bytes = serde_json::to_vec(&doc).unwrap_or_default();
+    Ok(bytes_response(200, bytes))
+}
+
+/// A list reply, written from the stored objects without copying them.
+#[derive(serde::Serialize)]
+struct ListDoc<'a> {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    metadata: Value,
+    items: Vec<ListItem<'a>>,
+}
+
+/// One stored object in a list reply, without its `kind` and `apiVersion` when `strip_type`.
+struct ListItem<'a> {
+    obj: &'a Value,
+    strip_type: bool,
+}
+
+impl serde::Serialize for ListItem<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self.obj.as_object() {
+            Some(m) if self.strip_type => {
+                let mut out = s.serialize_map(None)?;
+                for (k, v) in m.iter().filter(|(k, _)| *k != "kind" && *k != "apiVersion") {
+                    out.serialize_entry(k, v)?;
+                }
+                out.end()
+            }
+            _ => self.obj.serialize(s),
+        }
+    }
 }
 
 /// What one watch delivers.

@@ -326,10 +326,25 @@ impl Store {
         def: &ResourceDef,
         ns: Option<&'a str>,
     ) -> impl Iterator<Item = &'a Value> + 'a {
+        self.list_after(def, ns, None)
+    }
+
+    /// [`Store::list`] from just after `after` (a `continue` token's namespace and name): a
+    /// page costs its own objects, as in the apiserver's cache, not a walk from the start.
+    pub(crate) fn list_after<'a>(
+        &'a self,
+        def: &ResourceDef,
+        ns: Option<&'a str>,
+        after: Option<(&str, &str)>,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        use std::ops::Bound;
         let key = def.key();
-        let start = (key.clone(), ns.unwrap_or("").to_string(), String::new());
+        let start = match after {
+            Some((n, name)) => Bound::Excluded((key.clone(), n.to_string(), name.to_string())),
+            None => Bound::Included((key.clone(), ns.unwrap_or("").to_string(), String::new())),
+        };
         self.objects
-            .range(start..)
+            .range((start, Bound::Unbounded))
             .take_while(move |((r, n, _), _)| *r == key && ns.is_none_or(|ns| ns == n))
             .map(|(_, v)| v)
     }

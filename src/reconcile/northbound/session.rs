@@ -126,6 +126,12 @@ impl Session {
         self.exclude_due = true;
     }
 
+    /// The next diff covers every Service (after a new monitor's snapshot, a failure, or a
+    /// switch, router or group that came or went).
+    pub fn whole_diff_due(&self) -> bool {
+        self.full
+    }
+
     /// What the database holds, as far as the events applied so far tell.
     pub fn observed(&self) -> &Observed {
         &self.observed

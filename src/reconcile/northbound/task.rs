@@ -381,6 +381,11 @@ pub async fn run(
                 if !published {
                     publish(&status, &plan, sent, started, s.problems(), &result);
                 }
+                if ok && s.whole_diff_due() {
+                    // The monitor was taken again after a batched first sync: check every
+                    // Service now, while nothing waits, not in front of the next change.
+                    continue;
+                }
                 // Wait for a new plan, a change in the database, or (after a failure) the
                 // backoff.
                 let retry = async {

@@ -526,10 +526,22 @@ fn cluster_mode(services: usize, changes: usize, northd: bool) -> Figures {
         let t1 = watcher.added(want, Duration::from_secs(30));
         times.push(t1 - t0);
     }
+    print_samples(&times);
     let f = Figures::after(&agent, steady, times);
     drop(agent);
     drop(kube);
     f
+}
+
+/// Every change's time in order, with `VIPFLOW_BENCH_SAMPLES` set (which change a slow one was).
+fn print_samples(times: &[Duration]) {
+    if std::env::var_os("VIPFLOW_BENCH_SAMPLES").is_some() {
+        let ms: Vec<String> = times
+            .iter()
+            .map(|t| format!("{:.1}", t.as_secs_f64() * 1e3))
+            .collect();
+        eprintln!("changes, ms in order: {}", ms.join(" "));
+    }
 }
 
 /// Stop the sandbox's ovn-northd, by the pid it recorded.

@@ -81,26 +81,23 @@ pub fn warnings(problems: &[Problem]) -> BTreeSet<ServiceEvent> {
 /// What to say about the Services whose VIPs this node announces ([`crate::announce`]): one
 /// VipAnnounced statement per Service, naming its VIPs `here` and this node. Published by the
 /// node that takes a VIP when it takes it (a statement is published once while it holds), so
-/// every change of owner is an Event from the new owner. `vips` is in VIP order.
+/// every change of owner is an Event from the new owner.
 pub fn announced(
-    vips: &[crate::agent::status::VipDoc],
+    vips: &crate::agent::vip_list::VipList,
     here: &[std::net::IpAddr],
     node: &str,
 ) -> BTreeSet<ServiceEvent> {
-    let mut per_service: std::collections::BTreeMap<&ServiceKey, Vec<String>> =
+    let mut per_service: std::collections::BTreeMap<ServiceKey, Vec<String>> =
         std::collections::BTreeMap::new();
     for vip in here {
-        let Ok(i) = vips.binary_search_by(|d| d.vip.cmp(vip)) else {
-            continue;
-        };
-        for svc in &vips[i].services {
+        for svc in vips.services_of(*vip) {
             per_service.entry(svc).or_default().push(vip.to_string());
         }
     }
     per_service
         .into_iter()
         .map(|(svc, vips)| ServiceEvent {
-            service: svc.clone(),
+            service: svc,
             warning: false,
             reason: "VipAnnounced",
             note: format!(
@@ -145,17 +142,14 @@ pub fn with_programmed(
 
 /// Findings of the excludeIps check, attributed to the Services owning each VIP.
 pub fn not_excluded(
-    vips: &[crate::agent::status::VipDoc],
+    vips: &crate::agent::vip_list::VipList,
     findings: &[(std::net::IpAddr, String)],
 ) -> BTreeSet<ServiceEvent> {
     let mut out = BTreeSet::new();
     for (vip, text) in findings {
-        let owners = vips
-            .binary_search_by(|d| d.vip.cmp(vip))
-            .map_or(&[][..], |i| &vips[i].services[..]);
-        for svc in owners {
+        for svc in vips.services_of(*vip) {
             out.insert(ServiceEvent {
-                service: (*svc).clone(),
+                service: svc,
                 warning: true,
                 reason: "VipNotExcluded",
                 note: text.as_str().into(),
@@ -337,12 +331,13 @@ mod tests {
             services,
         };
         // In VIP order, as the plan has them; 192.0.2.2 is shared by both Services.
-        let vips = vec![
+        let vips: crate::agent::vip_list::VipList = vec![
             doc("192.0.2.1", vec![web.clone()]),
             doc("192.0.2.2", vec![api.clone(), web.clone()]),
             doc("192.0.2.3", vec![api.clone()]),
             doc("2001:db8::1", vec![web.clone()]),
-        ];
+        ]
+        .into();
         let here: Vec<std::net::IpAddr> = ["192.0.2.2", "2001:db8::1", "198.51.100.9"]
             .iter()
             .map(|v| v.parse().unwrap())

@@ -14,6 +14,7 @@ mod oneshot;
 mod planner_task;
 mod report;
 pub mod status;
+pub mod vip_list;
 use crate::plan::flows::{PlanInput, PlannedFlow, plan};
 use crate::plan::northbound::{self as nbplan, LbRow};
 use crate::plan::order;

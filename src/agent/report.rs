@@ -8,7 +8,7 @@ use super::*;
 pub(super) struct PlanInfo {
     pub generation: u64,
     /// Every VIP, its ports and Services, for the status document (shared with it).
-    pub vips: Arc<Vec<crate::agent::status::VipDoc>>,
+    pub vips: crate::agent::vip_list::VipList,
     pub problems: Vec<Problem>,
     /// The Events that say a Service's VIPs are programmed (once every bridge applied this
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
@@ -36,11 +36,16 @@ impl PlanInfo {
             services,
         } = planned;
         let problems = report_problems(cfg, loaded, services);
-        let vips = vip_docs(services);
+        let vips = crate::agent::vip_list::VipList::of(services.clone());
         let (mut programmed, mut warnings) = (Arc::default(), BTreeSet::new());
         if events {
-            let vip_set: BTreeSet<std::net::IpAddr> = vips.iter().map(|d| d.vip).collect();
-            let not_excluded = kubeovn_findings(&loaded.objects, &vip_set);
+            let not_excluded = if loaded.objects.subnets.is_empty() {
+                Vec::new()
+            } else {
+                let vip_set: BTreeSet<std::net::IpAddr> =
+                    services.won().map(|(c, _)| c.0).collect();
+                kubeovn_findings(&loaded.objects, &vip_set)
+            };
             programmed = Arc::new(crate::events::programmed(
                 services.vips_by_service(),
                 &cfg.node_name,
@@ -50,44 +55,12 @@ impl PlanInfo {
         }
         PlanInfo {
             generation: *generation,
-            vips: Arc::new(vips),
+            vips,
             problems,
             programmed,
             warnings,
         }
     }
-}
-
-/// Every won VIP:port with its ports and Services, in VIP order: each VIP's ports by Service
-/// (by key), then by port, as a model of the same objects lists them; its Services sorted.
-fn vip_docs(
-    services: &crate::plan::service_report::ServiceReport,
-) -> Vec<crate::agent::status::VipDoc> {
-    use crate::agent::status::{PortDoc, VipDoc};
-    let mut all: Vec<(std::net::IpAddr, &crate::model::ServiceKey, PortDoc)> = services
-        .won()
-        .map(|(&(vip, port, protocol), k)| (vip, k, PortDoc { port, protocol }))
-        .collect();
-    // Claims come in VIP order: only each VIP's ports need ordering by Service.
-    for group in all.chunk_by_mut(|a, b| a.0 == b.0) {
-        group.sort_by(|a, b| (a.1, a.2.port, a.2.protocol).cmp(&(b.1, b.2.port, b.2.protocol)));
-    }
-    all.chunk_by(|a, b| a.0 == b.0)
-        .map(|group| {
-            let mut services: Vec<crate::model::ServiceKey> = Vec::new();
-            for (_, k, _) in group {
-                if services.last() != Some(*k) {
-                    services.push((*k).clone());
-                }
-            }
-            services.shrink_to_fit();
-            VipDoc {
-                vip: group[0].0,
-                services,
-                ports: group.iter().map(|(_, _, p)| *p).collect(),
-            }
-        })
-        .collect()
 }
 
 /// Problems, Events and the status document of the latest plan. Off the planning path: a
@@ -288,7 +261,9 @@ mod report_tests {
         let model = Model::build(&loaded.objects, &opts);
         let mut index = crate::plan::service_index::ServiceIndex::new(opts, &[], 0x7f1f);
         index.update(&loaded.objects);
-        let docs = vip_docs(&index.report());
+        let docs: Vec<VipDoc> = crate::agent::vip_list::VipList::of(index.report())
+            .iter()
+            .collect();
         assert_eq!(docs, by_maps(&model));
         let shared = docs
             .iter()

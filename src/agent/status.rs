@@ -15,7 +15,7 @@ pub struct StatusDoc {
     pub ready: bool,
     /// Whether this agent writes the Northbound database; absent without leader election.
     pub leader: Option<bool>,
-    pub vips: std::sync::Arc<Vec<VipDoc>>,
+    pub vips: super::vip_list::VipList,
     /// Problems with the objects, as sentences.
     pub problems: Vec<String>,
     pub bridges: Vec<BridgeDoc>,
@@ -59,6 +59,16 @@ pub struct VipDoc {
 pub struct PortDoc {
     pub port: u16,
     pub protocol: Protocol,
+}
+
+impl PortDoc {
+    /// A claim's port and protocol.
+    pub fn of(claim: &crate::plan::service_index::Claim) -> PortDoc {
+        PortDoc {
+            port: claim.1,
+            protocol: claim.2,
+        }
+    }
 }
 
 impl fmt::Display for PortDoc {
@@ -247,14 +257,15 @@ mod tests {
             generation: 7,
             ready: true,
             leader: Some(false),
-            vips: std::sync::Arc::new(vec![VipDoc {
+            vips: vec![VipDoc {
                 vip: "172.18.0.100".parse().unwrap(),
                 ports: vec![PortDoc {
                     port: 80,
                     protocol: Protocol::Tcp,
                 }],
                 services: vec![ServiceKey::new("shop", "web")],
-            }]),
+            }]
+            .into(),
             problems: vec!["Service shop/x: no ports".into()],
             bridges: vec![BridgeDoc {
                 name: "br-ex".into(),

@@ -44,6 +44,16 @@ impl ServiceReport {
         (self.claimants.iter()).filter_map(|(c, set)| Some((c, &set.first()?.2)))
     }
 
+    /// The claims on `vip` with their claimants, in claim order.
+    pub fn claims_of(&self, vip: IpAddr) -> impl Iterator<Item = (&Claim, &Claimants)> {
+        use std::ops::Bound;
+        let from = (vip, 0, crate::model::Protocol::Tcp);
+        (self
+            .claimants
+            .range((Bound::Included(from), Bound::Unbounded)))
+        .take_while(move |(c, _)| c.0 == vip)
+    }
+
     /// Every Service with the VIPs it wins, by key, each one's VIPs ascending.
     pub fn vips_by_service(&self) -> Vec<(&ServiceKey, Vec<IpAddr>)> {
         let mut all: Vec<(&ServiceKey, IpAddr)> = self.won().map(|(c, k)| (k, c.0)).collect();

@@ -261,10 +261,19 @@ mod report_tests {
         let model = Model::build(&loaded.objects, &opts);
         let mut index = crate::plan::service_index::ServiceIndex::new(opts, &[], 0x7f1f);
         index.update(&loaded.objects);
-        let docs: Vec<VipDoc> = crate::agent::vip_list::VipList::of(index.report())
-            .iter()
-            .collect();
+        let list = crate::agent::vip_list::VipList::of(index.report());
+        let docs: Vec<VipDoc> = list.iter().collect();
         assert_eq!(docs, by_maps(&model));
+        // What Events look up, and the metric, agree with the documents.
+        assert_eq!(list.len(), docs.len());
+        for d in &docs {
+            assert_eq!(list.services_of(d.vip), d.services, "{}", d.vip);
+        }
+        assert!(list.services_of("198.51.100.1".parse().unwrap()).is_empty());
+        // Read back from JSON, the list is the same.
+        let back: crate::agent::vip_list::VipList =
+            serde_json::from_value(serde_json::to_value(&list).unwrap()).unwrap();
+        assert_eq!(back, list);
         let shared = docs
             .iter()
             .find(|d| d.vip.to_string() == "192.0.2.1")

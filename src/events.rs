@@ -31,26 +31,111 @@ pub struct ServiceEvent {
     pub note: std::sync::Arc<str>,
 }
 
-/// What to say about each Service with VIPs once this node has applied its plan: its VIPs
-/// are programmed here (Normal). `services` gives each Service's VIPs in order.
-pub fn programmed<'a>(
-    services: impl IntoIterator<Item = (&'a ServiceKey, Vec<std::net::IpAddr>)>,
-    node: &str,
-) -> BTreeSet<ServiceEvent> {
-    let mut out = BTreeSet::new();
-    for (key, vips) in services {
-        if vips.is_empty() {
-            continue;
-        }
-        let vips: Vec<String> = vips.iter().map(|v| v.to_string()).collect();
-        out.insert(ServiceEvent {
-            service: key.clone(),
-            warning: false,
-            reason: "VipProgrammed",
-            note: format!("VIPs {} programmed on node {node}", vips.join(", ")).into(),
-        });
+/// What to say about a Service with VIPs once this node has applied its plan: its VIPs are
+/// programmed here (Normal).
+fn programmed_one(key: &ServiceKey, vips: &[std::net::IpAddr], node: &str) -> ServiceEvent {
+    let vips: Vec<String> = vips.iter().map(|v| v.to_string()).collect();
+    ServiceEvent {
+        service: key.clone(),
+        warning: false,
+        reason: "VipProgrammed",
+        note: format!("VIPs {} programmed on node {node}", vips.join(", ")).into(),
     }
-    out
+}
+
+/// The VipProgrammed statements of a plan, kept as what they are made from: the planner's
+/// report (shared with it) or a list of each Service's VIPs. A statement per Service is a lot
+/// to hold for what is said once; the sink makes the few it publishes.
+#[derive(Clone, Default)]
+pub struct ProgrammedVips {
+    from: ProgrammedFrom,
+    node: Arc<str>,
+}
+
+#[derive(Clone, Default)]
+enum ProgrammedFrom {
+    #[default]
+    Nothing,
+    Report(crate::plan::service_report::ServiceReport),
+    List(Arc<Vec<(ServiceKey, Vec<std::net::IpAddr>)>>),
+}
+
+impl ProgrammedVips {
+    /// The VIPs each Service wins in `report`, programmed on `node`.
+    pub fn of(report: crate::plan::service_report::ServiceReport, node: &str) -> ProgrammedVips {
+        ProgrammedVips {
+            from: ProgrammedFrom::Report(report),
+            node: node.into(),
+        }
+    }
+
+    /// Each Service's VIPs as given, programmed on `node`.
+    pub fn listed(
+        services: Vec<(ServiceKey, Vec<std::net::IpAddr>)>,
+        node: &str,
+    ) -> ProgrammedVips {
+        ProgrammedVips {
+            from: ProgrammedFrom::List(Arc::new(services)),
+            node: node.into(),
+        }
+    }
+
+    /// `f` for each Service with VIPs and its VIPs, ascending.
+    fn each(&self, mut f: impl FnMut(&ServiceKey, &[std::net::IpAddr])) {
+        match &self.from {
+            ProgrammedFrom::Nothing => {}
+            ProgrammedFrom::Report(r) => {
+                for (k, vips) in r.vips_by_service() {
+                    f(k, &vips);
+                }
+            }
+            ProgrammedFrom::List(l) => {
+                for (k, vips) in l.iter().filter(|(_, v)| !v.is_empty()) {
+                    f(k, vips);
+                }
+            }
+        }
+    }
+
+    /// Every statement, made (for tests and for what reads them all).
+    pub fn statements(&self) -> BTreeSet<ServiceEvent> {
+        let mut out = BTreeSet::new();
+        self.each(|k, vips| {
+            out.insert(programmed_one(k, vips, &self.node));
+        });
+        out
+    }
+}
+
+impl PartialEq for ProgrammedVips {
+    fn eq(&self, other: &ProgrammedVips) -> bool {
+        self.statements() == other.statements()
+    }
+}
+
+impl std::fmt::Debug for ProgrammedVips {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.statements()).finish()
+    }
+}
+
+/// What there is to say about Services now, as the sink takes it: statements, and the
+/// VipProgrammed statements as what they are made from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sayings {
+    pub statements: BTreeSet<ServiceEvent>,
+    pub programmed: ProgrammedVips,
+}
+
+/// Who a statement is, as the sink remembers what it said: a 64-bit digest of its Service,
+/// kind, reason and note, not the statement (a sink that said one for each of 10,000
+/// Services keeps 10,000 digests). Two statements with one digest are about as likely as a
+/// random collision of 64 bits; the cost would be one Event not published.
+fn digest(ev: &ServiceEvent) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (&ev.service, ev.warning, ev.reason, &*ev.note).hash(&mut h);
+    h.finish()
 }
 
 /// What to say about the Services that have problems (Warning), by the problem's kind.
@@ -114,7 +199,7 @@ pub fn announced(
 /// Services a copy is a B-tree of 10,000 statements.
 #[derive(Debug, Default)]
 pub struct Programmed {
-    plan: std::sync::Arc<BTreeSet<ServiceEvent>>,
+    plan: ProgrammedVips,
     announced: BTreeSet<ServiceEvent>,
 }
 
@@ -124,20 +209,22 @@ pub struct Programmed {
 /// plan lands, on every change.
 pub fn with_programmed(
     mut warnings: BTreeSet<ServiceEvent>,
-    programmed: &std::sync::Arc<BTreeSet<ServiceEvent>>,
+    programmed: &ProgrammedVips,
     announced: BTreeSet<ServiceEvent>,
     applied: bool,
     held: &mut Programmed,
-) -> BTreeSet<ServiceEvent> {
+) -> Sayings {
     if applied {
         *held = Programmed {
-            plan: std::sync::Arc::clone(programmed),
+            plan: programmed.clone(),
             announced,
         };
     }
-    warnings.extend(held.plan.iter().cloned());
     warnings.extend(held.announced.iter().cloned());
-    warnings
+    Sayings {
+        statements: warnings,
+        programmed: held.plan.clone(),
+    }
 }
 
 /// Findings of the excludeIps check, attributed to the Services owning each VIP.
@@ -193,7 +280,7 @@ pub struct EventCounters {
 /// Sends statements to the API server; only new or changed ones are published.
 #[derive(Clone)]
 pub struct EventSink {
-    tx: mpsc::UnboundedSender<BTreeSet<ServiceEvent>>,
+    tx: mpsc::UnboundedSender<Sayings>,
     pub counters: Arc<EventCounters>,
 }
 
@@ -226,6 +313,14 @@ impl EventSink {
 
     /// The current statements (the whole set; the sink works out what is new).
     pub fn update(&self, now: BTreeSet<ServiceEvent>) {
+        let _ = self.tx.send(Sayings {
+            statements: now,
+            programmed: ProgrammedVips::default(),
+        });
+    }
+
+    /// [`EventSink::update`] with VipProgrammed statements made only as they are published.
+    pub fn say(&self, now: Sayings) {
         let _ = self.tx.send(now);
     }
 }
@@ -233,7 +328,7 @@ impl EventSink {
 async fn publish(
     client: Client,
     reporter: Reporter,
-    mut rx: mpsc::UnboundedReceiver<BTreeSet<ServiceEvent>>,
+    mut rx: mpsc::UnboundedReceiver<Sayings>,
     counters: Arc<EventCounters>,
     per_second: f64,
     burst: u32,
@@ -244,23 +339,15 @@ async fn publish(
         per_second,
         last: Instant::now(),
     };
-    // Statements already published and still true: said once, not again.
-    let mut said: BTreeSet<ServiceEvent> = BTreeSet::new();
+    // Statements already published and still true (their digests): said once, not again.
+    let mut said: std::collections::HashSet<u64> = std::collections::HashSet::new();
     while let Some(mut now) = rx.recv().await {
         // Only the latest set matters if several queued up.
         while let Ok(newer) = rx.try_recv() {
             now = newer;
         }
-        // A statement that stopped being true may be published again if it comes back.
-        said.retain(|e| now.contains(e));
-        for ev in now {
-            if said.contains(&ev) {
-                continue;
-            }
-            if !bucket.take() {
-                counters.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
+        let due = to_say(now, &mut said, &mut || bucket.take(), &counters.dropped);
+        for (d, ev) in due {
             let reference = ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Service".into()),
@@ -290,7 +377,7 @@ async fn publish(
             {
                 Ok(Ok(())) => {
                     counters.published.fetch_add(1, Ordering::Relaxed);
-                    said.insert(ev);
+                    said.insert(d);
                 }
                 Ok(Err(e)) => {
                     counters.failed.fetch_add(1, Ordering::Relaxed);
@@ -302,6 +389,61 @@ async fn publish(
             }
         }
     }
+}
+
+/// The statements of `now` not yet `said`, each with its digest, as many as `take` allows
+/// (the rest counted as `dropped`); `said` forgets what stopped being true, so it is
+/// published again if it comes back. A VipProgrammed statement is known by a digest of what
+/// it is made from, and made only when it is to be published.
+fn to_say(
+    now: Sayings,
+    said: &mut std::collections::HashSet<u64>,
+    take: &mut dyn FnMut() -> bool,
+    dropped: &AtomicU64,
+) -> Vec<(u64, ServiceEvent)> {
+    let Sayings {
+        statements,
+        programmed,
+    } = now;
+    let mut holds: std::collections::HashSet<u64> = statements.iter().map(digest).collect();
+    programmed.each(|k, vips| {
+        holds.insert(programmed_digest(k, vips, &programmed.node));
+    });
+    said.retain(|d| holds.contains(d));
+    drop(holds);
+    let mut due = Vec::new();
+    let mut room = |d: u64| {
+        if said.contains(&d) {
+            return false;
+        }
+        let ok = take();
+        if !ok {
+            dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    };
+    for ev in statements {
+        let d = digest(&ev);
+        if room(d) {
+            due.push((d, ev));
+        }
+    }
+    programmed.each(|k, vips| {
+        let d = programmed_digest(k, vips, &programmed.node);
+        if room(d) {
+            due.push((d, programmed_one(k, vips, &programmed.node)));
+        }
+    });
+    due
+}
+
+/// [`digest`] for the VipProgrammed statement of `key` with `vips` on `node`, from what it is
+/// made of.
+fn programmed_digest(key: &ServiceKey, vips: &[std::net::IpAddr], node: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (key, "VipProgrammed", vips, node).hash(&mut h);
+    h.finish()
 }
 
 /// Events notes are limited to 1 KiB by the API server.
@@ -377,37 +519,123 @@ mod tests {
         }
     }
 
+    /// Every statement of `s`, the VipProgrammed ones made.
+    fn all(s: Sayings) -> BTreeSet<ServiceEvent> {
+        let mut out = s.statements;
+        out.extend(s.programmed.statements());
+        out
+    }
+
+    fn vips(list: &[&str]) -> Vec<std::net::IpAddr> {
+        list.iter().map(|v| v.parse().unwrap()).collect()
+    }
+
     #[test]
     fn programmed_statements_hold_while_a_plan_is_in_flight() {
-        use std::sync::Arc;
         let mut held = Programmed::default();
+        let web = ServiceKey::new("shop", "web");
         let skipped = BTreeSet::from([ev("VipSkipped", "x")]);
-        let first = Arc::new(BTreeSet::from([ev("VipProgrammed", "VIPs 1.2.3.4")]));
+        let first = ProgrammedVips::listed(vec![(web.clone(), vips(&["1.2.3.4"]))], "node-a");
         let announced = BTreeSet::from([ev("VipAnnounced", "VIPs 1.2.3.4 announced")]);
         let applied: BTreeSet<ServiceEvent> = skipped
             .iter()
-            .chain(first.iter())
-            .chain(announced.iter())
             .cloned()
+            .chain(first.statements())
+            .chain(announced.iter().cloned())
             .collect();
+        assert!(applied.contains(&ev(
+            "VipProgrammed",
+            "VIPs 1.2.3.4 programmed on node node-a"
+        )));
         assert_eq!(
-            with_programmed(skipped.clone(), &first, announced, true, &mut held),
+            all(with_programmed(
+                skipped.clone(),
+                &first,
+                announced,
+                true,
+                &mut held
+            )),
             applied
         );
         // A new plan, not yet applied: the warning is still true, what the last applied plan
         // programmed and announced is held, the new plan's statements wait.
-        let second = Arc::new(BTreeSet::from([ev(
-            "VipProgrammed",
-            "VIPs 1.2.3.4, 5.6.7.8",
-        )]));
+        let second =
+            ProgrammedVips::listed(vec![(web.clone(), vips(&["1.2.3.4", "5.6.7.8"]))], "node-a");
         assert_eq!(
-            with_programmed(skipped, &second, BTreeSet::new(), false, &mut held),
+            all(with_programmed(
+                skipped,
+                &second,
+                BTreeSet::new(),
+                false,
+                &mut held
+            )),
             applied
         );
         // Applied, with a new VIP set and nothing announced: the new statement replaces the old.
         assert_eq!(
-            with_programmed(BTreeSet::new(), &second, BTreeSet::new(), true, &mut held),
-            *second
+            all(with_programmed(
+                BTreeSet::new(),
+                &second,
+                BTreeSet::new(),
+                true,
+                &mut held
+            )),
+            second.statements()
+        );
+    }
+
+    #[test]
+    fn each_statement_is_said_once_while_it_holds_and_again_when_it_comes_back() {
+        let web = ServiceKey::new("shop", "web");
+        let api = ServiceKey::new("shop", "api");
+        let dropped = AtomicU64::new(0);
+        let mut said = std::collections::HashSet::new();
+        let sayings = |programmed: Vec<(ServiceKey, Vec<std::net::IpAddr>)>| Sayings {
+            statements: BTreeSet::from([ev("VipSkipped", "x")]),
+            programmed: ProgrammedVips::listed(programmed, "node-a"),
+        };
+        let both = || {
+            vec![
+                (web.clone(), vips(&["192.0.2.1"])),
+                (api.clone(), vips(&["192.0.2.2", "192.0.2.3"])),
+            ]
+        };
+        // Everything is new; the digests of what is published are remembered.
+        let mut always = || true;
+        let due = to_say(sayings(both()), &mut said, &mut always, &dropped);
+        let notes: Vec<String> = due.iter().map(|(_, e)| e.note.to_string()).collect();
+        assert_eq!(
+            notes,
+            [
+                "x",
+                "VIPs 192.0.2.1 programmed on node node-a",
+                "VIPs 192.0.2.2, 192.0.2.3 programmed on node node-a",
+            ]
+        );
+        said.extend(due.iter().map(|(d, _)| *d));
+        // The same again: nothing to say.
+        assert!(to_say(sayings(both()), &mut said, &mut always, &dropped).is_empty());
+        // web's VIPs change: only its new statement is said.
+        let changed = vec![
+            (web.clone(), vips(&["192.0.2.9"])),
+            (api.clone(), vips(&["192.0.2.2", "192.0.2.3"])),
+        ];
+        let due = to_say(sayings(changed), &mut said, &mut always, &dropped);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].1.service, web);
+        said.extend(due.iter().map(|(d, _)| *d));
+        // Back as it was: web's first statement stopped being true meanwhile, so it is said again.
+        let due = to_say(sayings(both()), &mut said, &mut always, &dropped);
+        assert_eq!(due.len(), 1);
+        assert_eq!(&*due[0].1.note, "VIPs 192.0.2.1 programmed on node node-a");
+        // Over the rate: counted as dropped, not remembered, so tried again next time.
+        let mut none = || false;
+        let fresh = vec![(ServiceKey::new("shop", "new"), vips(&["192.0.2.7"]))];
+        assert!(to_say(sayings(fresh.clone()), &mut said, &mut none, &dropped).is_empty());
+        assert_eq!(dropped.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            to_say(sayings(fresh), &mut said, &mut always, &dropped).len(),
+            1
         );
     }
 

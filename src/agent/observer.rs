@@ -226,7 +226,7 @@ pub(super) async fn observe_agent(
                     }
                     _ => BTreeSet::new(),
                 };
-                ev.update(crate::events::with_programmed(
+                ev.say(crate::events::with_programmed(
                     p.warnings.clone(),
                     &p.programmed,
                     announced,

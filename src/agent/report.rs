@@ -12,7 +12,7 @@ pub(super) struct PlanInfo {
     pub problems: Vec<Problem>,
     /// The Events that say a Service's VIPs are programmed (once every bridge applied this
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
-    pub programmed: Arc<BTreeSet<crate::events::ServiceEvent>>,
+    pub programmed: crate::events::ProgrammedVips,
     pub warnings: BTreeSet<crate::events::ServiceEvent>,
 }
 
@@ -37,7 +37,7 @@ impl PlanInfo {
         } = planned;
         let problems = report_problems(cfg, loaded, services);
         let vips = crate::agent::vip_list::VipList::of(services.clone());
-        let (mut programmed, mut warnings) = (Arc::default(), BTreeSet::new());
+        let (mut programmed, mut warnings) = (Default::default(), BTreeSet::new());
         if events {
             let not_excluded = if loaded.objects.subnets.is_empty() {
                 Vec::new()
@@ -46,10 +46,7 @@ impl PlanInfo {
                     services.won().map(|(c, _)| c.0).collect();
                 kubeovn_findings(&loaded.objects, &vip_set)
             };
-            programmed = Arc::new(crate::events::programmed(
-                services.vips_by_service(),
-                &cfg.node_name,
-            ));
+            programmed = crate::events::ProgrammedVips::of(services.clone(), &cfg.node_name);
             warnings = crate::events::warnings(&problems);
             warnings.extend(crate::events::not_excluded(&vips, &not_excluded));
         }

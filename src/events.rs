@@ -43,67 +43,61 @@ fn programmed_one(key: &ServiceKey, vips: &[std::net::IpAddr], node: &str) -> Se
     }
 }
 
-/// The VipProgrammed statements of a plan, kept as what they are made from: the planner's
-/// report (shared with it) or a list of each Service's VIPs. A statement per Service is a lot
-/// to hold for what is said once; the sink makes the few it publishes.
+/// The VipProgrammed statements of a plan, kept as what they are made from: each Service's
+/// VIPs, with the digest its statement is known by. A statement per Service is a lot to hold
+/// for what is said once; the sink makes the few it publishes. Made on the report thread,
+/// so the sink only looks digests up.
 #[derive(Clone, Default)]
 pub struct ProgrammedVips {
-    from: ProgrammedFrom,
+    /// Every Service with VIPs, by key.
+    services: Arc<[ProgrammedService]>,
     node: Arc<str>,
 }
 
-#[derive(Clone, Default)]
-enum ProgrammedFrom {
-    #[default]
-    Nothing,
-    Report(crate::plan::service_report::ServiceReport),
-    List(Arc<Vec<(ServiceKey, Vec<std::net::IpAddr>)>>),
+struct ProgrammedService {
+    digest: u64,
+    key: ServiceKey,
+    /// Ascending.
+    vips: Box<[std::net::IpAddr]>,
 }
 
 impl ProgrammedVips {
     /// The VIPs each Service wins in `report`, programmed on `node`.
-    pub fn of(report: crate::plan::service_report::ServiceReport, node: &str) -> ProgrammedVips {
-        ProgrammedVips {
-            from: ProgrammedFrom::Report(report),
-            node: node.into(),
-        }
+    pub fn of(report: &crate::plan::service_report::ServiceReport, node: &str) -> ProgrammedVips {
+        Self::made(report.vips_by_service().into_iter(), node)
     }
 
-    /// Each Service's VIPs as given, programmed on `node`.
+    /// Each Service's VIPs as given (by key, each ascending), programmed on `node`.
     pub fn listed(
         services: Vec<(ServiceKey, Vec<std::net::IpAddr>)>,
         node: &str,
     ) -> ProgrammedVips {
-        ProgrammedVips {
-            from: ProgrammedFrom::List(Arc::new(services)),
-            node: node.into(),
-        }
+        Self::made(services.iter().map(|(k, v)| (k, v.clone())), node)
     }
 
-    /// `f` for each Service with VIPs and its VIPs, ascending.
-    fn each(&self, mut f: impl FnMut(&ServiceKey, &[std::net::IpAddr])) {
-        match &self.from {
-            ProgrammedFrom::Nothing => {}
-            ProgrammedFrom::Report(r) => {
-                for (k, vips) in r.vips_by_service() {
-                    f(k, &vips);
-                }
-            }
-            ProgrammedFrom::List(l) => {
-                for (k, vips) in l.iter().filter(|(_, v)| !v.is_empty()) {
-                    f(k, vips);
-                }
-            }
+    fn made<'a>(
+        services: impl Iterator<Item = (&'a ServiceKey, Vec<std::net::IpAddr>)>,
+        node: &str,
+    ) -> ProgrammedVips {
+        let services = services
+            .filter(|(_, vips)| !vips.is_empty())
+            .map(|(key, vips)| ProgrammedService {
+                digest: programmed_digest(key, &vips, node),
+                key: key.clone(),
+                vips: vips.into(),
+            })
+            .collect();
+        ProgrammedVips {
+            services,
+            node: node.into(),
         }
     }
 
     /// Every statement, made (for tests and for what reads them all).
     pub fn statements(&self) -> BTreeSet<ServiceEvent> {
-        let mut out = BTreeSet::new();
-        self.each(|k, vips| {
-            out.insert(programmed_one(k, vips, &self.node));
-        });
-        out
+        (self.services.iter())
+            .map(|s| programmed_one(&s.key, &s.vips, &self.node))
+            .collect()
     }
 }
 
@@ -406,9 +400,7 @@ fn to_say(
         programmed,
     } = now;
     let mut holds: std::collections::HashSet<u64> = statements.iter().map(digest).collect();
-    programmed.each(|k, vips| {
-        holds.insert(programmed_digest(k, vips, &programmed.node));
-    });
+    holds.extend(programmed.services.iter().map(|s| s.digest));
     said.retain(|d| holds.contains(d));
     drop(holds);
     let mut due = Vec::new();
@@ -428,12 +420,11 @@ fn to_say(
             due.push((d, ev));
         }
     }
-    programmed.each(|k, vips| {
-        let d = programmed_digest(k, vips, &programmed.node);
-        if room(d) {
-            due.push((d, programmed_one(k, vips, &programmed.node)));
+    for s in programmed.services.iter() {
+        if room(s.digest) {
+            due.push((s.digest, programmed_one(&s.key, &s.vips, &programmed.node)));
         }
-    });
+    }
     due
 }
 

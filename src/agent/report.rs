@@ -46,7 +46,7 @@ impl PlanInfo {
                     services.won().map(|(c, _)| c.0).collect();
                 kubeovn_findings(&loaded.objects, &vip_set)
             };
-            programmed = crate::events::ProgrammedVips::of(services.clone(), &cfg.node_name);
+            programmed = crate::events::ProgrammedVips::of(services, &cfg.node_name);
             warnings = crate::events::warnings(&problems);
             warnings.extend(crate::events::not_excluded(&vips, &not_excluded));
         }

@@ -220,7 +220,31 @@ pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {
         leading: None,
         request_timeout: Duration::from_millis(cfg.nb_timeout_ms.max(1)),
         templates: cfg.northbound.node_rows.templates(),
+        settle: None,
     }
+}
+
+/// True once every bridge reconciler has applied a plan (at once without bridges): when the
+/// Northbound writer takes its monitor again after a batched first sync
+/// ([`nb::NbSettings::settle`]).
+fn bridges_synced(
+    status: &[(String, watch::Receiver<BridgeStatus>)],
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(status.is_empty());
+    let mut each: Vec<_> = status.iter().map(|(_, s)| s.clone()).collect();
+    tasks.push(tokio::spawn(async move {
+        for s in &mut each {
+            if s.wait_for(|s| s.applied_generation.is_some())
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = tx.send(true);
+    }));
+    rx
 }
 
 /// Optional parts of a running agent.
@@ -307,8 +331,12 @@ pub fn start_with(
     if let Some(remotes) = cfg.nb_remote.clone() {
         let (dtx, drx) = watch::channel(Arc::new(nb::DesiredRows::default()));
         let (stx, srx) = watch::channel(nb::NorthboundStatus::default());
+        let settle = bridges_synced(&status, &mut tasks);
         tasks.push(tokio::spawn(nb_writer(
-            nb_settings(&cfg, &remotes),
+            nb::NbSettings {
+                settle: Some(settle),
+                ..nb_settings(&cfg, &remotes)
+            },
             drx,
             stx,
             opts.leader.clone(),

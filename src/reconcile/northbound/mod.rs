@@ -201,7 +201,16 @@ pub struct NbSettings {
     /// Template rows are in use: `Chassis_Template_Var` is monitored (an OVN before 22.12
     /// has no such table, and a monitor of it would fail).
     pub templates: bool,
+    /// After a batched first sync, the monitor is taken again once this is true (the
+    /// bridges' first syncs are done), at most [`SETTLE_WAIT`] later: the snapshot's text and
+    /// rows and the bridges' full syncs are each a few MiB for a moment, and need not add up.
+    /// Until then the writer has no monitor; it writes nothing meanwhile, and the snapshot it
+    /// takes then holds whatever anyone wrote. `None`: at once.
+    pub settle: Option<watch::Receiver<bool>>,
 }
+
+/// The longest a batched first sync's monitor waits for [`NbSettings::settle`].
+pub const SETTLE_WAIT: Duration = Duration::from_secs(5);
 
 /// The Load_Balancer columns the writer reads.
 const LB_COLUMNS: [&str; 6] = [

@@ -30,7 +30,7 @@ pub async fn send(
         }
         drop(tx);
         let out = stream_batches(client.clone(), monitor, session.token.clone(), rx).await;
-        return finish_batches(session, client, plan, out, &mut |_, _| {}).await;
+        return finish_batches(session, client, plan, out, &mut |_, _| {}, None).await;
     }
     let token = session.token.clone();
     let mut sent = 0u64;
@@ -65,18 +65,20 @@ pub async fn write_plan(
     monitor: ovsdb::Monitor,
     plan: &DesiredRows,
 ) -> Sent {
-    write_plan_reporting(session, client, monitor, plan, &mut |_, _| {}).await
+    write_plan_reporting(session, client, monitor, plan, &mut |_, _| {}, None).await
 }
 
 /// [`write_plan`], calling `committed` with the session and the number of transactions as soon
 /// as a first sync's batches all committed, before the monitor is taken again: the rows are in
 /// the database from then on, and the bridges waiting for them need not wait for the snapshot.
+/// With `settle`, the monitor is taken again once it is true ([`NbSettings::settle`]).
 pub async fn write_plan_reporting(
     session: &mut Session,
     client: &Client,
     monitor: ovsdb::Monitor,
     plan: &DesiredRows,
     committed: &mut (dyn FnMut(&Session, u64) + Send),
+    settle: Option<&watch::Receiver<bool>>,
 ) -> Sent {
     let ensured = match group::ensure(session, client, plan).await {
         Ok(()) => template_vars::ensure_planned(session, client, plan).await,
@@ -130,7 +132,7 @@ pub async fn write_plan_reporting(
             written: std::time::Instant::now(),
         }
     });
-    finish_batches(session, client, plan, out, committed).await
+    finish_batches(session, client, plan, out, committed, settle).await
 }
 
 /// The monitor as the batch writer leaves it.
@@ -227,10 +229,15 @@ pub(super) async fn finish_batches(
     plan: &DesiredRows,
     out: Batches,
     committed: &mut (dyn FnMut(&Session, u64) + Send),
+    settle: Option<&watch::Receiver<bool>>,
 ) -> Sent {
     session.done(plan, &out.result);
     if out.result.is_ok() {
         committed(session, out.transactions);
+    }
+    if let (Some(Monitored::Cancelled), Some(settle)) = (&out.monitor, settle) {
+        let mut settle = settle.clone();
+        let _ = tokio::time::timeout(SETTLE_WAIT, settle.wait_for(|s| *s)).await;
     }
     let monitor = match out.monitor {
         Some(Monitored::Open(m)) => Some(m),
@@ -335,6 +342,8 @@ pub async fn run(
             // changes nothing.
             let mut s = Session::new(Observed::from_cache(&monitor.cache()), Some(token.clone()));
             let mut event = None;
+            // A whole check is being written (see below).
+            let mut checking = false;
             loop {
                 absorb_queued(&mut s, &mut monitor, event.take());
                 let plan = desired.borrow_and_update().clone();
@@ -358,10 +367,17 @@ pub async fn run(
                     transactions: sent,
                     result,
                     ..
-                } = write_plan_reporting(&mut s, &client, monitor, &plan, &mut |s, sent| {
-                    publish(&status, &plan, sent, started, s.problems(), &Ok(()));
-                    published = true;
-                })
+                } = write_plan_reporting(
+                    &mut s,
+                    &client,
+                    monitor,
+                    &plan,
+                    &mut |s, sent| {
+                        publish(&status, &plan, sent, started, s.problems(), &Ok(()));
+                        published = true;
+                    },
+                    settings.settle.as_ref(),
+                )
                 .await;
                 let Some(m) = m else { continue 'connect };
                 monitor = m;
@@ -384,7 +400,13 @@ pub async fn run(
                 if ok && s.whole_diff_due() {
                     // The monitor was taken again after a batched first sync: check every
                     // Service now, while nothing waits, not in front of the next change.
+                    checking = true;
                     continue;
+                }
+                if std::mem::take(&mut checking) {
+                    // The start's transients are over (the batched sync, the snapshot taken
+                    // again, the check): their pages go back now, not at the next report.
+                    let _ = tokio::task::spawn_blocking(crate::memory::give_back).await;
                 }
                 // Wait for a new plan, a change in the database, or (after a failure) the
                 // backoff.

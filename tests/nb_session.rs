@@ -14,7 +14,7 @@ use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     BATCH_OWNERS, Change, DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec,
-    new_token, resolve_node_rows, send, take_over, write_plan,
+    new_token, resolve_node_rows, send, take_over, write_plan, write_plan_reporting,
 };
 
 fn nb() -> Sandbox {
@@ -211,6 +211,53 @@ async fn a_writer_that_lost_the_token_writes_nothing_and_the_next_one_duplicates
     );
     absorb_until(m(&mut monitor), &mut session, 300).await;
     assert!(session.changes(&plan).is_empty(), "in sync");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_first_sync_takes_its_monitor_again_once_settled() {
+    let sb = nb();
+    let objs = objects(300);
+    let mut planner = planner();
+    let plan = hand_over(&mut planner, &objs);
+    let (client, mut monitor, mut session) = connect(&sb).await;
+    let (settled, settle) = tokio::sync::watch::channel(false);
+    let (commits, mut committed) = tokio::sync::mpsc::unbounded_channel();
+    let sent = {
+        let mut on_commit = |_: &Session, n: u64| {
+            let _ = commits.send(n);
+        };
+        let write = write_plan_reporting(
+            &mut session,
+            &client,
+            monitor.take().unwrap(),
+            &plan,
+            &mut on_commit,
+            Some(&settle),
+        );
+        tokio::pin!(write);
+        // The rows are committed (and said to be), but the monitor waits while the bridges are
+        // not synced.
+        tokio::select! {
+            _ = &mut write => panic!("returned before the bridges synced"),
+            n = committed.recv() => assert_eq!(n, Some(3), "three transactions of 100"),
+            _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("not committed"),
+        }
+        assert_eq!(our_names(&sb).len(), 300);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut write)
+                .await
+                .is_err(),
+            "the monitor was taken again before the bridges synced"
+        );
+        settled.send(true).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), write)
+            .await
+            .expect("taken again once settled")
+    };
+    sent.result.unwrap();
+    assert!(sent.monitor.is_some());
+    assert_eq!(session.observed().len(), 300, "the new monitor's snapshot");
+    assert!(session.whole_diff_due(), "a whole check follows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

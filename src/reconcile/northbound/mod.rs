@@ -226,7 +226,7 @@ const LB_COLUMNS: [&str; 6] = [
 /// The writer's subscription: our tables and the columns we read (with `templates`, the
 /// chassis's template variables too). Load_Balancer rows come whole in every change and are not
 /// kept in the cache ([`ovsdb::monitor::TableSelect::whole_rows`]): each is made into what
-/// [`Observed`] keeps of it as it is decoded ([`lb_row::lb_summary`]: owner, scope, protocol,
+/// [`Observed`] keeps of it as it is decoded (`lb_row::lb_summary`: owner, scope, protocol,
 /// the digest), and a second copy of tens of thousands of rows would cost more than everything
 /// else the writer holds. A session is therefore current only once the monitor's queued events are
 /// absorbed ([`absorb_queued`]), not from the cache alone.

@@ -237,7 +237,12 @@ pub(super) async fn finish_batches(
     }
     if let (Some(Monitored::Cancelled), Some(settle)) = (&out.monitor, settle) {
         let mut settle = settle.clone();
-        let _ = tokio::time::timeout(SETTLE_WAIT, settle.wait_for(|s| *s)).await;
+        if tokio::time::timeout(SETTLE_WAIT, settle.wait_for(|s| *s))
+            .await
+            .is_err()
+        {
+            tracing::debug!(waited = ?SETTLE_WAIT, "the bridges have not synced; taking the Northbound monitor again without them");
+        }
     }
     let monitor = match out.monitor {
         Some(Monitored::Open(m)) => Some(m),

@@ -10,6 +10,8 @@
 //! execs it; the agent sets its own handler and still stops. `VIPFLOW_BENCH_HOLD_S=N` holds
 //! each agent N more seconds in its steady state before the changes, for a profiler to look
 //! at (e.g. to stop it there with SIGKILL, so that what it still holds is what it reports).
+//! `VIPFLOW_BENCH_SAMPLES=1` prints every change's time in order (which change a slow one was).
+//! `VIPFLOW_KEEP_SANDBOX=1` keeps each sandbox's logs (the agent's among them).
 //!
 //! Per mode:
 //! - first full sync: from the agent's start to both the bridge and the Northbound database
@@ -19,7 +21,8 @@
 //!   resident size then (what is left once the start's transients are over);
 //! - CHANGES single-Service changes (a port moved from 80 to 81 and back), each timed from the
 //!   change (the file renamed into place; the API server's write) to the new flow on br-ex,
-//!   as the switch's own flow monitor reports it to a second OpenFlow connection;
+//!   as the switch's own flow monitor reports it to a second OpenFlow connection (opened
+//!   once the first sync is done: a user's agent has no such connection to feed);
 //! - peak RSS and CPU seconds after the changes: the peak since the start, and the peak during
 //!   the changes alone (VmHWM reset once steady, `clear_refs` 5).
 //!

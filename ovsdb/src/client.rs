@@ -717,10 +717,11 @@ impl Driver {
         let Some(m) = self.monitors.get(i) else {
             return Ok(());
         };
-        let spec = {
-            let c = m.cache.lock().unwrap_or_else(|p| p.into_inner());
-            c.spec().clone()
-        };
+        let spec = m
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .shared_spec();
         let params = json!([
             self.opts.database,
             whole_rows_id(&m.id),
@@ -957,8 +958,7 @@ fn apply_notification(
     let spec = cache
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .spec()
-        .clone();
+        .shared_spec();
     let project = |table: &str, row| spec.project(table, row);
     let u = match std::str::from_utf8(&n.params) {
         // Decoded from the text: a bulk transaction's update is never one JSON tree.

@@ -245,8 +245,9 @@ pub struct Cache {
     schema: Arc<DatabaseSchema>,
     /// As asked for by the consumer.
     requested: MonitorSpec,
-    /// With column lists filled in and columns the schema lacks left out.
-    spec: MonitorSpec,
+    /// With column lists filled in and columns the schema lacks left out. Shared: each
+    /// notification's decoding takes it (for the tables' projections) without copying it.
+    spec: Arc<MonitorSpec>,
     /// Rows are shared with the events that report them: a snapshot of thousands of rows is
     /// held once, not once in the cache and again in its events.
     tables: BTreeMap<String, BTreeMap<Uuid, Arc<Row>>>,
@@ -280,7 +281,7 @@ impl Cache {
         Cache {
             schema,
             requested: spec,
-            spec: resolved,
+            spec: Arc::new(resolved),
             tables,
             last_txn_id: None,
             placeholder: Arc::new(Row::new()),
@@ -290,13 +291,18 @@ impl Cache {
     /// The server's schema changed (e.g. converted during an upgrade): re-resolve the columns
     /// and forget the txn id, so the next subscription replaces the whole cache.
     pub fn set_schema(&mut self, schema: Arc<DatabaseSchema>) {
-        self.spec = resolve(&schema, &self.requested);
+        self.spec = Arc::new(resolve(&schema, &self.requested));
         self.schema = schema;
         self.last_txn_id = None;
     }
 
     pub fn spec(&self) -> &MonitorSpec {
         &self.spec
+    }
+
+    /// [`Cache::spec`], shared.
+    pub fn shared_spec(&self) -> Arc<MonitorSpec> {
+        Arc::clone(&self.spec)
     }
 
     pub fn schema(&self) -> &Arc<DatabaseSchema> {

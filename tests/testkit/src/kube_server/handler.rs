@@ -299,7 +299,7 @@ fn route(
                         Ok(gone)
                     })?;
                     let rv = shared.lock().rv;
-                    Ok(json_response(200, &list_doc(&def, rv, None, items)))
+                    Ok(list_reply(&def, rv, None, &items, false))
                 }
                 _ => Err(ApiError::method_not_allowed()),
             }
@@ -462,17 +462,28 @@ fn patch(
         .map(|o| (200, o))
 }
 
-fn list_doc(def: &ResourceDef, rv: u64, cont: Option<String>, items: Vec<Value>) -> Value {
+/// A list reply of `items` at `rv` (with `cont`, a page of a longer list), written from the
+/// objects without copying them; without their own `kind` and `apiVersion` with `strip_type`.
+fn list_reply<'a>(
+    def: &ResourceDef,
+    rv: u64,
+    cont: Option<String>,
+    items: impl IntoIterator<Item = &'a Value>,
+    strip_type: bool,
+) -> Response<Body> {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         metadata["continue"] = json!(c);
     }
-    json!({
-        "kind": format!("{}List", def.kind),
-        "apiVersion": def.api_version(),
-        "metadata": metadata,
-        "items": items,
-    })
+    let doc = ListDoc {
+        kind: format!("{}List", def.kind),
+        api_version: def.api_version(),
+        metadata,
+        items: (items.into_iter())
+            .map(|obj| ListItem { obj, strip_type })
+            .collect(),
+    };
+    bytes_response(200, serde_json::to_vec(&doc).unwrap_or_default())
 }
 
 fn list(
@@ -521,28 +532,11 @@ fn list(
         }
         items.push(o);
     }
-    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
-    if let Some(c) = cont {
-        metadata["continue"] = json!(c);
-    }
-    let doc = ListDoc {
-        kind: format!("{}List", def.kind),
-        api_version: def.api_version(),
-        metadata,
-        items: items
-            .into_iter()
-            .map(|obj| ListItem {
-                obj,
-                // The apiserver's JSON lists of built-in types carry no kind/apiVersion per item.
-                strip_type: !def.crd,
-            })
-            .collect(),
-    };
-    let bytes = serde_json::to_vec(&doc).unwrap_or_default();
-    Ok(bytes_response(200, bytes))
+    // The apiserver's JSON lists of built-in types carry no kind/apiVersion per item.
+    Ok(list_reply(def, list_rv, cont, items, !def.crd))
 }
 
-/// A list reply, written from the stored objects without copying them.
+/// A list reply ([`list_reply`]).
 #[derive(serde::Serialize)]
 struct ListDoc<'a> {
     kind: String,

@@ -399,7 +399,9 @@ fn to_say(
         statements,
         programmed,
     } = now;
-    let mut holds: std::collections::HashSet<u64> = statements.iter().map(digest).collect();
+    let statements: Vec<(u64, ServiceEvent)> =
+        (statements.into_iter()).map(|e| (digest(&e), e)).collect();
+    let mut holds: std::collections::HashSet<u64> = statements.iter().map(|(d, _)| *d).collect();
     holds.extend(programmed.services.iter().map(|s| s.digest));
     said.retain(|d| holds.contains(d));
     drop(holds);
@@ -414,8 +416,7 @@ fn to_say(
         }
         ok
     };
-    for ev in statements {
-        let d = digest(&ev);
+    for (d, ev) in statements {
         if room(d) {
             due.push((d, ev));
         }

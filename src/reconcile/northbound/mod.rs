@@ -13,10 +13,11 @@
 //!   back (ovsdb-server's cost per row grows with a transaction's size), and when large, with
 //!   the monitor cancelled meanwhile (otherwise the server builds the whole update before it
 //!   replies) and taken again after, once the bridges' first syncs are done (at most
-//!   [`SETTLE_WAIT`] later), and every Service checked against its snapshot at once. Later, only the Services the planner reports as changed,
-//!   and those whose rows the monitor saw change, are diffed; a skipped plan generation, a
-//!   failure or a switch/router/group appearing or going means a full diff. Rows that are ours
-//!   but no longer planned (orphans) and extra copies of a row (duplicates) are deleted.
+//!   [`SETTLE_WAIT`] later), and every Service checked against its snapshot at once. Later,
+//!   only the Services the planner reports as changed, and those whose rows the monitor saw
+//!   change, are diffed; a skipped plan generation, a failure or a switch/router/group
+//!   appearing or going means a full diff. Rows that are ours but no longer planned (orphans)
+//!   and extra copies of a row (duplicates) are deleted.
 //! - **One writer at a time, no duplicates**: a session first writes a fresh token into
 //!   `NB_Global` `external_ids:vipflow.io/writer` ([`take_over`]), then reads. Every
 //!   transaction starts with a `wait` that fails unless the token is still there, so a writer

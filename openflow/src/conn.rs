@@ -37,6 +37,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
+mod open_bundle;
+pub use open_bundle::OpenBundle;
+
 /// Default [`Config::max_multipart_bytes`].
 pub const DEFAULT_MAX_MULTIPART_BYTES: usize = 32 << 20;
 
@@ -661,13 +664,28 @@ impl Connection {
         }
     }
 
-    /// Write `buf` (messages with xids in `xids`), then a barrier; return the errors the switch
+    /// Write the messages with xids in `xids`, then a barrier; return the errors the switch
     /// sent for those xids before the barrier reply.
     async fn watched(
         &self,
         xids: Range<u32>,
         encode: &mut (dyn FnMut(usize, u32, &mut Vec<u8>) + Send),
     ) -> Result<Vec<(usize, ErrorMsg)>, ConnError> {
+        let res = match self.write_watched(xids.clone(), encode).await {
+            Ok(()) => self.barrier().await,
+            Err(e) => Err(e),
+        };
+        let errors = self.take_watch(&xids);
+        res.map(|()| errors)
+    }
+
+    /// Watch `xids` for errors and write the messages with those xids, without waiting for
+    /// the switch. The watch stays until [`Connection::take_watch`].
+    async fn write_watched(
+        &self,
+        xids: Range<u32>,
+        encode: &mut (dyn FnMut(usize, u32, &mut Vec<u8>) + Send),
+    ) -> Result<(), ConnError> {
         {
             let mut s = lock(&self.inner.shared);
             if let Some(e) = &s.closed {
@@ -678,28 +696,23 @@ impl Connection {
                 errors: Vec::new(),
             });
         }
-        let res = async {
-            // Written a chunk at a time as it is encoded: the switch works on the first
-            // messages while the rest are made.
-            let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
-            for (i, xid) in xids.clone().enumerate() {
-                encode(i, xid, &mut buf);
-                if buf.len() >= WRITE_CHUNK {
-                    self.write(std::mem::replace(
-                        &mut buf,
-                        Vec::with_capacity(WRITE_CHUNK + 4096),
-                    ))
-                    .await?;
-                }
+        // Written a chunk at a time as it is encoded: the switch works on the first messages
+        // while the rest are made.
+        let mut buf = Vec::with_capacity(WRITE_CHUNK + 4096);
+        for (i, xid) in xids.enumerate() {
+            encode(i, xid, &mut buf);
+            if buf.len() >= WRITE_CHUNK {
+                self.write(std::mem::replace(
+                    &mut buf,
+                    Vec::with_capacity(WRITE_CHUNK + 4096),
+                ))
+                .await?;
             }
-            if !buf.is_empty() {
-                self.write(buf).await?;
-            }
-            self.barrier().await
         }
-        .await;
-        let errors = self.take_watch(&xids);
-        res.map(|()| errors)
+        if !buf.is_empty() {
+            self.write(buf).await?;
+        }
+        Ok(())
     }
 
     /// Stop watching `xids` and return the errors collected for them.
@@ -736,72 +749,14 @@ impl Connection {
     async fn bundle_with(
         &self,
         count: usize,
-        mut with: impl FnMut(usize, &mut dyn FnMut(&Message)) + Send,
+        with: impl FnMut(usize, &mut dyn FnMut(&Message)) + Send,
     ) -> Result<(), ConnError> {
         if count == 0 {
             return Ok(());
         }
-        let id = self.inner.next_bundle.fetch_add(1, Ordering::Relaxed);
-        let flags = bundle_flags::ATOMIC | bundle_flags::ORDERED;
-        let ctrl = |t| Message::BundleControl(BundleCtrl::new(id, t, flags));
-        let control_err = |e: ConnError| match e {
-            ConnError::Switch(e) => ConnError::Bundle {
-                control: Some(e),
-                messages: Vec::new(),
-            },
-            other => other,
-        };
-        match self
-            .request(&ctrl(BundleCtrlType::OpenRequest))
-            .await
-            .map_err(control_err)?
-        {
-            Message::BundleControl(c) if c.ctrl_type == BundleCtrlType::OpenReply => {}
-            other => return Err(unexpected("bundle OPEN_REQUEST", &other)),
-        }
-        let n = u32::try_from(count).map_err(|_| ConnError::Protocol("bundle too large".into()))?;
-        let xids = self.xids(n);
-        // Encoded in place: the same bytes as BundleAdd::new(..) without cloning the message.
-        let mut encode = |i: usize, xid: u32, buf: &mut Vec<u8>| {
-            with(i, &mut |m| encode_bundle_add(id, flags, m, xid, buf));
-        };
-        let add_errors = self.watched(xids.clone(), &mut encode).await?;
-        if !add_errors.is_empty() {
-            let _ = self.request(&ctrl(BundleCtrlType::DiscardRequest)).await;
-            return Err(ConnError::Bundle {
-                control: None,
-                messages: add_errors,
-            });
-        }
-        // Errors found at commit time are sent for the failing message's xid before the
-        // commit's own error, so watch the range again through the commit.
-        {
-            let mut s = lock(&self.inner.shared);
-            s.watches.push(Watch {
-                xids: xids.clone(),
-                errors: Vec::new(),
-            });
-        }
-        let commit = self.request(&ctrl(BundleCtrlType::CommitRequest)).await;
-        let msg_errors = self.take_watch(&xids);
-        match commit {
-            Ok(Message::BundleControl(c)) if c.ctrl_type == BundleCtrlType::CommitReply => {
-                if msg_errors.is_empty() {
-                    Ok(())
-                } else {
-                    Err(ConnError::Bundle {
-                        control: None,
-                        messages: msg_errors,
-                    })
-                }
-            }
-            Ok(other) => Err(unexpected("bundle COMMIT_REQUEST", &other)),
-            Err(ConnError::Switch(e)) => Err(ConnError::Bundle {
-                control: Some(e),
-                messages: msg_errors,
-            }),
-            Err(e) => Err(e),
-        }
+        let mut bundle = self.open_bundle().await?;
+        bundle.add_with(count, with).await?;
+        bundle.commit().await
     }
 }
 

@@ -28,7 +28,7 @@ mod wire;
 
 pub use action::Action;
 pub use bundle::{BundleAdd, BundleCtrl, BundleCtrlType};
-pub use conn::{Config, ConnError, Connection, Event, Events};
+pub use conn::{Config, ConnError, Connection, Event, Events, OpenBundle};
 pub use error::DecodeError;
 pub use flow_mod::{FlowMod, FlowModCommand};
 pub use header::Header;

@@ -500,3 +500,83 @@ async fn a_flow_monitor_hears_other_connections_changes_and_abbreviates_its_own(
         }
     }
 }
+
+#[tokio::test]
+async fn an_open_bundle_takes_adds_over_several_writes_and_applies_them_only_at_the_commit() {
+    let sb = Sandbox::openflow_only();
+    let conn = connect(&sb).await;
+    // The switch's own flow (priority 0, NORMAL) is there throughout.
+    let before = ofctl_flows(&sb);
+    let strict = |i: u32| {
+        let f = arp_bypass(i);
+        Message::FlowMod(FlowMod::delete_strict(
+            f.table_id,
+            f.priority,
+            f.match_,
+            f.cookie,
+            u64::MAX,
+        ))
+    };
+
+    // Three writes: 0..100, then 100..150 with 0..10 taken back, then 150..160.
+    let mut b = conn.open_bundle().await.expect("open");
+    b.add_each(100, |i| Some(Message::FlowMod(arp_bypass(i as u32))))
+        .await
+        .expect("add");
+    b.add_each(60, |i| {
+        Some(if i < 50 {
+            Message::FlowMod(arp_bypass(100 + i as u32))
+        } else {
+            strict(i as u32 - 50)
+        })
+    })
+    .await
+    .expect("add");
+    conn.barrier().await.expect("barrier");
+    assert_eq!(
+        ofctl_flows(&sb),
+        before,
+        "nothing of an open bundle is applied"
+    );
+    b.add_each(10, |i| Some(Message::FlowMod(arp_bypass(150 + i as u32))))
+        .await
+        .expect("add");
+    assert_eq!(b.len(), 170);
+    b.commit().await.expect("commit");
+    let mut want: BTreeSet<(u64, u16)> = (10..160u32)
+        .map(|i| (COOKIE_PREFIX | u64::from(i), 100))
+        .collect();
+    want.extend(before);
+    assert_eq!(ofctl_flows(&sb), want, "the adds, less those taken back");
+
+    // A refused message anywhere: nothing applied, named by its index in the whole bundle.
+    let mut b = conn.open_bundle().await.expect("open");
+    b.add_each(5, |i| Some(Message::FlowMod(arp_bypass(1000 + i as u32))))
+        .await
+        .expect("add");
+    b.add_each(5, |i| {
+        Some(Message::FlowMod(if i == 3 {
+            invalid_flow()
+        } else {
+            arp_bypass(2000 + i as u32)
+        }))
+    })
+    .await
+    .expect("add");
+    match b.commit().await {
+        Err(ConnError::Bundle { messages, .. }) => {
+            assert_eq!(messages.first().map(|m| m.0), Some(8), "{messages:?}");
+        }
+        other => panic!("expected a bundle error, got {other:?}"),
+    }
+    assert_eq!(ofctl_flows(&sb), want, "a refused bundle applies nothing");
+
+    // Discarded: nothing applied, and the connection goes on.
+    let mut b = conn.open_bundle().await.expect("open");
+    b.add_each(5, |i| Some(Message::FlowMod(arp_bypass(3000 + i as u32))))
+        .await
+        .expect("add");
+    b.discard().await.expect("discard");
+    assert_eq!(ofctl_flows(&sb), want, "a discarded bundle applies nothing");
+    conn.barrier().await.expect("still usable");
+}

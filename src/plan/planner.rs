@@ -28,27 +28,6 @@ pub struct Planner {
     /// The last announcement state handed on.
     announce_state: Option<Arc<AnnounceState>>,
     generation: u64,
-    /// What previews changed since the last update, for the next update to hand on.
-    unreported: Option<Unreported>,
-}
-
-/// What [`Planner::preview`]s changed since the last update: the next update's plans are
-/// told about it as if they had made it themselves.
-#[derive(Debug)]
-struct Unreported {
-    /// Per bridge.
-    flows: Vec<FlowDelta>,
-    rows: Option<NbDelta>,
-    /// The VIPs and rows of the last update (what the next update's plans follow).
-    vips_before: imbl::OrdSet<IpAddr>,
-    rows_before: Option<RowIndex>,
-}
-
-/// One bridge's flows as a [`Planner::preview`] has them.
-#[derive(Debug, Clone)]
-pub struct PreviewFlows {
-    pub flows: FlowIndex,
-    pub maker: FlowMaker,
 }
 
 /// One bridge's flows after an update, and what changed.
@@ -120,7 +99,6 @@ impl Planner {
             members: None,
             announce_state: None,
             generation: 0,
-            unreported: None,
         }
     }
 
@@ -159,62 +137,12 @@ impl Planner {
         }
     }
 
-    /// Bring the model up to date with `objects` that are not a complete snapshot yet (a list
-    /// still under way), and return the flows each bridge would have: for a reconciler to
-    /// stage, never to apply. No generation is counted and no rows are handed out; the next
-    /// [`Planner::update`] hands on what this changed as well, so that its plans are those of
-    /// an update from the last one. The work done here is work the update does not do again.
-    ///
-    /// A planner whose bridges announce previews nothing (`None`): which node answers for a
-    /// VIP is decided on complete snapshots only.
-    pub fn preview(&mut self, objects: &Objects) -> Option<Vec<PreviewFlows>> {
-        if self.announcements.is_some() {
-            return None;
-        }
-        let (services, rows) = (&mut self.services, &mut self.rows);
-        let u = self.unreported.get_or_insert_with(|| Unreported {
-            flows: Vec::new(),
-            rows: None,
-            vips_before: services.vips(),
-            rows_before: rows.as_ref().map(RowTable::rows),
-        });
-        let deltas = services.update(objects);
-        u.flows.resize_with(deltas.len(), FlowDelta::default);
-        for (acc, d) in u.flows.iter_mut().zip(deltas) {
-            acc.touched.extend(d.touched);
-        }
-        if let Some(table) = rows {
-            let d = table.update(objects, services);
-            let acc = u.rows.get_or_insert_with(NbDelta::default);
-            acc.touched.extend(d.touched);
-            acc.vips |= d.vips;
-        }
-        Some(
-            (0..u.flows.len())
-                .map(|i| PreviewFlows {
-                    flows: services.flows(i),
-                    maker: services.maker(i),
-                })
-                .collect(),
-        )
-    }
-
     /// Bring everything up to date with `objects`. Work is in proportion to what changed since
     /// the last update.
     pub fn update(&mut self, objects: &Objects) -> Plans {
         self.generation += 1;
-        let unreported = self.unreported.take();
-        let previous_vips = unreported
-            .as_ref()
-            .map_or_else(|| self.services.vips(), |u| u.vips_before.clone());
+        let previous_vips = self.services.vips();
         let mut deltas = self.services.update(objects);
-        if let Some(u) = &unreported {
-            for (d, before) in deltas.iter_mut().zip(&u.flows) {
-                d.touched.extend(before.touched.iter().copied());
-                d.touched.sort_unstable();
-                d.touched.dedup();
-            }
-        }
         let mut announce = vec![Vec::new(); deltas.len()];
         let mut taken = 0;
         if let Some((a, eligibility)) = &mut self.announcements {
@@ -266,19 +194,9 @@ impl Planner {
             })
             .collect();
         let services = &self.services;
-        let (rows_before, rows_delta) = match unreported {
-            Some(u) => (u.rows_before, u.rows),
-            None => (None, None),
-        };
         let northbound = self.rows.as_mut().map(|table| {
-            let before = rows_before.unwrap_or_else(|| table.rows());
-            let mut delta = table.update(objects, services);
-            if let Some(earlier) = rows_delta {
-                delta.touched.extend(earlier.touched);
-                delta.touched.sort_unstable();
-                delta.touched.dedup();
-                delta.vips |= earlier.vips;
-            }
+            let before = table.rows();
+            let delta = table.update(objects, services);
             let rows = table.rows();
             NorthboundRows {
                 make_first: order::make_rows(&before, &rows, &delta.touched),
@@ -324,7 +242,3 @@ impl Planner {
 #[cfg(test)]
 #[path = "planner_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "planner_preview_tests.rs"]
-mod preview_tests;

@@ -736,14 +736,10 @@ impl Connection {
     pub async fn bundle_each(
         &self,
         count: usize,
-        mut message: impl FnMut(usize) -> Option<Message> + Send,
+        message: impl FnMut(usize) -> Option<Message> + Send,
     ) -> Result<(), ConnError> {
-        self.bundle_with(count, |i, f| {
-            if let Some(m) = message(i) {
-                f(&m);
-            }
-        })
-        .await
+        self.bundle_with(count, open_bundle::each_made(message))
+            .await
     }
 
     async fn bundle_with(

@@ -64,14 +64,9 @@ impl OpenBundle {
     pub async fn add_each(
         &mut self,
         count: usize,
-        mut message: impl FnMut(usize) -> Option<Message> + Send,
+        message: impl FnMut(usize) -> Option<Message> + Send,
     ) -> Result<(), ConnError> {
-        self.add_with(count, |i, f| {
-            if let Some(m) = message(i) {
-                f(&m);
-            }
-        })
-        .await
+        self.add_with(count, each_made(message)).await
     }
 
     pub(super) async fn add_with(
@@ -182,6 +177,18 @@ impl OpenBundle {
                 xids: xids.clone(),
                 errors: Vec::new(),
             });
+        }
+    }
+}
+
+/// `message`'s messages as [`OpenBundle::add_with`] takes them: an index made `None` adds
+/// nothing.
+pub(super) fn each_made(
+    mut message: impl FnMut(usize) -> Option<Message> + Send,
+) -> impl FnMut(usize, &mut dyn FnMut(&Message)) + Send {
+    move |i, add| {
+        if let Some(m) = message(i) {
+            add(&m);
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::ipam::pool::Pool;
 use crate::ipam::pool_object::VipPool;
 use crate::ipam::selector;
 use crate::model::{Objects, ServiceKey, TrafficPolicy};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -57,7 +57,7 @@ impl Eligibility {
     /// Take the same snapshot `services` was just updated with; returns the VIPs whose
     /// eligible nodes may have changed.
     pub fn update(&mut self, objects: &Objects, services: &ServiceIndex) -> Vec<IpAddr> {
-        let mut dirty: HashSet<ServiceKey> = services.changes().services.clone();
+        let mut dirty: super::KeySet<ServiceKey> = services.changes().services.clone();
         self.slices.update(&objects.endpoint_slices, &mut dirty);
         let mut touched: Vec<IpAddr> = Vec::new();
         for k in dirty {

@@ -20,6 +20,16 @@ pub mod str_map;
 
 pub(crate) use crate::parallel::map_split;
 
+/// What the planner's tables are hashed with. Their keys are what objects name (Service keys,
+/// VIPs), so the hash is seeded: foldhash takes a random seed per process and per table, so
+/// colliding names cannot be made in advance; SipHash, as strong, cost a first plan several
+/// times more per lookup.
+pub type KeyHasher = foldhash::fast::RandomState;
+/// A map with [`KeyHasher`].
+pub type KeyMap<K, V> = std::collections::HashMap<K, V, KeyHasher>;
+/// A set with [`KeyHasher`].
+pub type KeySet<K> = std::collections::HashSet<K, KeyHasher>;
+
 /// Where a snapshot's list differs from the last one: `(start, old_end, new_end)`, so that
 /// `old[start..old_end]` became `new[start..new_end]` and everything before and after is the
 /// same object (`same(i, j)`: old item `i` is new item `j`). Sources list objects in a stable

@@ -15,11 +15,11 @@
 //! and the group equal the full plan, and that exactly the Services whose rows changed are
 //! reported.
 
+use super::KeySet;
 use super::northbound::{GroupPlan, LbRow, NorthboundConfig, own_groups, service_rows};
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
 use crate::model::{Objects, ServiceKey};
-use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Every Service's rows, sorted by key within a Service.
@@ -82,7 +82,7 @@ impl RowTable {
     /// Take the same snapshot `services` was just updated with.
     pub fn update(&mut self, objects: &Objects, services: &ServiceIndex) -> NbDelta {
         let changes = services.changes();
-        let mut dirty: HashSet<ServiceKey> = changes.services.clone();
+        let mut dirty: KeySet<ServiceKey> = changes.services.clone();
         self.slices.update(&objects.endpoint_slices, &mut dirty);
         if changes.node_names {
             dirty.extend(services.service_keys().cloned());

@@ -18,13 +18,14 @@
 
 use super::flows::{FlowKey, FlowMaker, PlanInput, claim_keys, vip_keys};
 use super::service_report::{Claimants, ServiceReport, with_rank, without_rank};
+use super::{KeyMap, KeySet};
 use crate::config::BridgeConfig;
 use crate::model::{
     KeptService, ModelOptions, Objects, Problem, ProblemKind, Protocol, Service, ServiceKey,
     Subject, build_nodes, build_service, cluster_ips_of, rank,
 };
 use k8s_openapi::api::core::v1 as core;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -48,7 +49,7 @@ pub struct FlowDelta {
 #[derive(Debug, Clone, Default)]
 pub struct Changes {
     /// Services whose validated form or won VIP:ports may have changed.
-    pub services: HashSet<ServiceKey>,
+    pub services: KeySet<ServiceKey>,
     /// The set of node names changed.
     pub node_names: bool,
     /// The set of VIPs changed.
@@ -71,17 +72,17 @@ pub struct ServiceIndex {
     chassis: BTreeMap<String, String>,
     node_ips: BTreeSet<IpAddr>,
     /// Cluster IPs with the number of Services having each.
-    cluster_ip_refs: HashMap<IpAddr, usize>,
+    cluster_ip_refs: KeyMap<IpAddr, usize>,
     cluster_ips: BTreeSet<IpAddr>,
     /// The objects last seen, by key.
-    raw: HashMap<ServiceKey, Arc<KeptService>>,
+    raw: KeyMap<ServiceKey, Arc<KeptService>>,
     /// The last snapshot's Services in order, with their keys; whether a key was listed twice.
     order: Vec<(Arc<KeptService>, Option<ServiceKey>)>,
     duplicates: bool,
     /// Each valid Service as validated (before conflicts); its rank and claims are made from it.
     /// Boxed: a table sized for tens of thousands of entries holds a pointer per slot, not
     /// a whole validated Service (its free slots are a third of it).
-    built: HashMap<ServiceKey, Box<Service>>,
+    built: KeyMap<ServiceKey, Box<Service>>,
     /// Services by the VIPs their objects name (valid or not), to re-check them when a node or
     /// cluster address equal to one of them appears or goes. One ordered set of pairs: nearly
     /// every VIP has one Service, where a table of a vector each cost a slot and an allocation.
@@ -151,12 +152,12 @@ impl ServiceIndex {
             node_names: BTreeSet::new(),
             chassis: BTreeMap::new(),
             node_ips: BTreeSet::new(),
-            cluster_ip_refs: HashMap::new(),
+            cluster_ip_refs: KeyMap::default(),
             cluster_ips: BTreeSet::new(),
-            raw: HashMap::new(),
+            raw: KeyMap::default(),
             order: Vec::new(),
             duplicates: false,
-            built: HashMap::new(),
+            built: KeyMap::default(),
             by_raw_vip: BTreeSet::new(),
             claimants: imbl::OrdMap::new(),
             invalid: imbl::OrdMap::new(),
@@ -281,7 +282,7 @@ impl ServiceIndex {
 
     /// Take a new snapshot of the objects; returns, per bridge, what changed.
     pub fn update(&mut self, objects: &Objects) -> Vec<FlowDelta> {
-        let mut dirty: HashSet<ServiceKey> = HashSet::new();
+        let mut dirty: KeySet<ServiceKey> = KeySet::default();
         let mut changes = Changes::default();
 
         // Node addresses: rarely change; when they do, the Services whose VIPs equal an address
@@ -352,8 +353,8 @@ impl ServiceIndex {
         // Cluster IPs and raw VIPs of the changed Services; a cluster IP that appears or goes
         // changes the validity of the VIPs equal to it.
         let mut cluster_changed: Vec<IpAddr> = Vec::new();
-        for k in dirty.clone() {
-            let old = self.raw.remove(&k);
+        for k in &dirty {
+            let old = self.raw.remove(k);
             if let Some(old) = &old {
                 for ip in cluster_ips_of(old) {
                     if let Some(n) = self.cluster_ip_refs.get_mut(&ip) {
@@ -369,10 +370,10 @@ impl ServiceIndex {
                 }
             }
             let new = match &incoming {
-                Incoming::All(all) => all.get(&k).cloned(),
-                Incoming::Changed { removed, .. } if removed.contains(&k) => None,
+                Incoming::All(all) => all.get(k).cloned(),
+                Incoming::Changed { removed, .. } if removed.contains(k) => None,
                 // Not replaced: the object stays (it was taken out of `raw` just above).
-                Incoming::Changed { changed, .. } => changed.get(&k).cloned().or(old),
+                Incoming::Changed { changed, .. } => changed.get(k).cloned().or(old),
             };
             if let Some(new) = &new {
                 self.raw.insert(k.clone(), Arc::clone(new));
@@ -402,7 +403,7 @@ impl ServiceIndex {
 
         // Re-validate the changed Services and move their claims, noting each touched claim's
         // winner before the move.
-        let mut winner_before: HashMap<Claim, Option<ServiceKey>> = HashMap::new();
+        let mut winner_before: KeyMap<Claim, Option<ServiceKey>> = KeyMap::default();
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
         let mut validated = self.validate(&dirty).into_iter();
         for k in &dirty {
@@ -495,29 +496,52 @@ impl ServiceIndex {
                 bridge: &b.config,
                 cookie_prefix: prefix,
             };
-            let mut touched = Vec::new();
-            let gone = removed
-                .iter()
+            let mut gone: Vec<FlowKey> = (removed.iter())
                 .flat_map(|c| claim_keys(c.0, c.1, c.2, &input))
-                .chain(vips_removed.iter().flat_map(|v| vip_keys(*v, &input)));
-            for k in gone {
-                b.flows.remove(&k);
-                touched.push(k);
-            }
-            let new = added
-                .iter()
+                .chain(vips_removed.iter().flat_map(|v| vip_keys(*v, &input)))
+                .collect();
+            let mut new: Vec<FlowKey> = (added.iter())
                 .flat_map(|c| claim_keys(c.0, c.1, c.2, &input))
-                .chain(vips_added.iter().flat_map(|v| vip_keys(*v, &input)));
-            for k in new {
-                touched.push(k);
-                b.flows.insert(k);
+                .chain(vips_added.iter().flat_map(|v| vip_keys(*v, &input)))
+                .collect();
+            // In key order, each insert or removal lands next to the last one in the tree:
+            // a first plan's tens of thousands stay in cache.
+            gone.sort_unstable();
+            new.sort_unstable();
+            for k in &gone {
+                b.flows.remove(k);
             }
-            touched.sort();
+            for k in &new {
+                b.flows.insert(*k);
+            }
+            let mut touched = merge_sorted(gone, new);
             touched.dedup();
             deltas.push(FlowDelta { touched });
         }
         deltas
     }
+}
+
+/// Two sorted vectors as one.
+fn merge_sorted(a: Vec<FlowKey>, b: Vec<FlowKey>) -> Vec<FlowKey> {
+    if a.is_empty() {
+        return b;
+    }
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
+        if x <= y {
+            out.extend(a.next());
+        } else {
+            out.extend(b.next());
+        }
+    }
+    out.extend(a);
+    out.extend(b);
+    out
 }
 
 #[path = "service_span.rs"]

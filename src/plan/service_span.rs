@@ -7,11 +7,11 @@ use super::*;
 /// The Services of a snapshot, as far as they need looking at.
 pub(super) enum Incoming {
     /// Every Service, by key (first occurrence wins).
-    All(HashMap<ServiceKey, Arc<KeptService>>),
+    All(KeyMap<ServiceKey, Arc<KeptService>>),
     /// Only these Services are new, replaced or gone; the others are unchanged.
     Changed {
-        changed: HashMap<ServiceKey, Arc<KeptService>>,
-        removed: HashSet<ServiceKey>,
+        changed: KeyMap<ServiceKey, Arc<KeptService>>,
+        removed: KeySet<ServiceKey>,
     },
 }
 
@@ -34,13 +34,13 @@ impl ServiceIndex {
         if (old_end - start) + (new_end - start) > IN_PLACE_MAX {
             return None;
         }
-        let before: HashSet<&ServiceKey> = self.order[start..old_end]
+        let before: KeySet<&ServiceKey> = self.order[start..old_end]
             .iter()
             .filter_map(|(_, k)| k.as_ref())
             .collect();
         let mut now: Vec<(Arc<KeptService>, Option<ServiceKey>)> =
             Vec::with_capacity(new_end - start);
-        let mut changed = HashMap::new();
+        let mut changed = KeyMap::default();
         for s in &services[start..new_end] {
             let k = s.key();
             if let Some(k) = &k {
@@ -52,7 +52,7 @@ impl ServiceIndex {
             }
             now.push((Arc::clone(s), k));
         }
-        let removed: HashSet<ServiceKey> = before
+        let removed: KeySet<ServiceKey> = before
             .into_iter()
             .filter(|k| !changed.contains_key(*k))
             .cloned()
@@ -70,8 +70,8 @@ impl ServiceIndex {
     pub(super) fn key_all(
         &mut self,
         services: &[Arc<KeptService>],
-    ) -> HashMap<ServiceKey, Arc<KeptService>> {
-        let mut all = HashMap::with_capacity(services.len());
+    ) -> KeyMap<ServiceKey, Arc<KeptService>> {
+        let mut all = KeyMap::with_capacity_and_hasher(services.len(), Default::default());
         let mut duplicates = Vec::new();
         self.order.clear();
         self.unnamed = 0;

@@ -2,8 +2,9 @@
 //! the same `Arc`, so a change is found by comparing pointers, position by position, and only
 //! the span of the list that differs from last time is looked at.
 
+use super::{KeyMap, KeySet};
 use crate::model::{EndpointSlice, KeptSlice, ServiceKey, build_slices, slice_service_key};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A slice allocation seen in the last snapshot: its Service (none: not for a Service) and how
@@ -21,7 +22,7 @@ pub struct SliceIndex {
     order: Vec<usize>,
     seen: HashMap<usize, SeenSlice>,
     /// Each Service's slices, by allocation (a Service has one or a few).
-    slices_of: HashMap<ServiceKey, Vec<(usize, Arc<KeptSlice>)>>,
+    slices_of: KeyMap<ServiceKey, Vec<(usize, Arc<KeptSlice>)>>,
 }
 
 impl SliceIndex {
@@ -35,7 +36,7 @@ impl SliceIndex {
 
     /// Follow the slices of a snapshot: the Services of those that appeared or went go into
     /// `dirty`.
-    pub fn update(&mut self, slices: &[Arc<KeptSlice>], dirty: &mut HashSet<ServiceKey>) {
+    pub fn update(&mut self, slices: &[Arc<KeptSlice>], dirty: &mut KeySet<ServiceKey>) {
         let ptr = |s: &Arc<KeptSlice>| Arc::as_ptr(s) as usize;
         let (start, old_end, new_end) =
             super::changed_span(self.order.len(), slices.len(), |i, j| {

@@ -1,10 +1,12 @@
 pub mod file;
 mod item_cache;
+mod json_items;
 pub mod kube;
 mod list_stream;
 mod object_decode;
 pub mod objects_text;
 mod stamp;
+mod text_depth;
 mod yaml_items;
 
 pub use item_cache::ItemCache;

@@ -15,7 +15,10 @@
 
 use super::file::{Loaded, MAX_DEPTH};
 use super::item_cache::{Decoded, ItemCache, ItemId};
+use super::json_items::split_json_list;
 use super::object_decode::{add_item, problem};
+pub(crate) use super::text_depth::check_depth;
+use super::text_depth::check_depth_from;
 use super::yaml_items::split_block_list;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -46,7 +49,8 @@ pub fn parse_cached(text: &str, cache: &mut ItemCache) -> Result<(Loaded, usize)
 fn parse_with(text: &str, cache: &mut ItemCache) -> Result<Loaded, String> {
     check_depth(text, MAX_DEPTH)?;
     if text.trim_start().starts_with('{')
-        && let Some(done) = parse_json_by_item(text)
+        && let Some(done) =
+            parse_json_list_by_item(text, cache).or_else(|| parse_json_by_item(text))
     {
         return done;
     }
@@ -54,70 +58,6 @@ fn parse_with(text: &str, cache: &mut ItemCache) -> Result<Loaded, String> {
         return done;
     }
     parse_whole_unchecked(text)
-}
-
-/// The deepest `[`/`{` nesting of `text` outside double-quoted strings, or an error once it
-/// passes `max`. Linear, so a hostile file is refused before a parser spends time on it; it
-/// runs on every file version, so it skips the bytes that change nothing in a tight loop and
-/// counts lines only for the error.
-pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
-    check_depth_from(text, max, 1)
-}
-
-/// [`check_depth`] for text that starts on line `first_line` of its file.
-fn check_depth_from(text: &str, max: usize, first_line: usize) -> Result<(), String> {
-    /// The bytes that change the depth or open a string.
-    const SPECIAL: [bool; 256] = {
-        let mut t = [false; 256];
-        t[b'"' as usize] = true;
-        t[b'[' as usize] = true;
-        t[b'{' as usize] = true;
-        t[b']' as usize] = true;
-        t[b'}' as usize] = true;
-        t
-    };
-    let b = text.as_bytes();
-    let (mut depth, mut i) = (0usize, 0usize);
-    while i < b.len() {
-        if depth == 0 {
-            // A closer changes nothing at depth 0: what matters is found by memchr (most of
-            // a kubectl List is at depth 0).
-            match memchr::memchr3(b'"', b'[', b'{', &b[i..]) {
-                Some(k) => i += k,
-                None => break,
-            }
-        } else {
-            while i < b.len() && !SPECIAL[b[i] as usize] {
-                i += 1;
-            }
-        }
-        let Some(&c) = b.get(i) else { break };
-        i += 1;
-        match c {
-            b'"' => loop {
-                // To the closing quote, past escaped characters.
-                match memchr::memchr2(b'"', b'\\', &b[i..]) {
-                    None => return Ok(()),
-                    Some(k) if b[i + k] == b'\\' => i = (i + k + 2).min(b.len()),
-                    Some(k) => {
-                        i += k + 1;
-                        break;
-                    }
-                }
-            },
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    let line = first_line + memchr::memchr_iter(b'\n', &b[..i]).count();
-                    return Err(format!(
-                        "line {line}: nested more than {max} levels deep: not a Kubernetes object"
-                    ));
-                }
-            }
-            _ => depth = depth.saturating_sub(1),
-        }
-    }
-    Ok(())
 }
 
 /// Every document of `text` parsed whole: the reference for the by-item paths, and the path
@@ -160,6 +100,21 @@ fn parse_json_by_item(text: &str) -> Option<Result<Loaded, String>> {
     }
 }
 
+/// A JSON List, item by item. `None` when the text is not one (see [`split_json_list`]) or
+/// an item does not parse on its own.
+fn parse_json_list_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
+    let split = split_json_list(text)?;
+    let items: Vec<ListItem<'_>> = (split.items.iter())
+        .map(|item| ListItem {
+            id: ItemId::of(item),
+            text: Some(item),
+            line: 0,
+        })
+        .collect();
+    // The whole text's depth was checked.
+    parse_items(Syntax::Json, &split.root, &items, cache, false)
+}
+
 /// A block-style YAML List, item by item. `None` when the text is not one (see
 /// [`split_block_list`]) or an item does not parse on its own.
 fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
@@ -174,7 +129,7 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
         })
         .collect();
     // The whole text's depth was checked.
-    parse_items(&split.root, &items, cache, false)
+    parse_items(Syntax::Yaml, &split.root, &items, cache, false)
 }
 
 /// One item of a block-style List: its name, its text unless the item cache has it, and the
@@ -194,7 +149,7 @@ pub(super) fn parse_streamed(
     items: &[ListItem<'_>],
     cache: &mut ItemCache,
 ) -> Option<Result<(Loaded, usize), String>> {
-    match parse_items(root, items, cache, true) {
+    match parse_items(Syntax::Yaml, root, items, cache, true) {
         Some(Ok(loaded)) => Some(Ok((loaded, cache.finish()))),
         Some(Err(e)) => {
             cache.abandon();
@@ -211,6 +166,7 @@ pub(super) fn parse_streamed(
 /// nesting is checked first (the whole text's was not). `None` when this path cannot take
 /// them (see [`parse_yaml_by_item`], [`parse_streamed`]).
 fn parse_items(
+    syntax: Syntax,
     root_text: &str,
     items: &[ListItem<'_>],
     cache: &mut ItemCache,
@@ -225,7 +181,11 @@ fn parse_items(
             }
         }
     }
-    let mut root = match serde_yaml_ng::from_str::<Doc>(root_text).ok()? {
+    let root = match syntax {
+        Syntax::Yaml => serde_yaml_ng::from_str::<Doc>(root_text).ok(),
+        Syntax::Json => serde_json::from_str::<Doc>(root_text).ok(),
+    };
+    let mut root = match root? {
         Doc::Map(d) => *d,
         Doc::Null | Doc::NotMapping => return None,
     };
@@ -233,12 +193,16 @@ fn parse_items(
     if let Err(e) = root.complete(0) {
         return Some(Err(e));
     }
-    let one = |item: &str| {
-        let mut one = serde_yaml_ng::from_str::<Vec<Value>>(item).ok()?;
-        match (one.pop(), one.is_empty()) {
-            (Some(v), true) => Some(v),
-            _ => None,
+    let one = |item: &str| match syntax {
+        // A YAML item is cut with its `- `: a sequence of one.
+        Syntax::Yaml => {
+            let mut one = serde_yaml_ng::from_str::<Vec<Value>>(item).ok()?;
+            match (one.pop(), one.is_empty()) {
+                (Some(v), true) => Some(v),
+                _ => None,
+            }
         }
+        Syntax::Json => serde_json::from_str::<Value>(item).ok(),
     };
     if !root.takes_items_at_once() {
         for item in items {
@@ -265,6 +229,13 @@ fn parse_items(
         d.add_to(&mut root.staged);
     }
     Some(finish(vec![root]))
+}
+
+/// How a List's root and items are written.
+#[derive(Debug, Clone, Copy)]
+enum Syntax {
+    Yaml,
+    Json,
 }
 
 fn not_a_mapping(i: usize) -> String {

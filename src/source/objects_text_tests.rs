@@ -110,6 +110,39 @@ fn items_unchanged_since_the_last_version_are_not_decoded_again() {
 }
 
 #[test]
+fn json_items_unchanged_since_the_last_version_are_not_decoded_again() {
+    let v1 = list(vec![
+        service("web", "192.0.2.1"),
+        service("api", "192.0.2.2"),
+        service("db", "192.0.2.3"),
+    ]);
+    let mut v2 = v1.clone();
+    v2["items"][1] = service("api", "192.0.2.9");
+    let j = |v: &Value| serde_json::to_string_pretty(v).unwrap();
+    let mut cache = ItemCache::default();
+    let (first, reused) = parse_cached(&j(&v1), &mut cache).unwrap();
+    assert_eq!(reused, 0);
+    let (second, reused) = parse_cached(&j(&v2), &mut cache).unwrap();
+    assert_eq!(reused, 2, "web and db taken as they were");
+    let s = |l: &Loaded, i: usize| Arc::clone(&l.objects.services[i]);
+    assert!(Arc::ptr_eq(&s(&first, 0), &s(&second, 0)));
+    assert!(!Arc::ptr_eq(&s(&first, 1), &s(&second, 1)));
+    assert_eq!(
+        format!("{second:?}"),
+        format!("{:?}", parse_whole(&j(&v2)).unwrap())
+    );
+    // The same items under another root (another List kind) are decoded again.
+    let mut v3 = v2.clone();
+    v3["kind"] = "ServiceList".into();
+    let (third, reused) = parse_cached(&j(&v3), &mut cache).unwrap();
+    assert_eq!(reused, 0);
+    assert_eq!(
+        format!("{third:?}"),
+        format!("{:?}", parse_whole(&j(&v3)).unwrap())
+    );
+}
+
+#[test]
 fn kubectl_yaml_and_json_are_read_item_by_item() {
     let v = list(vec![
         service("web", "192.0.2.1"),
@@ -125,7 +158,10 @@ fn kubectl_yaml_and_json_are_read_item_by_item() {
         serde_json::to_string(&v).unwrap(),
         serde_json::to_string_pretty(&v).unwrap(),
     ] {
-        assert!(parse_json_by_item(&json).is_some(), "JSON by item");
+        assert!(
+            parse_json_list_by_item(&json, &mut ItemCache::default()).is_some(),
+            "JSON by item"
+        );
         same_as_whole(&json);
     }
     let l = parse(&yaml).unwrap();
@@ -345,9 +381,14 @@ proptest! {
         let nonempty = v["items"].as_array().is_some_and(|a| !a.is_empty());
         prop_assert!(!nonempty || parse_yaml_by_item(&yaml, &mut ItemCache::default()).is_some(), "not cut:\n{}", yaml);
         same_as_whole(&yaml);
-        let json = serde_json::to_string_pretty(&v).unwrap();
-        prop_assert!(parse_json_by_item(&json).is_some());
-        same_as_whole(&json);
+        for json in [serde_json::to_string_pretty(&v).unwrap(), serde_json::to_string(&v).unwrap()] {
+            prop_assert!(parse_json_by_item(&json).is_some());
+            prop_assert!(
+                parse_json_list_by_item(&json, &mut ItemCache::default()).is_some(),
+                "not cut:\n{}", json
+            );
+            same_as_whole(&json);
+        }
     }
 }
 
@@ -411,7 +452,9 @@ fn a_list_of_many_items_decoded_on_several_cores_reads_as_the_whole_document() {
         .collect();
     items[1000]["spec"]["ports"] = json!("not a list");
     items[2100]["spec"]["unknownField"] = json!(1);
-    let yaml = kubectl_yaml(&list(items));
+    let v = list(items);
+    same_as_whole(&serde_json::to_string_pretty(&v).unwrap());
+    let yaml = kubectl_yaml(&v);
     let text = same_as_whole(&yaml);
     assert!(text.contains("s2547"), "the last item is there");
     let loaded = parse(&yaml).unwrap();

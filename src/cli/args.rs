@@ -66,7 +66,7 @@ pub(crate) struct Global {
     )]
     pub(crate) config: Option<PathBuf>,
     /// Kubernetes objects file: a List (kubectl get svc,endpointslices,nodes -A -o yaml), YAML
-    /// or JSON.
+    /// or JSON (-o json: parses several times faster, for large clusters).
     #[arg(long, env = "VIPFLOW_OBJECTS", global = true, value_name = "FILE")]
     pub(crate) objects: Option<PathBuf>,
     /// This node's name (VIPs equal to a node address are rejected).

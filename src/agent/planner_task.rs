@@ -176,7 +176,13 @@ impl PlannerTask {
                         step: nb_step,
                         ..next
                     }));
-                    wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    // The first handover goes out beside the flows: this process has served no
+                    // plan to break yet (what the switch and the database hold is an earlier
+                    // run's, which both first syncs replace), and waiting would hold every
+                    // bridge's first sync behind the Northbound's whole one.
+                    if nb_step > 1 {
+                        wait_rows(&nb_status_rx, &leader, nb_step).await;
+                    }
                     send_flows(plans.bridges);
                 }
                 Some((tx, next, Some(make), previous_vips)) => {

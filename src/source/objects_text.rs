@@ -104,24 +104,24 @@ fn parse_json_by_item(text: &str) -> Option<Result<Loaded, String>> {
 /// an item does not parse on its own.
 fn parse_json_list_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
     let split = split_json_list(text)?;
-    let items: Vec<ListItem<'_>> = (split.items.iter())
-        .map(|item| ListItem {
-            id: ItemId::of(item),
-            text: Some(item),
-            line: 0,
-        })
-        .collect();
-    // The whole text's depth was checked.
-    parse_items(Syntax::Json, &split.root, &items, cache, false)
+    parse_cut_list(Syntax::Json, &split.root, &split.items, cache)
 }
 
 /// A block-style YAML List, item by item. `None` when the text is not one (see
 /// [`split_block_list`]) or an item does not parse on its own.
 fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded, String>> {
     let split = split_block_list(text)?;
-    let items: Vec<ListItem<'_>> = split
-        .items
-        .iter()
+    parse_cut_list(Syntax::Yaml, &split.root, &split.items, cache)
+}
+
+/// A List cut at its items, `root` its own text: each item by its text.
+fn parse_cut_list(
+    syntax: Syntax,
+    root: &str,
+    items: &[&str],
+    cache: &mut ItemCache,
+) -> Option<Result<Loaded, String>> {
+    let items: Vec<ListItem<'_>> = (items.iter())
         .map(|item| ListItem {
             id: ItemId::of(item),
             text: Some(item),
@@ -129,7 +129,7 @@ fn parse_yaml_by_item(text: &str, cache: &mut ItemCache) -> Option<Result<Loaded
         })
         .collect();
     // The whole text's depth was checked.
-    parse_items(Syntax::Yaml, &split.root, &items, cache, false)
+    parse_items(syntax, root, &items, cache, false)
 }
 
 /// One item of a block-style List: its name, its text unless the item cache has it, and the

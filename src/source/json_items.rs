@@ -7,6 +7,8 @@
 //! is not an object, a key with an escape, text after the document) gives the text back to
 //! the whole-document path, which says what is wrong with it.
 
+use super::text_depth::SPECIAL;
+
 /// A JSON List cut at its items: the root's own text (its `items` emptied) and each item's.
 #[derive(Debug)]
 pub(super) struct JsonList<'a> {
@@ -112,17 +114,6 @@ fn end_of_string(b: &[u8], mut i: usize) -> Option<usize> {
         i += k + 2;
     }
 }
-
-/// The bytes that open a string or change the nesting.
-const SPECIAL: [bool; 256] = {
-    let mut t = [false; 256];
-    t[b'"' as usize] = true;
-    t[b'[' as usize] = true;
-    t[b'{' as usize] = true;
-    t[b']' as usize] = true;
-    t[b'}' as usize] = true;
-    t
-};
 
 /// Where the value starting at `i` ends: just after it.
 fn end_of_value(b: &[u8], i: usize) -> Option<usize> {

@@ -1,5 +1,17 @@
 //! How deep a text nests, checked before any parser reads it.
 
+/// The bytes that open a string or change the nesting: a scan for structure skips every other
+/// byte in a tight loop.
+pub(super) const SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'"' as usize] = true;
+    t[b'[' as usize] = true;
+    t[b'{' as usize] = true;
+    t[b']' as usize] = true;
+    t[b'}' as usize] = true;
+    t
+};
+
 /// The deepest `[`/`{` nesting of `text` outside double-quoted strings, or an error once it
 /// passes `max`. Linear, so a hostile file is refused before a parser spends time on it; it
 /// runs on every file version, so it skips the bytes that change nothing in a tight loop and
@@ -10,16 +22,6 @@ pub(crate) fn check_depth(text: &str, max: usize) -> Result<(), String> {
 
 /// [`check_depth`] for text that starts on line `first_line` of its file.
 pub(super) fn check_depth_from(text: &str, max: usize, first_line: usize) -> Result<(), String> {
-    /// The bytes that change the depth or open a string.
-    const SPECIAL: [bool; 256] = {
-        let mut t = [false; 256];
-        t[b'"' as usize] = true;
-        t[b'[' as usize] = true;
-        t[b'{' as usize] = true;
-        t[b']' as usize] = true;
-        t[b'}' as usize] = true;
-        t
-    };
     let b = text.as_bytes();
     let (mut depth, mut i) = (0usize, 0usize);
     while i < b.len() {

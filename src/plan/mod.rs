@@ -20,10 +20,10 @@ pub mod str_map;
 
 pub(crate) use crate::parallel::map_split;
 
-/// What the planner's tables are hashed with. Their keys are what objects name (Service keys,
-/// VIPs), so the hash is seeded: foldhash takes a random seed per process and per table, so
-/// colliding names cannot be made in advance; SipHash, as strong, cost a first plan several
-/// times more per lookup.
+/// What the planner's tables are hashed with: foldhash, not std's SipHash, as their lookups
+/// are most of a large plan's single-threaded work. Their keys are what objects name (Service
+/// keys, VIPs), so the hash is seeded (a random seed per process and per table): colliding
+/// names cannot be made in advance, though foldhash is no keyed hash as SipHash is.
 pub type KeyHasher = foldhash::fast::RandomState;
 /// A map with [`KeyHasher`].
 pub type KeyMap<K, V> = std::collections::HashMap<K, V, KeyHasher>;

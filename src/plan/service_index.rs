@@ -514,34 +514,19 @@ impl ServiceIndex {
             for k in &new {
                 b.flows.insert(*k);
             }
-            let mut touched = merge_sorted(gone, new);
+            // Two sorted runs: the sort merges them. The longer one's buffer is kept.
+            let (mut touched, rest) = if gone.len() >= new.len() {
+                (gone, new)
+            } else {
+                (new, gone)
+            };
+            touched.extend(rest);
+            touched.sort();
             touched.dedup();
             deltas.push(FlowDelta { touched });
         }
         deltas
     }
-}
-
-/// Two sorted vectors as one.
-fn merge_sorted(a: Vec<FlowKey>, b: Vec<FlowKey>) -> Vec<FlowKey> {
-    if a.is_empty() {
-        return b;
-    }
-    if b.is_empty() {
-        return a;
-    }
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
-    while let (Some(x), Some(y)) = (a.peek(), b.peek()) {
-        if x <= y {
-            out.extend(a.next());
-        } else {
-            out.extend(b.next());
-        }
-    }
-    out.extend(a);
-    out.extend(b);
-    out
 }
 
 #[path = "service_span.rs"]

@@ -83,8 +83,8 @@ fn a_version_read_in_pieces_takes_known_items_and_asks_for_the_whole_when_its_ro
     );
 }
 
-#[test]
-fn items_unchanged_since_the_last_version_are_not_decoded_again() {
+/// Two versions of a List of three Services: the second changes the middle one.
+fn middle_one_changed() -> (Value, Value) {
     let v1 = list(vec![
         service("web", "192.0.2.1"),
         service("api", "192.0.2.2"),
@@ -92,6 +92,12 @@ fn items_unchanged_since_the_last_version_are_not_decoded_again() {
     ]);
     let mut v2 = v1.clone();
     v2["items"][1] = service("api", "192.0.2.9");
+    (v1, v2)
+}
+
+#[test]
+fn items_unchanged_since_the_last_version_are_not_decoded_again() {
+    let (v1, v2) = middle_one_changed();
     let (y1, y2) = (kubectl_yaml(&v1), kubectl_yaml(&v2));
     let mut cache = ItemCache::default();
     let (first, reused) = parse_cached(&y1, &mut cache).unwrap();
@@ -111,13 +117,7 @@ fn items_unchanged_since_the_last_version_are_not_decoded_again() {
 
 #[test]
 fn json_items_unchanged_since_the_last_version_are_not_decoded_again() {
-    let v1 = list(vec![
-        service("web", "192.0.2.1"),
-        service("api", "192.0.2.2"),
-        service("db", "192.0.2.3"),
-    ]);
-    let mut v2 = v1.clone();
-    v2["items"][1] = service("api", "192.0.2.9");
+    let (v1, v2) = middle_one_changed();
     let j = |v: &Value| serde_json::to_string_pretty(v).unwrap();
     let mut cache = ItemCache::default();
     let (first, reused) = parse_cached(&j(&v1), &mut cache).unwrap();
@@ -158,9 +158,10 @@ fn kubectl_yaml_and_json_are_read_item_by_item() {
         serde_json::to_string(&v).unwrap(),
         serde_json::to_string_pretty(&v).unwrap(),
     ] {
+        assert!(parse_json_by_item(&json).is_some(), "JSON by item");
         assert!(
             parse_json_list_by_item(&json, &mut ItemCache::default()).is_some(),
-            "JSON by item"
+            "JSON List by item"
         );
         same_as_whole(&json);
     }

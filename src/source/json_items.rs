@@ -24,10 +24,8 @@ pub(super) fn split_json_list(text: &str) -> Option<JsonList<'_>> {
         return None;
     }
     i = skip_ws(b, i + 1);
+    // `{}` too is no List: its first key is missing.
     let mut found: Option<(usize, usize, Vec<&str>)> = None;
-    if *b.get(i)? == b'}' {
-        return None;
-    }
     loop {
         if *b.get(i)? != b'"' {
             return None;

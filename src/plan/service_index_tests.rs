@@ -220,3 +220,23 @@ fn a_change_touches_only_its_own_flows() {
     // Same objects again: nothing.
     assert!(p.update(&objects)[0].touched.is_empty());
 }
+
+#[test]
+fn filling_yields_every_key_once_evens_first() {
+    let keys: Vec<u32> = (0..7).collect();
+    let order: Vec<u32> = super::filling(&keys).copied().collect();
+    assert_eq!(order, [0, 2, 4, 6, 1, 3, 5]);
+    assert_eq!(super::filling::<u32>(&[]).count(), 0);
+    assert_eq!(super::filling(&[9]).copied().collect::<Vec<_>>(), [9]);
+}
+
+/// An index filled in [`super::filling`]'s order holds the same keys as one filled in
+/// ascending order (how full its nodes are is measured by `agent_whole`'s resident size).
+#[test]
+fn an_index_filled_evens_first_holds_the_same_keys() {
+    let keys: Vec<u32> = (0..10_000).map(|i| i * 3).collect();
+    let filled: imbl::OrdSet<u32> = super::filling(&keys).copied().collect();
+    let ascending: imbl::OrdSet<u32> = keys.iter().copied().collect();
+    assert_eq!(filled, ascending);
+    assert!(keys.iter().all(|k| filled.contains(k)));
+}

@@ -8,14 +8,15 @@
 //! - `managedFields` (often the bulk of an object) are dropped on arrival;
 //! - Nodes: only this node's Node unless this instance may write Northbound rows (node-scoped
 //!   rows need every node), so N agents do not each watch N nodes for nothing;
-//! - a burst of changes (a rollout touching hundreds of EndpointSlices) is coalesced into one
-//!   new snapshot after a short quiet period (`debounce`, a few milliseconds: a lone change
-//!   goes on at once) or at most `max_delay` after its first change, so the planner runs a few
-//!   times per burst, not once per object;
+//! - a lone change goes on at once; a burst of changes (a rollout touching hundreds of
+//!   EndpointSlices) is coalesced into one new snapshot after a short quiet period
+//!   (`debounce`, a few milliseconds) or at most `max_delay` after it began, so the planner
+//!   runs a few times per burst, not once per object ([`super::batch`]);
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
 use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects};
+use crate::source::batch::{Gathering, gather};
 use crate::source::file::Loaded;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
@@ -350,6 +351,11 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     let mut nodes = Store::<core::Node>::new();
     let mut subnet_store = Store::<DynamicObject>::new();
     let mut pool_store = Store::<DynamicObject>::new();
+    let gathering = Gathering {
+        debounce: cfg.debounce,
+        max_delay: cfg.max_delay,
+    };
+    let mut last_sent = None;
     loop {
         let Some(first) = crx.recv().await else { break };
         let mut apply = |c: Change| match c {
@@ -359,18 +365,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Change::Subnet(e) => subnet_store.apply(*e),
             Change::Pool(e) => pool_store.apply(*e),
         };
-        apply(first);
-        // Coalesce the burst: keep taking changes until it is quiet for `debounce`, or
-        // `max_delay` has passed since its first change.
-        let until = tokio::time::Instant::now() + cfg.max_delay;
-        loop {
-            let quiet = (tokio::time::Instant::now() + cfg.debounce).min(until);
-            match tokio::time::timeout_at(quiet, crx.recv()).await {
-                Ok(Some(c)) => apply(c),
-                Ok(None) => break,
-                Err(_) => break,
-            }
-        }
+        gather(&mut crx, first, last_sent, gathering, &mut apply).await;
         let all_ready = services.ready
             && slices.ready
             && nodes.ready
@@ -405,6 +400,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         {
             break;
         }
+        last_sent = Some(tokio::time::Instant::now());
     }
     for t in tasks {
         t.abort();

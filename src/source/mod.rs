@@ -1,3 +1,4 @@
+mod batch;
 pub mod file;
 mod item_cache;
 mod json_items;

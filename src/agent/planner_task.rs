@@ -166,6 +166,12 @@ impl PlannerTask {
                 services,
             })));
             let _ = gtx.send(generation);
+            // The writer diffs only the Services a handover names when it takes every one in
+            // turn: a handover that overtook the last one, still unwritten, would cost it a diff
+            // of every Service.
+            if nb_plan.is_some() && nb_step > 0 {
+                wait_rows(&nb_status_rx, &leader, nb_step).await;
+            }
             // Flows and rows, make before break (plan::order): rows that serve the old plan and
             // the new one, then the flows, then the new rows.
             match nb_plan {

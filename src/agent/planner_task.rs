@@ -169,8 +169,10 @@ impl PlannerTask {
             // The writer diffs only the Services a handover names when it takes every one in
             // turn: a handover that overtook the last one, still unwritten, would cost it a diff
             // of every Service.
+            // The wait is bounded by what it spares: a writer that takes longer diffs every
+            // Service after all.
             if nb_plan.is_some() && nb_step > 0 {
-                wait_rows(&nb_status_rx, &leader, nb_step).await;
+                rows_written(&nb_status_rx, &leader, nb_step, TURN_WAIT).await;
             }
             // Flows and rows, make before break (plan::order): rows that serve the old plan and
             // the new one, then the flows, then the new rows.
@@ -250,6 +252,11 @@ fn kept_delta(
 /// later change back.
 pub const ORDER_WAIT: Duration = Duration::from_secs(5);
 
+/// How long the planner waits for the Northbound writer to write the last handover before it
+/// hands over the next: about what the writer's diff of every Service, which the wait spares
+/// it, costs at tens of thousands of Services.
+const TURN_WAIT: Duration = Duration::from_millis(100);
+
 /// Wait until the Northbound writer committed handover `step`, when this agent writes and the
 /// writer is connected (a writer that is not, or another agent's, confirms nothing).
 async fn wait_rows(
@@ -257,15 +264,25 @@ async fn wait_rows(
     leader: &Option<watch::Receiver<bool>>,
     step: u64,
 ) {
-    let Some(rx) = nb_status else { return };
+    if !rows_written(nb_status, leader, step, ORDER_WAIT).await {
+        tracing::warn!(step, wait = ?ORDER_WAIT, "Northbound rows not confirmed in time; writing the flows anyway");
+    }
+}
+
+/// [`wait_rows`] for at most `within`; false when the writer had not confirmed by then.
+async fn rows_written(
+    nb_status: &Option<watch::Receiver<nb::NorthboundStatus>>,
+    leader: &Option<watch::Receiver<bool>>,
+    step: u64,
+    within: Duration,
+) -> bool {
+    let Some(rx) = nb_status else { return true };
     if leader.as_ref().is_some_and(|l| !*l.borrow()) {
-        return;
+        return true;
     }
     let mut rx = rx.clone();
     let done = rx.wait_for(|s| !s.connected || s.applied_step.is_some_and(|a| a >= step));
-    if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
-        tracing::warn!(step, wait = ?ORDER_WAIT, "Northbound rows not confirmed in time; writing the flows anyway");
-    }
+    tokio::time::timeout(within, done).await.is_ok()
 }
 
 /// Wait until every connected bridge applied `generation`.

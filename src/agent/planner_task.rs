@@ -168,9 +168,7 @@ impl PlannerTask {
             let _ = gtx.send(generation);
             // The writer diffs only the Services a handover names when it takes every one in
             // turn: a handover that overtook the last one, still unwritten, would cost it a diff
-            // of every Service.
-            // The wait is bounded by what it spares: a writer that takes longer diffs every
-            // Service after all.
+            // of every Service. The wait is bounded by what it spares (TURN_WAIT).
             if nb_plan.is_some() && nb_step > 0 {
                 rows_written(&nb_status_rx, &leader, nb_step, TURN_WAIT).await;
             }

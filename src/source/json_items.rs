@@ -7,7 +7,7 @@
 //! is not an object, a key with an escape, text after the document) gives the text back to
 //! the whole-document path, which says what is wrong with it.
 
-use super::text_depth::SPECIAL;
+use super::text_depth::{SPECIAL, past_string};
 
 /// A JSON List cut at its items: the root's own text (its `items` emptied) and each item's.
 #[derive(Debug)]
@@ -102,15 +102,8 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 }
 
 /// Where the string starting at `i` (its `"`) ends: just after its closing `"`.
-fn end_of_string(b: &[u8], mut i: usize) -> Option<usize> {
-    i += 1;
-    loop {
-        let k = memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
-        if b[i + k] == b'"' {
-            return Some(i + k + 1);
-        }
-        i += k + 2;
-    }
+fn end_of_string(b: &[u8], i: usize) -> Option<usize> {
+    past_string(b, i + 1)
 }
 
 /// Where the value starting at `i` ends: just after it.

@@ -40,16 +40,9 @@ pub(super) fn check_depth_from(text: &str, max: usize, first_line: usize) -> Res
         let Some(&c) = b.get(i) else { break };
         i += 1;
         match c {
-            b'"' => loop {
-                // To the closing quote, past escaped characters.
-                match memchr::memchr2(b'"', b'\\', &b[i..]) {
-                    None => return Ok(()),
-                    Some(k) if b[i + k] == b'\\' => i = (i + k + 2).min(b.len()),
-                    Some(k) => {
-                        i += k + 1;
-                        break;
-                    }
-                }
+            b'"' => match past_string(b, i) {
+                Some(end) => i = end,
+                None => return Ok(()),
             },
             b'[' | b'{' => {
                 depth += 1;
@@ -64,4 +57,16 @@ pub(super) fn check_depth_from(text: &str, max: usize, first_line: usize) -> Res
         }
     }
     Ok(())
+}
+
+/// Where the string whose opening `"` is just before `i` ends: just after its closing `"`,
+/// past escaped characters. `None` when it does not end.
+pub(super) fn past_string(b: &[u8], mut i: usize) -> Option<usize> {
+    loop {
+        let k = memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
+        if b[i + k] == b'"' {
+            return Some(i + k + 1);
+        }
+        i += k + 2;
+    }
 }

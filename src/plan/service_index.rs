@@ -504,8 +504,9 @@ impl ServiceIndex {
                 .flat_map(|c| claim_keys(c.0, c.1, c.2, &input))
                 .chain(vips_added.iter().flat_map(|v| vip_keys(*v, &input)))
                 .collect();
-            // In key order, each insert or removal lands next to the last one in the tree:
-            // a first plan's tens of thousands stay in cache.
+            // In key order (the new ones in two ascending runs, see `filling`), each insert or
+            // removal lands next to the last one in the tree: a first plan's tens of thousands
+            // stay in cache.
             gone.sort_unstable();
             new.sort_unstable();
             for k in &gone {

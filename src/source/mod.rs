@@ -9,5 +9,6 @@ pub mod objects_text;
 mod stamp;
 mod text_depth;
 mod yaml_items;
+mod yaml_subset;
 
 pub use item_cache::ItemCache;

@@ -20,6 +20,7 @@ use super::object_decode::{add_item, problem};
 pub(crate) use super::text_depth::check_depth;
 use super::text_depth::check_depth_from;
 use super::yaml_items::split_block_list;
+use super::yaml_subset;
 use serde::Deserialize;
 use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -194,8 +195,12 @@ fn parse_items(
         return Some(Err(e));
     }
     let one = |item: &str| match syntax {
-        // A YAML item is cut with its `- `: a sequence of one.
+        // A YAML item is cut with its `- `: a sequence of one. What kubectl writes is read
+        // without libyaml; anything else still with it.
         Syntax::Yaml => {
+            if let Ok(v) = yaml_subset::item(item) {
+                return Some(v);
+            }
             let mut one = serde_yaml_ng::from_str::<Vec<Value>>(item).ok()?;
             match (one.pop(), one.is_empty()) {
                 (Some(v), true) => Some(v),

@@ -32,6 +32,10 @@ const MAX_NESTING: usize = 64;
 /// libyaml looks this far for the `:` of a key, and refuses a longer one.
 const MAX_KEY: usize = 1024;
 
+/// How serde_json's own tokens begin: a map whose first key is one (`$serde_json::private::RawValue`)
+/// is not a map to serde_json's value, so serde_yaml_ng's reading of it differs.
+const SERDE_JSON_TOKEN: &str = "$serde_json::";
+
 /// The one entry of a List item's text (its `- ` and what follows, as
 /// [`super::yaml_items`] cuts it), as serde_yaml_ng would read it.
 pub(super) fn item(text: &str) -> Got<Value> {
@@ -258,6 +262,9 @@ fn key(text: &str) -> Got<Option<(String, &str)>> {
         let (k, after) = quoted(text)?;
         return match after.strip_prefix(':') {
             Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
+                if k.starts_with(SERDE_JSON_TOKEN) {
+                    return Err(GiveUp);
+                }
                 Ok(Some((k, rest.trim_start_matches(' '))))
             }
             Some(_) => Err(GiveUp),
@@ -276,7 +283,7 @@ fn key(text: &str) -> Got<Option<(String, &str)>> {
         from = i + 1;
     };
     let k = &text[..at];
-    if k.len() > MAX_KEY || k.ends_with(' ') || !plain_ok(k) {
+    if k.len() > MAX_KEY || k.ends_with(' ') || !plain_ok(k) || k.starts_with(SERDE_JSON_TOKEN) {
         return Err(GiveUp);
     }
     // A key is taken as written: serde_json's map asks for a string, which serde_yaml_ng gives

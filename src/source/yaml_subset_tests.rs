@@ -209,6 +209,8 @@ fn what_is_beyond_the_subset_is_given_up() {
         "- a\n- b\n",
         "- a\nb: 1\n",
         "- k: 1\r\n",
+        "- $serde_json::private::RawValue: 1\n",
+        "- '$serde_json::private::RawValue': 1\n",
     ];
     for text in beyond {
         assert_eq!(item(text), Err(GiveUp), "{text:?}");
@@ -533,4 +535,28 @@ proptest! {
         let text = write_item(&kubectl_shaped(root, true));
         prop_assert!(agreed(&text).is_some(), "gave up on {:?}", text);
     }
+}
+
+/// The `yaml_item` fuzz target's corpus (`fuzz/corpus/yaml_item/`), replayed through the same
+/// check, so CI covers it without nightly. `seed-*` files are kubectl's shapes: taken.
+#[test]
+fn the_fuzz_corpus_agrees() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/yaml_item");
+    let (mut seeds, mut n) = (0, 0);
+    for entry in std::fs::read_dir(dir).expect("the corpus") {
+        let path = entry.expect("a corpus entry").path();
+        let data = std::fs::read(&path).expect("a corpus file");
+        let Ok(text) = std::str::from_utf8(&data) else {
+            continue;
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if name.is_some_and(|n| n.starts_with("seed-")) {
+            taken(text);
+            seeds += 1;
+        } else {
+            agreed(text);
+        }
+        n += 1;
+    }
+    assert!(seeds >= 3 && n > seeds, "{seeds} seeds of {n}");
 }

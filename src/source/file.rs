@@ -259,7 +259,9 @@ impl Version {
             Version::Whole(text) => parse_cached(&text, cache),
             Version::List(list) => {
                 let items = list.list_items();
-                if let Some(r) = super::objects_text::parse_streamed(&list.root, &items, cache) {
+                if let Some(r) =
+                    super::objects_text::parse_streamed(list.syntax, &list.root, &items, cache)
+                {
                     return r;
                 }
                 drop(items);

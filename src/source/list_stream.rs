@@ -1,24 +1,27 @@
-//! An objects file read piece by piece and cut into a block-style YAML List's items as it is
-//! read, keeping the text of new items only.
+//! An objects file read piece by piece and cut into a List's items as it is read, keeping the
+//! text of new items only: a block-style YAML List, or a JSON one
+//! ([`super::json_stream`]).
 //!
 //! A changed file is nearly always the last version with an item or two changed. Reading it
 //! whole held its whole text (tens of MB at 10,000 Services) beside everything the agent
-//! keeps, at every change; here each line is handed to the [`Splitter`], each item is hashed
-//! when it ends, and an item the [`ItemCache`](super::item_cache::ItemCache) knows is kept as
-//! its name alone. The whole file is hashed on the way, as [`super::file`] identifies
-//! versions. A text that is no List this can cut (JSON, several documents, flow style) is
-//! read whole after all, as before.
+//! keeps, at every change; here each line is handed to the [`Splitter`] (YAML) or each piece
+//! to the JSON cut, each item is hashed when it ends, and an item the
+//! [`ItemCache`](super::item_cache::ItemCache) knows is kept as its name alone. The whole file
+//! is hashed on the way, as [`super::file`] identifies versions. A text that is no List this
+//! can cut (several documents, flow style) is read whole after all, as before.
 
-use super::file::{FileError, read_pieces};
+use super::file::{FileError, MAX_DEPTH, read_pieces};
 use super::item_cache::ItemId;
-use super::objects_text::ListItem;
+use super::json_stream::JsonCutter;
+use super::objects_text::{ListItem, Syntax};
 use super::yaml_items::{Splitter, other_break};
 use std::path::Path;
 
-/// A block-style List as read: its root's own lines, its items, and the whole content's
-/// length and hash.
+/// A List as read: how it is written, its root's own text, its items, and the whole
+/// content's length and hash.
 #[derive(Debug)]
 pub(super) struct StreamedList {
+    pub(super) syntax: Syntax,
     pub(super) root: String,
     pub(super) items: Vec<StreamedItem>,
     pub(super) len: usize,
@@ -47,8 +50,15 @@ impl StreamedList {
     }
 }
 
-/// Read `path` (at most `max` bytes) as a block-style List; an item for which `known` is true
-/// keeps no text. `Ok(None)`: the content is no List this can cut, and must be read whole.
+/// The cut a text takes, chosen by its first byte that is not blank: `{` is JSON.
+enum Cut<F> {
+    Undecided(Vec<u8>),
+    Yaml(YamlPieces<F>),
+    Json(JsonCutter<F>),
+}
+
+/// Read `path` (at most `max` bytes) as a List; an item for which `known` is true keeps no
+/// text. `Ok(None)`: the content is no List this can cut, and must be read whole.
 pub(super) fn read_list(
     path: &Path,
     max: u64,
@@ -67,12 +77,87 @@ pub(super) fn read_list(
         });
     }
     let mut hash = xxhash_rust::xxh3::Xxh3::new();
-    let mut cutter = Cutter::new(known);
-    // The start of a line that the last piece cut.
-    let mut carry: Vec<u8> = Vec::new();
+    let mut known = Some(known);
+    let mut cut = Cut::Undecided(Vec::new());
     let mut cuttable = true;
     let len = read_pieces(path, max, |data| {
         hash.update(data);
+        if let Cut::Undecided(blank) = &mut cut {
+            let Some(first) = data
+                .iter()
+                .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            else {
+                blank.extend_from_slice(data);
+                return Ok(true);
+            };
+            let blank = std::mem::take(blank);
+            let Some(known) = known.take() else {
+                return Ok(false);
+            };
+            cut = if *first == b'{' {
+                Cut::Json(JsonCutter::new(known, MAX_DEPTH))
+            } else {
+                Cut::Yaml(YamlPieces::new(known))
+            };
+            if !blank.is_empty() && !cut.piece(&blank)? {
+                cuttable = false;
+                return Ok(false);
+            }
+        }
+        if !cut.piece(data)? {
+            cuttable = false;
+            return Ok(false);
+        }
+        Ok(true)
+    })?;
+    if !cuttable {
+        return Ok(None);
+    }
+    let (syntax, cut) = match cut {
+        Cut::Undecided(_) => return Ok(None),
+        Cut::Yaml(y) => (Syntax::Yaml, y.finish().map_err(rd)?),
+        Cut::Json(j) => (Syntax::Json, j.finish().map_err(rd)?),
+    };
+    let Some((root, items)) = cut else {
+        return Ok(None);
+    };
+    Ok(Some(StreamedList {
+        syntax,
+        root,
+        items,
+        len,
+        hash: hash.digest128(),
+    }))
+}
+
+impl<F: Fn(&ItemId) -> bool> Cut<F> {
+    fn piece(&mut self, data: &[u8]) -> std::io::Result<bool> {
+        match self {
+            Cut::Undecided(_) => Ok(false),
+            Cut::Yaml(y) => y.piece(data),
+            Cut::Json(j) => j.piece(data),
+        }
+    }
+}
+
+/// A YAML List's pieces cut at whole lines for the [`Cutter`].
+struct YamlPieces<F> {
+    cutter: Cutter<F>,
+    /// The start of a line that the last piece cut.
+    carry: Vec<u8>,
+}
+
+impl<F: Fn(&ItemId) -> bool> YamlPieces<F> {
+    fn new(known: F) -> Self {
+        YamlPieces {
+            cutter: Cutter::new(known),
+            carry: Vec::new(),
+        }
+    }
+
+    /// Take the next piece; `Ok(false)` once the text is no List this can cut.
+    fn piece(&mut self, data: &[u8]) -> std::io::Result<bool> {
+        let YamlPieces { cutter, carry } = self;
         let Some(last) = memchr::memrchr(b'\n', data) else {
             carry.extend_from_slice(data);
             return Ok(true);
@@ -81,37 +166,31 @@ pub(super) fn read_list(
         let (first, rest) = match memchr::memchr(b'\n', data) {
             Some(i) if !carry.is_empty() => {
                 carry.extend_from_slice(&data[..=i]);
-                (Some(std::mem::take(&mut carry)), &data[i + 1..=last])
+                (Some(std::mem::take(carry)), &data[i + 1..=last])
             }
             _ => (None, &data[..=last]),
         };
         for lines in first.as_deref().into_iter().chain([rest]) {
             if !cutter.lines(lines)? {
-                cuttable = false;
                 return Ok(false);
             }
         }
         if let Some(mut c) = first {
             // Its allocation is kept for the next piece's cut line.
             c.clear();
-            carry = c;
+            *carry = c;
         }
         carry.extend_from_slice(&data[last + 1..]);
         Ok(true)
-    })?;
-    if !cuttable || (!carry.is_empty() && !cutter.lines(&carry).map_err(rd)?) {
-        return Ok(None);
     }
-    let (root, items) = match cutter.finish() {
-        Some(r) => r,
-        None => return Ok(None),
-    };
-    Ok(Some(StreamedList {
-        root,
-        items,
-        len,
-        hash: hash.digest128(),
-    }))
+
+    fn finish(self) -> std::io::Result<Option<(String, Vec<StreamedItem>)>> {
+        let YamlPieces { mut cutter, carry } = self;
+        if !carry.is_empty() && !cutter.lines(&carry)? {
+            return Ok(None);
+        }
+        Ok(cutter.finish())
+    }
 }
 
 /// The [`Splitter`] and the items read.
@@ -234,6 +313,7 @@ mod tests {
         let got = read_list(f.path(), u64::MAX, |_| false)
             .expect("read")
             .expect("a block list");
+        assert_eq!(got.syntax, Syntax::Yaml);
         let whole = split_block_list(&text).expect("a block list");
         assert_eq!(got.root, whole.root);
         let texts: Vec<&str> = got.items.iter().filter_map(|i| i.text.as_deref()).collect();
@@ -266,9 +346,43 @@ mod tests {
     }
 
     #[test]
+    fn a_json_list_is_cut_by_the_json_cut() {
+        let mut text = String::from(" \n{\"apiVersion\": \"v1\", \"items\": [\n");
+        for i in 0..3000 {
+            let sep = if i > 0 { ",\n" } else { "" };
+            text.push_str(&format!(
+                "{sep}  {{\"kind\": \"Service\", \"metadata\": {{\"name\": \"s{i}\"}}, \"spec\": {{\"ports\": [{{\"port\": {i}}}]}}}}"
+            ));
+        }
+        text.push_str("\n], \"kind\": \"List\"}\n");
+        let f = write(&text);
+        let whole = crate::source::json_items::split_json_list(&text).expect("a List");
+        let known = ItemId::of(whole.items[7]);
+        let got = read_list(f.path(), u64::MAX, |id| *id == known)
+            .expect("read")
+            .expect("a JSON List");
+        assert_eq!(got.syntax, Syntax::Json);
+        assert_eq!(got.root, whole.root);
+        assert!(got.items[7].text.is_none());
+        let texts: Vec<&str> = got
+            .items
+            .iter()
+            .map(|i| i.text.as_deref().unwrap_or(whole.items[7]))
+            .collect();
+        assert_eq!(texts, whole.items);
+        assert_eq!(got.len, text.len());
+        assert_eq!(got.hash, xxhash_rust::xxh3::xxh3_128(text.as_bytes()));
+        let f = write("{\"kind\": \"List\", \"items\": []}");
+        let empty = read_list(f.path(), u64::MAX, |_| false)
+            .expect("read")
+            .expect("a List");
+        assert!(empty.items.is_empty());
+    }
+
+    #[test]
     fn what_is_no_block_list_is_left_to_the_whole_read() {
         for text in [
-            "{\"kind\": \"List\", \"items\": []}",
+            "{\"kind\": \"List\", \"items\": [1]}",
             "kind: List\nitems: [{}]\n",
             "kind: Service\n---\nkind: Service\n",
             "kind: List\nitems:\n- a: 1\r- b: 2\n",

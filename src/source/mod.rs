@@ -2,6 +2,7 @@ mod batch;
 pub mod file;
 mod item_cache;
 mod json_items;
+mod json_stream;
 pub mod kube;
 mod list_stream;
 mod object_decode;

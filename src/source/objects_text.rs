@@ -143,15 +143,18 @@ pub(super) struct ListItem<'a> {
 }
 
 /// A List read item by item as the file was read ([`super::list_stream`]): `root` is its own
-/// lines, and `items` have their text only where `cache` did not know them. Like
+/// text, and `items` have their text only where `cache` did not know them. Like
 /// [`parse_cached`], or `None` when the whole text is needed after all (an item not in the
-/// cache, which holds another root's items; a List whose items must be read in order).
+/// cache, which holds another root's items; a List whose items must be read in order). A YAML
+/// item's nesting is checked here; a JSON List's was checked as it was cut.
 pub(super) fn parse_streamed(
+    syntax: Syntax,
     root: &str,
     items: &[ListItem<'_>],
     cache: &mut ItemCache,
 ) -> Option<Result<(Loaded, usize), String>> {
-    match parse_items(Syntax::Yaml, root, items, cache, true) {
+    let check = syntax == Syntax::Yaml;
+    match parse_items(syntax, root, items, cache, check) {
         Some(Ok(loaded)) => Some(Ok((loaded, cache.finish()))),
         Some(Err(e)) => {
             cache.abandon();
@@ -238,8 +241,8 @@ fn parse_items(
 }
 
 /// How a List's root and items are written.
-#[derive(Debug, Clone, Copy)]
-enum Syntax {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Syntax {
     Yaml,
     Json,
 }

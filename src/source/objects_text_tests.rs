@@ -62,7 +62,7 @@ fn a_version_read_in_pieces_takes_known_items_and_asks_for_the_whole_when_its_ro
     let l2 = read(&y2, &cache);
     assert!(l2.items[0].text.is_none(), "web is known: no text kept");
     assert!(l2.items[1].text.is_some());
-    let (second, reused) = parse_streamed(&l2.root, &l2.list_items(), &mut cache)
+    let (second, reused) = parse_streamed(l2.syntax, &l2.root, &l2.list_items(), &mut cache)
         .expect("taken by items")
         .unwrap();
     assert_eq!(reused, 1);
@@ -75,7 +75,7 @@ fn a_version_read_in_pieces_takes_known_items_and_asks_for_the_whole_when_its_ro
     // Same items, another root (a typed List lends its items their kind).
     let l3 = read(&y3, &cache);
     assert!(l3.items.iter().all(|i| i.text.is_none()));
-    assert!(parse_streamed(&l3.root, &l3.list_items(), &mut cache).is_none());
+    assert!(parse_streamed(l3.syntax, &l3.root, &l3.list_items(), &mut cache).is_none());
     let (third, _) = parse_cached(&y3, &mut cache).unwrap();
     assert_eq!(
         format!("{third:?}"),

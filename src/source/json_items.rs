@@ -147,6 +147,28 @@ fn end_of_value(b: &[u8], i: usize) -> Option<usize> {
     }
 }
 
+/// Texts that are no JSON List this can cut, for its tests and the streamed cut's.
+#[cfg(test)]
+pub(super) const NOT_LISTS: &[&str] = &[
+    "",
+    "[]",
+    "{}",
+    r#"{"kind": "Service"}"#,
+    r#"{"items": [1, 2]}"#,
+    r#"{"items": {"a": 1}}"#,
+    r#"{"items": [], "items": []}"#,
+    r#"{"it\u0065ms": [{}]}"#,
+    r#"{"items": [{}]} {"items": []}"#,
+    r#"{"items": [{"a": 1}"#,
+    r#"{"items": [{"a": "open}]}"#,
+    r#"{"items" [{}]}"#,
+    r#"{"items": [{}] "kind": "List"}"#,
+    r#"{"items": [{},]}"#,
+    r#"{"items": [{} {}]}"#,
+    r#"{"a": "items": [{}]}"#,
+    r#"{"items": [{}}"#,
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,21 +196,7 @@ mod tests {
 
     #[test]
     fn what_it_cannot_cut_goes_to_the_whole_document_path() {
-        for text in [
-            "",
-            "[]",
-            "{}",
-            r#"{"kind": "Service"}"#,
-            r#"{"items": [1, 2]}"#,
-            r#"{"items": {"a": 1}}"#,
-            r#"{"items": [], "items": []}"#,
-            r#"{"it\u0065ms": [{}]}"#,
-            r#"{"items": [{}]} {"items": []}"#,
-            r#"{"items": [{"a": 1}"#,
-            r#"{"items": [{"a": "open}]}"#,
-            r#"{"items" [{}]}"#,
-            r#"{"items": [{}] "kind": "List"}"#,
-        ] {
+        for text in NOT_LISTS {
             assert!(split_json_list(text).is_none(), "{text}");
         }
     }

@@ -345,25 +345,7 @@ mod tests {
 
     #[test]
     fn what_the_whole_cut_refuses_is_not_cut() {
-        for text in [
-            "",
-            "[]",
-            "{}",
-            r#"{"kind": "Service"}"#,
-            r#"{"items": [1, 2]}"#,
-            r#"{"items": {"a": 1}}"#,
-            r#"{"items": [], "items": []}"#,
-            r#"{"it\u0065ms": [{}]}"#,
-            r#"{"items": [{}]} {"items": []}"#,
-            r#"{"items": [{"a": 1}"#,
-            r#"{"items": [{"a": "open}]}"#,
-            r#"{"items" [{}]}"#,
-            r#"{"items": [{}] "kind": "List"}"#,
-            r#"{"items": [{},]}"#,
-            r#"{"items": [{} {}]}"#,
-            r#"{"a": "items": [{}]}"#,
-            r#"{"items": [{}}"#,
-        ] {
+        for text in crate::source::json_items::NOT_LISTS {
             assert_eq!(cut(text, &[3], 64), None, "{text}");
             assert_eq!(whole(text), None, "{text}");
         }

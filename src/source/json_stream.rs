@@ -17,7 +17,7 @@ use super::text_depth::{SPECIAL, past_string};
 
 /// Where the cut is in the List's structure, outside strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum At {
+enum InList {
     /// In the root, or in a value of the root's other keys.
     Root,
     /// The root's last string at depth 1 was `"items"`, then only blanks.
@@ -40,7 +40,7 @@ pub(super) struct JsonCutter<F> {
     skeleton: Vec<u8>,
     /// The open item's bytes from earlier pieces.
     spilled: Vec<u8>,
-    at: At,
+    at: InList,
     depth: usize,
     in_string: bool,
     escaped: bool,
@@ -59,7 +59,7 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
             items: Vec::new(),
             skeleton: Vec::new(),
             spilled: Vec::new(),
-            at: At::Root,
+            at: InList::Root,
             depth: 0,
             in_string: false,
             escaped: false,
@@ -83,12 +83,12 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                 i = self.in_string_from(data, i);
                 continue;
             }
-            if self.at == At::Item {
+            if self.at == InList::Item {
                 match self.item_from(data, i, from)? {
                     Some(next) => i = next,
                     None => return Ok(self.fail()),
                 }
-                if self.at == At::Between {
+                if self.at == InList::Between {
                     from = i;
                 }
                 continue;
@@ -98,25 +98,25 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                 b'"' => {
                     self.in_string = true;
                     self.key_len = 0;
-                    if matches!(self.at, At::ItemsKey | At::ItemsColon) {
-                        self.at = At::Root;
+                    if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
+                        self.at = InList::Root;
                     }
                 }
                 b'{' | b'[' => {
-                    if c == b'[' && self.at == At::ItemsColon && self.depth == 1 {
+                    if c == b'[' && self.at == InList::ItemsColon && self.depth == 1 {
                         self.skeleton.extend_from_slice(&data[from..=i]);
                         from = i + 1;
-                        self.at = At::Between;
-                    } else if c == b'{' && self.at == At::Between {
+                        self.at = InList::Between;
+                    } else if c == b'{' && self.at == InList::Between {
                         self.skeleton.extend_from_slice(&data[from..i]);
                         self.skeleton.extend_from_slice(b"{}");
                         from = i;
-                        self.at = At::Item;
-                    } else if self.at == At::Between {
+                        self.at = InList::Item;
+                    } else if self.at == InList::Between {
                         // An item that is not an object: the whole read says what is wrong.
                         return Ok(self.fail());
-                    } else if matches!(self.at, At::ItemsKey | At::ItemsColon) {
-                        self.at = At::Root;
+                    } else if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
+                        self.at = InList::Root;
                     }
                     self.depth += 1;
                     if self.depth > self.max_depth {
@@ -125,24 +125,24 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                 }
                 b'}' | b']' => {
                     self.depth = self.depth.saturating_sub(1);
-                    if self.at == At::Between && self.depth == 1 {
-                        self.at = At::After;
-                    } else if matches!(self.at, At::ItemsKey | At::ItemsColon) {
-                        self.at = At::Root;
+                    if self.at == InList::Between && self.depth == 1 {
+                        self.at = InList::After;
+                    } else if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
+                        self.at = InList::Root;
                     }
                 }
-                b':' if self.at == At::ItemsKey => self.at = At::ItemsColon,
+                b':' if self.at == InList::ItemsKey => self.at = InList::ItemsColon,
                 b' ' | b'\t' | b'\n' | b'\r' => {}
                 _ => {
-                    if matches!(self.at, At::ItemsKey | At::ItemsColon) {
-                        self.at = At::Root;
+                    if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
+                        self.at = InList::Root;
                     }
                 }
             }
             i += 1;
         }
         match self.at {
-            At::Item => self.spilled.extend_from_slice(&data[from..]),
+            InList::Item => self.spilled.extend_from_slice(&data[from..]),
             _ => self.skeleton.extend_from_slice(&data[from..]),
         }
         Ok(true)
@@ -185,7 +185,7 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                     depth = depth.saturating_sub(1);
                     if depth == 2 {
                         self.end_item(&data[from..i])?;
-                        self.at = At::Between;
+                        self.at = InList::Between;
                         break i;
                     }
                 }
@@ -242,8 +242,9 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
     }
 
     fn string_ended(&mut self) {
-        if self.depth == 1 && self.at == At::Root && self.key_len == 5 && &self.key == b"items" {
-            self.at = At::ItemsKey;
+        if self.depth == 1 && self.at == InList::Root && self.key_len == 5 && &self.key == b"items"
+        {
+            self.at = InList::ItemsKey;
         }
     }
 
@@ -275,7 +276,7 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
     /// The root's text (its items emptied) and the items, or `None` when the text is no List
     /// this can cut, or is cut where the whole text would not be.
     pub(super) fn finish(self) -> std::io::Result<Option<(String, Vec<StreamedItem>)>> {
-        if self.failed || self.at != At::After || self.in_string {
+        if self.failed || self.at != InList::After || self.in_string {
             return Ok(None);
         }
         let skeleton = String::from_utf8(self.skeleton).map_err(|_| not_utf8())?;

@@ -12,7 +12,7 @@
 
 use super::item_cache::ItemId;
 use super::json_items::split_json_list;
-use super::list_stream::StreamedItem;
+use super::list_stream::{StreamedItem, not_utf8};
 use super::text_depth::{SPECIAL, past_string};
 
 /// Where the cut is in the List's structure, outside strings.
@@ -285,14 +285,6 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
             _ => Ok(None),
         }
     }
-}
-
-/// As `read_to_string` says it.
-fn not_utf8() -> std::io::Error {
-    std::io::Error::new(
-        std::io::ErrorKind::InvalidData,
-        "stream did not contain valid UTF-8",
-    )
 }
 
 #[cfg(test)]

@@ -193,6 +193,14 @@ impl<F: Fn(&ItemId) -> bool> YamlPieces<F> {
     }
 }
 
+/// A cut piece that is not UTF-8: the read error, as `read_to_string` says it.
+pub(super) fn not_utf8() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "stream did not contain valid UTF-8",
+    )
+}
+
 /// The [`Splitter`] and the items read.
 struct Cutter<F> {
     split: Splitter,
@@ -219,13 +227,7 @@ impl<F: Fn(&ItemId) -> bool> Cutter<F> {
         if other_break(bytes) {
             return Ok(false);
         }
-        // As `read_to_string` says it.
-        let text = std::str::from_utf8(bytes).map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "stream did not contain valid UTF-8",
-            )
-        })?;
+        let text = std::str::from_utf8(bytes).map_err(|_| not_utf8())?;
         let Cutter {
             split,
             known,

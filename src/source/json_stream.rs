@@ -44,6 +44,12 @@ pub(super) struct JsonCutter<F> {
     depth: usize,
     in_string: bool,
     escaped: bool,
+    /// At the root's level, a `:` was the last byte but blanks: a value comes next.
+    value_next: bool,
+    /// In a value at the root's level that is not quoted, an object or an array (a number,
+    /// `null`, or what is no JSON): the whole text's cut reads it up to `,`, `}`, `]` or a
+    /// blank, quotes and brackets in it included, and so does this cut.
+    in_bare: bool,
     /// The first bytes of the string open at depth 1 (a key is recognised by them).
     key: [u8; 5],
     key_len: usize,
@@ -63,6 +69,8 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
             depth: 0,
             in_string: false,
             escaped: false,
+            value_next: false,
+            in_bare: false,
             key: [0; 5],
             key_len: 0,
             failed: false,
@@ -94,13 +102,37 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                 continue;
             }
             let c = data[i];
+            let blank = matches!(c, b' ' | b'\t' | b'\n' | b'\r');
+            if self.in_bare {
+                if !blank && !matches!(c, b',' | b'}' | b']') {
+                    i += 1;
+                    continue;
+                }
+                self.in_bare = false;
+            }
+            // After `"items"` only blanks, its `:`, then the array's `[` keep the key in
+            // view; anything else is the root again.
+            let keeps_key = matches!(
+                (self.at, c),
+                (_, b' ' | b'\t' | b'\n' | b'\r')
+                    | (InList::ItemsKey, b':')
+                    | (InList::ItemsColon, b'[')
+            );
+            if matches!(self.at, InList::ItemsKey | InList::ItemsColon) && !keeps_key {
+                self.at = InList::Root;
+            }
+            if self.value_next && !blank {
+                self.value_next = false;
+                if !matches!(c, b'"' | b'{' | b'[') {
+                    self.in_bare = true;
+                    i += 1;
+                    continue;
+                }
+            }
             match c {
                 b'"' => {
                     self.in_string = true;
                     self.key_len = 0;
-                    if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
-                        self.at = InList::Root;
-                    }
                 }
                 b'{' | b'[' => {
                     if c == b'[' && self.at == InList::ItemsColon && self.depth == 1 {
@@ -115,8 +147,6 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                     } else if self.at == InList::Between {
                         // An item that is not an object: the whole read says what is wrong.
                         return Ok(self.fail());
-                    } else if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
-                        self.at = InList::Root;
                     }
                     self.depth += 1;
                     if self.depth > self.max_depth {
@@ -127,17 +157,15 @@ impl<F: Fn(&ItemId) -> bool> JsonCutter<F> {
                     self.depth = self.depth.saturating_sub(1);
                     if self.at == InList::Between && self.depth == 1 {
                         self.at = InList::After;
-                    } else if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
-                        self.at = InList::Root;
                     }
                 }
-                b':' if self.at == InList::ItemsKey => self.at = InList::ItemsColon,
-                b' ' | b'\t' | b'\n' | b'\r' => {}
-                _ => {
-                    if matches!(self.at, InList::ItemsKey | InList::ItemsColon) {
-                        self.at = InList::Root;
+                b':' => {
+                    self.value_next = self.depth == 1;
+                    if self.at == InList::ItemsKey {
+                        self.at = InList::ItemsColon;
                     }
                 }
+                _ => {}
             }
             i += 1;
         }
@@ -341,6 +369,22 @@ mod tests {
         for text in crate::source::json_items::NOT_LISTS {
             assert_eq!(cut(text, &[3], 64), None, "{text}");
             assert_eq!(whole(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_bare_value_at_the_roots_level_is_read_as_the_whole_cut_reads_it() {
+        // Quotes and brackets in a value that is not quoted do not open anything for the
+        // whole text's cut, which reads such a value up to `,`, `}`, `]` or a blank.
+        for text in [
+            r#"{"a": 1"x, "items": [{"b": 2}], "kind": "List"}"#,
+            r#"{"a": x[1, "items": [{}], "kind": "List"}"#,
+            "{\"items\": [{}], \"a\":\n1\"}\n",
+        ] {
+            let want = whole(text);
+            assert!(want.is_some(), "{text}");
+            assert_eq!(cut(text, &[1], 64), want, "{text}");
+            assert_eq!(cut(text, &[text.len()], 64), want, "{text}");
         }
     }
 

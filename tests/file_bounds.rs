@@ -3,6 +3,9 @@
 //! refused in linear time, a file over `objects-max-bytes` is not read, a bad file is not
 //! re-read until it changes, SIGTERM is answered while a big file is being parsed, and a valid
 //! 56 MiB file costs no more than its objects do.
+//!
+//! `VIPFLOW_BIN=target/release/vipflow cargo test --test file_bounds -- --nocapture` runs the
+//! same checks against the release build and prints its figures.
 
 mod common;
 
@@ -38,7 +41,9 @@ impl Agent {
     fn start(sb: &Sandbox, objects: &Path) -> Agent {
         let log = sb.path().join("agent.log");
         let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_vipflow"))
+        let bin =
+            std::env::var_os("VIPFLOW_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_vipflow").into());
+        let child = Command::new(bin)
             .args([
                 "agent",
                 "--node-name",
@@ -167,13 +172,20 @@ fn a_file_over_the_size_limit_is_not_read_and_a_bad_file_is_not_read_again() {
         "kind: List\nitems:\n{}",
         "- {a: [1, 2\n".repeat(30_000_000 / 13)
     );
+    // Its flow mappings never close, so it nests past the limit on line 35: refused there,
+    // in time for the first lines, not for 30 MB of items.
     write_objects(&objects, &bad);
-    agent.wait_log("does not parse", Duration::from_secs(30));
+    let refused = agent.wait_log("does not parse", Duration::from_secs(5));
+    assert!(
+        agent.log().contains("line 35: nested more than 64 levels"),
+        "refused where it breaks:\n{}",
+        agent.log()
+    );
     std::thread::sleep(Duration::from_millis(2500));
     let cpu = cpu_share(agent.pid(), Duration::from_secs(2));
     let peak = testkit::proc_status_kib(agent.pid(), "VmHWM:");
     println!(
-        "30 MB unparsable: then {:.1}% CPU; agent peak {} MiB",
+        "30 MB unparsable: refused {refused:?} after it was written; then {:.1}% CPU; agent peak {} MiB",
         cpu * 100.0,
         peak / 1024
     );

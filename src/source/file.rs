@@ -258,6 +258,9 @@ impl Version {
         match self {
             Version::Whole(text) => parse_cached(&text, cache),
             Version::List(list) => {
+                if let Some(detail) = list.refused {
+                    return Err(detail);
+                }
                 let items = list.list_items();
                 if let Some(r) =
                     super::objects_text::parse_streamed(list.syntax, &list.root, &items, cache)

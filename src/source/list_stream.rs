@@ -14,6 +14,7 @@ use super::file::{FileError, MAX_DEPTH, read_pieces};
 use super::item_cache::ItemId;
 use super::json_stream::JsonCutter;
 use super::objects_text::{ListItem, Syntax};
+use super::text_depth::DepthScan;
 use super::yaml_items::{Splitter, other_break};
 use std::path::Path;
 
@@ -26,6 +27,9 @@ pub(super) struct StreamedList {
     pub(super) items: Vec<StreamedItem>,
     pub(super) len: usize,
     pub(super) hash: u128,
+    /// Why the text is refused as it was read (it nests too deep where this says): nothing
+    /// after that point was cut, and no item is to be parsed.
+    pub(super) refused: Option<String>,
 }
 
 /// One item: its name, its text unless it was known, and the line it starts on.
@@ -53,8 +57,14 @@ impl StreamedList {
 /// The cut a text takes, chosen by its first byte that is not blank: `{` is JSON.
 enum Cut<F> {
     Undecided(Vec<u8>),
-    Yaml(YamlPieces<F>),
+    /// The whole text's nesting is checked as it is read, so that a file nested too deep
+    /// near its start is refused there, not after every line of it was cut and every item
+    /// parsed (each item on its own may nest little: a flow collection left open nests
+    /// across them). A JSON List's nesting is checked by its cut.
+    Yaml(YamlPieces<F>, DepthScan),
     Json(JsonCutter<F>),
+    /// Nested too deep: the rest is only hashed.
+    Refused(String),
 }
 
 /// Read `path` (at most `max` bytes) as a List; an item for which `known` is true keeps no
@@ -97,7 +107,7 @@ pub(super) fn read_list(
             cut = if *first == b'{' {
                 Cut::Json(JsonCutter::new(known, MAX_DEPTH))
             } else {
-                Cut::Yaml(YamlPieces::new(known))
+                Cut::Yaml(YamlPieces::new(known), DepthScan::new(MAX_DEPTH, 1))
             };
             if !blank.is_empty() && !cut.piece(&blank)? {
                 cuttable = false;
@@ -115,8 +125,18 @@ pub(super) fn read_list(
     }
     let (syntax, cut) = match cut {
         Cut::Undecided(_) => return Ok(None),
-        Cut::Yaml(y) => (Syntax::Yaml, y.finish().map_err(rd)?),
+        Cut::Yaml(y, _) => (Syntax::Yaml, y.finish().map_err(rd)?),
         Cut::Json(j) => (Syntax::Json, j.finish().map_err(rd)?),
+        Cut::Refused(detail) => {
+            return Ok(Some(StreamedList {
+                syntax: Syntax::Yaml,
+                root: String::new(),
+                items: Vec::new(),
+                len,
+                hash: hash.digest128(),
+                refused: Some(detail),
+            }));
+        }
     };
     let Some((root, items)) = cut else {
         return Ok(None);
@@ -127,6 +147,7 @@ pub(super) fn read_list(
         items,
         len,
         hash: hash.digest128(),
+        refused: None,
     }))
 }
 
@@ -134,8 +155,15 @@ impl<F: Fn(&ItemId) -> bool> Cut<F> {
     fn piece(&mut self, data: &[u8]) -> std::io::Result<bool> {
         match self {
             Cut::Undecided(_) => Ok(false),
-            Cut::Yaml(y) => y.piece(data),
+            Cut::Yaml(y, depth) => match depth.piece(data) {
+                Ok(()) => y.piece(data),
+                Err(detail) => {
+                    *self = Cut::Refused(detail);
+                    Ok(true)
+                }
+            },
             Cut::Json(j) => j.piece(data),
+            Cut::Refused(_) => Ok(true),
         }
     }
 }

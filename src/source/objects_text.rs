@@ -227,8 +227,20 @@ fn parse_items(
     if missing.iter().any(|&i| items[i].text.is_none()) {
         return None;
     }
-    let made =
-        crate::parallel::map_split(&missing, |&i| Some(root.decode_alone(one(items[i].text?)?)));
+    // One item that does not parse on its own sends the whole text to the whole read: the
+    // items after it are not parsed for nothing (a broken file may have millions).
+    let gave_up = std::sync::atomic::AtomicBool::new(false);
+    let made = crate::parallel::map_split(&missing, |&i| {
+        use std::sync::atomic::Ordering::Relaxed;
+        if gave_up.load(Relaxed) {
+            return None;
+        }
+        let d = one(items[i].text?).map(|v| root.decode_alone(v));
+        if d.is_none() {
+            gave_up.store(true, Relaxed);
+        }
+        d
+    });
     for (i, d) in missing.into_iter().zip(made) {
         let d = d?;
         cache.put(items[i].id, d.clone());

@@ -509,4 +509,28 @@ proptest! {
     fn check_depth_is_the_reference(text in "[\\[\\]{}\"\\\\a\\n]{0,40}", max in 0usize..6) {
         prop_assert_eq!(check_depth(&text, max), check_depth_reference(&text, max));
     }
+
+    /// The same text handed over in pieces cut anywhere (inside strings, between a `\` and
+    /// what it escapes) is judged as the whole text, error line included.
+    #[test]
+    fn a_text_in_pieces_is_checked_as_the_whole(
+        text in "[\\[\\]{}\"\\\\a\\n]{0,40}",
+        max in 0usize..6,
+        cuts in proptest::collection::vec(0usize..41, 0..6),
+    ) {
+        let b = text.as_bytes();
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(b.len())).collect();
+        cuts.push(b.len());
+        cuts.sort_unstable();
+        let mut scan = crate::source::text_depth::DepthScan::new(max, 1);
+        let (mut from, mut got) = (0, Ok(()));
+        for to in cuts {
+            got = scan.piece(&b[from..to]);
+            from = to;
+            if got.is_err() {
+                break;
+            }
+        }
+        prop_assert_eq!(got, check_depth_reference(&text, max));
+    }
 }

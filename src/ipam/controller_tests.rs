@@ -214,3 +214,80 @@ fn a_service_whose_request_cannot_be_read_keeps_its_address_at_a_start() {
         ["10.0.0.0".parse::<IpAddr>().unwrap()]
     );
 }
+
+#[test]
+fn a_requested_pool_deleted_under_a_service_leaves_it_its_address_and_says_kept() {
+    let both = vec![
+        PoolSpec::new("p", &["10.0.0.0/30"]),
+        PoolSpec::new("b", &["10.0.1.0/30"]),
+    ];
+    let asking = |status: &[&str], record: Option<&StatusWrite>| {
+        let (key, _) = svc("a", &[], None);
+        let mut v = json!({
+            "metadata": {"name": "a", "namespace": "ns",
+                         "annotations": {"service.antrea.io/external-ip-pool": "b"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+        });
+        if let Some(w) = record {
+            v["status"] = json!({"loadBalancer": {"ingress": status.iter()
+                    .map(|ip| json!({"ip": ip, "ipMode": "VIP"})).collect::<Vec<_>>()},
+                "conditions": [{"type": CONDITION, "status": "True", "reason": "Allocated",
+                    "message": serde_json::to_string(&w.record).unwrap(),
+                    "lastTransitionTime": "2026-11-26T00:00:00Z"}]});
+        }
+        let s: Service = serde_json::from_value(v).unwrap();
+        (
+            key,
+            Seen::Ask(Box::new(service::read(&s, None).unwrap().unwrap())),
+        )
+    };
+    let (k, s) = asking(&[], None);
+    let (mut a, writes) = Allocations::start(both.clone(), HashMap::new(), vec![(k, s)]);
+    assert_eq!(ips(&writes[0]), ["10.0.1.0"], "from the pool it names");
+    a.written(&writes[0].service, true);
+    let (k, back) = asking(&["10.0.1.0"], Some(&writes[0]));
+    assert_eq!(a.service(k.clone(), Some(back)), None);
+
+    // Pool b goes: nothing is written, the address stays, and the Event says so.
+    let only_p = vec![PoolSpec::new("p", &["10.0.0.0/30"])];
+    assert!(a.pools(only_p.clone()).is_empty());
+    assert_eq!(
+        a.allocator().held(&k),
+        ["10.0.1.0".parse::<IpAddr>().unwrap()]
+    );
+    let said = a.statements();
+    assert!(
+        said.iter().any(|e| !e.warning
+            && e.reason == "IPAllocated"
+            && e.note.contains("10.0.1.0 (in no pool now; kept)")),
+        "{said:?}"
+    );
+    assert!(said.iter().all(|e| !e.warning), "no Warning: {said:?}");
+
+    // A restart (a leader change) without pool b decides the same, and writes nothing.
+    let (k, back) = asking(&["10.0.1.0"], Some(&writes[0]));
+    let (b, again) = Allocations::start(only_p, HashMap::new(), vec![(k.clone(), back)]);
+    assert!(again.is_empty(), "{again:?}");
+    assert_eq!(b.statements(), said);
+
+    // Asking for another address in the missing pool is still refused for what it names.
+    let mut ask = match asking(&["10.0.1.0"], Some(&writes[0])).1 {
+        Seen::Ask(a) => a,
+        Seen::Bad { .. } => unreachable!(),
+    };
+    ask.request.requested_ips = vec!["10.0.1.1".parse().unwrap()];
+    assert_eq!(b.allocator().held(&k).len(), 1);
+    let mut b = b;
+    assert_eq!(b.service(k.clone(), Some(Seen::Ask(ask))), None);
+    assert!(
+        b.statements()
+            .iter()
+            .any(|e| e.warning && e.reason == "PoolNotUsable"),
+        "{:?}",
+        b.statements()
+    );
+    assert_eq!(
+        b.allocator().held(&k),
+        ["10.0.1.0".parse::<IpAddr>().unwrap()]
+    );
+}

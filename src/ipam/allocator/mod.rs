@@ -215,10 +215,10 @@ impl Allocator {
                 return Err(AllocError::RequestedTwice(f));
             }
         }
-        if req.requested_pool.is_some() {
-            // A pool that is named must be there and usable, whatever the Service holds.
-            self.requested_pool(req)?;
-        }
+        // A pool that is named must be there and usable for any address taken anew. What the
+        // Service holds on the very terms it asks for stays, even where that pool went or
+        // refuses it now: an address moves only when its Service asks.
+        let pool_refuses = self.requested_pool(req).err();
         let before: Vec<IpAddr> = self.held(&req.service).to_vec();
         let me = Holder::of(req);
         let mut ips = Vec::new();
@@ -231,16 +231,20 @@ impl Allocator {
                 .copied()
                 .find(|ip| Family::of(*ip) == f);
             let got = match (requested, cur) {
-                (Some(r), Some(c)) if r == c => self
-                    .share_check(&me, c)
-                    .map(|()| c)
-                    .map_err(|(holder, why)| AllocError::RequestedInUse { ip: c, holder, why }),
-                (Some(r), _) => self.check_requested(req, &me, r),
+                (Some(r), Some(c)) if r == c && (pool_refuses.is_none() || self.keeps(req, c)) => {
+                    self.share_check(&me, c)
+                        .map(|()| c)
+                        .map_err(|(holder, why)| AllocError::RequestedInUse { ip: c, holder, why })
+                }
                 // What it holds stays, unless its new terms (sharing key, ports, selector)
                 // no longer let it share the address with the others there: it asked for
                 // that, and moves.
                 (None, Some(c)) if self.keeps(req, c) && self.share_check(&me, c).is_ok() => Ok(c),
-                (None, _) => self.pick(req, &me, f),
+                (requested, _) => match (&pool_refuses, requested) {
+                    (Some(e), _) => Err(e.clone()),
+                    (None, Some(r)) => self.check_requested(req, &me, r),
+                    (None, None) => self.pick(req, &me, f),
+                },
             };
             match got {
                 Ok(ip) => ips.push(ip),

@@ -32,6 +32,25 @@ pub enum Instruction {
     },
 }
 
+/// `instructions` as Open vSwitch stores and reports them: an apply-actions instruction with no
+/// action is no instruction (both are `drop`), and reg moves name their fields as OVS reports
+/// them ([`crate::oxm::canonical_header`]). Flows compared in this form are equal exactly when
+/// the switch holds the same flow, whichever of the equivalent forms was written.
+pub fn canonical(mut instructions: Vec<Instruction>) -> Vec<Instruction> {
+    instructions.retain(|i| !matches!(i, Instruction::ApplyActions(a) if a.is_empty()));
+    for i in &mut instructions {
+        if let Instruction::ApplyActions(actions) | Instruction::WriteActions(actions) = i {
+            for a in actions {
+                if let Action::RegMove { src, dst, .. } = a {
+                    *src = crate::oxm::canonical_header(*src);
+                    *dst = crate::oxm::canonical_header(*dst);
+                }
+            }
+        }
+    }
+    instructions
+}
+
 impl Instruction {
     pub fn emit(&self, out: &mut Vec<u8>) {
         use instruction_type as t;
@@ -152,4 +171,61 @@ pub(crate) fn parse_instructions(r: &mut Reader<'_>) -> Result<Vec<Instruction>>
         v.push(Instruction::parse(r)?);
     }
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oxm::{OXM_CLASS_OPENFLOW_BASIC, canonical_header, field, oxm_header};
+
+    #[test]
+    fn canonical_is_the_form_ovs_reports() {
+        let basic = |f, len| oxm_header(OXM_CLASS_OPENFLOW_BASIC, f, len);
+        // The headers OVS reports for the moves vipflow writes.
+        assert_eq!(canonical_header(basic(field::ETH_SRC, 6)), 0x0000_0406);
+        assert_eq!(canonical_header(basic(field::ETH_DST, 6)), 0x0000_0206);
+        assert_eq!(canonical_header(basic(field::ARP_SPA, 4)), 0x0000_2004);
+        assert_eq!(canonical_header(basic(field::ARP_TPA, 4)), 0x0000_2204);
+        assert_eq!(canonical_header(basic(field::ARP_SHA, 6)), 0x0001_2206);
+        assert_eq!(canonical_header(basic(field::ARP_THA, 6)), 0x0001_2406);
+        assert_eq!(canonical_header(basic(field::IPV6_SRC, 16)), 0x0001_2610);
+        assert_eq!(canonical_header(basic(field::IPV6_DST, 16)), 0x0001_2810);
+        // No NXM twin, a masked header, an NXM header: unchanged.
+        for h in [
+            basic(field::VLAN_VID, 2),
+            basic(field::ETH_SRC, 6) | 0x100,
+            0x0000_0406,
+        ] {
+            assert_eq!(canonical_header(h), h);
+        }
+        let mv = Action::RegMove {
+            n_bits: 48,
+            src_ofs: 0,
+            dst_ofs: 0,
+            src: basic(field::ETH_SRC, 6),
+            dst: basic(field::ETH_DST, 6),
+        };
+        let got = canonical(vec![
+            Instruction::ApplyActions(vec![]),
+            Instruction::ApplyActions(vec![mv, Action::output(1)]),
+            Instruction::GotoTable(3),
+        ]);
+        assert_eq!(
+            got,
+            [
+                Instruction::ApplyActions(vec![
+                    Action::RegMove {
+                        n_bits: 48,
+                        src_ofs: 0,
+                        dst_ofs: 0,
+                        src: 0x0000_0406,
+                        dst: 0x0000_0206,
+                    },
+                    Action::output(1)
+                ]),
+                Instruction::GotoTable(3),
+            ]
+        );
+        assert_eq!(canonical(vec![Instruction::ApplyActions(vec![])]), []);
+    }
 }

@@ -195,6 +195,47 @@ pub fn oxm_header(class: u16, field: u8, len: u8) -> u32 {
     (u32::from(class) << 16) | (u32::from(field) << 9) | u32::from(len)
 }
 
+/// The header Open vSwitch names a field by in the Nicira actions it reports back (reg move):
+/// the NXM header where the field has one of the same length, else `header` unchanged. OVS
+/// keeps fields, not headers, and encodes a reg move it reports with NXM headers, so a move
+/// written with OXM headers reads back changed; written in this form it reads back as written.
+pub fn canonical_header(header: u32) -> u32 {
+    use field as f;
+    const NXM_OF: u16 = 0x0000;
+    const NXM_NX: u16 = 0x0001;
+    if (header >> 16) as u16 != OXM_CLASS_OPENFLOW_BASIC || header & 0x100 != 0 {
+        return header;
+    }
+    let (class, nxm) = match ((header >> 9) & 0x7f) as u8 {
+        f::ETH_DST => (NXM_OF, 1),
+        f::ETH_SRC => (NXM_OF, 2),
+        f::ETH_TYPE => (NXM_OF, 3),
+        f::IP_PROTO => (NXM_OF, 6),
+        f::IPV4_SRC => (NXM_OF, 7),
+        f::IPV4_DST => (NXM_OF, 8),
+        f::TCP_SRC => (NXM_OF, 9),
+        f::TCP_DST => (NXM_OF, 10),
+        f::UDP_SRC => (NXM_OF, 11),
+        f::UDP_DST => (NXM_OF, 12),
+        f::ICMPV4_TYPE => (NXM_OF, 13),
+        f::ICMPV4_CODE => (NXM_OF, 14),
+        f::ARP_OP => (NXM_OF, 15),
+        f::ARP_SPA => (NXM_OF, 16),
+        f::ARP_TPA => (NXM_OF, 17),
+        f::ARP_SHA => (NXM_NX, 17),
+        f::ARP_THA => (NXM_NX, 18),
+        f::IPV6_SRC => (NXM_NX, 19),
+        f::IPV6_DST => (NXM_NX, 20),
+        f::ICMPV6_TYPE => (NXM_NX, 21),
+        f::ICMPV6_CODE => (NXM_NX, 22),
+        f::IPV6_ND_TARGET => (NXM_NX, 23),
+        f::IPV6_ND_SLL => (NXM_NX, 24),
+        f::IPV6_ND_TLL => (NXM_NX, 25),
+        _ => return header,
+    };
+    oxm_header(class, nxm, (header & 0xff) as u8)
+}
+
 impl OxmField {
     pub fn exact(class: u16, field: u8, value: Vec<u8>) -> Self {
         OxmField {

@@ -113,12 +113,14 @@ impl PlannedFlow {
                 }
             }
         }
+        // In the form the switch reports back (no instruction for `drop`, reg moves by NXM
+        // header), so that what is read back compares equal to what was planned.
         FlowMod::add(
             self.table,
             self.priority,
             self.cookie,
             m.normalized(),
-            vec![Instruction::ApplyActions(actions)],
+            openflow::instruction::canonical(vec![Instruction::ApplyActions(actions)]),
         )
     }
 }

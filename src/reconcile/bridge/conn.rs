@@ -48,7 +48,9 @@ pub async fn read_flows(
                 (f.table_id, f.priority, f.match_.normalized()),
                 FlowBody {
                     cookie: f.cookie,
-                    instructions: f.instructions,
+                    // As the plan makes them: a switch that reports an equivalent form
+                    // (OXM headers in a reg move, an empty apply-actions) holds the same flow.
+                    instructions: openflow::instruction::canonical(f.instructions),
                 },
             )
         })

@@ -94,31 +94,36 @@ async fn dispatch(
     match cmd {
         Command::Plan => {
             let loaded = load_objects(&cfg)?;
-            let (model, problems) = agent::build_model(&cfg, &loaded);
+            let one = agent::plan_once(&cfg, &loaded.objects, true);
+            let problems = agent::report_problems(&cfg, &loaded, &one.planner.services().report());
             for p in &problems {
                 eprintln!("skipped: {p}");
             }
             let router_mac = agent::router_mac(&cfg, &loaded.objects);
-            let answers = agent::plan_answers(&cfg, &loaded.objects);
-            for ((b, flows), answers) in agent::plan_bridges(&cfg, &model).into_iter().zip(answers)
-            {
+            for (i, b) in cfg.bridges.iter().enumerate() {
+                let (answers, flows): (Vec<_>, Vec<_>) =
+                    one.flows(i).into_iter().partition(|f| f.key.is_answer());
                 println!("# bridge {} ({} flows)", b.name, flows.len());
                 for f in &flows {
-                    println!("{}", f.display(&b));
+                    println!("{}", f.display(b));
                 }
-                if b.announce {
+                if b.announce && one.ownership_unknown {
                     println!(
-                        "# answers node {} puts on {} ({} flows: the VIPs placed on it over the Ready Nodes; the membership may place them elsewhere)",
+                        "# answers: the membership places each VIP on one live node; `vipflow status` on a running agent shows which it answers for"
+                    );
+                } else if b.announce {
+                    println!(
+                        "# answers node {} puts on {} ({} flows: the VIPs placed on it over the Ready Nodes)",
                         cfg.node_name,
                         b.name,
                         answers.len()
                     );
                     for f in &answers {
-                        println!("{}", f.display(&b));
+                        println!("{}", f.display(b));
                     }
                 }
                 // Known only at the switch: the bridge's own MAC, which decides the rewrite.
-                if let Some(mac) = router_mac.filter(|_| vipflow::plan::flows::steers_to_router(&b))
+                if let Some(mac) = router_mac.filter(|_| vipflow::plan::flows::steers_to_router(b))
                 {
                     let mac = format_mac(&mac);
                     println!(
@@ -127,7 +132,13 @@ async fn dispatch(
                     );
                 }
             }
-            let rows = agent::plan_northbound(&cfg, &model);
+            let rows: Vec<&vipflow::plan::northbound::LbRow> = one
+                .plans
+                .northbound
+                .iter()
+                .flat_map(|n| n.rows.values())
+                .flat_map(|rows| rows.iter())
+                .collect();
             println!("# northbound Load_Balancer rows ({})", rows.len());
             if cfg.northbound.node_rows == vipflow::plan::node_template::NodeRows::Auto {
                 println!(
@@ -185,6 +196,12 @@ async fn dispatch(
                 for s in &d.skipped {
                     eprintln!("{}: not programmable: {s}", d.bridge);
                 }
+                if d.ownership_unknown {
+                    println!(
+                        "{}: answer flows not compared: the membership decides which node answers for each VIP (`vipflow status` on the running agent)",
+                        d.bridge
+                    );
+                }
                 if d.is_empty() {
                     println!("{}: in sync", d.bridge);
                     continue;
@@ -228,11 +245,12 @@ async fn dispatch(
             for p in loaded.problems.iter() {
                 tracing::warn!(problem = %p, "skipped");
             }
-            let (_, problems) = agent::build_model_without_slices(&cfg, &loaded);
+            let one = agent::plan_once(&cfg, &loaded.objects, false);
+            let problems = agent::report_problems(&cfg, &loaded, &one.planner.services().report());
             for p in problems.iter().skip(loaded.problems.len()) {
                 tracing::warn!(problem = %p, "skipped");
             }
-            let reports = agent::sync_once(&cfg, &loaded.objects)
+            let reports = agent::sync_plan(&cfg, &loaded.objects, &one)
                 .await
                 .map_err(|e| e.to_string())?;
             for r in reports {

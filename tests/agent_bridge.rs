@@ -274,7 +274,8 @@ async fn bad_input_is_reported_and_the_rest_applied_without_losing_flows() {
     h.update(&bad).await;
     h.assert_exact(&bad, &default_resolved());
     let loaded = file::parse(&bad).unwrap();
-    let (model, problems) = agent::build_model(&h.cfg, &loaded);
+    let one = agent::plan_once(&h.cfg, &loaded.objects, false);
+    let problems = agent::report_problems(&h.cfg, &loaded, &one.planner.services().report());
     let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
     let has = |s: &str| text.iter().any(|t| t.contains(s));
     assert!(has("not-an-ip: not an IP address"), "{text:?}");
@@ -285,7 +286,7 @@ async fn bad_input_is_reported_and_the_rest_applied_without_losing_flows() {
         "{text:?}"
     );
     assert_eq!(
-        model.vips().len(),
+        one.vips().len(),
         3,
         "172.18.1.1, .2 and .3 are all programmed"
     );

@@ -565,10 +565,11 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
     // Read back through the cluster (any live member): exactly the planned rows, none twice.
     let loaded = file::parse(&last).unwrap();
     let model = Model::build(&loaded.objects, &agent::model_options(&cfg));
-    let want: BTreeMap<String, BTreeMap<String, String>> = agent::plan_northbound(&cfg, &model)
-        .into_iter()
-        .map(|r| (r.name, r.vips.to_btree()))
-        .collect();
+    let want: BTreeMap<String, BTreeMap<String, String>> =
+        vipflow::plan::northbound::plan(&model, &cfg.northbound)
+            .into_iter()
+            .map(|r| (r.name, r.vips.to_btree()))
+            .collect();
     let out = cluster.nbctl(&[
         "--format=json",
         "--columns=name,vips,external_ids",

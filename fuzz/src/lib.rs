@@ -2,8 +2,9 @@
 //! (which includes this file by path) so CI replays the corpus through the same code.
 //!
 //! An objects file (YAML or JSON text) goes through the file source's parser (by item and
-//! whole, which must agree) and, when it parses, the model and both planners. Nothing may
-//! panic; a file either is refused with an error or yields objects whose plans can be made.
+//! whole, which must agree) and, when it parses, the planner every command and the agent use,
+//! with rows and an announcing bridge. Nothing may panic; a file either is refused with an
+//! error or yields objects whose plans can be made.
 
 use vipflow::config::Config;
 
@@ -21,11 +22,16 @@ pub fn check_objects(data: &[u8]) {
     let Ok(loaded) = by_item else {
         return;
     };
-    let cfg = Config {
+    let mut cfg = Config {
         node_name: "node-a".into(),
         ..Config::default()
     };
-    let (model, _problems) = vipflow::agent::build_model(&cfg, &loaded);
-    let _ = vipflow::agent::plan_bridges(&cfg, &model);
-    let _ = vipflow::agent::plan_northbound(&cfg, &model);
+    for b in &mut cfg.bridges {
+        b.announce = true;
+    }
+    let one = vipflow::agent::plan_once(&cfg, &loaded.objects, true);
+    let _ = vipflow::agent::report_problems(&cfg, &loaded, &one.planner.services().report());
+    for i in 0..cfg.bridges.len() {
+        let _ = one.flows(i);
+    }
 }

@@ -5,7 +5,9 @@
 //! Shutting down leaves every flow in place: a restarting agent must not interrupt traffic.
 
 use crate::config::{BridgeConfig, Config};
-use crate::model::{Model, ModelOptions, Objects, Problem};
+#[cfg(test)]
+use crate::model::Model;
+use crate::model::{ModelOptions, Objects, Problem};
 
 mod cluster;
 pub mod members;
@@ -15,8 +17,7 @@ mod planner_task;
 mod report;
 pub mod status;
 pub mod vip_list;
-use crate::plan::flows::{PlanInput, PlannedFlow, plan};
-use crate::plan::northbound::{self as nbplan, LbRow};
+use crate::plan::flows::PlannedFlow;
 use crate::plan::order;
 use crate::plan::planner::{BridgeFlows, Planner};
 use crate::reconcile::bridge::{self, BridgeSettings, BridgeStatus, DesiredFlows, FlowSet, Ports};
@@ -25,8 +26,8 @@ use crate::source::file::{self, Loaded};
 pub use cluster::{Cluster, ClusterOptions, run_cluster, start_cluster};
 use observer::observe_agent;
 pub use oneshot::{
-    Drift, SyncReport, check, objects_path, plan_allocations, pool_ranges, sync_once, verify,
-    verify_northbound,
+    Drift, OneShotPlan, SyncReport, check, objects_path, plan_allocations, plan_once, pool_ranges,
+    sync_once, sync_plan, verify, verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
 use planner_task::{PlannerTask, Received};
@@ -61,63 +62,13 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Members(#[from] members::MembersError),
+    #[error("the plan has no Northbound rows although a Northbound database is set")]
+    NoRows,
     #[error("Northbound database {remotes}: {source}")]
     Northbound {
         remotes: String,
         source: Box<ovsdb::Error>,
     },
-}
-
-/// The plan for every configured bridge.
-pub fn plan_bridges(cfg: &Config, model: &Model) -> Vec<(BridgeConfig, Vec<PlannedFlow>)> {
-    cfg.bridges
-        .iter()
-        .map(|b| {
-            (
-                b.clone(),
-                plan(
-                    model,
-                    &PlanInput {
-                        bridge: b,
-                        cookie_prefix: cfg.cookie_prefix,
-                    },
-                ),
-            )
-        })
-        .collect()
-}
-
-/// The answer flows (ARP and ND, [`crate::announce`]) this node (`node-name`) would put on each
-/// bridge that announces, as the agent's planner places the VIPs over the objects' Nodes (by
-/// their Ready condition: `vipflow plan` runs no membership). Empty for the other bridges.
-pub fn plan_answers(cfg: &Config, objects: &Objects) -> Vec<Vec<PlannedFlow>> {
-    if !cfg.bridges.iter().any(|b| b.announce) {
-        return vec![Vec::new(); cfg.bridges.len()];
-    }
-    let mut planner = Planner::for_config(cfg);
-    let plans = planner.update(objects);
-    cfg.bridges
-        .iter()
-        .zip(&plans.bridges)
-        .map(|(b, p)| {
-            let input = PlanInput {
-                bridge: b,
-                cookie_prefix: cfg.cookie_prefix,
-            };
-            p.flows
-                .iter()
-                .filter(|k| {
-                    matches!(
-                        k,
-                        crate::plan::flows::FlowKey::ArpAnswer(_)
-                            | crate::plan::flows::FlowKey::NdAnswer(_)
-                            | crate::plan::flows::FlowKey::NdAdvert(_)
-                    )
-                })
-                .map(|k| crate::plan::flows::flow_of(*k, &input))
-                .collect()
-        })
-        .collect()
 }
 
 pub fn model_options(cfg: &Config) -> ModelOptions {
@@ -126,24 +77,16 @@ pub fn model_options(cfg: &Config) -> ModelOptions {
     }
 }
 
-/// The model and every problem found on the way (file and model).
-pub fn build_model(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
-    with_problems(
-        cfg,
-        loaded,
-        Model::build(&loaded.objects, &model_options(cfg)),
-    )
-}
-
-/// [`build_model`] without the EndpointSlices (empty; their problems are in): for what reads
-/// only Services, VIPs and problems (reports, `agent --once`'s problem list).
+/// The model without the EndpointSlices (empty; their problems are in), with every problem:
+/// the independent oracle the tests check [`report_problems`] against.
+#[cfg(test)]
 pub fn build_model_without_slices(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
     let model = Model::build_without_slices(&loaded.objects, &model_options(cfg));
     with_problems(cfg, loaded, model)
 }
 
 /// Every problem of `loaded` the planner's `services` know of: the source's, the Services',
-/// Nodes' and EndpointSlices', this node's. The same as [`build_model_without_slices`]'s.
+/// Nodes' and EndpointSlices', this node's.
 pub fn report_problems(
     cfg: &Config,
     loaded: &Loaded,
@@ -157,6 +100,7 @@ pub fn report_problems(
 }
 
 /// `model` with every problem of `loaded`: the source's, the model's, this node's.
+#[cfg(test)]
 fn with_problems(cfg: &Config, loaded: &Loaded, model: Model) -> (Model, Vec<Problem>) {
     let problems = with_source_and_node(cfg, loaded, model.problems.iter().cloned());
     (model, problems)
@@ -200,16 +144,6 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         healthy_after: Duration::from_secs(10),
         audit_interval: (cfg.flow_audit_ms > 0).then(|| Duration::from_millis(cfg.flow_audit_ms)),
     }
-}
-
-/// The desired Northbound rows.
-pub fn plan_northbound(cfg: &Config, model: &Model) -> Vec<LbRow> {
-    nbplan::plan(model, &cfg.northbound)
-}
-
-/// vipflow's own Load_Balancer_Groups for `model`'s nodes.
-pub fn plan_northbound_groups(cfg: &Config, model: &Model) -> Vec<nbplan::GroupPlan> {
-    nbplan::own_groups(&cfg.northbound, &model.nodes.keys().cloned().collect())
 }
 
 pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {

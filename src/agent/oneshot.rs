@@ -62,16 +62,108 @@ fn one_shot_roles(
     Ok(roles)
 }
 
+/// The plan every one-shot command acts on: the running agent's own planner, updated once
+/// with the objects, so that what `plan` prints, `verify` compares and `--once` writes is what
+/// the agent holds (answer flows, template values and vipflow's groups included). Without a
+/// membership an announcing bridge's owners are placed over the objects' Ready Nodes, as the
+/// agent places them; with one, the membership decides and the one-shot commands cannot judge
+/// ownership ([`OneShotPlan::ownership_unknown`]).
+pub struct OneShotPlan {
+    pub planner: Planner,
+    pub plans: crate::plan::planner::Plans,
+    /// Announcing bridges' owners come from the membership, which a one-shot command does
+    /// not run: their answer flows are neither compared nor written.
+    pub ownership_unknown: bool,
+}
+
+/// Plan `objects` as the running agent does; with `rows`, the Northbound rows too whatever
+/// `--nb-remote` says (`vipflow plan` prints them without a database).
+pub fn plan_once(cfg: &Config, objects: &Objects, rows: bool) -> OneShotPlan {
+    let mut planner = Planner::for_config_with_rows(cfg, rows || cfg.nb_remote.is_some());
+    let plans = planner.update(objects);
+    OneShotPlan {
+        planner,
+        plans,
+        ownership_unknown: cfg.membership.key_file.is_some()
+            && cfg.bridges.iter().any(|b| b.announce),
+    }
+}
+
+impl OneShotPlan {
+    /// Bridge `i`'s planned flows (config order), sorted by key; without the answer flows when
+    /// ownership is unknown.
+    pub fn flows(&self, i: usize) -> Vec<PlannedFlow> {
+        let Some(b) = self.plans.bridges.get(i) else {
+            return Vec::new();
+        };
+        b.flows
+            .iter()
+            .filter(|k| !(self.ownership_unknown && k.is_answer()))
+            .map(|k| b.maker.flow(k))
+            .collect()
+    }
+
+    /// The rows as the running agent hands them to its Northbound writer.
+    pub fn rows(&self, cfg: &Config, objects: &Objects) -> Option<nb::DesiredRows> {
+        let rows = self.plans.northbound.as_ref()?;
+        let mut d = nb::DesiredRows::from_rows(1, rows, cfg.northbound.exclude_ips);
+        d.pool_ranges = Arc::new(pool_v4_ranges(objects));
+        d.delta = None;
+        Some(d)
+    }
+
+    /// Every VIP of the plan.
+    pub fn vips(&self) -> BTreeSet<std::net::IpAddr> {
+        self.planner.services().vips().into_iter().collect()
+    }
+
+    /// Whether the flow `id` on bridge `i` is an answer flow (made from an answer key): left
+    /// alone when ownership is unknown.
+    fn is_answer_flow(&self, i: usize, roles: &bridge::Roles, id: &bridge::FlowId) -> bool {
+        let Some(b) = self.plans.bridges.get(i) else {
+            return false;
+        };
+        crate::plan::flows::FlowKey::candidates(&id.2)
+            .into_iter()
+            .filter(|k| k.is_answer())
+            .any(|k| {
+                roles
+                    .resolve(&b.maker.flow(&k))
+                    .is_ok_and(|(made, _)| made == *id)
+            })
+    }
+}
+
 /// One full sync of every bridge to `objects` (`vipflow agent --once`).
 pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport>, AgentError> {
-    let model = Model::build(objects, &model_options(cfg));
+    sync_plan(cfg, objects, &plan_once(cfg, objects, false)).await
+}
+
+/// [`sync_once`] to a plan made with [`plan_once`].
+pub async fn sync_plan(
+    cfg: &Config,
+    objects: &Objects,
+    plan: &OneShotPlan,
+) -> Result<Vec<SyncReport>, AgentError> {
+    if plan.ownership_unknown {
+        tracing::warn!(
+            "the membership decides which node answers for each VIP: --once leaves the answer flows as they are"
+        );
+    }
     let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
     let router_mac = router_mac(cfg, objects);
     let mut reports = Vec::new();
-    for (b, flows) in plan_bridges(cfg, &model) {
-        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
-        let roles = one_shot_roles(&b, &ports, router_mac)?;
-        let (want, mut skipped) = bridge::resolve_plan(&flows, &roles);
+    for (i, b) in cfg.bridges.iter().enumerate() {
+        let (conn, ports, observed) = observe(cfg, b, &db).await?;
+        let roles = one_shot_roles(b, &ports, router_mac)?;
+        let (mut want, mut skipped) = bridge::resolve_plan(&plan.flows(i), &roles);
+        if plan.ownership_unknown {
+            for (id, body) in &observed {
+                if plan.is_answer_flow(i, &roles, id) {
+                    want.insert(id.clone(), body.clone());
+                }
+            }
+        }
         let msgs = bridge::diff(&observed, &want);
         let changes = msgs.len();
         let rejected =
@@ -91,14 +183,10 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
         conn.close();
     }
     if let Some(remotes) = &cfg.nb_remote {
-        let rows = plan_northbound(cfg, &model);
-        let exclude = nb::Exclude {
-            vips: model.vips().into_keys().collect(),
-            pools: pool_v4_ranges(objects),
-        };
-        let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
+        // Never an empty plan in place of a missing one: that would delete every row.
+        let rows = plan.rows(cfg, objects).ok_or(AgentError::NoRows)?;
         let (changes, skipped) =
-            nb::sync_once(remotes, &rows, plan_northbound_groups(cfg, &model), exclude)
+            nb::sync_once(remotes, &rows)
                 .await
                 .map_err(|source| AgentError::Northbound {
                     remotes: remotes.clone(),
@@ -107,7 +195,7 @@ pub async fn sync_once(cfg: &Config, objects: &Objects) -> Result<Vec<SyncReport
         reports.push(SyncReport {
             bridge: "northbound".into(),
             changes,
-            flows: rows.len(),
+            flows: rows.row_count,
             skipped,
         });
     }
@@ -122,15 +210,10 @@ pub async fn verify_northbound(
     let Some(remotes) = &cfg.nb_remote else {
         return Ok(None);
     };
-    let model = Model::build(objects, &model_options(cfg));
-    let rows = plan_northbound(cfg, &model);
-    let exclude = nb::Exclude {
-        vips: model.vips().into_keys().collect(),
-        pools: pool_v4_ranges(objects),
-    };
-    let exclude = cfg.northbound.exclude_ips.then_some(&exclude);
-    let groups = plan_northbound_groups(cfg, &model);
-    nb::drift(remotes, &rows, &groups, exclude)
+    let rows = plan_once(cfg, objects, true)
+        .rows(cfg, objects)
+        .ok_or(AgentError::NoRows)?;
+    nb::drift(remotes, &rows)
         .await
         .map(Some)
         .map_err(|source| AgentError::Northbound {
@@ -148,6 +231,8 @@ pub struct Drift {
     /// Ours on the switch but not planned (or different).
     pub extra: Vec<String>,
     pub skipped: Vec<String>,
+    /// The membership decides the owners: answer flows were not compared.
+    pub ownership_unknown: bool,
 }
 
 impl Drift {
@@ -156,17 +241,23 @@ impl Drift {
     }
 }
 
-/// Compare every bridge with the plan (`vipflow verify`).
+/// Compare every bridge with the plan (`vipflow verify`). Flows are compared in the form the
+/// switch stores them ([`openflow::instruction::canonical`]), so a flow equal on the switch is
+/// never reported.
 pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, AgentError> {
-    let model = Model::build(objects, &model_options(cfg));
+    let plan = plan_once(cfg, objects, false);
     let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
     let router_mac = router_mac(cfg, objects);
     let mut out = Vec::new();
-    for (b, flows) in plan_bridges(cfg, &model) {
-        let (conn, ports, observed) = observe(cfg, &b, &db).await?;
+    for (i, b) in cfg.bridges.iter().enumerate() {
+        let (conn, ports, mut observed) = observe(cfg, b, &db).await?;
         conn.close();
-        let roles = one_shot_roles(&b, &ports, router_mac)?;
-        let (want, skipped) = bridge::resolve_plan(&flows, &roles);
+        let roles = one_shot_roles(b, &ports, router_mac)?;
+        let (want, skipped) = bridge::resolve_plan(&plan.flows(i), &roles);
+        let unknown = plan.ownership_unknown && b.announce;
+        if unknown {
+            observed.retain(|id, _| !plan.is_answer_flow(i, &roles, id));
+        }
         let text = |((t, p, m), body): (&bridge::FlowId, &bridge::FlowBody)| {
             openflow::FlowMod::add(*t, *p, body.cookie, m.clone(), body.instructions.clone())
                 .to_string()
@@ -186,6 +277,7 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
             missing,
             extra,
             skipped,
+            ownership_unknown: unknown,
         });
     }
     Ok(out)
@@ -289,8 +381,7 @@ pub fn objects_path(cfg: &Config) -> Result<PathBuf, AgentError> {
 /// inside a logical switch's subnet and not in its exclude_ips.
 pub async fn check(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
     use crate::plan::exclude::check_kubeovn_with_pools;
-    let model = Model::build(objects, &model_options(cfg));
-    let vips: BTreeSet<std::net::IpAddr> = model.vips().into_keys().collect();
+    let vips = plan_once(cfg, objects, false).vips();
     let subnets = kubeovn_subnets(objects);
     let pools = pool_ranges(objects);
     let mut out: Vec<String> = check_kubeovn_with_pools(&vips, &pools, &subnets)

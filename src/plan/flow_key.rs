@@ -86,6 +86,15 @@ impl fmt::Display for FlowKey {
 }
 
 impl FlowKey {
+    /// Whether this is one of the flows with which a VIP's owner answers ARP or ND for it
+    /// ([`super::flows::answer_keys`]): the flows that depend on who owns the VIP.
+    pub fn is_answer(&self) -> bool {
+        matches!(
+            self,
+            FlowKey::ArpAnswer(_) | FlowKey::NdAnswer(_) | FlowKey::NdAdvert(_)
+        )
+    }
+
     /// The keys whose flow could have match `m`: read off the address and port it matches
     /// (at most three). Which of them, if any, made it is for the caller to check by making
     /// each one again; this only narrows the search, so a reconciler can find the key of a

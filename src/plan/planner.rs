@@ -124,11 +124,17 @@ impl Planner {
 
     /// The planner the agent runs for `cfg`: rows only when a Northbound database is set.
     pub fn for_config(cfg: &Config) -> Planner {
+        Planner::for_config_with_rows(cfg, cfg.nb_remote.is_some())
+    }
+
+    /// [`Planner::for_config`], keeping rows when `rows` is set whatever `cfg` says of the
+    /// Northbound database (`vipflow plan` prints them without one).
+    pub fn for_config_with_rows(cfg: &Config, rows: bool) -> Planner {
         let p = Planner::new(
             crate::agent::model_options(cfg),
             &cfg.bridges,
             cfg.cookie_prefix,
-            cfg.nb_remote.as_ref().map(|_| cfg.northbound.clone()),
+            rows.then(|| cfg.northbound.clone()),
         );
         if cfg.bridges.iter().any(|b| b.announce) {
             p.announcing_as(&cfg.node_name)

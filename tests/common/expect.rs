@@ -152,7 +152,7 @@ pub fn ours_rows(sb: &Sandbox) -> LbView {
 pub fn expected_rows(cfg: &Config, yaml: &str) -> LbView {
     let loaded = file::parse(yaml).unwrap();
     let model = Model::build(&loaded.objects, &agent::model_options(cfg));
-    agent::plan_northbound(cfg, &model)
+    vipflow::plan::northbound::plan(&model, &cfg.northbound)
         .into_iter()
         .map(|r| {
             (

@@ -4,16 +4,18 @@
 use super::*;
 use crate::plan::node_template::NodeRows;
 
-/// Connect, read the current rows (one monitor snapshot), and close.
+/// Connect, read the current rows (one monitor snapshot, with the chassis's template values
+/// when `templates`), and close.
 pub(super) async fn snapshot(
     remotes: &str,
+    templates: bool,
 ) -> Result<(Client, ovsdb::Monitor, Observed), ovsdb::Error> {
     let client = Client::connect(nb_options(
         ClientOptions::new(remotes, DB)?,
         Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
     ))
     .await?;
-    let monitor = client.monitor(snapshot_spec(false)).await?;
+    let monitor = client.monitor(snapshot_spec(templates)).await?;
     let observed = Observed::from_cache(&monitor.cache());
     Ok((client, monitor, observed))
 }
@@ -61,13 +63,12 @@ pub fn node_rows_for(schema: &ovsdb::DatabaseSchema) -> NodeRows {
     }
 }
 
-/// One batched sync (`vipflow agent --once`): returns the number of operations written and
-/// the attachment problems.
+/// One batched sync (`vipflow agent --once`) to `plan`, the rows as the running agent's
+/// planner hands them to its writer: returns the number of operations written and the
+/// attachment problems.
 pub async fn sync_once(
     remotes: &str,
-    rows: &[LbRow],
-    groups: Vec<GroupPlan>,
-    exclude: Option<&Exclude>,
+    plan: &DesiredRows,
 ) -> Result<(usize, Vec<String>), ovsdb::Error> {
     // A writer for this moment: take over (a running writer resumes on its next connection),
     // read, write the difference as a batch.
@@ -78,50 +79,44 @@ pub async fn sync_once(
     .await?;
     let token = new_token();
     take_over(&client, &token).await?;
-    let monitor = client.monitor(snapshot_spec(false)).await?;
+    let monitor = client
+        .monitor(snapshot_spec(plan.template_chassis.is_some()))
+        .await?;
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-    let plan = DesiredRows {
-        generation: 1,
-        step: 1,
-        complete: true,
-        rows: index_rows(rows.iter().cloned()),
-        row_count: rows.len(),
-        delta: None,
-        vips: exclude
-            .into_iter()
-            .flat_map(|e| e.vips.iter())
-            .copied()
-            .collect(),
-        pool_ranges: Arc::new(exclude.map(|e| e.pools.clone()).unwrap_or_default()),
-        exclude_ips: exclude.is_some(),
-        groups: Arc::new(groups),
-        template_chassis: None,
-    };
-    group::ensure(&mut session, &client, &plan).await?;
-    let changes = session.changes(&plan);
+    group::ensure(&mut session, &client, plan).await?;
+    template_vars::ensure_planned(&mut session, &client, plan).await?;
+    let changes = session.changes(plan);
     let ops = changes.iter().map(|c| c.ops).sum();
-    send(&mut session, &client, monitor, &plan, changes)
+    send(&mut session, &client, monitor, plan, changes)
         .await
         .result?;
     Ok((ops, session.problems()))
 }
 
-/// Differences between the database and the plan, one line each (`vipflow verify`).
-pub async fn drift(
-    remotes: &str,
-    rows: &[LbRow],
-    groups: &[GroupPlan],
-    exclude: Option<&Exclude>,
-) -> Result<Vec<String>, ovsdb::Error> {
-    let (_client, monitor, observed) = snapshot(remotes).await?;
-    let mut lines = describe_drift(&observed, &monitor.cache(), rows);
-    for g in groups {
+/// Differences between the database and `plan`, one line each (`vipflow verify`): rows,
+/// template values, vipflow's groups and `exclude_ips`.
+pub async fn drift(remotes: &str, plan: &DesiredRows) -> Result<Vec<String>, ovsdb::Error> {
+    let templates = plan.template_chassis.is_some();
+    let (_client, monitor, observed) = snapshot(remotes, templates).await?;
+    let rows: Vec<LbRow> = plan
+        .rows
+        .values()
+        .flat_map(|rows| rows.iter().cloned())
+        .collect();
+    let mut lines = describe_drift(&observed, &monitor.cache(), &rows);
+    if templates {
+        lines.extend(template_vars::describe(&observed, &rows));
+    }
+    for g in plan.groups.iter() {
         lines.extend(group::describe(&observed, g));
     }
-    if let Some(e) = exclude {
+    if plan.exclude_ips {
         let switches: Vec<LogicalSwitchIpam> =
             observed.ipam.iter().map(|s| s.ipam.clone()).collect();
-        for ch in crate::plan::exclude::plan_ovn_with_pools(&e.vips, &e.pools, &switches).changes {
+        let vips: BTreeSet<IpAddr> = plan.vips.iter().copied().collect();
+        for ch in
+            crate::plan::exclude::plan_ovn_with_pools(&vips, &plan.pool_ranges, &switches).changes
+        {
             lines.push(format!(
                 "~ Logical_Switch {}: other_config:exclude_ips should be {:?}",
                 ch.name,
@@ -136,7 +131,7 @@ pub async fn drift(
 /// `exclude_ips` does not cover (`vipflow check`).
 pub async fn unexcluded(remotes: &str, exclude: &Exclude) -> Result<Vec<String>, ovsdb::Error> {
     use crate::plan::exclude::{RangeSet, gaps, ipam_span, parse_ovn_subnet};
-    let (_client, _monitor, observed) = snapshot(remotes).await?;
+    let (_client, _monitor, observed) = snapshot(remotes, false).await?;
     let mut out = Vec::new();
     for sw in &observed.ipam {
         let Some(Ok(net)) = sw.ipam.subnet.as_deref().map(parse_ovn_subnet) else {

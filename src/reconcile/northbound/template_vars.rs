@@ -94,6 +94,44 @@ pub(super) async fn ensure_planned(
     ensure(session, client, missing).await
 }
 
+/// One line per variable of vipflow's whose value on a chassis differs from what `rows` plan
+/// (`vipflow verify`): `+` planned and absent, `~` another value, `-` set and not planned.
+pub(super) fn describe(observed: &Observed, rows: &[LbRow]) -> Vec<String> {
+    let desired: BTreeMap<(&str, &str), &str> = rows
+        .iter()
+        .flat_map(|r| &r.template_vars)
+        .map(|v| ((v.chassis.as_str(), v.name.as_str()), v.value.as_str()))
+        .collect();
+    let mut have: BTreeMap<(&str, &str), &str> = BTreeMap::new();
+    for (name, chassis) in observed.chassis.variables() {
+        for c in chassis {
+            if let Some(v) = observed.chassis.get(c).and_then(|cv| cv.vars.get(name)) {
+                have.insert((c.as_str(), name.as_str()), v.as_str());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (&(c, n), &want) in &desired {
+        match have.get(&(c, n)) {
+            None => out.push(format!(
+                "+ Chassis_Template_Var {c}: {n} missing (want {want:?})"
+            )),
+            Some(&is) if is != want => out.push(format!(
+                "~ Chassis_Template_Var {c}: {n} is {is:?}, want {want:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (&(c, n), &is) in &have {
+        if !desired.contains_key(&(c, n)) {
+            out.push(format!(
+                "- Chassis_Template_Var {c}: {n} is {is:?}, not planned"
+            ));
+        }
+    }
+    out
+}
+
 /// One chassis row's changes: keys to delete, then pairs to insert.
 type RowOps<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>);
 

@@ -208,16 +208,20 @@ async fn dispatch(
                 }
                 drift = true;
                 println!(
-                    "{}: drift ({} missing, {} unexpected)",
+                    "{}: drift ({} missing, {} unexpected, {} changed)",
                     d.bridge,
                     d.missing.len(),
-                    d.extra.len()
+                    d.extra.len(),
+                    d.changed.len()
                 );
                 for f in &d.missing {
                     println!("+ {f}");
                 }
                 for f in &d.extra {
                     println!("- {f}");
+                }
+                for (have, want) in &d.changed {
+                    println!("~ {have}  # planned: {want}");
                 }
             }
             let nb = agent::verify_northbound(&cfg, &loaded.objects)

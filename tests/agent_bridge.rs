@@ -455,11 +455,19 @@ fn cli_once_then_verify_reports_sync_and_drift() {
     let out = run(&["verify"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
+    // The deleted flow is missing; the changed one is one line, naming what the switch has.
     assert!(
-        text.contains("br-ex: drift (2 missing, 1 unexpected)"),
+        text.contains("br-ex: drift (1 missing, 0 unexpected, 1 changed)"),
         "{text}"
     );
-    assert!(text.contains("- cookie=0x7f1f000000000bad"), "{text}");
+    assert!(text.contains("~ cookie=0x7f1f000000000bad"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with(['+', '-', '~']))
+            .count(),
+        2,
+        "{text}"
+    );
 
     // A full OVS port name longer than OpenFlow's 15 bytes is accepted (resolved through the
     // OVS database) and named as given in the offline plan.

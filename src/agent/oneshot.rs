@@ -226,10 +226,13 @@ pub async fn verify_northbound(
 #[derive(Debug, Clone, Default)]
 pub struct Drift {
     pub bridge: String,
-    /// Planned but absent (or different) on the switch, as ovs-ofctl flow text.
+    /// Planned and absent on the switch, as ovs-ofctl flow text.
     pub missing: Vec<String>,
-    /// Ours on the switch but not planned (or different).
+    /// Ours on the switch and not planned.
     pub extra: Vec<String>,
+    /// On the switch with the planned table, priority and match but other actions or cookie:
+    /// the switch's flow, then the planned one.
+    pub changed: Vec<(String, String)>,
     pub skipped: Vec<String>,
     /// The membership decides the owners: answer flows were not compared.
     pub ownership_unknown: bool,
@@ -237,7 +240,7 @@ pub struct Drift {
 
 impl Drift {
     pub fn is_empty(&self) -> bool {
-        self.missing.is_empty() && self.extra.is_empty()
+        self.missing.is_empty() && self.extra.is_empty() && self.changed.is_empty()
     }
 }
 
@@ -264,18 +267,26 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
         };
         let missing = want
             .iter()
-            .filter(|(id, body)| observed.get(*id) != Some(*body))
+            .filter(|(id, _)| !observed.contains_key(*id))
             .map(text)
             .collect();
         let extra = observed
             .iter()
-            .filter(|(id, body)| want.get(*id) != Some(*body))
+            .filter(|(id, _)| !want.contains_key(*id))
             .map(text)
+            .collect();
+        let changed = want
+            .iter()
+            .filter_map(|(id, body)| {
+                let have = observed.get(id).filter(|have| *have != body)?;
+                Some((text((id, have)), text((id, body))))
+            })
             .collect();
         out.push(Drift {
             bridge: b.name.clone(),
             missing,
             extra,
+            changed,
             skipped,
             ownership_unknown: unknown,
         });

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use xxhash_rust::xxh3::Xxh3;
 
 /// One statement about one Service.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -124,12 +125,24 @@ pub struct Sayings {
 /// Who a statement is, as the sink remembers what it said: a 64-bit digest of its Service,
 /// kind, reason and note, not the statement (a sink that said one for each of 10,000
 /// Services keeps 10,000 digests). Two statements with one digest are about as likely as a
-/// random collision of 64 bits; the cost would be one Event not published.
+/// random collision of 64 bits; the cost would be one Event not published. Stable across
+/// builds and Rust versions (xxh3 of the fields, each with its length), as it is kept in the
+/// Events themselves and read back by the next instance.
 fn digest(ev: &ServiceEvent) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    (&ev.service, ev.warning, ev.reason, &*ev.note).hash(&mut h);
-    h.finish()
+    let mut h = Xxh3::new();
+    field(&mut h, b"statement");
+    field(&mut h, ev.service.namespace.as_bytes());
+    field(&mut h, ev.service.name.as_bytes());
+    field(&mut h, &[u8::from(ev.warning)]);
+    field(&mut h, ev.reason.as_bytes());
+    field(&mut h, ev.note.as_bytes());
+    h.digest()
+}
+
+/// One field of a digest: its length first, so that no two lists of fields hash the same text.
+fn field(h: &mut Xxh3, bytes: &[u8]) {
+    h.update(&(bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
 }
 
 /// What to say about the Services that have problems (Warning), by the problem's kind.
@@ -432,10 +445,18 @@ fn to_say(
 /// [`digest`] for the VipProgrammed statement of `key` with `vips` on `node`, from what it is
 /// made of.
 fn programmed_digest(key: &ServiceKey, vips: &[std::net::IpAddr], node: &str) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    (key, "VipProgrammed", vips, node).hash(&mut h);
-    h.finish()
+    let mut h = Xxh3::new();
+    field(&mut h, b"VipProgrammed");
+    field(&mut h, key.namespace.as_bytes());
+    field(&mut h, key.name.as_bytes());
+    for vip in vips {
+        match vip {
+            std::net::IpAddr::V4(v) => field(&mut h, &v.octets()),
+            std::net::IpAddr::V6(v) => field(&mut h, &v.octets()),
+        }
+    }
+    field(&mut h, node.as_bytes());
+    h.digest()
 }
 
 /// Events notes are limited to 1 KiB by the API server.

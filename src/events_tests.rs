@@ -179,6 +179,20 @@ fn each_statement_is_said_once_while_it_holds_and_again_when_it_comes_back() {
 }
 
 #[test]
+fn digests_are_stable_across_builds() {
+    // Kept in Events and read back by other builds: these values must never change.
+    assert_eq!(digest(&ev("VipSkipped", "x")), 0xa660_0c17_9ee7_7ec1);
+    assert_eq!(
+        programmed_digest(
+            &ServiceKey::new("shop", "web"),
+            &vips(&["192.0.2.1", "2001:db8::1"]),
+            "node-a"
+        ),
+        0x8681_d068_0a07_8e9d
+    );
+}
+
+#[test]
 fn events_follow_the_problem_kind_not_its_wording() {
     use crate::model::{Problem, Subject};
     let web = ServiceKey::new("shop", "web");

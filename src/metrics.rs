@@ -31,6 +31,14 @@ pub struct KindLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventsLabel {
+    /// Whose Events: `node` (this node's VIPs) or `allocator` (the elected allocator's).
+    pub sink: String,
+    /// `published`, `deferred`, `dropped`, `failed`.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PoolLabel {
     pub pool: String,
     /// `IPv4` or `IPv6`.
@@ -55,7 +63,7 @@ pub struct Metrics {
     pub connected: Family<PeerLabel, Gauge>,
     pub errors: Family<KindLabel, Counter>,
     pub leader: Gauge,
-    pub events: Family<KindLabel, Gauge>,
+    pub events: Family<EventsLabel, Gauge>,
     pub pool_addresses: Family<PoolLabel, Gauge>,
     pub announced_vips: Gauge,
     pub announce_takeovers: Counter,
@@ -129,7 +137,9 @@ impl Metrics {
         );
         registry.register(
             "kube_events",
-            "Kubernetes Events published, dropped by the rate limit, failed",
+            "Kubernetes Events on Services by sink (node, allocator): published; deferred (held \
+             back by the rate limit at least once, published later); dropped (stopped holding \
+             before their turn); failed (writes refused or timed out, tried again)",
             m.events.clone(),
         );
         registry.register(

@@ -251,6 +251,35 @@ async fn bad_objects_are_skipped_with_a_warning_event_and_the_rest_applied() {
         before,
         "no event storm on unchanged statements"
     );
+    // Each Event names the node's sink that said it.
+    for e in kube.events() {
+        assert_eq!(
+            e["metadata"]["labels"]["vipflow.io/said-by"], "node-a",
+            "{e}"
+        );
+    }
+    // A restarted agent learns what its node said, and says nothing again.
+    cluster.shutdown().await;
+    kube.clear_request_log();
+    let cluster = agent::start_cluster(
+        config(&sb, "node-a", None),
+        cluster_options(&kube, "agent-a"),
+    )
+    .await
+    .unwrap();
+    let listed = tokio::time::timeout(
+        Duration::from_secs(15),
+        kube.wait_for_request(|r| {
+            r.is_list()
+                && r.resource == "events"
+                && r.path.starts_with("/apis/events.k8s.io/")
+                && r.param("labelSelector").as_deref() == Some("vipflow.io/said-by=node-a")
+        }),
+    )
+    .await;
+    assert!(listed.is_ok(), "{:#?}", kube.request_log());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(kube.events().len(), before, "{:#?}", kube.events());
     cluster.shutdown().await;
 }
 

@@ -524,7 +524,7 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("", "namespaces", &[], &read),
         grant("vipflow.io", "vippools", &[], &read),
         grant("vipflow.io", "vippools/status", &[], &["patch"]),
-        grant("events.k8s.io", "events", &[], &["create", "patch"]),
+        grant("events.k8s.io", "events", &[], &["create", "list", "patch"]),
         grant("", "events", &[], &["create", "patch"]),
     ]
     .into();

@@ -118,7 +118,16 @@ async fn allocator_with(
     metrics: Option<Arc<Metrics>>,
 ) -> tokio::task::JoinHandle<()> {
     let client = srv.client().await;
-    let sink = vipflow::events::EventSink::start(client.clone(), "vipflow", "test", 1000.0, 1000);
+    let sink = vipflow::events::EventSink::start(
+        client.clone(),
+        vipflow::events::SinkConfig {
+            kind: vipflow::events::SinkKind::Allocator,
+            instance: "test".into(),
+            per_second: 1000.0,
+            burst: 1000,
+        },
+        None,
+    );
     tokio::spawn(run_with(
         client,
         IpamSettings {

@@ -83,25 +83,25 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             ),
         )
     });
-    let events = crate::events::EventSink::start(
-        client.clone(),
-        "vipflow",
-        &cfg.node_name,
-        cluster.events_per_second,
-        cluster.events_burst,
-    );
     let metrics = Arc::new(crate::metrics::Metrics::new());
+    let sink = |kind, client: &kube::Client| {
+        crate::events::EventSink::start(
+            client.clone(),
+            crate::events::SinkConfig {
+                kind,
+                instance: cfg.node_name.clone(),
+                per_second: cluster.events_per_second,
+                burst: cluster.events_burst,
+            },
+            Some(&metrics),
+        )
+    };
+    let events = sink(crate::events::SinkKind::Node, &client);
     let (pools_tx, pools_rx) = watch::channel(Arc::new(Vec::new()));
     let ipam = cfg.allocate_ips.then(|| {
         // Its own Event sink: its statements are a set of their own (the sink publishes what
-        // is new in the set it is given).
-        let sink = crate::events::EventSink::start(
-            client.clone(),
-            "vipflow",
-            &cfg.node_name,
-            cluster.events_per_second,
-            cluster.events_burst,
-        );
+        // is new in the set it is given), said by `allocator` whichever agent leads.
+        let sink = sink(crate::events::SinkKind::Allocator, &client);
         tokio::spawn(crate::ipam::task::run_with(
             client,
             crate::ipam::task::IpamSettings {

@@ -5,10 +5,6 @@ use super::planner_task::Arrival;
 use super::*;
 use crate::reconcile::error::ReconcileError;
 
-/// How often Events are handed to the sink again while nothing changed, so that those its
-/// rate limit dropped are published once it has room.
-const EVENTS_RETRY: Duration = Duration::from_secs(5);
-
 /// What one reconciler reports that the observer counts.
 struct Report<'a> {
     syncs: u64,
@@ -103,7 +99,6 @@ pub(super) async fn observe_agent(
     let mut programmed = crate::events::Programmed::default();
     // The plan and applied state the Events were last updated for.
     let mut events_for: Option<(u64, bool, usize)> = None;
-    let mut events_at = std::time::Instant::now();
     loop {
         let plan = plans.borrow_and_update().clone();
         let arrived = |g: Option<u64>| {
@@ -191,18 +186,6 @@ pub(super) async fn observe_agent(
                 transactions: s.transactions,
             });
         }
-        if let Some(ev) = &opts.events {
-            use std::sync::atomic::Ordering::Relaxed;
-            for (kind, c) in [
-                ("published", &ev.counters.published),
-                ("dropped", &ev.counters.dropped),
-                ("failed", &ev.counters.failed),
-            ] {
-                m.events
-                    .get_or_create(&crate::metrics::KindLabel { kind: kind.into() })
-                    .set(i64::try_from(c.load(Relaxed)).unwrap_or(i64::MAX));
-            }
-        }
         ready.send_if_modified(|r| {
             let changed = *r != all_applied;
             *r = all_applied;
@@ -212,14 +195,12 @@ pub(super) async fn observe_agent(
             let applied_here = min_applied.is_some_and(|g| g >= p.generation);
             let ann = announce.borrow_and_update().clone();
             let ann_id = ann.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize);
-            // Events change only with the plan or with whether it is applied here; now and
-            // then they are handed on again, so those the rate limit held back are retried.
+            // Events change only with the plan or with whether it is applied here (the sink
+            // publishes what the rate limit held back by itself).
             if let Some(ev) = &opts.events
-                && (events_for != Some((p.generation, applied_here, ann_id))
-                    || events_at.elapsed() >= EVENTS_RETRY)
+                && events_for != Some((p.generation, applied_here, ann_id))
             {
                 events_for = Some((p.generation, applied_here, ann_id));
-                events_at = std::time::Instant::now();
                 let announced = match &ann {
                     Some(a) if applied_here => {
                         crate::events::announced(&p.vips, &a.here, &cfg.node_name)
@@ -293,8 +274,6 @@ pub(super) async fn observe_agent(
             _ = nb_changed => {}
             _ = leader_changed => {}
             _ = pools_changed => {}
-            // Counters of events move without a channel: refresh now and then.
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
 }

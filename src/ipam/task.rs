@@ -106,6 +106,10 @@ pub async fn run_with(
             _ = session => {}
             lost = leader.wait_for(|l| !*l) => {
                 tracing::info!("not leading: allocator stopped");
+                // What it had still to say is the next leader's to say.
+                if let Some(ev) = &out.events {
+                    ev.new_session();
+                }
                 if let Some(p) = &out.pools {
                     p.send_replace(std::sync::Arc::default());
                 }
@@ -270,6 +274,11 @@ impl<T> Listing<T> {
 /// ends.
 async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
     let events = out.events.as_ref();
+    // Another instance may have led since this one last did: what was said is learned again
+    // from the Events before anything is said.
+    if let Some(ev) = events {
+        ev.new_session();
+    }
     let class = settings.class.as_deref();
     let mut streams: Vec<Changes> = vec![
         watch_all(Api::<Service>::all(client.clone()), |e| {

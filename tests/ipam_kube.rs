@@ -429,6 +429,49 @@ async fn a_pool_that_shrinks_or_goes_keeps_addresses_and_reports() {
 }
 
 #[tokio::test]
+async fn a_requested_pool_deleted_under_a_service_leaves_its_address_and_the_event_says_kept() {
+    let pools = format!(
+        "{}\n---\n{}",
+        pool("a", &["10.0.0.0/30"], json!({})),
+        pool("b", &["10.0.1.0/30"], json!({}))
+    );
+    let srv = server(&pools).await;
+    srv.apply(service(
+        "s",
+        json!({"service.antrea.io/external-ip-pool": "b"}),
+        json!({}),
+    ));
+    let task = allocator(&srv, None).await;
+    allocated(&srv, &["s"], 1).await;
+    assert_eq!(ips(&srv, "s"), ["10.0.1.0"], "from the pool it names");
+    event(&srv, "s", "IPAllocated").await;
+    srv.delete("vipflow.io/v1alpha1", "VipPool", "", "b");
+    let kept = tokio::time::timeout(
+        LIMIT,
+        srv.wait_until(|s| {
+            events(s, "s", "IPAllocated").iter().any(|e| {
+                e["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("10.0.1.0 (in no pool now; kept)")
+            })
+        }),
+    )
+    .await;
+    assert!(kept.is_ok(), "{:#?}", srv.events());
+    // Settled: no Warning says it has no address, and the address stays.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let warnings: Vec<Value> = srv
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "Warning")
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    assert_eq!(ips(&srv, "s"), ["10.0.1.0"]);
+    task.abort();
+}
+
+#[tokio::test]
 async fn a_pool_a_kube_ovn_subnet_could_hand_to_pods_gets_a_warning_event() {
     let srv = server(&pool("blue", &["10.16.200.0/28"], json!({}))).await;
     srv.enable_crd("kubeovn.io/v1", "subnets");

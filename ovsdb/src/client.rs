@@ -1108,11 +1108,6 @@ mod tests {
         shared.after_failure(t);
         assert_eq!(o.backoff().remaining(t), Duration::from_millis(100));
     }
-}
-
-#[cfg(test)]
-mod dial_tests {
-    use super::*;
 
     fn dials() -> (SharedBackoff, Arc<Dials>) {
         let p =

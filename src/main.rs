@@ -82,6 +82,9 @@ async fn dispatch(
     mut cfg: Config,
     cluster: ClusterFlags,
 ) -> Result<ExitCode, String> {
+    // Every dial of the Northbound database in this process, the agent's writer included,
+    // goes by one backoff.
+    let nb_backoff = vipflow::reconcile::northbound::peer_backoff();
     // `--node-rows auto` is decided by the Northbound database in front of this agent (`plan`
     // connects to nothing: it prints per-node rows and says so).
     if let Some(remotes) = &cfg.nb_remote
@@ -89,7 +92,7 @@ async fn dispatch(
     {
         let mode = cfg.northbound.node_rows;
         cfg.northbound.node_rows =
-            vipflow::reconcile::northbound::resolve_node_rows(remotes, mode).await;
+            vipflow::reconcile::northbound::resolve_node_rows(remotes, mode, &nb_backoff).await;
     }
     match cmd {
         Command::Plan => {
@@ -279,7 +282,8 @@ async fn dispatch(
                             .into(),
                     );
                 }
-                agent::run(cfg, Duration::from_millis(poll_interval_ms.max(10)))
+                let poll = Duration::from_millis(poll_interval_ms.max(10));
+                agent::run(cfg, poll, Some(nb_backoff))
                     .await
                     .map_err(|e| e.to_string())?;
             } else {
@@ -295,6 +299,7 @@ async fn dispatch(
                     namespace: c.pod_namespace.clone().unwrap_or_else(|| "default".into()),
                     events_per_second: c.event_rate.max(0.01),
                     events_burst: c.event_burst.max(1),
+                    nb_backoff: Some(nb_backoff),
                 };
                 agent::run_cluster(cfg, opts)
                     .await

@@ -108,6 +108,7 @@ fn cluster_options(kube: &KubeServer, identity: &str) -> ClusterOptions {
         namespace: "default".into(),
         events_per_second: 50.0,
         events_burst: 50,
+        nb_backoff: None,
     }
 }
 

@@ -14,7 +14,7 @@ use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
     BATCH_OWNERS, Change, DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec,
-    new_token, resolve_node_rows, send, take_over, write_plan, write_plan_reporting,
+    new_token, peer_backoff, resolve_node_rows, send, take_over, write_plan, write_plan_reporting,
 };
 
 fn nb() -> Sandbox {
@@ -358,17 +358,17 @@ async fn auto_node_rows_are_read_from_the_database() {
     let sb = nb();
     let remote = format!("unix:{}", sb.nb_sock().display());
     assert_eq!(
-        resolve_node_rows(&remote, NodeRows::Auto).await,
+        resolve_node_rows(&remote, NodeRows::Auto, &peer_backoff()).await,
         NodeRows::Template
     );
     assert_eq!(
-        resolve_node_rows(&remote, NodeRows::PerNode).await,
+        resolve_node_rows(&remote, NodeRows::PerNode, &peer_backoff()).await,
         NodeRows::PerNode
     );
     let gone = format!("unix:{}", sb.path().join("no-such.sock").display());
     let t = std::time::Instant::now();
     assert_eq!(
-        resolve_node_rows(&gone, NodeRows::Auto).await,
+        resolve_node_rows(&gone, NodeRows::Auto, &peer_backoff()).await,
         NodeRows::PerNode
     );
     assert!(
@@ -377,7 +377,7 @@ async fn auto_node_rows_are_read_from_the_database() {
         t.elapsed()
     );
     assert_eq!(
-        resolve_node_rows(&gone, NodeRows::Template).await,
+        resolve_node_rows(&gone, NodeRows::Template, &peer_backoff()).await,
         NodeRows::Template
     );
 }

@@ -22,6 +22,7 @@ use crate::remote::Remote;
 use crate::schema::DatabaseSchema;
 use crate::txn::{ErrorKind, OpResult, Transaction};
 use crate::value::Uuid;
+use retry::{Backoff, Policy, SharedBackoff};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -31,16 +32,25 @@ pub struct ClientOptions {
     pub connect: ConnectOptions,
     /// Use only the cluster leader (as `ovn-nbctl` does by default).
     pub leader_only: bool,
+    /// The reconnect backoff's first and longest wait ([`retry`]'s rule: doubling after every
+    /// session that was not useful for `healthy_after`, whatever ended it).
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     /// How long a request waits for a usable session.
     pub wait_timeout: Duration,
     /// How long [`Client::connect`] keeps trying before it gives up; `None`: `wait_timeout`.
+    /// It always tries once, after whatever wait `shared_backoff` still asks for.
     pub connect_timeout: Option<Duration>,
-    /// A lost session resets the reconnect backoff only if it lasted this long: a peer that
-    /// fails right after each connect is not redialled (each a full monitor load) at
-    /// `backoff_min`.
+    /// A session resets the reconnect backoff only if it was up (set up, monitors resumed)
+    /// this long: a peer that fails right after each connect is not redialled (each a full
+    /// monitor load) at `backoff_min`.
     pub healthy_after: Duration,
+    /// The backoff this client's dials share with other dialers of the same peer (the task
+    /// that makes clients again when one fails, a one-shot read before it): every dial waits
+    /// for what is left of the last wait any of them was given, and the end of every session
+    /// counts once. `None`: a backoff of the client's own, from `backoff_min`, `backoff_max`
+    /// and `healthy_after`.
+    pub shared_backoff: Option<SharedBackoff>,
 }
 
 impl ClientOptions {
@@ -56,28 +66,29 @@ impl ClientOptions {
             wait_timeout: Duration::from_secs(30),
             connect_timeout: None,
             healthy_after: HEALTHY_AFTER,
+            shared_backoff: None,
         })
+    }
+
+    /// The reconnect policy of `backoff_min`, `backoff_max` and `healthy_after`.
+    pub fn backoff_policy(&self) -> Policy {
+        Policy::new(self.backoff_min, self.backoff_max).with_healthy_after(self.healthy_after)
+    }
+
+    /// The backoff the client's dials go by: the shared one, else a new one of its own.
+    fn backoff(&self) -> SharedBackoff {
+        self.shared_backoff
+            .clone()
+            .unwrap_or_else(|| SharedBackoff::new(Backoff::new(self.backoff_policy())))
     }
 }
 
 /// Default [`ClientOptions::healthy_after`].
-pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+pub const HEALTHY_AFTER: Duration = retry::HEALTHY_AFTER;
 
-/// The wait before redialling after a session that worked for `lived`, and the backoff after
-/// that: back to the minimum only after a session that stayed up for `healthy_after`, else
-/// growing as after a failed connect.
-pub fn backoff_after_session(
-    backoff: Duration,
-    healthy: bool,
-    lived: Duration,
-    opts: &ClientOptions,
-) -> (Duration, Duration) {
-    let wait = if healthy && lived >= opts.healthy_after {
-        opts.backoff_min
-    } else {
-        backoff
-    };
-    (wait, (wait * 2).min(opts.backoff_max))
+/// Now, on the runtime's clock (paused in tests that pause it), as the backoff takes it.
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 /// Lock notifications (`locked`, `stolen`).
@@ -151,6 +162,65 @@ pub struct Client {
     wanted_locks: Arc<Mutex<Vec<String>>>,
     asked_locks: Arc<Mutex<std::collections::BTreeSet<String>>>,
     stats: Arc<Stats>,
+    /// Counts the dial in progress when the last handle goes (see [`Dials`]).
+    _last: Arc<LastHandle>,
+}
+
+/// The client's dials, shared by its driver and its handles: the end of each dial's session is
+/// counted in the backoff once, by whichever sees it first (the driver when it fails or is
+/// lost, or the last handle when it is dropped), and before that one can dial again. A caller
+/// that drops a client and connects a new one at once is held back as the driver would be.
+struct Dials {
+    backoff: SharedBackoff,
+    /// The dial in progress, and since when its session is useful (set up).
+    current: Mutex<Option<Option<tokio::time::Instant>>>,
+}
+
+impl Dials {
+    fn new(backoff: SharedBackoff) -> Dials {
+        Dials {
+            backoff,
+            current: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Option<tokio::time::Instant>>> {
+        self.current.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What is left of the last wait: no dial goes before it.
+    fn remaining(&self) -> Duration {
+        self.backoff.remaining(now())
+    }
+
+    fn dialling(&self) {
+        *self.lock() = Some(None);
+    }
+
+    /// The dial's session is set up: useful from now.
+    fn up(&self) {
+        if let Some(useful) = self.lock().as_mut() {
+            *useful = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// The dial in progress ended, however: count it (once).
+    fn end(&self) {
+        let ended = self.lock().take();
+        if let Some(useful) = ended {
+            let useful = useful.map_or(Duration::ZERO, |t| t.elapsed());
+            self.backoff.after_session(useful, now());
+        }
+    }
+}
+
+/// Held by every handle of a client; dropped with the last one.
+struct LastHandle(Arc<Dials>);
+
+impl Drop for LastHandle {
+    fn drop(&mut self) {
+        self.0.end();
+    }
 }
 
 impl Client {
@@ -163,19 +233,24 @@ impl Client {
         let deadline =
             tokio::time::Instant::now() + opts.connect_timeout.unwrap_or(opts.wait_timeout);
         let mut start = 0;
-        let mut backoff = opts.backoff_min;
+        let dials = Arc::new(Dials::new(opts.backoff()));
+        let mut failed: Option<Error> = None;
         let (first, notes, schema) = loop {
+            // Another dialer of this peer may have left a wait to finish first.
+            let wait = dials.remaining();
+            if let Some(e) = failed.take_if(|_| tokio::time::Instant::now() + wait > deadline) {
+                return Err(Error::NoServer {
+                    remotes: all,
+                    reason: e.to_string(),
+                });
+            }
+            tokio::time::sleep(wait).await;
+            dials.dialling();
             match connect_any(&opts, None, &mut start).await {
                 Ok(x) => break x,
-                Err(e) if tokio::time::Instant::now() + backoff > deadline => {
-                    return Err(Error::NoServer {
-                        remotes: all,
-                        reason: e.to_string(),
-                    });
-                }
-                Err(_) => {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(opts.backoff_max);
+                Err(e) => {
+                    dials.end();
+                    failed = Some(e);
                 }
             }
         };
@@ -191,9 +266,11 @@ impl Client {
             wanted_locks: Arc::new(Mutex::new(vec![])),
             asked_locks: Arc::default(),
             stats: stats.clone(),
+            _last: Arc::new(LastHandle(dials.clone())),
         };
         let driver = Driver {
             opts,
+            dials,
             schema,
             shared_schema: client.schema.clone(),
             current: cur_tx,
@@ -524,6 +601,7 @@ async fn connect_one(
 
 struct Driver {
     opts: Arc<ClientOptions>,
+    dials: Arc<Dials>,
     schema: Arc<DatabaseSchema>,
     shared_schema: Arc<RwLock<Arc<DatabaseSchema>>>,
     current: watch::Sender<Option<Connection>>,
@@ -545,38 +623,39 @@ impl Driver {
         mut cmds: mpsc::UnboundedReceiver<DriverCmd>,
     ) {
         let mut session = Some((first, first_notes));
-        let mut backoff = self.opts.backoff_min;
         loop {
             let (conn, notes) = match session.take() {
                 Some(s) => s,
-                // The schema is fetched again: it may have been converted meanwhile.
-                None => match connect_any(&self.opts, None, &mut self.start).await {
-                    Ok((c, n, schema)) => {
-                        self.update_schema(schema);
-                        (c, n)
+                None => {
+                    // Every dial waits out the backoff, whichever dialer of this peer set it.
+                    tokio::time::sleep(self.dials.remaining()).await;
+                    if self.cmds_closed(&cmds) {
+                        return;
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "reconnect failed");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(self.opts.backoff_max);
-                        if self.cmds_closed(&cmds) {
-                            return;
+                    self.dials.dialling();
+                    // The schema is fetched again: it may have been converted meanwhile.
+                    match connect_any(&self.opts, None, &mut self.start).await {
+                        Ok((c, n, schema)) => {
+                            self.update_schema(schema);
+                            (c, n)
                         }
-                        continue;
+                        Err(e) => {
+                            self.dials.end();
+                            tracing::debug!(error = %e, retry_in = ?self.dials.remaining(), "reconnect failed");
+                            continue;
+                        }
                     }
-                },
+                }
             };
             self.stats.connects.fetch_add(1, Ordering::Relaxed);
-            let began = tokio::time::Instant::now();
-            match self.serve(conn, notes, &mut cmds).await {
+            let served = self.serve(conn, notes, &mut cmds).await;
+            // However it ended (unless the last handle counted it first).
+            self.dials.end();
+            match served {
                 Served::Shutdown => return,
-                Served::Lost { healthy } => {
+                Served::Lost => {
                     let _ = self.current.send(None);
-                    // A dead leader's successor needs an election: don't spin on it.
-                    let (wait, next) =
-                        backoff_after_session(backoff, healthy, began.elapsed(), &self.opts);
-                    tokio::time::sleep(wait).await;
-                    backoff = next;
+                    // A dead leader's successor needs an election: try the next remote first.
                     self.start += 1;
                 }
             }
@@ -614,31 +693,37 @@ impl Driver {
         cmds: &mut mpsc::UnboundedReceiver<DriverCmd>,
     ) -> Served {
         if let Err(e) = self.setup(&conn).await {
-            tracing::info!(remote = conn.remote(), error = %e, "session setup failed");
-            return Served::Lost { healthy: false };
+            tracing::warn!(remote = conn.remote(), error = %e, "session setup failed");
+            return Served::Lost;
         }
+        // Useful from here: set up, monitors resumed, locks asked for.
+        self.dials.up();
         let _ = self.current.send(Some(conn.clone()));
         loop {
             tokio::select! {
                 n = notes.recv() => {
                     let Some(n) = n else {
                         tracing::warn!(remote = conn.remote(), reason = ?conn.close_reason(), "session lost");
-                        return Served::Lost { healthy: true };
+                        return Served::Lost;
                     };
                     if let Err(e) = self.notification(n, conn.remote()).await {
                         tracing::warn!(remote = conn.remote(), error = %e, "dropping session");
-                        return Served::Lost { healthy: false };
+                        return Served::Lost;
                     }
                 }
                 c = cmds.recv() => match c {
                     None => return Served::Shutdown,
-                    Some(DriverCmd::Reconnect) => return Served::Lost { healthy: true },
+                    Some(DriverCmd::Reconnect) => return Served::Lost,
                     Some(DriverCmd::AddMonitor { spec, reply }) => {
                         let r = self.add_monitor(&conn, spec).await;
                         let lost = matches!(r, Err(Error::Lost { .. } | Error::NotSent { .. }));
+                        if lost {
+                            // Counted before the caller hears of it, in case it dials again.
+                            self.dials.end();
+                        }
                         let _ = reply.send(r);
                         if lost {
-                            return Served::Lost { healthy: false };
+                            return Served::Lost;
                         }
                     }
                     Some(DriverCmd::CancelMonitor { id, reply }) => {
@@ -982,12 +1067,11 @@ fn apply_notification(
     Ok(events)
 }
 
+/// How a session ended.
 enum Served {
+    /// Every handle of the client was dropped.
     Shutdown,
-    /// `healthy`: the session had worked (reset the backoff).
-    Lost {
-        healthy: bool,
-    },
+    Lost,
 }
 
 /// Rows of one table of a monitor's cache by uuid (a convenience for consumers and tests).
@@ -1004,32 +1088,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_resets_only_after_a_session_that_lasted() {
+    fn the_reconnect_policy_is_the_options_and_a_shared_backoff_is_used_as_given() {
         let mut o = ClientOptions::new("unix:/x", "db").unwrap_or_else(|e| panic!("{e}"));
         o.backoff_min = Duration::from_millis(100);
-        o.backoff_max = Duration::from_secs(2);
-        let ms = Duration::from_millis;
-        // Failing right after each connect: the waits grow to the maximum.
-        let mut b = o.backoff_min;
-        let mut waits = vec![];
-        for _ in 0..6 {
-            let (w, n) = backoff_after_session(b, true, ms(20), &o);
-            waits.push(w);
-            b = n;
-        }
+        o.backoff_max = Duration::from_secs(5);
+        o.healthy_after = Duration::from_secs(3);
+        let p = o.backoff_policy();
         assert_eq!(
-            waits,
-            [ms(100), ms(200), ms(400), ms(800), ms(1600), ms(2000)]
+            (p.min, p.max, p.healthy_after),
+            (o.backoff_min, o.backoff_max, o.healthy_after)
         );
-        // A session that stayed up long enough starts over.
-        assert_eq!(
-            backoff_after_session(ms(2000), true, HEALTHY_AFTER, &o),
-            (ms(100), ms(200))
+        // Without a shared backoff each client has its own: nothing to wait at first.
+        assert_eq!(o.backoff().remaining(now()), Duration::ZERO);
+        assert_ne!(o.backoff().policy().min, Duration::ZERO);
+        // With one, a wait another dialer was given holds this client's dials too.
+        let shared = SharedBackoff::new(Backoff::seeded(p.with_jitter_percent(0), 1));
+        o.shared_backoff = Some(shared.clone());
+        let t = now();
+        shared.after_failure(t);
+        assert_eq!(o.backoff().remaining(t), Duration::from_millis(100));
+    }
+
+    fn dials() -> (SharedBackoff, Arc<Dials>) {
+        let p =
+            Policy::new(Duration::from_millis(100), Duration::from_secs(5)).with_jitter_percent(0);
+        let shared = SharedBackoff::new(Backoff::seeded(p, 1));
+        (shared.clone(), Arc::new(Dials::new(shared)))
+    }
+
+    #[tokio::test]
+    async fn each_dial_is_counted_once_by_whoever_sees_its_end_first() {
+        let (shared, d) = dials();
+        // Nothing dialled, nothing counted.
+        d.end();
+        assert_eq!(shared.remaining(now()), Duration::ZERO);
+        // A dial that failed: the driver counts it, the last handle finds nothing left.
+        d.dialling();
+        d.end();
+        let first = shared.remaining(now());
+        assert!(first > Duration::ZERO && first <= Duration::from_millis(100));
+        drop(LastHandle(d.clone()));
+        assert!(shared.remaining(now()) <= first, "not counted twice");
+        // A session the last handle ended: counted at the drop, before any new dial.
+        d.dialling();
+        d.up();
+        drop(LastHandle(d.clone()));
+        let second = shared.remaining(now());
+        assert!(
+            second > Duration::from_millis(100),
+            "the wait grew: {second:?}"
         );
-        // Setup failed: never a reset.
-        assert_eq!(
-            backoff_after_session(ms(400), false, HEALTHY_AFTER, &o).0,
-            ms(400)
-        );
+        d.end();
+        assert!(shared.remaining(now()) <= second, "not counted twice");
     }
 }

@@ -18,6 +18,8 @@ pub struct ClusterOptions {
     pub namespace: String,
     pub events_per_second: f64,
     pub events_burst: u32,
+    /// See [`AgentOptions::nb_backoff`].
+    pub nb_backoff: Option<retry::SharedBackoff>,
 }
 
 /// A running cluster-mode agent.
@@ -123,6 +125,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         metrics: metrics.clone(),
         pools: cfg.allocate_ips.then_some(pools_rx),
         members: members.as_ref().map(|m| m.live.clone()),
+        nb_backoff: cluster.nb_backoff.clone(),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);

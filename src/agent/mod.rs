@@ -140,8 +140,7 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         },
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
-        connect_retry: Duration::from_millis(50),
-        healthy_after: Duration::from_secs(10),
+        healthy_after: retry::HEALTHY_AFTER,
         audit_interval: (cfg.flow_audit_ms > 0).then(|| Duration::from_millis(cfg.flow_audit_ms)),
     }
 }
@@ -149,8 +148,9 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
 pub fn nb_settings(cfg: &Config, remotes: &str) -> nb::NbSettings {
     nb::NbSettings {
         remotes: remotes.to_string(),
-        backoff_min: Duration::from_millis(100),
-        backoff_max: Duration::from_secs(5),
+        backoff_min: nb::BACKOFF_MIN,
+        backoff_max: nb::BACKOFF_MAX,
+        shared_backoff: None,
         leading: None,
         request_timeout: Duration::from_millis(cfg.nb_timeout_ms.max(1)),
         templates: cfg.northbound.node_rows.templates(),
@@ -193,6 +193,9 @@ pub struct AgentOptions {
     pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
     /// The membership's live nodes, when it runs ([`members::start`]).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    /// The Northbound database's backoff when something dialled it before the agent started
+    /// (the read of its schema, [`nb::resolve_node_rows`]); `None`: the writer's own.
+    pub nb_backoff: Option<retry::SharedBackoff>,
 }
 
 /// Handles on a running agent, for the CLI and for tests.
@@ -269,6 +272,7 @@ pub fn start_with(
         tasks.push(tokio::spawn(nb_writer(
             nb::NbSettings {
                 settle: Some(settle),
+                shared_backoff: opts.nb_backoff.clone(),
                 ..nb_settings(&cfg, &remotes)
             },
             drx,
@@ -373,13 +377,19 @@ async fn nb_writer(
     }
 }
 
-/// Run until interrupted, re-reading the objects file every `poll`.
-pub async fn run(cfg: Config, poll: Duration) -> Result<(), AgentError> {
+/// Run until interrupted, re-reading the objects file every `poll`. `nb_backoff`: see
+/// [`AgentOptions::nb_backoff`].
+pub async fn run(
+    cfg: Config,
+    poll: Duration,
+    nb_backoff: Option<retry::SharedBackoff>,
+) -> Result<(), AgentError> {
     let path = cfg.objects.clone().ok_or(AgentError::NoObjects)?;
     let (rx, watcher) = file::watch_bounded(path, poll, cfg.objects_max_bytes)?;
     let members = members::start(&cfg, rx.clone())?;
     let opts = AgentOptions {
         members: members.as_ref().map(|m| m.live.clone()),
+        nb_backoff,
         ..AgentOptions::default()
     };
     let http = serve_http(&cfg, &opts.metrics).await?;

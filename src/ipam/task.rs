@@ -170,7 +170,7 @@ where
         + 'static,
 {
     watcher::watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
+        .backoff(crate::source::watch_backoff::WatchBackoff::new())
         .filter_map(move |ev| {
             std::future::ready(match ev {
                 Ok(e) => Some(wrap(e)),

@@ -4,6 +4,7 @@
 
 use crate::plan::ports::{OvsDb, OvsIface, OvsView};
 use ovsdb::{Atom, Cache, Client, ClientOptions, MonitorSpec, Row, Uuid, Value};
+use retry::{Backoff, Policy, SharedBackoff};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,9 @@ pub const DB: &str = "Open_vSwitch";
 
 /// How long a first connection is tried before the database counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The watcher's reconnect waits ([`retry`]'s rule), its client's own reconnects included.
+const BACKOFF: Policy = Policy::new(Duration::from_millis(200), Duration::from_secs(5));
 
 /// The columns the port roles depend on.
 pub fn monitor_spec() -> MonitorSpec {
@@ -92,11 +96,19 @@ pub fn view(cache: &Cache) -> OvsView {
     out
 }
 
-async fn subscribe(remote: &str) -> Result<(Client, ovsdb::Monitor), ovsdb::Error> {
+/// A client of the database at `remote` and its monitor; the client's dials go by `backoff`
+/// (`None`: its own).
+async fn subscribe(
+    remote: &str,
+    backoff: Option<&SharedBackoff>,
+) -> Result<(Client, ovsdb::Monitor), ovsdb::Error> {
     let mut o = ClientOptions::new(remote, DB)?;
     // A node's local, standalone database: no cluster leader to look for.
     o.leader_only = false;
     o.wait_timeout = CONNECT_TIMEOUT;
+    o.backoff_min = BACKOFF.min;
+    o.backoff_max = BACKOFF.max;
+    o.shared_backoff = backoff.cloned();
     let client = Client::connect(o).await?;
     let monitor = client.monitor(monitor_spec()).await?;
     Ok((client, monitor))
@@ -104,7 +116,7 @@ async fn subscribe(remote: &str) -> Result<(Client, ovsdb::Monitor), ovsdb::Erro
 
 /// Read the database once (`vipflow agent --once`, `vipflow verify`).
 pub async fn read(remote: &str) -> OvsDb {
-    match subscribe(remote).await {
+    match subscribe(remote, None).await {
         Ok((_client, monitor)) => OvsDb::Known(Arc::new(view(&monitor.cache()))),
         Err(e) => {
             tracing::warn!(remote, error = %e, "OVS database unreachable: ports are looked up by name in OpenFlow PORT_DESC only (names of at most 15 bytes; no default uplink/patch)");
@@ -126,18 +138,19 @@ impl Drop for Watcher {
 }
 
 /// Follow the database: `None` until the first answer, then the current view, or why it is
-/// unreachable (retried with backoff).
+/// unreachable. Every dial, the client's reconnects included, goes by one backoff
+/// ([`BACKOFF`]): a client that failed is dropped (which counts its session) and the next
+/// connect waits out the backoff before it dials.
 pub fn watch(remote: String) -> (watch::Receiver<Option<OvsDb>>, Watcher) {
     let (tx, rx) = watch::channel(None);
     let task = tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(200);
+        let backoff = SharedBackoff::new(Backoff::new(BACKOFF));
         let mut warned = false;
         loop {
-            match subscribe(&remote).await {
+            match subscribe(&remote, Some(&backoff)).await {
                 Ok((_client, mut monitor)) => {
                     tracing::info!(remote = %remote, "OVS database connected");
                     warned = false;
-                    backoff = Duration::from_millis(200);
                     loop {
                         let v = OvsDb::Known(Arc::new(view(&monitor.cache())));
                         tx.send_if_modified(|cur| {
@@ -167,8 +180,6 @@ pub fn watch(remote: String) -> (watch::Receiver<Option<OvsDb>>, Watcher) {
             if tx.is_closed() {
                 return;
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
         }
     });
     (rx, Watcher(task))

@@ -4,7 +4,8 @@
 //! Watch hygiene for a DaemonSet on every node:
 //! - lists are paged (`page_size`), then watched from the list's resourceVersion with
 //!   bookmarks; after `410 Gone` the watcher re-lists by itself; errors back off
-//!   exponentially instead of hammering the API server;
+//!   ([`super::watch_backoff`]: 800 ms doubling to 30 s, started over only after a watch that
+//!   delivered for 10 s) instead of hammering the API server;
 //! - `managedFields` (often the bulk of an object) are dropped on arrival;
 //! - Nodes: only this node's Node unless this instance may write Northbound rows (node-scoped
 //!   rows need every node), so N agents do not each watch N nodes for nothing;
@@ -223,7 +224,7 @@ where
     F: Fn(WatchEvent<T>) -> Change + Send + Sync + 'static,
 {
     watcher::watcher(api, cfg)
-        .default_backoff()
+        .backoff(crate::source::watch_backoff::WatchBackoff::new())
         .filter_map(move |ev| {
             let out = match ev {
                 Ok(Event::Init) => Some(WatchEvent::Restart),

@@ -9,6 +9,7 @@ mod object_decode;
 pub mod objects_text;
 mod stamp;
 mod text_depth;
+pub mod watch_backoff;
 mod yaml_items;
 mod yaml_subset;
 

@@ -371,6 +371,7 @@ async fn an_agent_killed_or_stopped_and_restarted_deletes_nothing_still_desired(
     cfg.northbound.node_rows = vipflow::reconcile::northbound::resolve_node_rows(
         &format!("unix:{}", sb.nb_sock().display()),
         cfg.northbound.node_rows,
+        &vipflow::reconcile::northbound::peer_backoff(),
     )
     .await;
     let mut agent = AgentProc::start(&sb, &objects);

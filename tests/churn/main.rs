@@ -103,6 +103,7 @@ async fn api_server_churn_keeps_flows_rows_and_exclude_ips_equal_to_the_plan() {
         namespace: "default".into(),
         events_per_second: 50.0,
         events_burst: 50,
+        nb_backoff: None,
     };
     let cluster = agent::start_cluster(cfg.clone(), opts).await.unwrap();
     let text = world.file_text();

@@ -21,7 +21,8 @@
 //!   two plans are compared without visiting what they share.
 //! - A bundle the switch rejects is retried without the flows it named (each reported), so one
 //!   bad flow never holds back the rest; on any connection loss the reconciler reconnects with
-//!   exponential backoff and does a full sync.
+//!   the project's backoff ([`retry`]: doubling from 100 ms to 5 s, reset only after a session
+//!   that stayed up 10 s) and does a full sync.
 
 mod applied;
 mod conn;
@@ -52,15 +53,12 @@ pub struct BridgeSettings {
     /// only.
     pub ovs_db: Option<String>,
     pub openflow: OfConfig,
+    /// The reconnect waits: from `backoff_min`, doubling to `backoff_max` ([`retry`]'s rule).
     pub backoff_min: Duration,
     pub backoff_max: Duration,
-    /// How often to try again while the switch accepts no connection at all (its socket is
-    /// missing or refuses). Such a try costs one failed connect, so it is short: flows return
-    /// this soon after ovs-vswitchd is back, however long it was gone.
-    pub connect_retry: Duration,
-    /// A session that lasted this long was healthy: the next one starts with the shortest
-    /// wait. One that failed sooner (a peer that drops every session right after the
-    /// handshake) waits the current backoff, which doubles, so it is not hammered.
+    /// A session that lasted this long was healthy: the next wait is the shortest again. Any
+    /// try that ended sooner (a refused connect, a switch that drops every session right
+    /// after the handshake) doubles the wait, so the switch is not hammered.
     pub healthy_after: Duration,
     /// How often vipflow's flows are read back and compared with what it wrote (`None`: never).
     pub audit_interval: Option<Duration>,

@@ -5,6 +5,7 @@ use crate::plan::flows::FlowKey;
 use crate::reconcile::ovs::DbFeed;
 use openflow::message::PortStatus;
 use openflow::{ConnError, Connection, Event, Match, Message};
+use retry::{Backoff, Policy};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -18,13 +19,21 @@ use super::state::*;
 use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
 
 /// Run the reconciler for one bridge until `desired`'s sender is dropped.
+///
+/// Connects go by one backoff ([`retry`]'s rule): the wait doubles from `backoff_min` to
+/// `backoff_max` after every session that was not up `healthy_after`, whatever ended it (a
+/// refused connect, a failed handshake, a lost connection), and only a session up that long
+/// starts it over.
 pub async fn run(
     settings: BridgeSettings,
     mut desired: watch::Receiver<Arc<DesiredFlows>>,
     status: watch::Sender<BridgeStatus>,
 ) {
     let b = &settings.bridge;
-    let mut backoff = settings.backoff_min;
+    let mut backoff = Backoff::new(
+        Policy::new(settings.backoff_min, settings.backoff_max)
+            .with_healthy_after(settings.healthy_after),
+    );
     // While the switch is away, say so once (and again every minute), not once per try.
     let mut away_since: Option<std::time::Instant> = None;
     let mut last_warn: Option<std::time::Instant> = None;
@@ -34,17 +43,10 @@ pub async fn run(
         let mut session = match session {
             Ok(s) => s,
             Err(e) => {
-                // Nothing accepts: retry soon and cheaply. Anything else (a handshake that
-                // fails) backs off, so a broken peer is not hammered.
-                let refused = matches!(e, ConnError::Connect { .. });
-                let wait = if refused {
-                    settings.connect_retry
-                } else {
-                    backoff
-                };
+                let wait = backoff.after_failure();
                 let since = *away_since.get_or_insert_with(std::time::Instant::now);
                 if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    tracing::warn!(bridge = %b.name, target = %settings.target, error = %e, retry_every = ?wait, away_for = ?since.elapsed(), "cannot connect");
+                    tracing::warn!(bridge = %b.name, target = %settings.target, error = %e, retry_in = ?wait, away_for = ?since.elapsed(), "cannot connect");
                     last_warn = Some(std::time::Instant::now());
                 }
                 status.send_modify(|s| {
@@ -52,12 +54,8 @@ pub async fn run(
                     s.last_error =
                         Some(ReconcileError::new(ReconcileErrorKind::OpenflowConnect, &e));
                 });
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    r = desired.changed() => if r.is_err() { return },
-                }
-                if !refused {
-                    backoff = (backoff * 2).min(settings.backoff_max);
+                if !pause(&mut desired, wait).await {
+                    return;
                 }
                 continue;
             }
@@ -78,7 +76,8 @@ pub async fn run(
                 return;
             }
             SessionEnd::Lost(e) => {
-                tracing::warn!(bridge = %b.name, error = %e, "connection lost; reconnecting");
+                let wait = backoff.after_session(began.elapsed());
+                tracing::warn!(bridge = %b.name, error = %e, retry_in = ?wait, "connection lost; reconnecting");
                 status.send_modify(|s| {
                     s.connected = false;
                     s.last_error =
@@ -86,27 +85,24 @@ pub async fn run(
                 });
                 away_since = Some(std::time::Instant::now());
                 last_warn = Some(std::time::Instant::now());
-                let (wait, next) = backoff_after_session(&settings, began.elapsed(), backoff);
-                backoff = next;
-                tokio::time::sleep(wait).await;
+                if !pause(&mut desired, wait).await {
+                    return;
+                }
             }
         }
     }
 }
 
-/// The pause before the next connect after a session ended, and the backoff after that. A
-/// healthy session (one that lasted `healthy_after`) is followed by the short `connect_retry`
-/// pause (a switch that is restarting is back soon) and a reset backoff; a short-lived one by
-/// the current backoff, doubled for the next time.
-fn backoff_after_session(
-    s: &BridgeSettings,
-    lasted: Duration,
-    backoff: Duration,
-) -> (Duration, Duration) {
-    if lasted >= s.healthy_after {
-        (s.connect_retry, s.backoff_min)
-    } else {
-        (backoff, (backoff * 2).min(s.backoff_max))
+/// Sleep `wait`; false if `desired`'s sender went meanwhile (the agent stops). A new plan does
+/// not cut the wait short: it is written once connected.
+async fn pause(desired: &mut watch::Receiver<Arc<DesiredFlows>>, wait: Duration) -> bool {
+    let sleep = tokio::time::sleep(wait);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            () = &mut sleep => return true,
+            r = desired.changed() => if r.is_err() { return false },
+        }
     }
 }
 

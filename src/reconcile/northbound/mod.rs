@@ -43,6 +43,7 @@ use ovsdb::{
     Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
     Operation, Row, Transaction, Uuid, Value,
 };
+use retry::{Backoff, Policy, SharedBackoff};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -94,6 +95,18 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// While the database stays unreachable, the same WARN at most this often.
 pub const UNREACHABLE_WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The writer's reconnect waits ([`retry`]'s rule: doubling after every session that was not
+/// useful for 10 s, whatever ended it, reset only by one that was). With these a database that
+/// fails every session right after it starts sees at most 10 connections in 20 s.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// A backoff for every dial of one Northbound database: the start's read of its schema
+/// ([`resolve_node_rows`]) and the writer ([`NbSettings::shared_backoff`]) go by one.
+pub fn peer_backoff() -> SharedBackoff {
+    SharedBackoff::new(Backoff::new(Policy::new(BACKOFF_MIN, BACKOFF_MAX)))
+}
 
 /// `o` with the writer's connect timeout.
 fn nb_options(mut o: ClientOptions, request_timeout: Duration) -> ClientOptions {
@@ -192,8 +205,13 @@ pub struct NorthboundStatus {
 pub struct NbSettings {
     /// `unix:PATH` or `tcp:a:6641,tcp:b:6641,...` (as `ovn-nbctl --db`).
     pub remotes: String,
+    /// The reconnect waits ([`BACKOFF_MIN`], [`BACKOFF_MAX`]), when the backoff is the
+    /// writer's own.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
+    /// The backoff the writer's client shares with other dialers of this database in this
+    /// process ([`peer_backoff`]); `None`: its own, from `backoff_min` and `backoff_max`.
+    pub shared_backoff: Option<SharedBackoff>,
     /// The Lease gate (cluster mode): a writer token that disappeared is taken back only
     /// while this is true. `None`: always the writer.
     pub leading: Option<watch::Receiver<bool>>,

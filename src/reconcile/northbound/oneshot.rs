@@ -22,16 +22,18 @@ pub(super) async fn snapshot(
 
 /// `mode` made definite for the database at `remotes`: [`NodeRows::Auto`] is template rows
 /// where the schema has `Chassis_Template_Var` (OVN 22.12 and later), per-node rows where it
-/// has not or the schema cannot be read (said at WARN; then until the next start).
-pub async fn resolve_node_rows(remotes: &str, mode: NodeRows) -> NodeRows {
+/// has not or the schema cannot be read (said at WARN; then until the next start). Its dials
+/// go by `backoff`, the one the writer that follows uses ([`peer_backoff`]).
+pub async fn resolve_node_rows(remotes: &str, mode: NodeRows, backoff: &SharedBackoff) -> NodeRows {
     if mode != NodeRows::Auto {
         return mode;
     }
     let schema = async {
-        let opts = nb_options(
+        let mut opts = nb_options(
             ClientOptions::new(remotes, DB)?,
             Duration::from_millis(crate::config::DEFAULT_NB_TIMEOUT_MS),
         );
+        opts.shared_backoff = Some(backoff.clone());
         Ok::<_, ovsdb::Error>(Client::connect(opts).await?.schema())
     };
     match schema.await {

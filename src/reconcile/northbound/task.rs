@@ -273,16 +273,28 @@ pub(super) async fn finish_batches(
 }
 
 /// Run the NB reconciler until `desired`'s sender is dropped.
+///
+/// Every connection to the database goes by one backoff ([`retry`]'s rule), shared with the
+/// client's own reconnects ([`ovsdb::ClientOptions::shared_backoff`]): a failed take-over or
+/// monitor drops the client, which counts that session, and the next [`Client::connect`] waits
+/// out the backoff before it dials. A session that fails right after each connect is therefore
+/// not redialled faster than a refused connect. Writes that fail on a working session are
+/// retried with a backoff of their own, reset by the next write that succeeds.
 pub async fn run(
     settings: NbSettings,
     mut desired: watch::Receiver<Arc<DesiredRows>>,
     status: watch::Sender<NorthboundStatus>,
 ) {
-    let mut backoff = settings.backoff_min;
+    let policy = Policy::new(settings.backoff_min, settings.backoff_max);
+    let backoff = settings
+        .shared_backoff
+        .clone()
+        .unwrap_or_else(|| SharedBackoff::new(Backoff::new(policy)));
+    let mut write_retry = Backoff::new(policy);
     let mut unreachable_warn = WarnEvery::new(UNREACHABLE_WARN_EVERY);
     'connect: loop {
         let opts = match ClientOptions::new(&settings.remotes, DB)
-            .map(|o| nb_options(o, settings.request_timeout))
+            .map(|o| writer_options(o, &settings, &backoff))
         {
             Ok(o) => o,
             Err(e) => {
@@ -293,26 +305,27 @@ pub async fn run(
                 return;
             }
         };
-        let client = match Client::connect(opts).await {
+        // Waits out the backoff first, then tries for CONNECT_TIMEOUT.
+        let connected = tokio::select! {
+            c = Client::connect(opts) => c,
+            () = closed(&mut desired) => return,
+        };
+        let client = match connected {
             Ok(c) => {
                 unreachable_warn.reset();
                 c
             }
             Err(e) => {
+                let retry_in = backoff.remaining(tokio::time::Instant::now().into_std());
                 if unreachable_warn.due(std::time::Instant::now()) {
-                    tracing::warn!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                    tracing::warn!(remotes = %settings.remotes, error = %e, ?retry_in, "cannot connect to the Northbound database");
                 } else {
-                    tracing::debug!(remotes = %settings.remotes, error = %e, retry_in = ?backoff, "cannot connect to the Northbound database");
+                    tracing::debug!(remotes = %settings.remotes, error = %e, ?retry_in, "cannot connect to the Northbound database");
                 }
                 status.send_modify(|s| {
                     s.connected = false;
                     s.last_error = Some(ReconcileError::new(ReconcileErrorKind::Northbound, &e));
                 });
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    r = desired.changed() => if r.is_err() { return },
-                }
-                backoff = (backoff * 2).min(settings.backoff_max);
                 continue;
             }
         };
@@ -322,25 +335,21 @@ pub async fn run(
             // Become the writer first, then read: everything an earlier writer committed is in
             // the snapshot, and anything it still sends fails its fence.
             let token = new_token();
+            // On failure the client goes (that counts the session) and the next connect waits.
             if let Err(e) = take_over(&client, &token).await {
                 tracing::warn!(error = %e, "cannot take over as Northbound writer");
                 status.send_modify(|s| {
                     s.last_error = Some(ReconcileError::new(ReconcileErrorKind::Northbound, &e))
                 });
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(settings.backoff_max);
                 continue 'connect;
             }
             let mut monitor = match client.monitor(monitor_spec(settings.templates)).await {
                 Ok(m) => m,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot monitor the Northbound database");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(settings.backoff_max);
                     continue 'connect;
                 }
             };
-            backoff = settings.backoff_min;
             tracing::info!(remotes = %settings.remotes, "Northbound connected");
             // Load_Balancer rows are only in the queued events (the loop absorbs them before
             // any diff); the other tables' are in the cache too, and applying them again
@@ -396,9 +405,12 @@ pub async fn run(
                     continue 'session;
                 }
                 let ok = result.is_ok();
-                if ok {
-                    backoff = settings.backoff_min;
-                }
+                let retry_in = if ok {
+                    write_retry.reset();
+                    None
+                } else {
+                    Some(write_retry.after_failure())
+                };
                 if !published {
                     publish(&status, &plan, sent, started, s.problems(), &result);
                 }
@@ -414,12 +426,11 @@ pub async fn run(
                     let _ = tokio::task::spawn_blocking(crate::memory::give_back).await;
                 }
                 // Wait for a new plan, a change in the database, or (after a failure) the
-                // backoff.
+                // write's backoff.
                 let retry = async {
-                    if ok {
-                        std::future::pending::<()>().await
-                    } else {
-                        tokio::time::sleep(backoff).await
+                    match retry_in {
+                        Some(wait) => tokio::time::sleep(wait).await,
+                        None => std::future::pending::<()>().await,
                     }
                 };
                 tokio::select! {
@@ -428,11 +439,30 @@ pub async fn run(
                         None => continue 'connect,
                         Some(ev) => event = Some(ev),
                     },
-                    _ = retry => { backoff = (backoff * 2).min(settings.backoff_max); }
+                    _ = retry => {}
                 }
             }
         }
     }
+}
+
+/// `o` for the writer: its connect and request timeouts, its reconnect waits, `backoff`.
+fn writer_options(
+    o: ClientOptions,
+    settings: &NbSettings,
+    backoff: &SharedBackoff,
+) -> ClientOptions {
+    let mut o = nb_options(o, settings.request_timeout);
+    o.backoff_min = settings.backoff_min;
+    o.backoff_max = settings.backoff_max;
+    o.shared_backoff = Some(backoff.clone());
+    o
+}
+
+/// Resolves once `desired`'s sender is gone (the agent stops); a new plan meanwhile is left
+/// for the writer's loop, which reads the latest when it gets there.
+async fn closed<T>(desired: &mut watch::Receiver<T>) {
+    while desired.changed().await.is_ok() {}
 }
 
 /// Say what one write of `plan` did: the INFO line once rows went out, and the status the

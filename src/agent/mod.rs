@@ -141,6 +141,7 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         backoff_min: Duration::from_millis(100),
         backoff_max: Duration::from_secs(5),
         healthy_after: retry::HEALTHY_AFTER,
+        connect_retry: Duration::from_millis(50),
         audit_interval: (cfg.flow_audit_ms > 0).then(|| Duration::from_millis(cfg.flow_audit_ms)),
     }
 }

@@ -57,9 +57,13 @@ pub struct BridgeSettings {
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     /// A session that lasted this long was healthy: the next wait is the shortest again. Any
-    /// try that ended sooner (a refused connect, a switch that drops every session right
-    /// after the handshake) doubles the wait, so the switch is not hammered.
+    /// session that ended sooner (a switch that drops every session right after the
+    /// handshake, or answers nothing) doubles the wait, so the switch is not hammered.
     pub healthy_after: Duration,
+    /// How often to try again while nothing accepts a connection at all (the switch's socket
+    /// is missing or refuses): such a try opens no session and costs the switch nothing, and
+    /// the flows return this soon after ovs-vswitchd is back.
+    pub connect_retry: Duration,
     /// How often vipflow's flows are read back and compared with what it wrote (`None`: never).
     pub audit_interval: Option<Duration>,
 }

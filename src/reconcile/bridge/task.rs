@@ -22,8 +22,10 @@ use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
 ///
 /// Connects go by one backoff ([`retry`]'s rule): the wait doubles from `backoff_min` to
 /// `backoff_max` after every session that was not up `healthy_after`, whatever ended it (a
-/// refused connect, a failed handshake, a lost connection), and only a session up that long
-/// starts it over.
+/// failed handshake, a lost connection, a request that timed out), and only a session up that
+/// long starts it over. A connect that nothing accepts (the node's own switch is restarting:
+/// its socket is missing or refuses) opens no session: it is tried again every
+/// `connect_retry`, cheaply, so that the flows are back as soon as the switch is.
 pub async fn run(
     settings: BridgeSettings,
     mut desired: watch::Receiver<Arc<DesiredFlows>>,
@@ -43,7 +45,11 @@ pub async fn run(
         let mut session = match session {
             Ok(s) => s,
             Err(e) => {
-                let wait = backoff.after_failure();
+                let wait = if matches!(e, ConnError::Connect { .. }) {
+                    settings.connect_retry
+                } else {
+                    backoff.after_failure()
+                };
                 let since = *away_since.get_or_insert_with(std::time::Instant::now);
                 if last_warn.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                     tracing::warn!(bridge = %b.name, target = %settings.target, error = %e, retry_in = ?wait, away_for = ?since.elapsed(), "cannot connect");

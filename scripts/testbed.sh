@@ -10,13 +10,15 @@
 #                                         (after its ovs-vswitchd restarted)
 #
 # What it builds (N nodes, i = 1..N; addresses are private to the testbed's namespaces):
-#   wire      a namespace holding a Linux bridge: the L2 segment every node and the client share
+#   wire      a namespace holding a Linux bridge: the L2 segment every node and the client share,
+#             and the LAN's router: br0 holds the gateway 172.18.0.1/24, fd00:18::1/64 and
+#             forwards (tests add the routes a BGP speaker would)
 #   client    172.18.0.2/24, fd00:18::2/64 on eth0, on the wire
 #   node<i>   its own ovsdb-server, ovs-vswitchd (userspace datapath, datapath_type=netdev) and
 #             ovn-controller (chassis node<i>); br-ex holds the node IP 172.18.0.1<i>/24 and
-#             fd00:18::1<i>/64 with MAC 0a:58:ac:12:00:1<i>, and the uplink eth0 (a veth to the
-#             wire, MTU 9000 between nodes); br-int is created netdev with fail-mode=secure;
-#             ovn-bridge-mappings
+#             fd00:18::1<i>/64 with MAC 0a:58:ac:12:00:1<i> (the node's default routes go via
+#             the gateway on it), and the uplink eth0 (a veth to the wire, MTU 9000 between
+#             nodes); br-int is created netdev with fail-mode=secure; ovn-bridge-mappings
 #             physnet:br-ex, so ovn-controller makes the localnet patch port
 #             patch-br-ex_node<i>-to-br-int on br-ex
 #   pod<i>a, pod<i>b  pods of node<i>: 10.244.<i>.1[01]/24, fd00:244:<i>::1[01]/64, a veth into
@@ -25,7 +27,8 @@
 #             ovn_cluster_router with node switches node<i> (10.244.<i>.0/24) and the join switch
 #             (100.64.0.0/16); per node the gateway router GR_node<i> bound to chassis node<i>,
 #             its external port rtoe-GR_node<i> with br-ex's MAC and the node IP on the localnet
-#             switch ext_node<i> (localnet port br-ex_node<i>, network physnet)
+#             switch ext_node<i> (localnet port br-ex_node<i>, network physnet), and the default
+#             routes OVN-Kubernetes gives it: 0.0.0.0/0 and ::/0 via the gateway on rtoe-GR_node<i>
 #
 # Needs root (namespaces, veths), Debian's openvswitch-switch, ovn-central, ovn-host, iproute2,
 # ethtool. Daemons are stopped by the pids kept in DIR, namespaces by the names kept in DIR.
@@ -38,7 +41,7 @@
 #   connection after a GR learns a peer MAC with it on).
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 cmd=$1
 dir=$2
@@ -46,6 +49,10 @@ dir=$2
 OVS_SCHEMA=${OVS_SCHEMA:-/usr/share/openvswitch/vswitch.ovsschema}
 NB_SCHEMA=${NB_SCHEMA:-/usr/share/ovn/ovn-nb.ovsschema}
 SB_SCHEMA=${SB_SCHEMA:-/usr/share/ovn/ovn-sb.ovsschema}
+
+# The LAN's gateway (on the wire's bridge): every node's and gateway router's default route.
+GW4=172.18.0.1
+GW6=fd00:18::1
 
 log() { echo "testbed: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -152,6 +159,8 @@ start_node() {
     in_ns "$node" ip addr add "$ip/24" dev br-ex
     in_ns "$node" ip -6 addr add "$ip6/64" dev br-ex nodad
     in_ns "$node" ip link set br-ex up
+    in_ns "$node" ip route add default via "$GW4" dev br-ex
+    in_ns "$node" ip -6 route add default via "$GW6" dev br-ex
 
     OVS_RUNDIR=$d OVN_RUNDIR=$d in_ns "$node" ovn-controller "unix:$d/db.sock" \
         --pidfile="$d/ovn-controller.pid" \
@@ -223,6 +232,9 @@ logical_node() {
     nb lsp-add "ext_$node" "etor-$gr" -- lsp-set-type "etor-$gr" router \
         -- lsp-set-addresses "etor-$gr" "$mac" -- lsp-set-options "etor-$gr" router-port="rtoe-$gr"
     nb lr-route-add "$gr" 10.244.0.0/16 100.64.0.1
+    # As OVN-Kubernetes does: whatever the router does not know goes to the node's gateway.
+    nb lr-route-add "$gr" 0.0.0.0/0 "$GW4" "rtoe-$gr"
+    nb lr-route-add "$gr" ::/0 "$GW6" "rtoe-$gr"
     nb lr-route-add "$gr" fd00:244::/32 fd98::1
     nb lr-nat-add "$gr" snat "172.18.0.1$i" 10.244.0.0/16
     # Replies of pods to outside clients leave through their own node's gateway router; replies
@@ -252,6 +264,10 @@ start() {
     add_ns wire
     in_ns wire ip link add br0 type bridge
     in_ns wire ip link set br0 up
+    # The LAN's router, every node's default gateway.
+    in_ns wire ip addr add "$GW4/24" dev br0
+    in_ns wire ip -6 addr add "$GW6/64" dev br0 nodad
+    in_ns wire sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
     add_ns client
     veth client eth0 wire c
     no_offload client eth0

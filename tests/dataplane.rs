@@ -13,6 +13,10 @@ use testkit::testbed::{self, AgentProcess, Testbed};
 const WEB_V4: &str = "172.18.0.100";
 const WEB_V6: &str = "fd00:18::100";
 const LOCAL_V4: &str = "172.18.0.101";
+/// `local`'s second VIP, off the LAN's subnet: the LAN's gateway routes it to a node with an
+/// endpoint (as a BGP speaker would have it), so a gateway router that routed it on (by its
+/// default route) would have it served after all, through another node.
+const LOCAL_ROUTED_V4: &str = "198.51.100.101";
 
 fn vipflow() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
@@ -79,7 +83,7 @@ fn objects(nodes: usize, local_on: usize) -> String {
             endpoint(&testbed::pod_ip6(2, 'a'), 2),
         ],
     );
-    y += &svc("local", "Local", &[LOCAL_V4], "IPv4");
+    y += &svc("local", "Local", &[LOCAL_V4, LOCAL_ROUTED_V4], "IPv4");
     y += &slice(
         "local",
         "local-v4",
@@ -95,7 +99,8 @@ struct Bed {
     tb: Testbed,
     objects: PathBuf,
     agents: Vec<AgentProcess>,
-    _pods: Vec<PodServer>,
+    /// Every pod's servers.
+    pods: Vec<PodServer>,
     /// More arguments for node1's agent (the Northbound writer).
     writer_args: Vec<String>,
 }
@@ -139,7 +144,7 @@ impl Bed {
         let mut bed = Bed {
             agents: Vec::new(),
             objects,
-            _pods: pods,
+            pods,
             tb,
             writer_args: writer_args.iter().map(|s| s.to_string()).collect(),
         };
@@ -170,20 +175,26 @@ impl Bed {
                 let f = self.tb.ofctl(i, &["dump-flows", "br-ex"]);
                 f.contains(&format!("nw_dst={WEB_V4},tp_dst=80"))
                     && f.contains(&format!("nw_dst={LOCAL_V4},tp_dst=53"))
+                    && f.contains(&format!("nw_dst={LOCAL_ROUTED_V4},tp_dst=53"))
             });
         }
         eventually("the Northbound rows", 30, || {
             let l = self.tb.nbctl(&["lb-list"]);
-            l.contains(&format!("{WEB_V4}:80")) && l.contains(&format!("{LOCAL_V4}:53"))
+            l.contains(&format!("{WEB_V4}:80"))
+                && l.contains(&format!("{LOCAL_V4}:53"))
+                && l.contains(&format!("{LOCAL_ROUTED_V4}:53"))
         });
         self.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
     }
 
     /// The client reaches `vip` through node<i> (its MAC in the client's neighbor table, as
-    /// an announcement would put it there).
+    /// an announcement would put it there; a VIP off the LAN's subnet on-link too).
     fn via(&self, node: usize, vip: &str) {
         let v6 = vip.contains(':');
         let fam = if v6 { "-6" } else { "-4" };
+        let host = format!("{vip}/{}", if v6 { 128 } else { 32 });
+        self.tb
+            .ip("client", &[fam, "route", "replace", &host, "dev", "eth0"]);
         self.tb.ip(
             "client",
             &[
@@ -203,6 +214,22 @@ impl Bed {
 
     fn client(&self) -> String {
         self.tb.ns("client")
+    }
+
+    /// The LAN's gateway routes `vip` to node<i>, as it would learn it from a BGP speaker on
+    /// the node.
+    fn lan_route(&self, vip: &str, node: usize) {
+        let host = format!("{vip}/32");
+        self.tb.ip(
+            "wire",
+            &["route", "replace", &host, "via", &testbed::node_ip(node)],
+        );
+    }
+
+    /// What the pods have served so far, every one of them: TCP connections and UDP
+    /// datagrams.
+    fn served(&self) -> u64 {
+        self.pods.iter().map(PodServer::served).sum()
     }
 }
 
@@ -424,46 +451,195 @@ fn arp_and_nd_for_a_vip_reach_the_hosts_and_only_the_host_holding_it_answers() {
     }
 }
 
-#[test]
-fn etp_local_keeps_the_client_ip_on_the_node_with_an_endpoint_and_resets_on_the_other() {
-    // Per-node rows reject where a node has no endpoint; template rows (what `auto` picks on
-    // this OVN) drop there instead: `in_template_mode_…` shows that.
-    let Some(bed) = Bed::start_with(&["--node-rows", "per-node"]) else {
-        return;
-    };
-    let to = sock(LOCAL_V4, 80);
-    bed.via(1, LOCAL_V4);
-    let got = tcp_warm(&bed, to, 10);
-    assert_eq!(
-        got,
-        format!("pod1b {}", testbed::CLIENT_V4),
-        "the pod sees the client's own IP"
-    );
-    let udp = NsUdp::new(&bed.client(), false).unwrap();
-    let got = udp_warm(&udp, sock(LOCAL_V4, 53), 64, 10);
-    assert_eq!(got, format!("pod1b {} 64", testbed::CLIENT_V4));
+/// One TCP connection from the client to `to`: `Ok(how long until it was refused)`, or `Err`
+/// saying what happened instead (an answer, a timeout).
+fn tcp_refusal(bed: &Bed, to: SocketAddr, timeout: Duration) -> Result<Duration, String> {
+    let started = Instant::now();
+    match netns::tcp_request(&bed.client(), to, timeout) {
+        Ok(s) => Err(format!("answered {s:?}")),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(started.elapsed()),
+        Err(e) => Err(format!("{e} after {:?}", started.elapsed())),
+    }
+}
 
-    // node2 has no endpoint: OVN rejects, so the client gets a reset at once, not a timeout.
-    bed.via(2, LOCAL_V4);
-    // The first SYN may go to OVN's neighbor resolution; the answer after that is a reset.
-    let mut last = None;
-    for _ in 0..10 {
-        let started = Instant::now();
-        match netns::tcp_request(&bed.client(), to, Duration::from_secs(3)) {
-            Ok(s) => panic!("node2 has no endpoint of {LOCAL_V4}, yet got an answer: {s}"),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                last = Some(started.elapsed());
-                break;
-            }
-            Err(_) => {}
+/// One UDP datagram from the client to `to` on a connected socket (which reports an ICMP port
+/// unreachable as a refusal): `Ok(how long until it was refused)`, or `Err` as above.
+fn udp_refusal(bed: &Bed, to: SocketAddr, timeout: Duration) -> Result<Duration, String> {
+    let udp = netns::in_netns(&bed.client(), || std::net::UdpSocket::bind("0.0.0.0:0"))
+        .expect("udp in the client");
+    udp.connect(to).expect("connect udp");
+    udp.set_read_timeout(Some(timeout)).expect("timeout");
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    let got = udp.send(b"refused?").and_then(|_| udp.recv(&mut buf));
+    match got {
+        Ok(n) => Err(format!("answered {:?}", String::from_utf8_lossy(&buf[..n]))),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => Ok(started.elapsed()),
+        Err(e) => Err(format!("{e} after {:?}", started.elapsed())),
+    }
+}
+
+/// `try_once` until it reports a refusal, for up to 10 s (a fresh router's first packets may
+/// go to its neighbor resolution), then `tries` more times, each of which must be refused
+/// within `bound`: the slowest of those. An answer fails the test at once.
+fn refused(
+    what: &str,
+    tries: u32,
+    bound: Duration,
+    try_once: impl Fn(Duration) -> Result<Duration, String>,
+) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match try_once(Duration::from_secs(1)) {
+            Ok(_) => break,
+            Err(e) if e.starts_with("answered") => panic!("{what}: {e}, not refused"),
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "{what}: never refused within 10 s (last: {e})"
+            ),
         }
     }
-    let took = last.expect("a reset from node2");
-    eprintln!("reset through node2 after {took:?}");
-    assert!(
-        took < Duration::from_secs(1),
-        "the reset came at once ({took:?})"
-    );
+    (0..tries)
+        .map(|i| {
+            let took =
+                try_once(bound * 3).unwrap_or_else(|e| panic!("{what}: try {i}: {e}, not refused"));
+            assert!(took < bound, "{what}: try {i} refused after {took:?}");
+            took
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// externalTrafficPolicy Local through a node without a local endpoint, on gateway routers
+/// with OVN-Kubernetes's default route: the node refuses the connection (a TCP reset, an ICMP
+/// port unreachable for UDP) in both row modes, counted on its own flows, and no pod anywhere
+/// serves it. Also for a VIP the LAN routes to the node with the endpoint, where a router
+/// that routed the packet on (by its default route) would have it served there after all.
+#[test]
+fn etp_local_through_a_node_without_an_endpoint_is_refused_there_in_both_row_modes() {
+    const TRIES: u32 = 10;
+    // A refusal took 7 ms at most on this testbed (all tests at once); a drop takes the timeout.
+    let bound = Duration::from_millis(100);
+    let mut figures = Vec::new();
+    for mode in ["template", "per-node"] {
+        let Some(bed) = Bed::start_with(&["--node-rows", mode]) else {
+            return;
+        };
+        let tb = &bed.tb;
+        let names = tb.nbctl(&["--bare", "--columns=name", "list", "Load_Balancer"]);
+        let node2_row = if mode == "template" {
+            "vipflow/demo/local/tcp/template"
+        } else {
+            "vipflow/demo/local/tcp/node2"
+        };
+        assert!(names.contains(node2_row), "{mode}: {names}");
+        let routes = tb.nbctl(&["lr-route-list", "GR_node2"]);
+        let default_via = |prefix: &str, gw: &str| {
+            routes.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() >= 4 && f[0] == prefix && f[1] == gw && f[3] == "rtoe-GR_node2"
+            })
+        };
+        assert!(
+            default_via("0.0.0.0/0", testbed::GATEWAY_V4)
+                && default_via("::/0", testbed::GATEWAY_V6),
+            "GR_node2 has OVN-Kubernetes's default routes:\n{routes}"
+        );
+        bed.lan_route(LOCAL_ROUTED_V4, 1);
+        // The LAN itself serves the routed VIP: through its gateway, node1 and pod1b. A
+        // gateway router that routed it on would be served so too.
+        let routed = sock(LOCAL_ROUTED_V4, 80);
+        tb.ip(
+            "client",
+            &[
+                "route",
+                "replace",
+                &format!("{LOCAL_ROUTED_V4}/32"),
+                "via",
+                testbed::GATEWAY_V4,
+            ],
+        );
+        assert_eq!(
+            tcp_warm(&bed, routed, 10),
+            format!("pod1b {}", testbed::CLIENT_V4),
+            "{mode}: {LOCAL_ROUTED_V4} through the LAN's gateway"
+        );
+
+        for vip in [LOCAL_V4, LOCAL_ROUTED_V4] {
+            let (tcp, udp) = (sock(vip, 80), sock(vip, 53));
+            // Through node1, which has the endpoint: served there, the client's address kept.
+            bed.via(1, vip);
+            assert_eq!(
+                tcp_warm(&bed, tcp, 10),
+                format!("pod1b {}", testbed::CLIENT_V4),
+                "{mode}: {vip}:80 through node1"
+            );
+            let client_udp = NsUdp::new(&bed.client(), false).unwrap();
+            assert_eq!(
+                udp_warm(&client_udp, udp, 64, 10),
+                format!("pod1b {} 64", testbed::CLIENT_V4),
+                "{mode}: {vip}:53 through node1"
+            );
+
+            // Through node2, which has none.
+            bed.via(2, vip);
+            let steer = |node: usize, port: u16| {
+                tb.flow_packets(node, &[&format!("nw_dst={vip},tp_dst={port}")])
+            };
+            let back = |port: u16| tb.flow_packets(2, &[&format!("nw_src={vip},tp_src={port}")]);
+            let before = (
+                steer(2, 80),
+                back(80),
+                steer(2, 53),
+                steer(1, 80) + steer(1, 53),
+                bed.served(),
+            );
+            let what = format!("{mode}: {vip}:80/tcp through node2");
+            let tcp_slowest = refused(&what, TRIES, bound, |t| tcp_refusal(&bed, tcp, t));
+            let what = format!("{mode}: {vip}:53/udp through node2");
+            let udp_slowest = refused(&what, TRIES, bound, |t| udp_refusal(&bed, udp, t));
+            // As a user sees it.
+            let curl = std::process::Command::new("ip")
+                .args(["netns", "exec", &bed.client(), "curl", "-sS"])
+                .args(["--max-time", "5", &format!("http://{vip}/")])
+                .output()
+                .expect("run curl in the client namespace");
+            let curl_said = String::from_utf8_lossy(&curl.stderr).trim().to_string();
+            let after = (
+                steer(2, 80),
+                back(80),
+                steer(2, 53),
+                steer(1, 80) + steer(1, 53),
+                bed.served(),
+            );
+            let (syns, resets, datagrams, at_node1, pods) = (
+                after.0 - before.0,
+                after.1 - before.1,
+                after.2 - before.2,
+                after.3 - before.3,
+                after.4 - before.4,
+            );
+            let line = format!(
+                "{mode:>8} {vip:>15}: TCP refused {TRIES}/{TRIES} (slowest {:.1} ms), UDP refused \
+                 {TRIES}/{TRIES} (slowest {:.1} ms), curl exit {:?} {curl_said:?}; node2 steer \
+                 flows +{syns} TCP +{datagrams} UDP, return flow +{resets} resets; node1 steer \
+                 flows +{at_node1}; pods served +{pods}",
+                tcp_slowest.as_secs_f64() * 1000.0,
+                udp_slowest.as_secs_f64() * 1000.0,
+                curl.status.code(),
+            );
+            // curl's "Couldn't connect to server": the reset.
+            assert_eq!(curl.status.code(), Some(7), "{line}");
+            // Every SYN and datagram went in through node2's steer flows, every reset came
+            // back out through its return flow (the warm-up and curl's are counted too).
+            let n = u64::from(TRIES) + 1;
+            assert!(syns > n && datagrams >= n && resets > n, "{line}");
+            // Nothing of it reached node1, nor any pod.
+            assert_eq!((at_node1, pods), (0, 0), "{line}");
+            figures.push(line);
+        }
+    }
+    eprintln!("{}", figures.join("\n"));
 }
 
 #[test]
@@ -821,22 +997,6 @@ fn a_service_with_no_address_gets_one_from_a_pool_and_answers() {
     task.abort();
 }
 
-/// TCP to `to` from the client, tried for `secs`: `Some(answer)`, or `None` when every try
-/// timed out (dropped). A reset fails the test: template rows drop, they never reject.
-fn tcp_answer_or_drop(bed: &Bed, to: SocketAddr, secs: u64) -> Option<String> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        match netns::tcp_request(&bed.client(), to, Duration::from_millis(500)) {
-            Ok(s) => return Some(s),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                panic!("{to} was reset, not dropped")
-            }
-            Err(_) => {}
-        }
-    }
-    None
-}
-
 #[test]
 fn in_template_mode_an_etp_local_vip_reaches_the_local_endpoint_only_and_follows_it_without_rewriting_the_row()
  {
@@ -894,9 +1054,10 @@ fn in_template_mode_an_etp_local_vip_reaches_the_local_endpoint_only_and_follows
     bed.via(1, LOCAL_V4);
     let got = tcp_warm(&bed, to, 10);
     assert_eq!(got, format!("pod1b {}", testbed::CLIENT_V4));
-    // Through node2, which has no endpoint: dropped (per-node rows reset instead).
+    // Through node2, which has no endpoint: refused, as per-node rows do.
     bed.via(2, LOCAL_V4);
-    assert_eq!(tcp_answer_or_drop(&bed, to, 3), None);
+    let bound = Duration::from_secs(1);
+    refused("through node2", 3, bound, |t| tcp_refusal(&bed, to, t));
 
     // The endpoint moves to node2: the variables follow, the row is the same row, unchanged.
     let before = bed.tb.nbctl(&[
@@ -920,5 +1081,7 @@ fn in_template_mode_an_etp_local_vip_reaches_the_local_endpoint_only_and_follows
     let got = tcp_warm(&bed, to, 10);
     assert_eq!(got, format!("pod2b {}", testbed::CLIENT_V4));
     bed.via(1, LOCAL_V4);
-    assert_eq!(tcp_answer_or_drop(&bed, to, 3), None);
+    refused("through node1, the endpoint gone", 3, bound, |t| {
+        tcp_refusal(&bed, to, t)
+    });
 }

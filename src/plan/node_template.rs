@@ -10,9 +10,15 @@
 //! variable on the nodes whose local endpoints changed, nothing else.
 //!
 //! A node without local endpoints has no value: `ovn-controller` there cannot expand the
-//! backends and installs no balancing for the VIP, so its gateway router drops the VIP's
-//! traffic (as kube-proxy does for Local without local endpoints). Per-node rows reject it
-//! instead (a TCP reset); a value of `""` drops it too.
+//! backends and installs no balancing for the VIP:port. The router would then route the
+//! packet on, by its connected or default route, to whoever holds the VIP on the LAN, where
+//! it is served after all (the client's connection goes around the node it was sent to). So
+//! the template row also holds each of its VIPs without a port and without backends (`"VIP"
+//! = ""`, [`refusal_key`]): with `reject=true` OVN makes that a reject at a priority below the
+//! VIP:port's balancing (110 against 120 in the router's DNAT stage), so where the variable
+//! expands the node balances, and where it does not (no value, or `""`) the node refuses the
+//! connection (a TCP reset, an ICMP port unreachable for UDP), as per-node rows with no
+//! backends do. The key is plain text, no variable: every chassis has it.
 //!
 //! What templates cannot express falls back to per-node rows, per VIP:port:
 //! - IPv6 VIPs: OVN parses a template row's VIP key by splitting at `:`, so an IPv6 literal
@@ -83,17 +89,25 @@ pub fn templatable(vip: IpAddr) -> bool {
     vip.is_ipv4()
 }
 
+/// The `vips` key that refuses new connections to `vip` on every port and protocol its
+/// VIP:port keys do not balance: the address alone (a key without a port), its value empty.
+pub fn refusal_key(vip: IpAddr) -> String {
+    vip.to_string()
+}
+
 /// Turn `row` (built with every backend as its VIPs' values) into the template row: each VIP's
-/// backends become its variable, and `vars` gets each node's value of it.
+/// backends become its variable, each VIP gets its refusal ([`refusal_key`]), and `vars` gets
+/// each node's value of the variables.
 pub(super) fn make_template(
     row: &mut LbRow,
     vars: Vec<TemplateVar>,
-    names: impl IntoIterator<Item = (String, String)>,
+    names: impl IntoIterator<Item = (IpAddr, String, String)>,
 ) {
-    let vips: Vec<(String, String)> = names
-        .into_iter()
-        .map(|(vip, var)| (vip, format!("^{var}")))
-        .collect();
+    let mut vips: Vec<(String, String)> = Vec::new();
+    for (vip, key, var) in names {
+        vips.push((key, format!("^{var}")));
+        vips.push((refusal_key(vip), String::new()));
+    }
     row.vips = vips.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     row.options = row
         .options

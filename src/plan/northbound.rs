@@ -155,7 +155,7 @@ impl fmt::Display for LbRow {
                 .collect();
             write!(f, "\n    ip_port_mappings: {}", m.join(" "))?;
         }
-        // A template row's values, per chassis (no value: that node drops the VIP's traffic).
+        // A template row's values, per chassis (no value: that node rejects the VIP's traffic).
         for v in &self.template_vars {
             write!(f, "\n    ^{} on chassis {}: {}", v.name, v.chassis, v.value)?;
         }
@@ -446,8 +446,8 @@ fn rows_for(
             let mut vars = Vec::new();
             for (vp, bs) in per_port.iter().filter(|(vp, _)| !per_node(vp)) {
                 let var = node_template::backends_var(&svc.key, vp.vip, vp.port, protocol);
-                // Only where the node has endpoints: elsewhere the variable stays unset and the
-                // node drops the VIP's traffic, as kube-proxy does for Local without endpoints.
+                // Only where the node has endpoints: elsewhere the variable stays unset, and the
+                // row's refusal key rejects the VIP's connections there (see node_template).
                 let on: BTreeSet<&str> = bs.iter().filter_map(|b| b.node.as_deref()).collect();
                 for node in on.into_iter().filter(|n| nodes.contains(*n)) {
                     vars.push(TemplateVar {
@@ -456,7 +456,7 @@ fn rows_for(
                         value: join(&on_node(bs, node)),
                     });
                 }
-                names.push((socket(vp.vip, vp.port), var));
+                names.push((vp.vip, socket(vp.vip, vp.port), var));
             }
             vars.sort();
             node_template::make_template(&mut row, vars, names);

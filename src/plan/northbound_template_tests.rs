@@ -44,7 +44,14 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
         80,
         Protocol::Tcp,
     );
-    assert_eq!(t.vips, m(&[("172.18.0.100:80", &format!("^{var}"))]));
+    // And the VIP alone, without backends: the reject where the variable has no value.
+    assert_eq!(
+        t.vips,
+        m(&[
+            ("172.18.0.100", ""),
+            ("172.18.0.100:80", &format!("^{var}"))
+        ])
+    );
     assert_eq!(
         t.options,
         m(&[
@@ -76,8 +83,9 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
         BTreeSet::from(["GR_node-a".to_string(), "GR_node-b".to_string()])
     );
     assert!(routers.switches.is_empty());
-    // Each chassis with endpoints gets its own; node-b has none and no value (it drops the
-    // VIP's traffic, where a per-node row without backends rejects it).
+    // Each chassis with endpoints gets its own; node-b has none and no value (its router
+    // rejects the VIP's connections by the VIP's key without a port, as a per-node row
+    // without backends does).
     assert_eq!(
         t.template_vars,
         [TemplateVar {
@@ -95,6 +103,7 @@ fn etp_local_in_template_mode_is_one_template_row_for_ipv4_with_a_variable_per_c
         )),
         "{text}"
     );
+    assert!(text.contains("(no backends: reject)"), "{text}");
     // Per-node mode is as it was: no template row, no variables.
     let per_node = rows(
         &y,

@@ -11,7 +11,7 @@ use std::net::{
 };
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,7 @@ pub const POD_UDP_PORT: u16 = 5353;
 /// listen on `[::]`, so IPv4 and IPv6 alike. Stopped on drop.
 pub struct PodServer {
     stop: Arc<AtomicBool>,
+    served: Arc<AtomicU64>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -82,14 +83,17 @@ impl PodServer {
         tcp.set_nonblocking(true)?;
         udp.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicU64::new(0));
         let name = pod.to_string();
         let s = stop.clone();
+        let count = served.clone();
         let t_tcp = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 if !readable(tcp.as_raw_fd()) {
                     continue;
                 }
                 while let Ok((mut conn, peer)) = tcp.accept() {
+                    count.fetch_add(1, Ordering::Relaxed);
                     let _ = conn.set_nonblocking(false);
                     let _ = conn.write_all(format!("{name} {}\n", peer_ip(peer)).as_bytes());
                 }
@@ -97,6 +101,7 @@ impl PodServer {
         });
         let name = pod.to_string();
         let s = stop.clone();
+        let count = served.clone();
         let t_udp = std::thread::spawn(move || {
             let mut buf = vec![0u8; 65536];
             while !s.load(Ordering::Relaxed) {
@@ -104,6 +109,7 @@ impl PodServer {
                     continue;
                 }
                 while let Ok((n, peer)) = udp.recv_from(&mut buf) {
+                    count.fetch_add(1, Ordering::Relaxed);
                     let reply = format!("{name} {} {n}", peer_ip(peer));
                     let _ = udp.send_to(reply.as_bytes(), peer);
                 }
@@ -111,8 +117,14 @@ impl PodServer {
         });
         Ok(PodServer {
             stop,
+            served,
             threads: vec![t_tcp, t_udp],
         })
+    }
+
+    /// The TCP connections it accepted and the UDP datagrams it answered so far.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::Relaxed)
     }
 }
 

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 /// Addresses the testbed gives (see the script's header).
 pub const CLIENT_V4: &str = "172.18.0.2";
 pub const CLIENT_V6: &str = "fd00:18::2";
+/// The LAN's gateway (the wire's bridge; it forwards): every node's and gateway router's
+/// default route.
+pub const GATEWAY_V4: &str = "172.18.0.1";
+pub const GATEWAY_V6: &str = "fd00:18::1";
 
 /// node *i*'s IPv4 and IPv6 address (on br-ex, shared with its gateway router).
 pub fn node_ip(i: usize) -> String {

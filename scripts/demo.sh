@@ -71,12 +71,14 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
 
     cp examples/testbed.yaml "$dir/objects.yaml"
     echo
-    echo "== vipflow agent on node1 (also the Northbound writer) and node2"
+    echo "== vipflow agent on node1 (also the Northbound writer) and node2, announcing the VIPs"
+    echo "   (--announce: one node per VIP answers ARP/ND for it from its switch; rows as"
+    echo "   --node-rows auto picks them on this OVN)"
     for i in 1 2; do
         local nb=()
         [ "$i" = 1 ] && nb=(--nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}'
             --node-switch '{node}')
-        "$vipflow" agent --objects "$dir/objects.yaml" --node-name "node$i" \
+        "$vipflow" agent --announce --objects "$dir/objects.yaml" --node-name "node$i" \
             --ovs-rundir "$dir/node$i" --poll-interval-ms 100 "${nb[@]}" 2>"$dir/node$i/vipflow.log" &
         pids+=($!)
     done
@@ -97,28 +99,29 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     nbctl find Load_Balancer external_ids:vipflow.io/managed=true | grep -E '^(name|options|external_ids)'
 
     echo
-    echo "== ARP for the VIP from the wire reaches the hosts only (vipflow's bypass flow);"
-    echo "   node1's host holds 172.18.0.100 on br-ex (what an announcer would do), so it answers"
-    ns node1 ip addr add 172.18.0.100/32 dev br-ex
+    echo "== ARP for the VIP from the wire: the owner's switch answers (no address on any host)"
     ns client arping -c 1 -w 2 -I eth0 172.18.0.100 || true
+    local owner=node1
+    if grep -q 'announced.*172.18.0.100' "$dir/node2/vipflow.log"; then owner=node2; fi
+    echo "   (the owner is $owner; the other node drops ARP for the VIP)"
 
     echo
-    echo "== curl from the client to the VIP: into OVN on node1, load-balanced to a pod"
+    echo "== curl from the client to the VIP: into OVN on $owner, load-balanced to a pod"
     for _ in 1 2 3 4; do
         ns client curl -s --max-time 2 --retry 5 --retry-all-errors http://172.18.0.100/ || true
     done
 
     echo
-    echo "== the flows' packet counters on node1 after that"
-    OVS_RUNDIR="$dir/node1" ovs-appctl -t "$dir/node1/ovs-vswitchd.ctl" revalidator/wait
-    ofctl node1 dump-flows br-ex cookie=0x7f1f000000000000/0xffff000000000000 \
+    echo "== the flows' packet counters on $owner after that"
+    OVS_RUNDIR="$dir/$owner" ovs-appctl -t "$dir/$owner/ovs-vswitchd.ctl" revalidator/wait
+    ofctl "$owner" dump-flows br-ex cookie=0x7f1f000000000000/0xffff000000000000 \
         | sed -E 's/ duration=[^,]*,//; s/ idle_age=[^,]*,//'
 
     echo
     echo "== vipflow verify on node1: the bridge and the Northbound database hold exactly the plan"
-    "$vipflow" verify --objects "$dir/objects.yaml" --node-name node1 --ovs-rundir "$dir/node1" \
-        --nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}' --node-switch '{node}' \
-        || true
+    "$vipflow" verify --announce --objects "$dir/objects.yaml" --node-name node1 \
+        --ovs-rundir "$dir/node1" --nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}' \
+        --node-switch '{node}' || true
 
     if [ "$keep" = 1 ]; then
         echo

@@ -103,6 +103,8 @@ struct Bed {
     pods: Vec<PodServer>,
     /// More arguments for node1's agent (the Northbound writer).
     writer_args: Vec<String>,
+    /// More arguments for every node's agent.
+    all_args: Vec<String>,
 }
 
 /// As a user runs it on an OVN-Kubernetes node: no port flags (the uplink and the localnet patch
@@ -131,6 +133,11 @@ impl Bed {
     }
 
     fn start_with(writer_args: &[&str]) -> Option<Bed> {
+        Bed::start_with_all(writer_args, &[])
+    }
+
+    /// [`Bed::start_with`], every node's agent with `all_args` too.
+    fn start_with_all(writer_args: &[&str], all_args: &[&str]) -> Option<Bed> {
         let tb = Testbed::start(2)?;
         let mut pods = Vec::new();
         for i in 1..=tb.nodes {
@@ -147,6 +154,7 @@ impl Bed {
             pods,
             tb,
             writer_args: writer_args.iter().map(|s| s.to_string()).collect(),
+            all_args: all_args.iter().map(|s| s.to_string()).collect(),
         };
         for i in 1..=bed.tb.nodes {
             bed.start_agent(i);
@@ -160,6 +168,7 @@ impl Bed {
         if node == 1 {
             args.extend(self.writer_args.iter().cloned());
         }
+        args.extend(self.all_args.iter().cloned());
         let a = self.tb.agent(&vipflow(), node, &self.objects, &args);
         if self.agents.len() < node {
             self.agents.push(a);
@@ -326,6 +335,83 @@ fn tcp_and_udp_to_a_vip_reach_a_pod_and_come_back_over_ipv4_and_ipv6() {
             "steer flow counted {steered} packets for 20 connections"
         );
         assert!(returned >= 60, "return flow counted {returned} packets");
+    }
+}
+
+/// The node whose bridge MAC the client's neighbour table holds for `vip`.
+fn neighbour_node(bed: &Bed, vip: &str) -> Option<usize> {
+    let fam = if vip.contains(':') { "-6" } else { "-4" };
+    let n = bed.tb.ip("client", &[fam, "neigh", "show", vip]);
+    (1..=bed.tb.nodes).find(|i| n.contains(&testbed::node_mac(*i)))
+}
+
+/// What a user gets with the shipped defaults: every agent announces (`--announce`), the rows
+/// are what `--node-rows auto` picks on the installed OVN (template rows where the Northbound
+/// database has Chassis_Template_Var), and the client finds each VIP by ARP or ND alone (no
+/// neighbour entry or route set by the test). TCP and UDP reach the pods through the owner,
+/// counted on the owner's flows; the externalTrafficPolicy Local VIP's owner is the node with
+/// its endpoint, and its client address is kept.
+#[test]
+fn with_the_shipped_defaults_and_announce_a_client_finds_each_vip_by_arp_and_nd_and_is_served() {
+    let Some(bed) = Bed::start_with_all(&[], &["--announce"]) else {
+        return;
+    };
+    let tb = &bed.tb;
+    let templates = tb.nbctl(&[
+        "--bare",
+        "--columns=variables",
+        "list",
+        "Chassis_Template_Var",
+    ]);
+    assert!(
+        templates.contains("vf_"),
+        "--node-rows auto picks template rows on this OVN: {templates}"
+    );
+    for (vip, pods) in [
+        (WEB_V4, &["pod1a", "pod2a"][..]),
+        (WEB_V6, &["pod1a", "pod2a"][..]),
+        (LOCAL_V4, &["pod1b"][..]),
+    ] {
+        let udp = NsUdp::new(&bed.client(), vip.contains(':')).unwrap();
+        let (tcp_port, udp_port) = (80, 53);
+        let first = tcp_warm(&bed, sock(vip, tcp_port), 15);
+        let owner = neighbour_node(&bed, vip)
+            .unwrap_or_else(|| panic!("the client resolved {vip} to no node's MAC"));
+        if vip == LOCAL_V4 {
+            assert_eq!(
+                owner, 1,
+                "the Local VIP is announced by the node with its endpoint"
+            );
+        }
+        let steer_before = tb.flow_packets(owner, &[&format!("{vip},tp_dst={tcp_port}")]);
+        let mut served = std::collections::BTreeSet::new();
+        for _ in 0..10 {
+            let got =
+                netns::tcp_request(&bed.client(), sock(vip, tcp_port), Duration::from_secs(2))
+                    .unwrap_or_else(|e| panic!("TCP {vip}:{tcp_port}: {e}"));
+            served.insert(got.split(' ').next().unwrap_or_default().to_string());
+        }
+        let got = udp_warm(&udp, sock(vip, udp_port), 100, 10);
+        served.insert(got.split(' ').next().unwrap_or_default().to_string());
+        let steered = tb.flow_packets(owner, &[&format!("{vip},tp_dst={tcp_port}")]) - steer_before;
+        eprintln!(
+            "{vip}: found by {} at node{owner}; served by {served:?} (first answer {first:?}); node{owner} steer flow +{steered} packets",
+            if vip.contains(':') { "ND" } else { "ARP" }
+        );
+        assert!(
+            served.iter().all(|p| pods.contains(&p.as_str())),
+            "{vip} served by {served:?}, not by {pods:?}"
+        );
+        assert!(
+            steered >= 30,
+            "the owner's steer flow counted {steered} packets for 10 connections"
+        );
+        if vip == LOCAL_V4 {
+            assert!(
+                first.contains(testbed::CLIENT_V4),
+                "externalTrafficPolicy Local keeps the client's address: {first}"
+            );
+        }
     }
 }
 

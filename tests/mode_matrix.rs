@@ -13,8 +13,10 @@
 
 mod common;
 
+use common::LoggedAgent;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
 
@@ -288,21 +290,6 @@ fn vipflow(args: &[String]) -> Output {
         .expect("run vipflow")
 }
 
-struct Agent(Child, std::path::PathBuf);
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.1).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A loopback address with a port free a moment ago.
 fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -392,7 +379,7 @@ fn run(case: Case) -> Vec<String> {
         .stdin(Stdio::null())
         .stdout(f.try_clone().expect("log"))
         .stderr(f);
-    let agent = Agent(cmd.spawn().expect("start the agent"), log);
+    let agent = LoggedAgent::new(cmd.spawn().expect("start the agent"), log);
     within(
         Duration::from_secs(30),
         "the agent's first sync",

@@ -4,24 +4,11 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use common::LoggedAgent;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
-
-struct Agent(Child, std::path::PathBuf);
-
-impl Agent {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.1).unwrap_or_default()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The agent on a sandbox with `extra` bridge settings, watched for `watch` after its first
 /// sync: the log lines that say it wrote, repaired or announced, counted.
@@ -43,7 +30,7 @@ fn quiet(extra: &[&str], watch: Duration) -> (String, usize, usize, usize) {
         .stderr(f)
         .spawn()
         .expect("start the agent");
-    let agent = Agent(child, log);
+    let agent = LoggedAgent::new(child, log);
     let start = Instant::now();
     while !agent.log().contains("synced") {
         assert!(

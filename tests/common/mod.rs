@@ -10,6 +10,31 @@ use vipflow::agent::{self, Running};
 use vipflow::config::Config;
 use vipflow::source::file;
 
+/// A `vipflow agent` process whose output goes to a log file; killed (SIGKILL: everything it
+/// programmed stays) when dropped.
+pub struct LoggedAgent {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl LoggedAgent {
+    pub fn new(child: std::process::Child, log: PathBuf) -> LoggedAgent {
+        LoggedAgent { child, log }
+    }
+
+    /// What it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for LoggedAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Replace the objects file atomically, as an editor or a config-map update would.
 pub fn write_objects(path: &Path, yaml: &str) {
     let tmp = path.with_extension("tmp");

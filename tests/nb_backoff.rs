@@ -159,6 +159,8 @@ struct Outcome {
     how: Misbehaviour,
     /// When the peer accepted each connection.
     accepted: Vec<Duration>,
+    /// When the agent had synced its bridge, from its start.
+    bridge_synced: Option<Duration>,
     log: String,
 }
 
@@ -192,12 +194,24 @@ fn run(how: Misbehaviour) -> Outcome {
         .unwrap();
     // Killed on drop, also when the test fails.
     let child = KillOnDrop(child);
-    std::thread::sleep(RUN);
+    let start = std::time::Instant::now();
+    let mut bridge_synced = None;
+    while start.elapsed() < RUN {
+        if bridge_synced.is_none()
+            && std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("synced bridge=br-ex")
+        {
+            bridge_synced = Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let accepted = peer.accepted.lock().unwrap().clone();
     drop(child);
     Outcome {
         how,
         accepted,
+        bridge_synced,
         log: std::fs::read_to_string(&log).unwrap_or_default(),
     }
 }
@@ -221,10 +235,11 @@ fn a_northbound_peer_that_fails_every_session_is_redialled_at_most_10_times_in_2
             .map(|t| format!("{:.2}", t.as_secs_f64()))
             .collect();
         println!(
-            "{:?}: {} connections in {RUN:?}, at {} s",
+            "{:?}: {} connections in {RUN:?}, at {} s; the bridge synced {:?} after the start",
             o.how,
             o.accepted.len(),
-            at.join(", ")
+            at.join(", "),
+            o.bridge_synced
         );
     }
     for o in &outcomes {
@@ -244,6 +259,15 @@ fn a_northbound_peer_that_fails_every_session_is_redialled_at_most_10_times_in_2
             n <= MAX_CONNECTIONS,
             "{:?}: {n} connections in {RUN:?}:\n{}",
             o.how,
+            o.log
+        );
+        // The start waits at most 2 s for the Northbound schema; the bridge is the node's
+        // dataplane and goes on whatever the database does.
+        assert!(
+            o.bridge_synced.is_some_and(|t| t < Duration::from_secs(10)),
+            "{:?}: the bridge synced {:?} after the start:\n{}",
+            o.how,
+            o.bridge_synced,
             o.log
         );
         assert!(

@@ -20,10 +20,16 @@ pub(super) async fn snapshot(
     Ok((client, monitor, observed))
 }
 
+/// How long an agent's start waits for the Northbound schema: the node's bridges are
+/// programmed after it, and a database that accepts and then fails every session must not
+/// hold them back.
+pub const SCHEMA_WAIT: Duration = Duration::from_secs(2);
+
 /// `mode` made definite for the database at `remotes`: [`NodeRows::Auto`] is template rows
 /// where the schema has `Chassis_Template_Var` (OVN 22.12 and later), per-node rows where it
-/// has not or the schema cannot be read (said at WARN; then until the next start). Its dials
-/// go by `backoff`, the one the writer that follows uses ([`peer_backoff`]).
+/// has not or the schema cannot be read within [`SCHEMA_WAIT`] (said at WARN; then until the
+/// next start). Its dials go by `backoff`, the one the writer that follows uses
+/// ([`peer_backoff`]).
 pub async fn resolve_node_rows(remotes: &str, mode: NodeRows, backoff: &SharedBackoff) -> NodeRows {
     if mode != NodeRows::Auto {
         return mode;
@@ -35,6 +41,11 @@ pub async fn resolve_node_rows(remotes: &str, mode: NodeRows, backoff: &SharedBa
         );
         opts.shared_backoff = Some(backoff.clone());
         Ok::<_, ovsdb::Error>(Client::connect(opts).await?.schema())
+    };
+    let schema = async {
+        tokio::time::timeout(SCHEMA_WAIT, schema)
+            .await
+            .unwrap_or(Err(ovsdb::Error::Timeout(SCHEMA_WAIT)))
     };
     match schema.await {
         Ok(s) => {

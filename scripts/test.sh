@@ -23,5 +23,8 @@ if [ "${CI:-}" = true ]; then
 fi
 
 cargo fmt --all -- --check
+# Clippy also checks every standard library API used against the workspace's rust-version.
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Doc links that resolve to nothing (or to a private item from a public page) fail the run.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked

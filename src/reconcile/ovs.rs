@@ -139,7 +139,7 @@ impl Drop for Watcher {
 
 /// Follow the database: `None` until the first answer, then the current view, or why it is
 /// unreachable. Every dial, the client's reconnects included, goes by one backoff
-/// ([`BACKOFF`]): a client that failed is dropped (which counts its session) and the next
+/// (`BACKOFF`): a client that failed is dropped (which counts its session) and the next
 /// connect waits out the backoff before it dials.
 pub fn watch(remote: String) -> (watch::Receiver<Option<OvsDb>>, Watcher) {
     let (tx, rx) = watch::channel(None);

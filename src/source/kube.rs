@@ -12,7 +12,7 @@
 //! - a lone change goes on at once; a burst of changes (a rollout touching hundreds of
 //!   EndpointSlices) is coalesced into one new snapshot after a short quiet period
 //!   (`debounce`, a few milliseconds) or at most `max_delay` after it began, so the planner
-//!   runs a few times per burst, not once per object ([`super::batch`]);
+//!   runs a few times per burst, not once per object (`source::batch`);
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 

@@ -7,7 +7,7 @@
 //! - A YAML List in block style, as kubectl and every YAML emitter write it (`items:` at the
 //!   root, then one `- ` line per item at a fixed indentation), is cut into its items at those
 //!   lines; the root's other lines are parsed on their own, then each item: by
-//!   [`super::yaml_subset`] when it keeps to what kubectl writes, else by serde_yaml_ng.
+//!   `source::yaml_subset` when it keeps to what kubectl writes, else by serde_yaml_ng.
 //! - Anything else (flow style, several documents, anchors shared between items, text that is
 //!   not YAML at all) takes the whole-document path, which gives the same objects and problems
 //!   and is the reference the by-item paths are tested against.

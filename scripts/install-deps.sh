@@ -3,6 +3,7 @@
 # ready machine does nothing but check.
 #
 #   OVS/OVN: openvswitch-switch, ovn-central, ovn-host (Debian's packages: OVS 3.1, OVN 23.03);
+#   FRR 8.4 (frr: bgpd, bfdd, zebra, vtysh) for the BGP tests, installed without starting it;
 #   for the real-packet testbed and demo: iproute2, ethtool, curl, iputils-arping, python3.
 #   The Rust toolchain is expected on the machine (cargo, rustc).
 set -euo pipefail
@@ -24,6 +25,25 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "install-deps: installing ${need[*]}" >&2
     $SUDO apt-get update -q
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# FRR (bgpd, bfdd, zebra, vtysh) for the BGP tests: each test runs its own daemons in its own
+# network namespaces and paths. Debian's package starts a system FRR on install: install it
+# under a policy-rc.d that refuses, so nothing system-wide starts.
+if ! command -v vtysh >/dev/null 2>&1 || [ ! -x /usr/lib/frr/bgpd ]; then
+    SUDO=
+    [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    echo "install-deps: installing frr (no service started)" >&2
+    policy=/usr/sbin/policy-rc.d
+    had_policy=0
+    [ -e "$policy" ] && had_policy=1
+    if [ "$had_policy" = 0 ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+        $SUDO chmod +x "$policy"
+    fi
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends frr
+    [ "$had_policy" = 0 ] && $SUDO rm -f "$policy"
 fi
 
 # The packages' own services are not used (the sandbox starts private daemons); make sure

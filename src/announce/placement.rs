@@ -56,7 +56,7 @@ pub enum Eligible {
 }
 
 impl Eligible {
-    fn allows(&self, node: &str) -> bool {
+    pub fn allows(&self, node: &str) -> bool {
         match self {
             Eligible::Any => true,
             Eligible::Nodes(n) => n.contains(node),

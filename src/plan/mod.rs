@@ -1,6 +1,7 @@
 //! Planning: pure functions from the model to desired flows and rows, and the incremental
 //! [`planner::Planner`] that keeps them up to date.
 
+pub mod bgp;
 pub mod eligibility;
 pub mod exclude;
 pub mod flow_key;

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub mod cluster;
+pub mod frr;
 pub mod kube_server;
 pub mod netns;
 pub mod testbed;

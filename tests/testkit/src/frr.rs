@@ -1,0 +1,167 @@
+//! FRR (Debian's package) for tests: `zebra` and `bgpd` in a network namespace of the test's,
+//! with every socket, pid file and log in the instance's own directory (FRR's control sockets
+//! live in the filesystem, not in the namespace), driven through `vtysh --vty_socket`. The
+//! daemons run as FRR's own user, which vtysh's group requires. Stopped by their pids, and the
+//! namespace removed, on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Whether FRR's daemons and vtysh are installed (`scripts/install-deps.sh`).
+pub fn installed() -> bool {
+    ["/usr/lib/frr/bgpd", "/usr/lib/frr/zebra", "/usr/bin/vtysh"]
+        .iter()
+        .all(|p| Path::new(p).exists())
+}
+
+/// One FRR instance in a namespace of its own.
+pub struct Frr {
+    dir: tempfile::TempDir,
+    ns: String,
+}
+
+impl Frr {
+    /// Start zebra and bgpd in a new namespace `ns` (its loopback up) with `config` (FRR's
+    /// configuration text). `None` without root or namespaces; FRR missing is a failure
+    /// (`scripts/install-deps.sh` installs it).
+    pub fn start(ns: &str, config: &str) -> Option<Frr> {
+        if !crate::netns::can_make_namespaces() {
+            return None;
+        }
+        assert!(installed(), "FRR is not installed: run scripts/install-deps.sh");
+        let dir = tempfile::Builder::new()
+            .prefix("vf-frr-")
+            .tempdir_in("/tmp")
+            .expect("FRR's directory");
+        run("ip", &["netns", "add", ns]);
+        let frr = Frr {
+            dir,
+            ns: ns.to_string(),
+        };
+        run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        let conf = frr.path().join("frr.conf");
+        std::fs::write(&conf, config).expect("FRR's configuration");
+        run(
+            "chown",
+            &["-R", "frr:frr", &frr.path().display().to_string()],
+        );
+        let d = frr.path().display().to_string();
+        for daemon in ["zebra", "bgpd"] {
+            let mut args = vec![
+                "netns".to_string(),
+                "exec".into(),
+                ns.into(),
+                format!("/usr/lib/frr/{daemon}"),
+                "-d".into(),
+                "-u".into(),
+                "frr".into(),
+                "-g".into(),
+                "frr".into(),
+                "-z".into(),
+                format!("{d}/zserv.api"),
+                "--vty_socket".into(),
+                d.clone(),
+                "-i".into(),
+                format!("{d}/{daemon}.pid"),
+                "--log".into(),
+                format!("file:{d}/{daemon}.log"),
+                "-f".into(),
+            ];
+            args.push(if daemon == "bgpd" {
+                conf.display().to_string()
+            } else {
+                "/dev/null".into()
+            });
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            run("ip", &a);
+        }
+        let start = Instant::now();
+        while frr.vtysh(&["show version"]).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "FRR did not come up in {}",
+                frr.path().display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(frr)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn ns(&self) -> &str {
+        &self.ns
+    }
+
+    /// `vtysh -c` for each command, in order; its output, or its error output.
+    pub fn vtysh(&self, commands: &[&str]) -> Result<String, String> {
+        let mut c = Command::new("vtysh");
+        c.arg("--vty_socket").arg(self.path());
+        for cmd in commands {
+            c.args(["-c", cmd]);
+        }
+        output(c)
+    }
+
+    /// `vtysh -f` of `batch` (vtysh goes on past a line FRR refuses).
+    pub fn vtysh_file(&self, batch: &str) -> Result<String, String> {
+        let file = self.path().join("batch.vtysh");
+        std::fs::write(&file, batch).map_err(|e| e.to_string())?;
+        let mut c = Command::new("vtysh");
+        c.arg("--vty_socket").arg(self.path()).arg("-f").arg(&file);
+        output(c)
+    }
+}
+
+impl Drop for Frr {
+    fn drop(&mut self) {
+        for daemon in ["bgpd", "zebra"] {
+            let pid: PathBuf = self.path().join(format!("{daemon}.pid"));
+            if let Some(pid) = std::fs::read_to_string(&pid)
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok())
+            {
+                // SAFETY: a signal to a pid this instance started.
+                unsafe {
+                    libc::kill(pid, libc::SIGTERM);
+                }
+                let start = Instant::now();
+                while crate::alive(pid) && start.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                if crate::alive(pid) {
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+fn output(mut c: Command) -> Result<String, String> {
+    let out = c.output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} {args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

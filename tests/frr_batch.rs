@@ -1,10 +1,12 @@
-//! FRR takes the batches vipflow makes ([`vipflow::plan::bgp::frr_batch`]): applied with
-//! `vtysh -f` to a real bgpd, its own JSON read back names exactly the planned networks, after
-//! additions, withdrawals and a batch with a stale withdrawal in it.
+//! FRR takes the batches vipflow makes ([`vipflow::plan::bgp::frr_batch`]): applied by the
+//! agent's own driver ([`vipflow::reconcile::frr::Vtysh`], `vtysh -f`) to a real bgpd, what
+//! bgpd originates, read back by the driver from FRR's JSON, is exactly the planned networks,
+//! after additions, withdrawals and a batch with a stale withdrawal in it.
 
 use std::collections::BTreeSet;
 use testkit::frr::Frr;
 use vipflow::plan::bgp::frr_batch;
+use vipflow::reconcile::frr::Vtysh;
 
 const ASN: u32 = 64513;
 
@@ -12,28 +14,8 @@ fn nets(v: &[&str]) -> BTreeSet<ipnet::IpNet> {
     v.iter().map(|s| s.parse().expect("a prefix")).collect()
 }
 
-/// The networks bgpd holds, from `show bgp <family> unicast json`.
-fn networks(frr: &Frr) -> BTreeSet<ipnet::IpNet> {
-    let mut out = BTreeSet::new();
-    for family in ["ipv4", "ipv6"] {
-        let text = frr
-            .vtysh(&[&format!("show bgp {family} unicast json")])
-            .expect("show bgp");
-        let j: serde_json::Value = serde_json::from_str(&text).expect("FRR's JSON");
-        for prefix in j["routes"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-        {
-            out.insert(prefix.parse().expect("FRR names a prefix"));
-        }
-    }
-    out
-}
-
-#[test]
-fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
+#[tokio::test]
+async fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
     let ns = format!("vf-frr-{}", std::process::id());
     let config = format!(
         "frr defaults datacenter\nrouter bgp {ASN}\n bgp router-id 10.255.0.1\n no bgp network import-check\n"
@@ -47,19 +29,23 @@ fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
         nets(&["198.51.100.2/32", "198.51.100.3/32", "2001:db8::2/128"]),
         nets(&[]),
     ];
+    let vtysh = Vtysh::new(frr.path());
+    let networks = || async { vtysh.originated().await.expect("read back") };
     let mut held = BTreeSet::new();
     for want in steps {
         let batch = frr_batch(ASN, &held, &want).expect("a change");
-        frr.vtysh_file(&batch)
+        vtysh
+            .apply(&batch)
+            .await
             .unwrap_or_else(|e| panic!("FRR refused {batch}: {e}"));
         let start = std::time::Instant::now();
-        while networks(&frr) != want {
+        while networks().await != want {
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(10),
                 "FRR holds {:?}, planned {want:?}",
-                networks(&frr)
+                networks().await
             );
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         held = want;
     }
@@ -67,14 +53,15 @@ fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
     let stale = nets(&["198.51.100.9/32"]);
     let want = nets(&["198.51.100.5/32"]);
     let batch = frr_batch(ASN, &stale, &want).expect("a change");
-    let _ = frr.vtysh_file(&batch);
+    let refused = vtysh.apply(&batch).await;
+    println!("a batch with a stale withdrawal: {refused:?}");
     let start = std::time::Instant::now();
-    while networks(&frr) != want {
+    while networks().await != want {
         assert!(
             start.elapsed() < std::time::Duration::from_secs(10),
             "after a stale withdrawal FRR holds {:?}",
-            networks(&frr)
+            networks().await
         );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

@@ -1,4 +1,5 @@
 pub mod bridge;
 pub mod error;
+pub mod frr;
 pub mod northbound;
 pub mod ovs;

@@ -29,7 +29,10 @@ impl Frr {
         if !crate::netns::can_make_namespaces() {
             return None;
         }
-        assert!(installed(), "FRR is not installed: run scripts/install-deps.sh");
+        assert!(
+            installed(),
+            "FRR is not installed: run scripts/install-deps.sh"
+        );
         let dir = tempfile::Builder::new()
             .prefix("vf-frr-")
             .tempdir_in("/tmp")
@@ -103,15 +106,6 @@ impl Frr {
         for cmd in commands {
             c.args(["-c", cmd]);
         }
-        output(c)
-    }
-
-    /// `vtysh -f` of `batch` (vtysh goes on past a line FRR refuses).
-    pub fn vtysh_file(&self, batch: &str) -> Result<String, String> {
-        let file = self.path().join("batch.vtysh");
-        std::fs::write(&file, batch).map_err(|e| e.to_string())?;
-        let mut c = Command::new("vtysh");
-        c.arg("--vty_socket").arg(self.path()).arg("-f").arg(&file);
         output(c)
     }
 }

@@ -43,6 +43,7 @@
 
 pub mod agent;
 pub mod announce;
+pub mod bgp;
 pub mod config;
 pub mod events;
 pub mod ipam;

@@ -65,3 +65,90 @@ async fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The kernel routes of `frr`'s namespace to `prefix`, as `ip route` prints them.
+fn fib(frr: &Frr, prefix: &str) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["-n", frr.ns(), "route", "show", prefix])
+        .output()
+        .expect("ip route");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test]
+async fn a_node_configured_from_its_bgp_peer_puts_a_vip_in_the_routers_fib_over_a_bfd_session() {
+    use vipflow::bgp::frr_config::node_config;
+    use vipflow::bgp::objects::{BfdProfile, BgpPeer};
+    let tag = format!("{}", std::process::id() % 100_000);
+    let router_conf = "frr defaults datacenter\n!\nbfd\n profile fast\n  receive-interval 300\n  transmit-interval 300\n exit\nexit\n!\nrouter bgp 64512\n bgp router-id 10.9.0.1\n no bgp ebgp-requires-policy\n neighbor 10.9.0.2 remote-as 64513\n neighbor 10.9.0.2 bfd profile fast\n address-family ipv4 unicast\n  maximum-paths 64\n exit-address-family\nexit\n";
+    let Some(router) = Frr::start(&format!("vf-rt-{tag}"), router_conf) else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let peer: BgpPeer = serde_yaml_ng::from_str(
+        "kind: BGPPeer\nmetadata: {name: tor}\nspec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, bfdProfile: fast, routerID: 10.9.0.2}\n",
+    )
+    .expect("a BGPPeer");
+    let profile: BfdProfile = serde_yaml_ng::from_str(
+        "kind: BFDProfile\nmetadata: {name: fast}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n",
+    )
+    .expect("a BFDProfile");
+    let (conf, problems) = node_config(&Default::default(), &[peer], &[profile]);
+    assert!(problems.is_empty(), "{problems:?}");
+    let conf = conf.expect("the node peers");
+    let node = Frr::start(&format!("vf-nd-{tag}"), &conf).expect("the node's FRR");
+    testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
+
+    // The session and its BFD come up.
+    let start = std::time::Instant::now();
+    loop {
+        let bfd = node.vtysh(&["show bfd peers json"]).unwrap_or_default();
+        let bgp = node
+            .vtysh(&["show bgp ipv4 unicast summary json"])
+            .unwrap_or_default();
+        if bfd.contains("\"status\":\"up\"") && bgp.contains("\"state\":\"Established\"") {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no session: {bgp}\n{bfd}\n{}\n{}",
+            node.vtysh(&["show running-config"]).unwrap_or_default(),
+            std::fs::read_to_string(node.path().join("bgpd.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    println!(
+        "BGP session and BFD up {:?} after the link",
+        start.elapsed()
+    );
+
+    // One batch: the VIP in the router's kernel FIB, via the node.
+    let vtysh = Vtysh::new(node.path());
+    let want = nets(&["198.51.100.7/32"]);
+    let batch = frr_batch(64513, &BTreeSet::new(), &want).expect("a change");
+    let start = std::time::Instant::now();
+    vtysh.apply(&batch).await.expect("FRR takes the batch");
+    while !fib(&router, "198.51.100.7").contains("via 10.9.0.2") {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "not in the router's FIB: {:?}",
+            fib(&router, "198.51.100.7")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let advertised = start.elapsed();
+    let batch = frr_batch(64513, &want, &BTreeSet::new()).expect("a change");
+    let start = std::time::Instant::now();
+    vtysh.apply(&batch).await.expect("FRR takes the batch");
+    while !fib(&router, "198.51.100.7").is_empty() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "still in the router's FIB"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    println!(
+        "one batch to the router's FIB: advertised in {advertised:?}, withdrawn in {:?}",
+        start.elapsed()
+    );
+}

@@ -1,4 +1,4 @@
-//! FRR (Debian's package) for tests: `zebra` and `bgpd` in a network namespace of the test's,
+//! FRR (Debian's package) for tests: `zebra`, `bgpd` and `bfdd` in a network namespace of the test's,
 //! with every socket, pid file and log in the instance's own directory (FRR's control sockets
 //! live in the filesystem, not in the namespace), driven through `vtysh --vty_socket`. The
 //! daemons run as FRR's own user, which vtysh's group requires. Stopped by their pids, and the
@@ -22,7 +22,7 @@ pub struct Frr {
 }
 
 impl Frr {
-    /// Start zebra and bgpd in a new namespace `ns` (its loopback up) with `config` (FRR's
+    /// Start zebra, bgpd and bfdd in a new namespace `ns` (its loopback up) with `config` (FRR's
     /// configuration text). `None` without root or namespaces; FRR missing is a failure
     /// (`scripts/install-deps.sh` installs it).
     pub fn start(ns: &str, config: &str) -> Option<Frr> {
@@ -50,7 +50,7 @@ impl Frr {
             &["-R", "frr:frr", &frr.path().display().to_string()],
         );
         let d = frr.path().display().to_string();
-        for daemon in ["zebra", "bgpd"] {
+        for daemon in ["zebra", "bfdd", "bgpd"] {
             let mut args = vec![
                 "netns".to_string(),
                 "exec".into(),
@@ -71,11 +71,13 @@ impl Frr {
                 format!("file:{d}/{daemon}.log"),
                 "-f".into(),
             ];
-            args.push(if daemon == "bgpd" {
-                conf.display().to_string()
-            } else {
-                "/dev/null".into()
-            });
+            // Each daemon starts empty; the configuration goes in through vtysh, which hands
+            // each daemon its part (a `bfd` block is bfdd's), as the agent does.
+            args.push("/dev/null".into());
+            if daemon == "bfdd" {
+                args.push("--bfdctl".into());
+                args.push(format!("{d}/bfdd.sock"));
+            }
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
             run("ip", &a);
         }
@@ -87,6 +89,11 @@ impl Frr {
                 frr.path().display()
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut c = Command::new("vtysh");
+        c.arg("--vty_socket").arg(frr.path()).arg("-f").arg(&conf);
+        if let Err(e) = output(c) {
+            panic!("FRR refused its configuration:\n{config}\n{e}");
         }
         Some(frr)
     }
@@ -110,9 +117,51 @@ impl Frr {
     }
 }
 
+/// A veth between `a`'s and `b`'s namespaces, `eth-<tag>` on both sides, addressed
+/// `a_addr` and `b_addr` (with their prefix lengths, e.g. `10.9.0.1/24`). Removed with the
+/// namespaces.
+pub fn link(a: &Frr, a_addr: &str, b: &Frr, b_addr: &str, tag: &str) {
+    let (x, y) = (format!("vfa{tag}"), format!("vfb{tag}"));
+    run(
+        "ip",
+        &["link", "add", &x, "type", "veth", "peer", "name", &y],
+    );
+    for (frr, dev, addr) in [(a, &x, a_addr), (b, &y, b_addr)] {
+        run("ip", &["link", "set", dev, "netns", frr.ns()]);
+        run(
+            "ip",
+            &[
+                "-n",
+                frr.ns(),
+                "link",
+                "set",
+                dev,
+                "name",
+                &format!("eth-{tag}"),
+            ],
+        );
+        run(
+            "ip",
+            &[
+                "-n",
+                frr.ns(),
+                "addr",
+                "add",
+                addr,
+                "dev",
+                &format!("eth-{tag}"),
+            ],
+        );
+        run(
+            "ip",
+            &["-n", frr.ns(), "link", "set", &format!("eth-{tag}"), "up"],
+        );
+    }
+}
+
 impl Drop for Frr {
     fn drop(&mut self) {
-        for daemon in ["bgpd", "zebra"] {
+        for daemon in ["bgpd", "bfdd", "zebra"] {
             let pid: PathBuf = self.path().join(format!("{daemon}.pid"));
             if let Some(pid) = std::fs::read_to_string(&pid)
                 .ok()

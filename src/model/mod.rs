@@ -47,6 +47,25 @@ pub struct Objects {
     pub subnets: Vec<KubeOvnSubnet>,
     /// vipflow's address pools (`VipPool`, vipflow.io/v1alpha1).
     pub pools: Vec<crate::ipam::pool_object::VipPool>,
+    /// vipflow's BGP objects (vipflow.io/v1alpha1).
+    pub bgp: BgpObjects,
+}
+
+/// The BGP objects of a snapshot ([`crate::bgp::objects`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BgpObjects {
+    pub peers: Vec<crate::bgp::objects::BgpPeer>,
+    pub advertisements: Vec<crate::bgp::objects::BgpAdvertisement>,
+    pub bfd_profiles: Vec<crate::bgp::objects::BfdProfile>,
+}
+
+impl BgpObjects {
+    /// Take `other`'s objects too.
+    pub fn extend(&mut self, other: BgpObjects) {
+        self.peers.extend(other.peers);
+        self.advertisements.extend(other.advertisements);
+        self.bfd_profiles.extend(other.bfd_profiles);
+    }
 }
 
 impl Objects {

@@ -46,6 +46,8 @@ enum Object {
     Node(Arc<core::Node>),
     Subnet(Box<KubeOvnSubnet>),
     Pool(Box<crate::ipam::pool_object::VipPool>),
+    /// A BGP object (rare: one of a few, so kept as the objects it decoded to).
+    Bgp(Box<crate::model::BgpObjects>),
 }
 
 impl Decoded {
@@ -70,7 +72,8 @@ impl Decoded {
                     .into_iter()
                     .next()
                     .map(|p| Object::Pool(Box::new(p)))
-            });
+            })
+            .or_else(|| (o.bgp != Default::default()).then(|| Object::Bgp(Box::new(o.bgp))));
         Decoded {
             object,
             problems: one.problems,
@@ -85,6 +88,7 @@ impl Decoded {
             Some(Object::Node(n)) => out.objects.nodes.push(Arc::clone(n)),
             Some(Object::Subnet(s)) => out.objects.subnets.push((**s).clone()),
             Some(Object::Pool(p)) => out.objects.pools.push((**p).clone()),
+            Some(Object::Bgp(b)) => out.objects.bgp.extend((**b).clone()),
             None => {}
         }
         out.problems.extend(self.problems.iter().cloned());

@@ -384,6 +384,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
                 .iter()
                 .filter_map(crate::ipam::task::to_pool_object)
                 .collect(),
+            bgp: Default::default(),
         };
         tracing::debug!(
             services = objects.services.len(),

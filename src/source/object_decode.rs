@@ -49,6 +49,7 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
         "EndpointSlice" => "discovery.k8s.io/v1",
         "Subnet" => "kubeovn.io/v1",
         "VipPool" => crate::ipam::pool_object::API_VERSION,
+        "BGPPeer" | "BGPAdvertisement" | "BFDProfile" => crate::bgp::objects::API_VERSION,
         "" => {
             out.problems
                 .push(problem(&what, "has no kind; skipped".into()));
@@ -79,6 +80,12 @@ pub(super) fn add_item(item: Value, out: &mut Loaded) {
             .map_err(|e| e.to_string()),
         "VipPool" => decode::<crate::ipam::pool_object::VipPool>(item, &mut unknown)
             .map(|o| out.objects.pools.push(o)),
+        "BGPPeer" => decode::<crate::bgp::objects::BgpPeer>(item, &mut unknown)
+            .map(|o| out.objects.bgp.peers.push(o)),
+        "BGPAdvertisement" => decode::<crate::bgp::objects::BgpAdvertisement>(item, &mut unknown)
+            .map(|o| out.objects.bgp.advertisements.push(o)),
+        "BFDProfile" => decode::<crate::bgp::objects::BfdProfile>(item, &mut unknown)
+            .map(|o| out.objects.bgp.bfd_profiles.push(o)),
         _ => decode::<discovery::EndpointSlice>(item, &mut unknown).map(|o| {
             out.objects
                 .endpoint_slices

@@ -405,12 +405,14 @@ impl DocReader {
             nodes,
             subnets,
             pools,
+            bgp,
         } = objects;
         out.objects.services.extend(services);
         out.objects.endpoint_slices.extend(endpoint_slices);
         out.objects.nodes.extend(nodes);
         out.objects.subnets.extend(subnets);
         out.objects.pools.extend(pools);
+        out.objects.bgp.extend(bgp);
         out.problems.extend(problems);
     }
 }

@@ -534,3 +534,35 @@ proptest! {
         prop_assert_eq!(got, check_depth_reference(&text, max));
     }
 }
+
+#[test]
+fn bgp_objects_are_read_by_item_and_whole_alike_and_another_group_is_said() {
+    let text = "apiVersion: v1\nkind: List\nitems:\n\
+- apiVersion: vipflow.io/v1alpha1\n  kind: BGPPeer\n  metadata: {name: tor}\n  spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, passwordSecret: {name: s}}\n\
+- apiVersion: vipflow.io/v1alpha1\n  kind: BGPAdvertisement\n  metadata: {name: all}\n  spec: {ipAddressPools: [p]}\n\
+- apiVersion: vipflow.io/v1alpha1\n  kind: BFDProfile\n  metadata: {name: fast}\n  spec: {receiveInterval: 300}\n\
+- apiVersion: metallb.io/v1beta2\n  kind: BGPPeer\n  metadata: {name: theirs}\n  spec: {myASN: 1, peerASN: 2, peerAddress: 10.9.0.9}\n";
+    same_as_whole(text);
+    let loaded = parse(text).expect("parses");
+    let bgp = &loaded.objects.bgp;
+    assert_eq!(
+        (
+            bgp.peers.len(),
+            bgp.advertisements.len(),
+            bgp.bfd_profiles.len()
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(bgp.peers[0].spec.peer_address, "10.9.0.1");
+    let said: Vec<String> = loaded.problems.iter().map(|p| p.to_string()).collect();
+    // A field vipflow does not read yet is said, as kubectl warns; another API group is skipped.
+    assert!(
+        said.iter().any(|p| p.contains("passwordSecret")),
+        "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|p| p.contains("theirs") && p.contains("metallb.io/v1beta2")),
+        "{said:#?}"
+    );
+}

@@ -19,8 +19,12 @@ pub(super) struct PlannerTask {
     pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
-    /// The membership's live nodes, when this agent runs one (announcing bridges).
+    /// The membership's view, when this agent runs one (announcing bridges).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    /// Where this node's claims go for the membership to send, when one runs.
+    pub claims: Option<watch::Sender<crate::membership::task::OwnClaims>>,
+    /// The agent's shutdown, as far as announcing goes.
+    pub stop: watch::Receiver<StopPhase>,
     /// What this node announces after each plan, for the status document.
     pub announce: watch::Sender<Option<Arc<crate::plan::planner::AnnounceState>>>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -40,6 +44,8 @@ impl PlannerTask {
             bridge_status: bridge_status_rx,
             leader,
             mut members,
+            claims: claims_tx,
+            mut stop,
             announce,
             metrics,
         } = self;
@@ -63,8 +69,17 @@ impl PlannerTask {
             // Off the async workers: a first snapshot of many Services takes a while, and the
             // reconcilers, the observer and shutdown must not wait behind it.
             let Some(mut p) = planner.take() else { return };
-            if let Some(m) = &mut members {
-                p.set_members(m.borrow_and_update().clone());
+            p.set_members(match &mut members {
+                Some(m) => match m.borrow_and_update().clone() {
+                    Some(view) => crate::plan::planner::Membership::View(view),
+                    None => crate::plan::planner::Membership::Waiting,
+                },
+                None => crate::plan::planner::Membership::Off,
+            });
+            match *stop.borrow_and_update() {
+                StopPhase::Running => {}
+                StopPhase::HandingOver => p.stop_announcing(),
+                StopPhase::Withdraw => p.withdraw(),
             }
             let own_draining = loaded
                 .objects
@@ -103,6 +118,9 @@ impl PlannerTask {
                 }
             };
             let generation = plans.generation;
+            if let (Some(tx), Some(c)) = (&claims_tx, &plans.claims) {
+                tx.send_replace(Arc::clone(c));
+            }
             if let Some(a) = &plans.announce {
                 let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
                 metrics.announced_vips.set(n(a.here.len()));
@@ -147,6 +165,7 @@ impl PlannerTask {
                         delta,
                         router_mac,
                         announce: b.announce,
+                        doubt: b.doubt,
                     }));
                 }
             };
@@ -224,9 +243,17 @@ impl PlannerTask {
                     None => std::future::pending().await,
                 }
             };
+            let stop_changed = async {
+                if stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 r = objects.changed() => if r.is_err() { return },
+                // A membership that ended (it could not start) leaves the Nodes' Ready
+                // condition to decide.
                 live = members_changed => if !live { members = None },
+                () = stop_changed => {}
                 // The drain hold is over: plan again without this node.
                 _ = held => {}
             }

@@ -123,6 +123,7 @@ impl Announcements {
             ready.insert(self.node.clone());
         }
         let mut live = ready.clone();
+        let was_small = self.small_side;
         self.small_side = false;
         if let Some(m) = members {
             live.retain(|n| m.live.contains(n));
@@ -130,10 +131,12 @@ impl Announcements {
             // partition (or cut off): it keeps to its own share of the whole and takes no one
             // else's, or it would answer for every VIP on its side.
             if live.len() * 2 < ready.len() {
-                live = ready;
+                live = ready.clone();
                 self.small_side = true;
             }
         }
+        let entering_doubt = self.small_side && !was_small;
+        let whole = !self.small_side && live == ready;
         let no_claims = imbl::OrdMap::new();
         let claims = members.map_or(&no_claims, |m| &m.claims);
         let joined = live.difference(&self.live).next().is_some();
@@ -177,6 +180,14 @@ impl Announcements {
             moves.extend(self.placement.adopt(fresh));
         }
         self.claims_seen = claims.clone();
+        if entering_doubt {
+            // Cut off after all: the VIPs this node took while it saw the others die one by
+            // one (the first deaths looked like a majority's view) go back to their owners.
+            moves.extend(self.placement.rollback());
+        }
+        if whole {
+            self.placement.checkpoint();
+        }
         // A VIP can move more than once in one update: what counts is where it ended up.
         let mut turns: Vec<Turn> = Vec::new();
         let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
@@ -375,6 +386,42 @@ mod tests {
             .map(|a| a.update(&more, &all, Some(&told)).turns.len())
             .collect();
         assert_eq!(owners.iter().sum::<usize>(), 1);
+    }
+
+    /// n2 is cut off, and its membership finds the others dead one at a time: it sees n3 die
+    /// first (with n1 still live it looks like the big side) and takes n3's VIPs, then n1.
+    /// Alone, it gives back what it took meanwhile; when the cut heals, n3 keeps its VIPs and
+    /// n2 learns that n1 and n3 took its own.
+    #[test]
+    fn a_cut_off_node_undoes_what_it_took_before_it_knew_it_was_cut_off() {
+        let all = [
+            node("n1", Some("True")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let v = vips(30);
+        let names = ["n1", "n2", "n3"];
+        let mut each: Vec<Announcements> = names.iter().map(|n| Announcements::new(n)).collect();
+        for a in &mut each {
+            a.update(&v, &all, Some(&view(&names, &[])));
+        }
+        let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        let took = each[1].update(&v, &all, Some(&view(&["n1", "n2"], &[])));
+        assert!(took.turns.iter().all(|t| t.here) && !took.turns.is_empty());
+        let alone = each[1].update(&v, &all, Some(&view(&["n2"], &[])));
+        assert_eq!(alone.turns.len(), took.turns.len());
+        assert_eq!(here(&each[1]), first[1]);
+        for i in [0, 2] {
+            each[i].update(&v, &all, Some(&view(&["n1", "n3"], &[])));
+        }
+        let healed = view(&names, &[&each[0], &each[1], &each[2]]);
+        let n3 = here(&each[2]);
+        for a in &mut each {
+            a.update(&v, &all, Some(&healed));
+        }
+        assert!(here(&each[1]).is_empty());
+        assert_eq!(here(&each[2]), n3);
+        assert!(first[2].is_subset(&n3));
     }
 
     #[test]

@@ -114,9 +114,44 @@ pub struct Placement {
     epochs: BTreeMap<IpAddr, u64>,
     /// The VIPs each node owns.
     owned: HashMap<NodeName, BTreeSet<IpAddr>>,
+    /// Each VIP's claim as it was at the last [`Placement::checkpoint`], for the VIPs that
+    /// changed since ([`Placement::rollback`]); `None` before the first checkpoint.
+    journal: Option<BTreeMap<IpAddr, Option<Claim>>>,
 }
 
 impl Placement {
+    /// Remember the owners as they are now: [`Placement::rollback`] returns to them.
+    pub fn checkpoint(&mut self) {
+        self.journal = Some(BTreeMap::new());
+    }
+
+    /// Undo every change of owner since the last [`Placement::checkpoint`] (where the old
+    /// owner is still live and eligible, and the VIP still placed). A node that finds itself
+    /// cut off takes back the decisions it made while it saw the others die one by one: the
+    /// first deaths a cut-off node sees look like a majority's view, which they were not.
+    pub fn rollback(&mut self) -> Vec<Move> {
+        let Some(journal) = self.journal.take() else {
+            return Vec::new();
+        };
+        let mut moves = Vec::new();
+        for (vip, prior) in journal {
+            let Some(eligible) = self.vips.get(&vip) else {
+                continue;
+            };
+            match prior {
+                Some(c) if self.live.contains(&c.node) && eligible.allows(&c.node) => {
+                    let epoch = c.epoch;
+                    self.set(vip, Some(c.node), Some(epoch), &mut moves);
+                    self.epochs.insert(vip, epoch);
+                }
+                Some(_) => {}
+                None => self.set(vip, None, None, &mut moves),
+            }
+        }
+        self.checkpoint();
+        moves
+    }
+
     /// The owner of `vip`, if any live eligible node exists.
     pub fn owner(&self, vip: IpAddr) -> Option<&NodeName> {
         self.owners.get(&vip)
@@ -300,12 +335,21 @@ impl Placement {
         epoch: Option<u64>,
         moves: &mut Vec<Move>,
     ) {
+        let before = self.epochs.get(&vip).copied().unwrap_or(0);
         let from = match &to {
             Some(n) => self.owners.insert(vip, n.clone()),
             None => self.owners.remove(&vip),
         };
         if from == to {
             return;
+        }
+        if let Some(j) = &mut self.journal {
+            j.entry(vip).or_insert_with(|| {
+                from.as_ref().map(|n| Claim {
+                    node: n.clone(),
+                    epoch: before,
+                })
+            });
         }
         if to.is_some() {
             let next = self.epochs.get(&vip).map_or(1, |e| e + 1);
@@ -471,6 +515,28 @@ mod tests {
         assert!(!claim(&loser, 4).beats(v, &claim(&winner, 4)));
         assert!(claim(&loser, 5).beats(v, &claim(&winner, 4)));
         assert!(!claim(&winner, 4).beats(v, &claim(&winner, 4)));
+    }
+
+    #[test]
+    fn a_rollback_returns_to_the_owners_of_the_checkpoint() {
+        let vips: BTreeMap<IpAddr, Eligible> = (0..50).map(|i| (vip(i), Eligible::Any)).collect();
+        let mut p = Placement::default();
+        p.set_live(nodes(3));
+        p.set_vips(vips);
+        p.checkpoint();
+        let before: Vec<Option<Claim>> = (0..50).map(|i| p.claim(vip(i))).collect();
+        // node2 dies, then node1: what they had moves twice.
+        let mut live = nodes(3);
+        live.remove(&node(2));
+        assert!(!p.set_live(live.clone()).is_empty());
+        live.remove(&node(1));
+        p.set_live(live);
+        // Cut off after all: every node counts as live again, and the moves are undone.
+        p.set_live(nodes(3));
+        p.rollback();
+        let after: Vec<Option<Claim>> = (0..50).map(|i| p.claim(vip(i))).collect();
+        assert_eq!(after, before);
+        assert!(p.rollback().is_empty());
     }
 
     #[test]

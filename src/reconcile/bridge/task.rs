@@ -152,6 +152,8 @@ struct Session {
     /// Whether this session may answer at all yet: it started while this node was in doubt
     /// ([`DesiredFlows::doubt`]) and that did not clear yet.
     opened: bool,
+    /// Said that the answers are held back while in doubt.
+    told_doubt: bool,
     /// The VIPs whose answers are on the switch (after the last write).
     on_switch: std::collections::BTreeSet<std::net::IpAddr>,
     /// Since when each answer held back waits for OVN.
@@ -190,6 +192,7 @@ impl Session {
             conn,
             programmed: Programmed::new(s),
             opened: false,
+            told_doubt: false,
             on_switch: Default::default(),
             held_since: Default::default(),
             allowed: watch::channel(Arc::default()).0,
@@ -278,8 +281,9 @@ impl Session {
         let answers = garp::answered(&plan.flows);
         let mut hold: Vec<std::net::IpAddr> = Vec::new();
         if !self.opened && plan.doubt {
-            if !answers.is_empty() {
+            if !answers.is_empty() && !self.told_doubt {
                 tracing::info!(bridge = %s.bridge.name, vips = answers.len(), "answers held back: this node sees fewer than half of the nodes, which may have taken its VIPs");
+                self.told_doubt = true;
             }
             hold = answers;
         } else {
@@ -296,10 +300,10 @@ impl Session {
                         self.held_since.remove(&v);
                         continue;
                     }
-                    let since = *self
-                        .held_since
-                        .entry(v)
-                        .or_insert_with(std::time::Instant::now);
+                    let since = *self.held_since.entry(v).or_insert_with(|| {
+                        tracing::info!(bridge = %s.bridge.name, vip = %v, "answer held back until OVN has programmed the VIP on the integration bridge");
+                        std::time::Instant::now()
+                    });
                     if since.elapsed() < PROGRAMMED_WAIT {
                         hold.push(v);
                     } else {

@@ -473,3 +473,106 @@ fn a_node_whose_switch_restarts_takes_nothing_back_and_no_probe_is_lost() {
     assert_eq!(neighbor.as_deref(), Some(mac.as_str()));
     assert!(programmed > 0, "br-int of node{owner} never programmed");
 }
+
+/// The signal the agent waits for after its switch restarted, shown with packets: the client
+/// sends every probe through one node (its neighbor entry for the VIP pinned to that node's
+/// MAC) while that node's ovs-vswitchd is killed and started again. No probe sent before
+/// ovn-controller has put the VIP's flows back on br-int (flows matching the VIP as
+/// destination) comes back; every probe sent after does. The OVS database tells nothing here:
+/// ovn-controller's `ovn-nb-cfg` on br-int and `ovn-installed` on the ports stay as they were.
+#[test]
+fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bed) = announce_bed::AnnounceBed::start(&vipflow()) else {
+        return;
+    };
+    let node = bed.answering()[0];
+    let mac = testbed::node_mac(node);
+    bed.tb.ip(
+        "client",
+        &[
+            "-4",
+            "neigh",
+            "replace",
+            VIP,
+            "lladdr",
+            &mac,
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    );
+    let prober = announce_bed::Prober::start(bed.client_udp());
+    prober.wait_answered(Duration::from_secs(10));
+    let db_before = bed
+        .tb
+        .vsctl(node, &["get", "Bridge", "br-int", "external_ids"]);
+    bed.tb.kill_vswitchd(node);
+    std::thread::sleep(Duration::from_millis(300));
+    let restarted = Instant::now();
+    bed.tb.start_vswitchd(node);
+    bed.node_flows(node);
+    let needle = format!("nw_dst={VIP}");
+    let br_int = |node: usize| {
+        Command::new("ovs-ofctl")
+            .args(["-O", "OpenFlow13", "dump-flows", "br-int"])
+            .env("OVS_RUNDIR", bed.tb.node_dir(node))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let mut programmed = None;
+    while restarted.elapsed() < Duration::from_secs(15) {
+        if br_int(node).contains(&needle) {
+            programmed = Some(Instant::now());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let programmed = programmed.expect("br-int never held the VIP's flows again");
+    std::thread::sleep(Duration::from_secs(2));
+    let margin = Duration::from_millis(100);
+    let (sent_before, answered_before) = prober.sent_and_answered(
+        restarted,
+        programmed.checked_sub(margin).unwrap_or(restarted),
+    );
+    let (sent_after, answered_after) = prober.sent_and_answered(
+        programmed + margin,
+        programmed + Duration::from_millis(1500),
+    );
+    let first = prober
+        .first_answer_after(restarted, Duration::from_secs(1))
+        .map(|t| t.duration_since(restarted).as_millis());
+    let db_after = bed
+        .tb
+        .vsctl(node, &["get", "Bridge", "br-int", "external_ids"]);
+    let nb_cfg = |ids: &str| {
+        ids.split(", ")
+            .find(|kv| kv.contains("ovn-nb-cfg="))
+            .map(str::to_string)
+    };
+    let _ = bed
+        .tb
+        .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+    eprintln!(
+        "node{node}'s ovs-vswitchd started again: br-int held the VIP's flows after {} ms; \
+         probes through node{node} sent before that (less {margin:?}): {sent_before}, answered {answered_before}; \
+         sent after (plus {margin:?}, for 1.4 s): {sent_after}, answered {answered_after}; first answer {first:?} ms after the start; \
+         br-int's {:?} before, {:?} after",
+        programmed.duration_since(restarted).as_millis(),
+        nb_cfg(&db_before),
+        nb_cfg(&db_after),
+    );
+    assert!(sent_before > 10, "{sent_before} probes before");
+    assert_eq!(
+        answered_before, 0,
+        "probes passed before br-int was programmed"
+    );
+    assert!(sent_after > 100, "{sent_after} probes after");
+    assert_eq!(
+        answered_after, sent_after,
+        "probes lost after br-int was programmed"
+    );
+    assert_eq!(nb_cfg(&db_before), nb_cfg(&db_after));
+}

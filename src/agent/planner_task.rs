@@ -50,6 +50,14 @@ impl PlannerTask {
             metrics,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
+        // This node's claims go to the others once the flows that carry them are on the
+        // bridges: a node that gives a VIP up on hearing the claim stops answering only after
+        // the new owner answers.
+        let claims_pending = claims_tx.map(|tx| {
+            let (pending, rx) = watch::channel(None);
+            tokio::spawn(publish_claims(rx, tx, bridge_status_rx.clone()));
+            pending
+        });
         // When this node's drain mark was first seen: it keeps its VIPs for a moment, so that
         // the others take them and announce first.
         let mut drain_since: Option<std::time::Instant> = None;
@@ -118,8 +126,8 @@ impl PlannerTask {
                 }
             };
             let generation = plans.generation;
-            if let (Some(tx), Some(c)) = (&claims_tx, &plans.claims) {
-                tx.send_replace(Arc::clone(c));
+            if let (Some(tx), Some(c)) = (&claims_pending, &plans.claims) {
+                tx.send_replace(Some((generation, Arc::clone(c))));
             }
             if let Some(a) = &plans.announce {
                 let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
@@ -319,6 +327,28 @@ async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) 
         if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
             tracing::warn!(generation, wait = ?ORDER_WAIT, "flows not confirmed in time; removing the rows anyway");
         }
+    }
+}
+
+/// Hand each plan's claims on to the membership once every connected bridge applied that plan
+/// (or [`ORDER_WAIT`] passed): the newest claims only, in plan order.
+async fn publish_claims(
+    mut pending: watch::Receiver<Option<(u64, crate::membership::task::OwnClaims)>>,
+    claims: watch::Sender<crate::membership::task::OwnClaims>,
+    bridges: Vec<watch::Receiver<BridgeStatus>>,
+) {
+    while pending.changed().await.is_ok() {
+        let Some((generation, c)) = pending.borrow_and_update().clone() else {
+            continue;
+        };
+        for rx in &bridges {
+            let mut rx = rx.clone();
+            let done = rx.wait_for(|s| {
+                !s.connected || s.applied_generation.is_some_and(|g| g >= generation)
+            });
+            let _ = tokio::time::timeout(ORDER_WAIT, done).await;
+        }
+        claims.send_replace(c);
     }
 }
 

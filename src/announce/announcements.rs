@@ -39,6 +39,9 @@ pub struct PlacementChange {
 pub struct MembershipView {
     pub live: Arc<BTreeSet<NodeName>>,
     pub claims: imbl::OrdMap<IpAddr, Claim>,
+    /// This node hears nothing from any other (its uplink or its switch is gone): the deaths
+    /// it finds meanwhile are its own cut, not the others'.
+    pub isolated: bool,
 }
 
 /// Who announces what, from this node's side.
@@ -55,8 +58,11 @@ pub struct Announcements {
     nodes_read: (Vec<Arc<core::Node>>, BTreeSet<NodeName>),
     /// The membership's claims as last adopted: only what changed since is adopted again.
     claims_seen: imbl::OrdMap<IpAddr, Claim>,
-    /// This node sees fewer than half of the Nodes (see [`Announcements::in_doubt`]).
+    /// This node sees fewer than half of the Nodes, or hears no one (see
+    /// [`Announcements::in_doubt`]).
     small_side: bool,
+    /// This node heard no one at the last update ([`MembershipView::isolated`]).
+    isolated: bool,
 }
 
 impl Announcements {
@@ -78,6 +84,7 @@ impl Announcements {
             nodes_read: (Vec::new(), BTreeSet::new()),
             claims_seen: imbl::OrdMap::new(),
             small_side: false,
+            isolated: false,
         }
     }
 
@@ -123,19 +130,21 @@ impl Announcements {
             ready.insert(self.node.clone());
         }
         let mut live = ready.clone();
-        let was_small = self.small_side;
+        let was_isolated = self.isolated;
         self.small_side = false;
+        self.isolated = members.is_some_and(|m| m.isolated);
         if let Some(m) = members {
             live.retain(|n| m.live.contains(n));
             // Seeing fewer than half of the nodes, this node is on the small side of a
             // partition (or cut off): it keeps to its own share of the whole and takes no one
-            // else's, or it would answer for every VIP on its side.
-            if live.len() * 2 < ready.len() {
+            // else's, or it would answer for every VIP on its side. Hearing no one at all, it
+            // is cut off whatever its view says yet.
+            if self.isolated || live.len() * 2 < ready.len() {
                 live = ready.clone();
                 self.small_side = true;
             }
         }
-        let entering_doubt = self.small_side && !was_small;
+        let entering_isolation = self.isolated && !was_isolated;
         let whole = !self.small_side && live == ready;
         let no_claims = imbl::OrdMap::new();
         let claims = members.map_or(&no_claims, |m| &m.claims);
@@ -180,9 +189,9 @@ impl Announcements {
             moves.extend(self.placement.adopt(fresh));
         }
         self.claims_seen = claims.clone();
-        if entering_doubt {
-            // Cut off after all: the VIPs this node took while it saw the others die one by
-            // one (the first deaths looked like a majority's view) go back to their owners.
+        if entering_isolation {
+            // Cut off after all: the VIPs this node took since it last saw every node (the
+            // others' deaths it found were its own cut) go back to their owners.
             moves.extend(self.placement.rollback());
         }
         if whole {
@@ -318,6 +327,7 @@ mod tests {
         MembershipView {
             live: Arc::new(live.iter().map(|n| NodeName::from(*n)).collect()),
             claims,
+            isolated: false,
         }
     }
 
@@ -389,9 +399,9 @@ mod tests {
     }
 
     /// n2 is cut off, and its membership finds the others dead one at a time: it sees n3 die
-    /// first (with n1 still live it looks like the big side) and takes n3's VIPs, then n1.
-    /// Alone, it gives back what it took meanwhile; when the cut heals, n3 keeps its VIPs and
-    /// n2 learns that n1 and n3 took its own.
+    /// first (with n1 still live it looks like the big side) and takes n3's VIPs. Then it
+    /// hears no one: it gives back what it took meanwhile; when the cut heals, n3 keeps its
+    /// VIPs and n2 learns that n1 and n3 took its own.
     #[test]
     fn a_cut_off_node_undoes_what_it_took_before_it_knew_it_was_cut_off() {
         let all = [
@@ -408,7 +418,14 @@ mod tests {
         let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
         let took = each[1].update(&v, &all, Some(&view(&["n1", "n2"], &[])));
         assert!(took.turns.iter().all(|t| t.here) && !took.turns.is_empty());
-        let alone = each[1].update(&v, &all, Some(&view(&["n2"], &[])));
+        let alone = each[1].update(
+            &v,
+            &all,
+            Some(&MembershipView {
+                isolated: true,
+                ..view(&["n1", "n2"], &[])
+            }),
+        );
         assert_eq!(alone.turns.len(), took.turns.len());
         assert_eq!(here(&each[1]), first[1]);
         for i in [0, 2] {

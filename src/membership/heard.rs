@@ -136,6 +136,7 @@ impl HeardClaims {
         MembershipView {
             live: Arc::new(live),
             claims: self.claims.clone(),
+            isolated: false,
         }
     }
 }

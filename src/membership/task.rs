@@ -27,6 +27,11 @@ pub type OwnClaims = Arc<BTreeMap<IpAddr, u64>>;
 
 /// How long a starting member waits to hear from the others before it trusts its own view.
 const SETTLE: Duration = Duration::from_secs(2);
+/// Hearing nothing from any other node for this long, this node is cut off (its uplink or its
+/// switch is gone): every other member probes it, and answers its probes, several times as
+/// often. Shorter than the membership takes to find a member dead, so that a node that is cut
+/// off knows it before it finds the others dead.
+const ISOLATED_AFTER: Duration = Duration::from_millis(400);
 /// How often this node's complete claims go to one member in turn, besides the sends on every
 /// change and to every member that joins: a lost datagram is made good within a few rounds.
 const RESEND_EVERY: Duration = Duration::from_secs(2);
@@ -98,6 +103,10 @@ struct Looping {
     sent: BTreeMap<IpAddr, u64>,
     /// Which member gets the next complete resend.
     resend_turn: usize,
+    /// When a datagram from another node last arrived.
+    last_heard: Instant,
+    /// Nothing arrived for [`ISOLATED_AFTER`].
+    isolated: bool,
 }
 
 impl MembershipTask {
@@ -157,6 +166,8 @@ impl MembershipTask {
             settled: false,
             sent: BTreeMap::new(),
             resend_turn: 0,
+            last_heard: Instant::now(),
+            isolated: false,
         };
         let started = Instant::now();
         let mut refused = 0u64;
@@ -175,17 +186,33 @@ impl MembershipTask {
                 .book
                 .next_expiry()
                 .map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
-            let wake = [next, settle_at, expiry].into_iter().flatten().min();
+            let cut_at =
+                (!st.isolated && !seeds.is_empty()).then_some(st.last_heard + ISOLATED_AFTER);
+            let wake = [next, settle_at, expiry, cut_at]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
-                    match set.receive_any(now_ms(), &buf[..n]) {
+                    let got = set.receive_any(now_ms(), &buf[..n]);
+                    if got.is_ok() {
+                        st.last_heard = Instant::now();
+                        if st.isolated {
+                            st.isolated = false;
+                            tracing::info!("membership: hearing the others again");
+                            if st.settled {
+                                self.publish(&st);
+                            }
+                        }
+                    }
+                    match got {
                         Ok(Received::Membership(out)) => {
                             self.handle(&socket, &mut set, out, &mut st).await;
                         }
                         Ok(Received::Claims(msg)) => {
                             if st.book.heard(&msg) && st.settled {
-                                self.publish(&st.book);
+                                self.publish(&st);
                             }
                         }
                         Err(e) => {
@@ -200,9 +227,16 @@ impl MembershipTask {
                 }
                 _ = sleep_until(wake) => {
                     let now = Instant::now();
+                    if !st.isolated && !seeds.is_empty() && now >= st.last_heard + ISOLATED_AFTER {
+                        st.isolated = true;
+                        tracing::info!(silent_for = ?now.duration_since(st.last_heard), "membership: hearing no one; this node is cut off");
+                        if st.settled {
+                            self.publish(&st);
+                        }
+                    }
                     self.settle(&set, &seeds, &mut st, now >= started + SETTLE);
                     if st.book.expire(now_ms()) && st.settled {
-                        self.publish(&st.book);
+                        self.publish(&st);
                     }
                     let due: Vec<(Instant, u64)> = st.timers.range(..=(now, u64::MAX)).map(|(k, _)| *k).collect();
                     for k in due {
@@ -282,7 +316,7 @@ impl MembershipTask {
         let everyone = set.rejoin_target(seeds, 0).is_none() && set.live().len() > 1;
         if force || (everyone && st.book.all_heard()) {
             st.settled = true;
-            self.publish(&st.book);
+            self.publish(st);
         }
     }
 
@@ -344,18 +378,19 @@ impl MembershipTask {
                 self.send_claims(socket, set, &mine, true, &addrs).await;
             }
             if st.settled {
-                self.publish(&st.book);
+                self.publish(st);
             }
         }
     }
 
-    fn publish(&self, book: &HeardClaims) {
-        let view = book.view();
-        let changed = self
-            .live
-            .borrow()
-            .as_ref()
-            .is_none_or(|v| v.live != view.live || v.claims != view.claims);
+    fn publish(&self, st: &Looping) {
+        let view = MembershipView {
+            isolated: st.isolated,
+            ..st.book.view()
+        };
+        let changed = self.live.borrow().as_ref().is_none_or(|v| {
+            v.live != view.live || v.claims != view.claims || v.isolated != view.isolated
+        });
         if changed {
             if self
                 .live

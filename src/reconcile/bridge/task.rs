@@ -294,7 +294,11 @@ impl Session {
                 .collect();
             self.held_since.retain(|v, _| new.contains(v));
             if !new.is_empty() {
-                let ready = self.programmed.ready(&new).await;
+                let integration = match &self.ports.db {
+                    crate::plan::ports::OvsDb::Known(v) => v.integration_bridge.clone(),
+                    _ => None,
+                };
+                let ready = self.programmed.ready(integration.as_deref(), &new).await;
                 for v in new {
                     if ready.contains(&v) {
                         self.held_since.remove(&v);
@@ -623,56 +627,64 @@ impl Session {
 /// destination (its gateway router's DNAT stage), all of a full install in one go after the
 /// switch restarted. The OVS database tells nothing here: ovn-controller's `ovn-nb-cfg` and
 /// `ovn-installed` marks are written when the Northbound configuration or a port binding
-/// changes, and stay as they were across a restart of ovs-vswitchd.
+/// changes, and stay as they were across a restart of ovs-vswitchd. Only a node the database
+/// names an OVN chassis (`external_ids:ovn-remote`) waits; its integration bridge is
+/// `external_ids:ovn-bridge` (`br-int`), reached beside the bridge vipflow writes.
 struct Programmed {
-    /// `unix:<rundir>/<integration bridge>.mgmt`; `None`: the bridge is reached over TCP, and
-    /// so is no local integration bridge known.
-    target: Option<String>,
+    /// The directory of the bridge's `unix:` socket; `None` over TCP (no local integration
+    /// bridge known).
+    rundir: Option<std::path::PathBuf>,
     config: openflow::Config,
-    conn: Option<Connection>,
+    /// The integration bridge's target and a session with it.
+    conn: Option<(String, Connection)>,
     /// Said once that there is no integration bridge to read.
     told: bool,
 }
 
-/// The bridge OVN programs.
-const INTEGRATION_BRIDGE: &str = "br-int";
-
 impl Programmed {
     fn new(s: &BridgeSettings) -> Programmed {
-        let target = s.target.strip_prefix("unix:").and_then(|path| {
-            let dir = std::path::Path::new(path).parent()?;
-            Some(format!(
-                "unix:{}",
-                dir.join(format!("{INTEGRATION_BRIDGE}.mgmt")).display()
-            ))
-        });
+        let rundir = s
+            .target
+            .strip_prefix("unix:")
+            .and_then(|path| Some(std::path::Path::new(path).parent()?.to_path_buf()));
         Programmed {
-            target,
+            rundir,
             config: s.openflow.clone(),
             conn: None,
             told: false,
         }
     }
 
-    /// Those of `vips` that OVN has programmed; all of them where there is no integration
-    /// bridge to read (not an OVN node: nothing to wait for).
-    async fn ready(&mut self, vips: &[std::net::IpAddr]) -> Vec<std::net::IpAddr> {
-        let Some(target) = &self.target else {
+    /// Those of `vips` that OVN has programmed on `bridge` (the integration bridge; `None`:
+    /// this node is no OVN chassis, nothing to wait for).
+    async fn ready(
+        &mut self,
+        bridge: Option<&str>,
+        vips: &[std::net::IpAddr],
+    ) -> Vec<std::net::IpAddr> {
+        let (Some(bridge), Some(dir)) = (bridge, &self.rundir) else {
             return vips.to_vec();
         };
-        if self.conn.is_none() {
-            match Connection::connect(target, self.config.clone()).await {
-                Ok((c, _events)) => self.conn = Some(c),
+        let target = format!("unix:{}", dir.join(format!("{bridge}.mgmt")).display());
+        if self.conn.as_ref().is_none_or(|(t, _)| *t != target) {
+            self.conn = None;
+            match Connection::connect(&target, self.config.clone()).await {
+                Ok((c, _events)) => {
+                    self.conn = Some((target.clone(), c));
+                    self.told = false;
+                }
                 Err(e) => {
+                    // Not up yet (the switch is starting): the answers wait, at most
+                    // PROGRAMMED_WAIT.
                     if !self.told {
-                        tracing::info!(target = %target, error = %e, "no integration bridge to read: VIPs are answered without waiting for OVN");
+                        tracing::warn!(target = %target, error = %e, "the integration bridge cannot be read yet; answers wait for it");
                         self.told = true;
                     }
-                    return vips.to_vec();
+                    return Vec::new();
                 }
             }
         }
-        let Some(conn) = &self.conn else {
+        let Some((_, conn)) = &self.conn else {
             return vips.to_vec();
         };
         let mut ready = Vec::new();

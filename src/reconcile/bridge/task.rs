@@ -240,17 +240,10 @@ impl Session {
         Ok(rejected.is_empty())
     }
 
-    /// Tell the network about `vips` (the VIPs a write made this node answer for) and those
-    /// the plan asks to announce again, by gratuitous ARP or unsolicited neighbor advertisement
-    /// ([`garp`]).
-    fn announce(
-        &self,
-        s: &BridgeSettings,
-        plan: &DesiredFlows,
-        roles: &Roles,
-        mut vips: Vec<std::net::IpAddr>,
-    ) {
-        let _ = plan;
+    /// Tell the network about `vips` (the VIPs a write made this node answer for, and those the
+    /// plan asks to announce again whose answers are on the switch), by gratuitous ARP or
+    /// unsolicited neighbor advertisement ([`garp`]).
+    fn announce(&self, s: &BridgeSettings, roles: &Roles, mut vips: Vec<std::net::IpAddr>) {
         vips.sort_unstable();
         vips.dedup();
         if let (Ok(uplink), Some(mac)) = (&roles.uplink, roles.mac) {
@@ -427,7 +420,7 @@ impl Session {
                     if let Err(e) = self.conn.barrier().await {
                         return SessionEnd::Lost(e);
                     }
-                    self.announce(s, &plan, roles, vips);
+                    self.announce(s, roles, vips);
                 }
             }
             let mut recheck_at = held.then(|| tokio::time::Instant::now() + RECHECK_EVERY);

@@ -80,7 +80,8 @@ pub struct Placement {
     failback: bool,
     vips: BTreeMap<IpAddr, Eligible>,
     live: BTreeSet<NodeName>,
-    owners: BTreeMap<IpAddr, NodeName>,
+    /// Persistent: a snapshot for the report is a pointer copy, taken after every update.
+    owners: imbl::OrdMap<IpAddr, NodeName>,
     /// The VIPs each node owns.
     owned: HashMap<NodeName, BTreeSet<IpAddr>>,
 }
@@ -101,6 +102,11 @@ impl Placement {
     /// The owner of `vip`, if any live eligible node exists.
     pub fn owner(&self, vip: IpAddr) -> Option<&NodeName> {
         self.owners.get(&vip)
+    }
+
+    /// Every VIP's owner, as a snapshot that later changes do not touch.
+    pub fn owners(&self) -> imbl::OrdMap<IpAddr, NodeName> {
+        self.owners.clone()
     }
 
     /// The VIPs `node` answers for.
@@ -226,7 +232,7 @@ impl Placement {
             let orphans: Vec<IpAddr> = self
                 .vips
                 .keys()
-                .filter(|v| !self.owners.contains_key(v))
+                .filter(|v| !self.owners.contains_key(*v))
                 .copied()
                 .collect();
             for vip in orphans {
@@ -247,6 +253,10 @@ impl Placement {
     }
 
     fn set(&mut self, vip: IpAddr, to: Option<NodeName>, moves: &mut Vec<Move>) {
+        // Untouched, the owners stay the same snapshot (a write of the same owner copies).
+        if self.owners.get(&vip) == to.as_ref() {
+            return;
+        }
         let from = match &to {
             Some(n) => self.owners.insert(vip, n.clone()),
             None => self.owners.remove(&vip),

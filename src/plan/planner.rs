@@ -67,6 +67,9 @@ pub struct NorthboundRows {
 pub struct AnnounceState {
     pub here: Vec<IpAddr>,
     pub live: Vec<crate::announce::placement::NodeName>,
+    /// Every VIP's owner, as this node sees it: whose answer each Service's record names
+    /// ([`crate::announce::record`]).
+    pub owners: imbl::OrdMap<IpAddr, crate::announce::placement::NodeName>,
 }
 
 /// What one update produced.
@@ -161,10 +164,17 @@ impl Planner {
                 &changed,
             );
             taken = change.turns.iter().filter(|t| t.here).count();
-            if self.announce_state.is_none() || !change.turns.is_empty() || change.live_changed {
+            let owners = a.owners();
+            // VIPs also move between other nodes (their endpoints, their labels).
+            let moved = self
+                .announce_state
+                .as_ref()
+                .is_none_or(|s| !s.owners.ptr_eq(&owners));
+            if moved || !change.turns.is_empty() || change.live_changed {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: a.here().copied().collect(),
                     live: a.live().iter().cloned().collect(),
+                    owners,
                 }));
             }
             let again: Vec<IpAddr> = if change.joined {

@@ -16,6 +16,7 @@ mod queue;
 mod sink;
 mod writer;
 
+pub(crate) use queue::Bucket;
 pub use sink::{EventCounters, EventSink, SinkConfig, SinkKind};
 pub use writer::{EventsError, SAID_BY, STATEMENT, event_object, said_by, statement_of};
 

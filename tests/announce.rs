@@ -1,4 +1,4 @@
-//! L2 announcement with real packets (issue 14): three nodes on one L2 segment run
+//! L2 announcement with real packets: three nodes on one L2 segment run
 //! `vipflow agent --announce`, no node has a VIP on any interface, and the client finds the
 //! IPv4 VIP by ARP and the IPv6 VIP by neighbor solicitation alone. Exactly one node answers
 //! each, from its br-ex MAC; when that node stops being Ready, another takes the VIP and its

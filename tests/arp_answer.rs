@@ -1,4 +1,4 @@
-//! The ARP and ND answers (issue 14) as the planner makes them, on a real ovs-vswitchd:
+//! The ARP and ND answers as the planner makes them, on a real ovs-vswitchd:
 //! `ofproto/trace` of an ARP request or a neighbor solicitation for an owned VIP from the
 //! uplink shows it turned into the reply, sent back out of the uplink, and nothing sent to OVN
 //! or the host; a request for a VIP another node owns is dropped, and an advertisement from

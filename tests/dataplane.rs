@@ -962,7 +962,7 @@ fn a_fragmented_udp_datagram_to_a_vip_reaches_the_pod() {
     }
 }
 
-/// Issue 13 on real packets: a LoadBalancer Service with no address gets one from a VipPool
+/// Allocation on real packets: a LoadBalancer Service with no address gets one from a VipPool
 /// (the allocator, against the Kubernetes API test server, writes it into the Service's
 /// status); the agents take the Service as the API server then holds it, and TCP to the
 /// allocated address reaches a pod and comes back.

@@ -1,4 +1,4 @@
-//! Unplanned failover with real packets (issue 14): three nodes announce a VIP with the
+//! Unplanned failover with real packets: three nodes announce a VIP with the
 //! membership on; the owner's uplink is cut while the client probes the VIP every 10 ms, and
 //! another node must take the VIP and answer. The figures of many trials are
 //! `cargo bench --bench failover`; this test runs two and bounds each generously, to catch a

@@ -1,4 +1,4 @@
-//! L2 announcement (issue 14): one node answers ARP and neighbor solicitations for each VIP from
+//! L2 announcement: one node answers ARP and neighbor solicitations for each VIP from
 //! its own bridge, and the answer moves when that node goes.
 //! - [`placement`]: which node answers for each VIP (rendezvous hashing over the live nodes);
 //! - [`announcements`]: the placement kept up to date by each snapshot, and the VIPs this node

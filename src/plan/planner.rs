@@ -88,9 +88,6 @@ pub enum Membership {
 pub struct AnnounceState {
     pub here: Vec<IpAddr>,
     pub live: Vec<crate::announce::placement::NodeName>,
-    /// Every VIP's owner, as this node sees it: whose answer each Service's record names
-    /// ([`crate::announce::record`]).
-    pub owners: imbl::OrdMap<IpAddr, crate::announce::placement::NodeName>,
 }
 
 /// What one update produced.
@@ -245,17 +242,14 @@ impl Planner {
             } else {
                 a.here().copied().collect()
             };
-            let owners = a.owners();
-            // VIPs also move between other nodes (their endpoints, their labels).
-            let moved = self
-                .announce_state
-                .as_ref()
-                .is_none_or(|s| !s.owners.ptr_eq(&owners));
-            if moved || !change.turns.is_empty() || change.live_changed || self.withdrawn {
+            if self.announce_state.is_none()
+                || !change.turns.is_empty()
+                || change.live_changed
+                || self.withdrawn
+            {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: here.clone(),
                     live: a.live().iter().cloned().collect(),
-                    owners,
                 }));
             }
             let again: Vec<IpAddr> = if change.joined { here } else { Vec::new() };
@@ -282,7 +276,6 @@ impl Planner {
             self.announce_state = Some(Arc::new(AnnounceState {
                 here: Vec::new(),
                 live: Vec::new(),
-                owners: Default::default(),
             }));
         }
         let bridges = deltas

@@ -28,7 +28,6 @@ mod applied;
 mod conn;
 mod garp;
 mod heard;
-mod programmed;
 mod state;
 mod task;
 

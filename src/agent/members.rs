@@ -12,8 +12,6 @@ use tokio::sync::watch;
 /// A running membership.
 pub struct Members {
     pub live: watch::Receiver<LiveMembers>,
-    /// This node's claims, from the planner.
-    pub claims: watch::Sender<crate::membership::task::OwnClaims>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -49,7 +47,6 @@ pub fn start(
     let key = Key::from_secret(&secret).map_err(|source| MembersError::Key { path, source })?;
     let (live_tx, live) = watch::channel(None);
     let (stop, stop_rx) = watch::channel(false);
-    let (claims, claims_rx) = watch::channel(Arc::default());
     let task = tokio::spawn(
         MembershipTask {
             settings: cfg.membership.settings(),
@@ -58,28 +55,36 @@ pub fn start(
             address: cfg.membership.address,
             objects,
             live: live_tx,
-            claims: claims_rx,
             stop: stop_rx,
         }
         .run(),
     );
-    Ok(Some(Members {
-        live,
-        claims,
-        stop,
-        task,
-    }))
+    Ok(Some(Members { live, stop, task }))
 }
 
 impl Members {
-    /// Leave the membership: the others take this node's VIPs at once; after
-    /// [`crate::membership::task::HANDOVER`] this node's answers go, and this waits until the
-    /// bridges hold that.
+    /// Leave the membership: the others take this node's VIPs at once, and after
+    /// [`crate::membership::task::HANDOVER`] this node's planner sees itself gone and stops
+    /// answering; then wait until the bridges applied that.
     pub async fn leave(self, running: &mut super::Running) {
+        let before = *running.generation.borrow();
         let _ = self.stop.send(true);
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
-        tokio::time::sleep(crate::membership::task::HANDOVER).await;
-        if !running.withdraw(Duration::from_secs(2)).await {
+        let wait = crate::membership::task::HANDOVER + Duration::from_secs(1);
+        let _ = tokio::time::timeout(wait, self.task).await;
+        let withdrawn = async {
+            let g = running
+                .generation
+                .wait_for(|g| *g > before)
+                .await
+                .map(|g| *g);
+            if let Ok(g) = g {
+                running.wait_applied(g).await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(2), withdrawn)
+            .await
+            .is_err()
+        {
             tracing::warn!("this node's answers may still be on the switch");
         }
     }

@@ -96,17 +96,6 @@ pub enum MembershipError {
     Unsealed(#[from] SealError),
     #[error("membership datagram not understood: {0}")]
     Protocol(String),
-    #[error("claims datagram refused: {0}")]
-    Claims(#[from] super::claims::ClaimsError),
-}
-
-/// A datagram this node accepted.
-#[derive(Debug)]
-pub enum Received {
-    /// The membership's own: what it produced.
-    Membership(Outputs),
-    /// A member's claims to its VIPs.
-    Claims(super::claims::ClaimsMessage),
 }
 
 /// What a step produced: datagrams to send, timers to set, and whether the live set changed.
@@ -124,7 +113,6 @@ pub struct MemberSet {
     foca: Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>,
     runtime: AccumulatingRuntime<Peer>,
     key: Key,
-    claims_key: Key,
     me: Peer,
     live: BTreeSet<NodeName>,
 }
@@ -148,7 +136,6 @@ impl MemberSet {
         Ok(MemberSet {
             foca,
             runtime: AccumulatingRuntime::new(),
-            claims_key: key.for_claims(),
             key,
             me,
             live,
@@ -191,48 +178,6 @@ impl MemberSet {
         let out = self.drain(now_ms);
         r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
         Ok(out)
-    }
-
-    /// A datagram from the network, either the membership's own or a member's claims
-    /// ([`super::claims`]). One sealed with neither key, or stale, or unreadable is refused.
-    pub fn receive_any(
-        &mut self,
-        now_ms: u64,
-        datagram: &[u8],
-    ) -> Result<Received, MembershipError> {
-        match self.key.open(now_ms, datagram) {
-            Ok(payload) => {
-                let r = self.foca.handle_data(payload, &mut self.runtime);
-                let out = self.drain(now_ms);
-                r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
-                Ok(Received::Membership(out))
-            }
-            Err(super::seal::SealError::Forged) => {
-                let payload = self.claims_key.open(now_ms, datagram)?;
-                Ok(Received::Claims(super::claims::ClaimsMessage::decode(
-                    payload,
-                )?))
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// `payload` (an encoded [`super::claims::ClaimsMessage`]) sealed for sending.
-    pub fn seal_claims(&self, now_ms: u64, payload: &[u8]) -> Vec<u8> {
-        self.claims_key.seal(now_ms, payload)
-    }
-
-    /// The largest claims payload that keeps a datagram under the MTU.
-    pub const CLAIMS_BUDGET: usize = 1400 - super::seal::OVERHEAD;
-
-    /// Where each member other than this node listens.
-    pub fn member_addrs(&self) -> Vec<(NodeName, SocketAddr)> {
-        self.foca
-            .iter_members()
-            .map(|m| m.id())
-            .filter(|p| !p.node.is_empty())
-            .map(|p| (NodeName::from(p.node.as_str()), p.addr))
-            .collect()
     }
 
     /// A timer that came due.

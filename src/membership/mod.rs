@@ -9,15 +9,9 @@
 //! - [`member_set`]: the sans-IO core: foca with an accumulating runtime, fed datagrams and
 //!   timers with the current time, handing back datagrams to send, timers to set and the live
 //!   node set;
-//! - [`claims`]: the owners' claims to their VIPs, which the nodes send each other beside the
-//!   membership's own datagrams ([`crate::announce::placement::Claim`]);
-//! - [`heard`]: the sans-IO bookkeeping of those claims: the best claim per VIP, and which
-//!   newly seen members have not been heard out yet;
 //! - [`task`]: the tokio shell (the UDP socket and the timers).
 
-pub mod claims;
 pub mod config;
-pub mod heard;
 pub mod member_set;
 pub mod peer;
 pub mod seal;

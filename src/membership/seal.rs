@@ -52,12 +52,6 @@ impl Key {
         Ok(Key(blake3::derive_key("vipflow membership datagram v1", s)))
     }
 
-    /// The key the owners' claims are sealed with ([`super::claims`]): derived from this one,
-    /// so a claims datagram never passes for a membership one, nor the other way round.
-    pub fn for_claims(&self) -> Key {
-        Key(blake3::derive_key("vipflow membership claims v1", &self.0))
-    }
-
     fn tag(&self, time: &[u8; 8], payload: &[u8]) -> blake3::Hash {
         let mut h = blake3::Hasher::new_keyed(&self.0);
         h.update(time);

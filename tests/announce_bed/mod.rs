@@ -34,15 +34,6 @@ pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 /// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIPs
 /// (IPv4 and IPv6) on TCP 80 and UDP 53, one endpoint per node and family.
 pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
-    objects_with(ready, drained, [true; NODES])
-}
-
-/// [`objects`] with `web`'s endpoints only on the nodes `endpoints` names.
-pub fn objects_with(
-    ready: [bool; NODES],
-    drained: Option<usize>,
-    endpoints: [bool; NODES],
-) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
     for (i, r) in (1..=NODES).zip(ready) {
         let mark = if drained == Some(i) {
@@ -61,7 +52,6 @@ pub fn objects_with(
     );
     for (slice, family) in [("web-1", "IPv4"), ("web-6", "IPv6")] {
         let eps: String = (1..=NODES)
-            .filter(|i| endpoints[i - 1])
             .map(|i| {
                 let ip = if family == "IPv4" {
                     testbed::pod_ip(i, 'a')
@@ -87,22 +77,11 @@ pub fn write_objects(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Node `i`'s br-ex flows as `ovs-ofctl dump-flows` prints them; none while its
-/// ovs-vswitchd is away.
-fn br_ex_flows(tb: &Testbed, i: usize) -> String {
-    std::process::Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow13", "dump-flows", "br-ex"])
-        .env("OVS_RUNDIR", tb.node_dir(i))
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
 /// The nodes whose br-ex has the ARP answer for the VIP.
 pub fn answering(tb: &Testbed) -> Vec<usize> {
     (1..=NODES)
         .filter(|&i| {
-            br_ex_flows(tb, i)
+            tb.ofctl(i, &["dump-flows", "br-ex"])
                 .lines()
                 .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
         })
@@ -113,7 +92,7 @@ pub fn answering(tb: &Testbed) -> Vec<usize> {
 pub fn answering6(tb: &Testbed) -> Vec<usize> {
     (1..=NODES)
         .filter(|&i| {
-            let flows = br_ex_flows(tb, i);
+            let flows = tb.ofctl(i, &["dump-flows", "br-ex"]);
             let has = |step: &str| {
                 flows
                     .lines()
@@ -283,20 +262,6 @@ impl AnnounceBed {
         a
     }
 
-    /// Take `web`'s endpoint on node `node` out (its pod goes), and wait until every chassis
-    /// has programmed that.
-    pub fn without_endpoint_on(&self, node: usize) {
-        let mut on = [true; NODES];
-        on[node - 1] = false;
-        write_objects(&self.objects, &objects_with([true; NODES], None, on));
-        let pod = testbed::pod_ip(node, 'a');
-        eventually("the endpoint gone from the Northbound row", 30, || {
-            let lbs = self.tb.nbctl(&["lb-list"]);
-            lbs.contains(&format!("{VIP}:53")) && !lbs.contains(&pod)
-        });
-        self.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
-    }
-
     /// Mark node `node` for drain in the objects file (in one step, as an editor would).
     pub fn drain(&self, node: usize) {
         write_objects(&self.objects, &objects([true; NODES], Some(node)));
@@ -305,44 +270,6 @@ impl AnnounceBed {
     /// The nodes whose br-ex has the ARP answer for the VIP.
     pub fn answering(&self) -> Vec<usize> {
         answering(&self.tb)
-    }
-
-    /// The nodes whose br-ex has the ND answer for the IPv6 VIP.
-    pub fn answering6(&self) -> Vec<usize> {
-        answering6(&self.tb)
-    }
-
-    /// Put node `node`'s stand-in OVN-Kubernetes flows back on br-ex (after its ovs-vswitchd
-    /// restarted), as OVN-Kubernetes does.
-    pub fn node_flows(&self, node: usize) {
-        let out = std::process::Command::new(testkit::scripts_dir().join("testbed.sh"))
-            .args([
-                "node-flows",
-                &self.tb.path().display().to_string(),
-                &node.to_string(),
-            ])
-            .output()
-            .expect("run testbed.sh node-flows");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Node `node`'s agent log.
-    pub fn log_of(&self, node: usize) -> String {
-        self.log(node)
-    }
-
-    /// The log lines of `node` written at or after `since` that contain `needle`.
-    pub fn lines_after(&self, node: usize, since: SystemTime, needle: &str) -> Vec<String> {
-        self.log(node)
-            .lines()
-            .filter(|l| l.contains(needle))
-            .filter(|l| log_time(l).is_some_and(|t| t >= since))
-            .map(str::to_string)
-            .collect()
     }
 
     fn log(&self, node: usize) -> String {
@@ -413,15 +340,15 @@ impl AnnounceBed {
             outage_ms: answered.map(|t| t.duration_since(cut).as_secs_f64() * 1e3),
             heal_ms: None,
         };
-        // Heal: the uplink back, the membership whole, the VIP stays with its new owner
-        // (placement is sticky) and answers. While cut off, the old owner kept its answer (it
-        // saw too few nodes to take or drop any): until it hears the new owner's claim, two
-        // nodes answer.
+        // Heal: the uplink back, the membership whole, the VIP back on its owner (placement
+        // is consistent: it fails back) and answering again. While cut off, the owner kept its
+        // answer (it saw too few nodes to take or drop any): until the new owner sees it again,
+        // two nodes answer.
         self.tb.restore_uplink(owner);
         let healing = Instant::now();
         let deadline = healing + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.answering() == [next] {
+            if self.answering() == [owner] {
                 trial.heal_ms = Some(healing.elapsed().as_secs_f64() * 1e3);
                 break;
             }
@@ -430,11 +357,11 @@ impl AnnounceBed {
         eventually("the membership whole again", 30, || {
             (1..=NODES).all(|i| self.last_live(i).is_some_and(|l| l.len() == NODES))
         });
-        eventually("one node answering again, the new owner", 30, || {
-            self.answering() == [next]
+        eventually("one node answering again", 30, || {
+            self.answering() == [owner]
         });
-        let mac = testbed::node_mac(next);
-        eventually("the client's neighbor entry on the new owner", 30, || {
+        let mac = testbed::node_mac(owner);
+        eventually("the client's neighbor entry on the owner again", 30, || {
             self.client_neighbor().as_deref() == Some(mac.as_str())
         });
         prober.wait_answered(Duration::from_secs(10));
@@ -465,8 +392,7 @@ pub struct Trial {
     pub garp_ms: Option<f64>,
     /// The first probe answered after the cut: the outage.
     pub outage_ms: Option<f64>,
-    /// After the uplink is back: one node answers again, the new owner (the duplicate answers
-    /// stopped, and nothing moved back).
+    /// After the uplink is back: one node answers again (the duplicate answers stopped).
     pub heal_ms: Option<f64>,
 }
 

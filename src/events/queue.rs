@@ -253,7 +253,14 @@ impl Bucket {
             return None;
         }
         let wait = ((1.0 - self.tokens) / self.per_second).max(0.0);
-        let wait = std::time::Duration::try_from_secs_f64(wait).ok()?;
-        self.last.checked_add(wait)
+        // Rounded up, and a nanosecond more: at that instant the token must be whole, or a
+        // clock that only moves when everyone sleeps (paused, in tests) would wake there for
+        // ever, a float's rounding short of it.
+        let nanos = (wait * 1e9).ceil() + 1.0;
+        if !nanos.is_finite() || nanos >= u64::MAX as f64 {
+            return None;
+        }
+        self.last
+            .checked_add(std::time::Duration::from_nanos(nanos as u64))
     }
 }

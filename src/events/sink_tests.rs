@@ -268,3 +268,17 @@ async fn programmed_statements_are_made_when_published_in_their_turn() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn at_the_instant_the_bucket_names_its_token_is_there() {
+    for rate in [3.0, 7.0, 10.0, 33.3, 1000.0] {
+        let mut b = Bucket::new(rate, 1);
+        assert!(b.take());
+        for i in 0..200 {
+            assert!(!b.take(), "{rate} #{i}: a token too early");
+            let at = b.ready_at().expect("a rate");
+            tokio::time::sleep_until(at).await;
+            assert!(b.take(), "{rate} #{i}: woken before the token");
+        }
+    }
+}

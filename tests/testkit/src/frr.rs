@@ -202,9 +202,5 @@ fn run(program: &str, args: &[&str]) {
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{program} {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::check(program, args, out);
 }

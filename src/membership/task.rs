@@ -276,6 +276,13 @@ impl MembershipTask {
     ) {
         for e in &out.watch {
             match e {
+                WatchEvent::Watching { node, watching } => {
+                    if *watching {
+                        tracing::info!(owner = %node, "watch: watching an owner (this node takes its VIPs if it goes)")
+                    } else {
+                        tracing::info!(owner = %node, "watch: no longer watching an owner")
+                    }
+                }
                 WatchEvent::Checking {
                     node,
                     silent_ms,

@@ -137,6 +137,8 @@ impl Message {
 /// Something the watch found, for the log (and the caller's action on `Confirmed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchEvent {
+    /// This node is a successor of `node`'s VIPs now (its first heartbeat came), or no longer.
+    Watching { node: NodeName, watching: bool },
     /// No heartbeat from `node` for `silent_ms`: the helpers are asked.
     Checking {
         node: NodeName,
@@ -297,15 +299,26 @@ impl Watch {
                 if from == *self.me {
                     return out;
                 }
+                let node: NodeName = Arc::from(from.as_str());
                 if !watch {
-                    self.watched.remove(from.as_str());
+                    if self.watched.remove(from.as_str()).is_some() {
+                        out.events.push(WatchEvent::Watching {
+                            node,
+                            watching: false,
+                        });
+                    }
                     return out;
                 }
-                let node: NodeName = Arc::from(from.as_str());
-                let w = self.watched.entry(node.clone()).or_insert(Watched {
-                    addr,
-                    heard: now,
-                    check: None,
+                let w = self.watched.entry(node.clone()).or_insert_with(|| {
+                    out.events.push(WatchEvent::Watching {
+                        node: node.clone(),
+                        watching: true,
+                    });
+                    Watched {
+                        addr,
+                        heard: now,
+                        check: None,
+                    }
                 });
                 w.addr = addr;
                 w.heard = now;

@@ -159,5 +159,31 @@ fn main() {
             "  VIP moves: {}   nodes declared down: {downs}   watch checks: {checks} (cleared by others: {cleared})",
             owners.len() - 1
         );
+        // The successor's link loses the owner's datagrams for 300 ms every 2 s, for the same
+        // time: it misses heartbeats, asks, and is told the owner lives.
+        let owner = bed.settled(&prober);
+        let since = std::time::SystemTime::now();
+        let times = (pause_secs / 2) as usize;
+        bed.lose_from(
+            others[0],
+            owner,
+            Duration::from_millis(300),
+            Duration::from_millis(1700),
+            times,
+        );
+        let checks = bed.log_lines_after(since, "watch: no heartbeat").len();
+        let cleared = bed
+            .log_lines_after(since, "watch: the owner is alive")
+            .len();
+        let downs = bed.log_lines_after(since, "membership: node down").len();
+        let moved = bed.answering() != [owner];
+        println!(
+            "false positives: node{}'s link loses node{owner}'s datagrams for 300 ms every 2 s, {} s ({times} times)",
+            others[0],
+            times * 2
+        );
+        println!(
+            "  VIP moved: {moved}   nodes declared down: {downs}   watch checks: {checks} (cleared by others: {cleared})"
+        );
     }
 }

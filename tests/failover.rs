@@ -108,6 +108,34 @@ fn stalled_successors_move_no_vip() {
     );
     assert_eq!(owners, [vec![owner]], "the VIP moved");
     assert!(downs.is_empty(), "{downs:#?}");
+
+    // Now the successor really misses the owner's heartbeats (300 ms of them dropped on its
+    // link, five times) while the others hear it: it asks, is told the owner lives, and nothing
+    // moves.
+    let since = std::time::SystemTime::now();
+    let watcher = watchers[0];
+    bed.lose_from(
+        watcher,
+        owner,
+        Duration::from_millis(300),
+        Duration::from_secs(1),
+        5,
+    );
+    let checks = bed.log_lines_after(since, "watch: no heartbeat");
+    let cleared = bed.log_lines_after(since, "watch: the owner is alive");
+    let downs = bed.log_lines_after(since, "membership: node down");
+    eprintln!(
+        "node{watcher} missed node{owner}'s heartbeats 5 times for 300 ms: {} checks, {} cleared, {} downs",
+        checks.len(),
+        cleared.len(),
+        downs.len()
+    );
+    assert_eq!(bed.answering(), [owner], "the VIP moved");
+    assert!(downs.is_empty(), "{downs:#?}");
+    assert!(
+        !checks.is_empty() && !cleared.is_empty(),
+        "the watch never asked"
+    );
 }
 
 /// A planned move: start the bed and the prober, do `hand_over` to the owner, and check that

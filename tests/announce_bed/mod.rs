@@ -155,16 +155,24 @@ impl AnnounceBed {
         write_objects(&objects_path, &objects([true; NODES], None));
         let key = tb.path().join("membership.key");
         std::fs::write(&key, "a test secret shared by the three nodes\n").unwrap();
+        // The agents run a link to the binary as it is now: a build that replaces it meanwhile
+        // (a shared target directory) does not change what a restarted agent runs.
+        let own = tb.path().join("vipflow");
+        let bin = if std::fs::hard_link(bin, &own).is_ok() || std::fs::copy(bin, &own).is_ok() {
+            own
+        } else {
+            bin.to_path_buf()
+        };
         let mut bed = AnnounceBed {
             agents: Vec::new(),
-            bin: bin.to_path_buf(),
+            bin: bin.clone(),
             _pods: pods,
             objects: objects_path,
             key,
             tb,
         };
         for i in 1..=NODES {
-            let a = bed.tb.agent_in_node(bin, i, &bed.objects, &bed.args(i));
+            let a = bed.tb.agent_in_node(&bin, i, &bed.objects, &bed.args(i));
             bed.agents.push(a);
         }
         eventually("the Northbound row", 30, || {
@@ -534,6 +542,30 @@ impl AnnounceBed {
         w.sort();
         w.dedup();
         w
+    }
+
+    /// Drop, on `node`'s br-ex, every membership datagram that comes from `from` over the
+    /// wire, for `window`, `times` times with `gap` between: `node` misses `from`'s heartbeats
+    /// while every other node still hears it (a one-way loss on `node`'s link).
+    pub fn lose_from(
+        &self,
+        node: usize,
+        from: usize,
+        window: Duration,
+        gap: Duration,
+        times: usize,
+    ) {
+        let flow = format!(
+            "cookie=0xdead,priority=1000,udp,in_port=eth0,nw_src={},tp_dst=7947,actions=drop",
+            testbed::node_ip(from)
+        );
+        for _ in 0..times {
+            self.tb.ofctl(node, &["add-flow", "br-ex", &flow]);
+            std::thread::sleep(window);
+            self.tb
+                .ofctl(node, &["del-flows", "br-ex", "cookie=0xdead/-1"]);
+            std::thread::sleep(gap);
+        }
     }
 
     /// Lines of every agent's log after `since` that contain `needle`.

@@ -239,7 +239,7 @@ fn main() {
     row("datagrams sent per node per second", format!("{pps:.1}"));
     row("1% loss: whole after 5 s", format!("{lossy_whole}"));
     row(
-        "1% loss, 60 s, nobody fails: false downs (events / nodes)",
+        "1% loss (node2 6 %), 60 s, nobody fails: false downs (events / nodes)",
         format!("{} / {}", false_downs.len(), falsely.len()),
     );
     row(

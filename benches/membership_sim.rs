@@ -1,9 +1,10 @@
-//! The membership and the placement at scale (issue 14): thousands of nodes running the real
-//! membership core ([`vipflow::membership::MemberSet`], foca's SWIM with vipflow's sealed
-//! datagrams) on a simulated network in virtual time, and the placement of 10,000 VIPs over
-//! them. Printed as a table: time to find a failed node (first node, every node), placement
-//! recomputation when a node dies, datagrams per second per node, and false positives with 1%
-//! of the datagrams lost.
+//! The membership and the placement at scale: thousands of nodes running the real membership
+//! core ([`vipflow::membership::MemberSet`]: foca's SWIM and the successors' watch, with
+//! vipflow's sealed datagrams) on a simulated network in virtual time, and the placement of
+//! 10,000 VIPs over them; each node's VIPs' successors watch it, as the agent sets them.
+//! Printed as a table: time to find a failed node (the successors that take its VIPs, the
+//! first node, every node), placement recomputation when a node dies, datagrams per second per
+//! node, and false positives with 1% of the datagrams lost (and with one node's link at 5 %).
 //!
 //! Run: `cargo bench --bench membership_sim` (optionally `-- NODES VIPS [PERIOD_MS RTT_MS
 //! SUSPECT_MS GOSSIP_MS]`, defaults 2000, 10000 and the agent's membership defaults). Virtual time: the figures do not depend on this machine's speed, except the
@@ -16,6 +17,7 @@ use std::time::Instant;
 use vipflow::announce::placement::{Eligible, NodeName, Placement};
 use vipflow::membership::MembershipSettings;
 use vipflow::membership::sim::{SimNetwork, sim_node};
+use vipflow::membership::watch::WatchEvent;
 
 mod support;
 use support::percentile_f64;
@@ -51,10 +53,38 @@ fn main() {
         settings.gossip_every
     );
 
+    // The placement first: who owns each VIP, and who takes it next (the successor, which
+    // watches the owner).
+    let names: BTreeSet<NodeName> = (0..nodes)
+        .map(|i| Arc::from(sim_node(i).as_str()))
+        .collect();
+    let vip_set: BTreeMap<IpAddr, Eligible> = (0..vips)
+        .map(|i| {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            (IpAddr::V4(Ipv4Addr::from(0x0a80_0000 + i)), Eligible::Any)
+        })
+        .collect();
+    let mut p = Placement::consistent();
+    let t = Instant::now();
+    p.set_vips(vip_set.clone());
+    p.set_live(names.clone());
+    let initial = t.elapsed();
+    let index = |n: &NodeName| -> usize { n[4..].parse().unwrap_or(0) };
+    let mut watchers: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); nodes];
+    for v in vip_set.keys() {
+        if let (Some(o), Some(s)) = (p.owner(*v), p.successor(*v)) {
+            watchers[index(o)].insert(index(&s));
+        }
+    }
+    let per_node: Vec<f64> = watchers.iter().map(|w| w.len() as f64).collect();
+
     // A formed cluster (joining thousands of nodes one by one is not what is measured here,
     // and in one process it costs each node's work times the number of nodes).
     let wall = Instant::now();
     let mut net = SimNetwork::formed(nodes, &settings, 1, 0.0, 1);
+    for (i, w) in watchers.iter().enumerate() {
+        net.set_watchers(i, w.iter().copied());
+    }
     net.run_until(5_000);
     let whole = (0..nodes).all(|i| net.live(i).len() == nodes);
     println!(
@@ -72,14 +102,25 @@ fn main() {
     // Failures: ten nodes cut one after the other.
     let mut first = Vec::new();
     let mut all = Vec::new();
+    let mut successors = Vec::new();
     let mut missed = 0;
     for k in 0..FAILURES {
         let dead = 1 + k * (nodes - 1) / FAILURES;
         let name = sim_node(dead);
+        // At a different point of the heartbeats' 20 ms each time.
+        net.run_until(net.now_ms() + 1 + (k as u64 * 7) % 20);
         let cut_at = net.now_ms();
         let seen_before = net.downs.len();
         net.cut(dead);
-        net.run_until(cut_at + 5_000);
+        net.run_until(cut_at + 3_000);
+        // Each of its VIPs' successor (the new owner): when it declared or learned the death.
+        for s in &watchers[dead] {
+            let t = net.downs[seen_before..]
+                .iter()
+                .find(|(_, obs, n)| obs == s && *n == name)
+                .map_or(f64::INFINITY, |(t, _, _)| (*t - cut_at) as f64);
+            successors.push(t);
+        }
         let times: Vec<f64> = {
             let mut per: BTreeMap<usize, u64> = BTreeMap::new();
             for (t, obs, n) in &net.downs[seen_before..] {
@@ -101,20 +142,6 @@ fn main() {
     }
 
     // Placement: a node's death among `nodes`, `vips` VIPs.
-    let names: BTreeSet<NodeName> = (0..nodes)
-        .map(|i| Arc::from(sim_node(i).as_str()))
-        .collect();
-    let vip_set: BTreeMap<IpAddr, Eligible> = (0..vips)
-        .map(|i| {
-            let i = u32::try_from(i).unwrap_or(u32::MAX);
-            (IpAddr::V4(Ipv4Addr::from(0x0a80_0000 + i)), Eligible::Any)
-        })
-        .collect();
-    let mut p = Placement::consistent();
-    let t = Instant::now();
-    p.set_vips(vip_set);
-    p.set_live(names.clone());
-    let initial = t.elapsed();
     let mut death_us = Vec::new();
     let mut moved = Vec::new();
     let mut live = names.clone();
@@ -129,19 +156,50 @@ fn main() {
         p.set_live(live.clone());
     }
 
-    // False positives: 1% loss, nobody fails, 60 s.
+    // False positives: 1% loss, nobody fails, 60 s; node 2's link loses 5 % more (it watches
+    // some owners, and its successors watch it).
     let mut lossy = SimNetwork::formed(nodes, &settings, 1, 0.01, 2);
+    for (i, w) in watchers.iter().enumerate() {
+        lossy.set_watchers(i, w.iter().copied());
+    }
+    lossy.set_link_loss(2, 0.05);
     lossy.run_until(5_000);
     let lossy_whole = (0..nodes).all(|i| lossy.live(i).len() == nodes);
     let from = lossy.downs.len();
+    let events_from = lossy.watch_events.len();
     let t0 = lossy.now_ms();
     lossy.run_until(t0 + 60_000);
     let false_downs = &lossy.downs[from..];
     let falsely: BTreeSet<&String> = false_downs.iter().map(|(_, _, n)| n).collect();
+    let watch_events = &lossy.watch_events[events_from..];
+    let checks = watch_events
+        .iter()
+        .filter(|(_, _, e)| matches!(e, WatchEvent::Checking { .. }))
+        .count();
+    let confirmed = watch_events
+        .iter()
+        .filter(|(_, _, e)| matches!(e, WatchEvent::Confirmed { .. }))
+        .count();
 
     println!();
     println!("{:<58} {:>14}", "figure", "value");
     let row = |name: &str, v: String| println!("{name:<58} {v:>14}");
+    row(
+        "successors of a failed node's VIPs, per node",
+        format!(
+            "{:.1} (max {:.0})",
+            per_node.iter().sum::<f64>() / nodes as f64,
+            per_node.iter().copied().fold(0.0, f64::max)
+        ),
+    );
+    row(
+        "failed node known to each new owner, p50 / p99 (ms)",
+        format!(
+            "{:.0} / {:.0}",
+            percentile_f64(&successors, 50.0),
+            percentile_f64(&successors, 99.0)
+        ),
+    );
     row(
         "failed node found by the first node, p50 / p99 (ms)",
         format!(
@@ -181,11 +239,19 @@ fn main() {
     row("datagrams sent per node per second", format!("{pps:.1}"));
     row("1% loss: whole after 5 s", format!("{lossy_whole}"));
     row(
-        "1% loss, 60 s, nobody fails: false downs (events / nodes)",
+        "1% loss (node2 6 %), 60 s, nobody fails: false downs (events / nodes)",
         format!("{} / {}", false_downs.len(), falsely.len()),
     );
     row(
         "  false positives per node-hour",
         format!("{:.4}", falsely.len() as f64 / (nodes as f64 / 60.0)),
+    );
+    row(
+        "  watch: checks / confirmed downs",
+        format!("{checks} / {confirmed}"),
+    );
+    println!(
+        "(simulated in {:.0} s of wall time)",
+        wall.elapsed().as_secs_f64()
     );
 }

@@ -1,13 +1,14 @@
-//! Unplanned failover with real packets: three nodes announce a VIP with the
-//! membership on; the owner's uplink is cut while the client probes the VIP every 10 ms, and
-//! another node must take the VIP and answer. The figures of many trials are
-//! `cargo bench --bench failover`; this test runs two and bounds each generously, to catch a
-//! failover that does not happen. Without root (no network namespaces) it says so and skips.
+//! Failover with real packets: three nodes announce a VIP with the membership on, the client
+//! probes it every 10 ms. Unplanned: the owner's uplink is cut, or its agent and ovs-vswitchd
+//! are killed, and another node must take the VIP and answer; a stalled successor must move
+//! nothing. Planned: a stopped or drained owner hands over without losing a probe. The figures
+//! of many trials are `cargo bench --bench failover`; these tests bound each generously, to
+//! catch a failover that hangs. Without root (no network namespaces) they say so and skip.
 
 #[path = "announce_bed/mod.rs"]
 mod announce_bed;
 
-use announce_bed::{AnnounceBed, Prober};
+use announce_bed::{AnnounceBed, Fault, Prober, Trial};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -20,37 +21,121 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Ten times the budget (detection, flow and gratuitous ARP within 300 ms at p99): the test
+/// catches a failover that hangs or falls back to SWIM's pace; the figures are the benchmark's.
+const BOUND_MS: f64 = 3_000.0;
+
+fn check(t: &Trial) {
+    assert!(t.next != 0 && t.next != t.owner, "no new owner: {t:?}");
+    let outage = t.outage_ms.expect("the VIP answered again");
+    let detect = t.detect_ms.expect("a surviving node logged the owner down");
+    let garp = t.garp_ms.expect("a gratuitous ARP from the new owner");
+    for (what, v) in [
+        ("detection", detect),
+        ("first GARP", garp),
+        ("outage", outage),
+    ] {
+        assert!(v < BOUND_MS, "{what} {v:.0} ms: {t:?}");
+    }
+    assert!(
+        t.by_watch,
+        "the successor's watch found the owner gone, not SWIM: {t:?}"
+    );
+    // The wire learns MACs and a node serves no frame sent to another node's MAC: nothing is
+    // answered before the new owner's gratuitous ARP moves the client (20 ms: the agent's log
+    // clock beside the test's).
+    assert!(
+        outage + 20.0 >= garp,
+        "answered {outage:.0} ms after the fault, before the GARP at {garp:.0} ms: {t:?}"
+    );
+}
+
 #[test]
-fn a_cut_owner_is_replaced_and_the_vip_answers_again() {
+fn a_cut_or_killed_owner_is_replaced_within_the_bound() {
+    let _serial = one_at_a_time();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
+    let Some(mut bed) = AnnounceBed::start(&bin) else {
+        return;
+    };
+    let prober = Prober::start(bed.client_udp());
+    for fault in [Fault::Cut, Fault::Kill, Fault::Cut] {
+        let t = bed.trial(&prober, fault);
+        eprintln!("{t:?}");
+        check(&t);
+        let heal = t
+            .heal_ms
+            .expect("one node answering after the owner came back");
+        assert!(
+            heal < 10_000.0,
+            "two nodes answered {heal} ms after the heal"
+        );
+    }
+}
+
+/// A successor whose agent stalls (SIGSTOP for 150 ms, again and again) misses the owner's
+/// heartbeats each time; it asks before it acts, the others reach the owner, and nothing
+/// moves. 30 s here; the benchmark runs 5 minutes. (A stalled *owner* is another matter: one
+/// silent for longer than the miss time and the helpers' probe, about 140 ms, is down, as a
+/// BFD peer that misses its packets is.)
+#[test]
+fn stalled_successors_move_no_vip() {
     let _serial = one_at_a_time();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
     let Some(bed) = AnnounceBed::start(&bin) else {
         return;
     };
     let prober = Prober::start(bed.client_udp());
-    for n in 1..=2 {
-        let t = bed.trial(&prober);
-        eprintln!("trial {n}: {t:?}");
-        assert!(t.next != 0 && t.next != t.owner, "no new owner: {t:?}");
-        let outage = t.outage_ms.expect("the VIP answered again");
-        // The target is 1 s; this only catches a failover that hangs.
-        assert!(outage < 10_000.0, "outage {outage} ms");
-        assert!(
-            t.detect_ms.is_some(),
-            "no node logged the owner gone: {t:?}"
-        );
-        assert!(
-            t.garp_ms.is_some(),
-            "no gratuitous ARP from the new owner: {t:?}"
-        );
-        let heal = t
-            .heal_ms
-            .expect("one node answering after the partition healed");
-        assert!(
-            heal < 10_000.0,
-            "two nodes answered {heal} ms after the heal"
-        );
-    }
+    let owner = bed.settled(&prober);
+    let watchers = bed.watchers_only();
+    assert!(
+        !watchers.is_empty(),
+        "a successor that owns nothing (owners {:?})",
+        bed.owners()
+    );
+    let since = std::time::SystemTime::now();
+    let (owners, pauses) = bed.pause_agents(
+        &watchers,
+        Duration::from_millis(150),
+        Duration::from_millis(500),
+        Duration::from_secs(30),
+    );
+    let checks = bed.log_lines_after(since, "watch: no heartbeat");
+    let downs = bed.log_lines_after(since, "membership: node down");
+    eprintln!(
+        "node{watchers:?} paused {pauses} times for 150 ms over 30 s: owners {owners:?}, {} watch checks, {} downs",
+        checks.len(),
+        downs.len()
+    );
+    assert_eq!(owners, [vec![owner]], "the VIP moved");
+    assert!(downs.is_empty(), "{downs:#?}");
+
+    // Now the successor really misses the owner's heartbeats (300 ms of them dropped on its
+    // link, five times) while the others hear it: it asks, is told the owner lives, and nothing
+    // moves.
+    let since = std::time::SystemTime::now();
+    let watcher = watchers[0];
+    bed.lose_from(
+        watcher,
+        owner,
+        Duration::from_millis(300),
+        Duration::from_secs(1),
+        5,
+    );
+    let checks = bed.log_lines_after(since, "watch: no heartbeat");
+    let cleared = bed.log_lines_after(since, "watch: the owner is alive");
+    let downs = bed.log_lines_after(since, "membership: node down");
+    eprintln!(
+        "node{watcher} missed node{owner}'s heartbeats 5 times for 300 ms: {} checks, {} cleared, {} downs",
+        checks.len(),
+        cleared.len(),
+        downs.len()
+    );
+    assert_eq!(bed.answering(), [owner], "the VIP moved");
+    assert!(downs.is_empty(), "{downs:#?}");
+    assert!(
+        !checks.is_empty() && !cleared.is_empty(),
+        "the watch never asked"
+    );
 }
 
 /// A planned move: start the bed and the prober, do `hand_over` to the owner, and check that

@@ -125,6 +125,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         metrics: metrics.clone(),
         pools: cfg.allocate_ips.then_some(pools_rx),
         members: members.as_ref().map(|m| m.live.clone()),
+        successors: members.as_ref().map(|m| m.successors.clone()),
         nb_backoff: cluster.nb_backoff.clone(),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;

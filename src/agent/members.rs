@@ -2,7 +2,7 @@
 
 use super::AgentError;
 use crate::config::Config;
-use crate::membership::task::{LiveMembers, MembershipTask};
+use crate::membership::task::{LiveMembers, MembershipTask, Successors};
 use crate::membership::{Key, KeyError};
 use crate::source::file::Loaded;
 use std::sync::Arc;
@@ -12,6 +12,8 @@ use tokio::sync::watch;
 /// A running membership.
 pub struct Members {
     pub live: watch::Receiver<LiveMembers>,
+    /// Where the planner says who takes this node's VIPs if it goes (they watch it).
+    pub successors: Arc<watch::Sender<Successors>>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -47,6 +49,7 @@ pub fn start(
     let key = Key::from_secret(&secret).map_err(|source| MembersError::Key { path, source })?;
     let (live_tx, live) = watch::channel(None);
     let (stop, stop_rx) = watch::channel(false);
+    let (successors, successors_rx) = watch::channel(Successors::default());
     let task = tokio::spawn(
         MembershipTask {
             settings: cfg.membership.settings(),
@@ -55,11 +58,17 @@ pub fn start(
             address: cfg.membership.address,
             objects,
             live: live_tx,
+            successors: successors_rx,
             stop: stop_rx,
         }
         .run(),
     );
-    Ok(Some(Members { live, stop, task }))
+    Ok(Some(Members {
+        live,
+        successors: Arc::new(successors),
+        stop,
+        task,
+    }))
 }
 
 impl Members {

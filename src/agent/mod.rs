@@ -194,6 +194,8 @@ pub struct AgentOptions {
     pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
     /// The membership's live nodes, when it runs ([`members::start`]).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    /// Where the planner tells the membership who takes this node's VIPs if it goes.
+    pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
     /// The Northbound database's backoff when something dialled it before the agent started
     /// (the read of its schema, [`nb::resolve_node_rows`]); `None`: the writer's own.
     pub nb_backoff: Option<retry::SharedBackoff>,
@@ -311,6 +313,7 @@ pub fn start_with(
             bridge_status: status.iter().map(|(_, rx)| rx.clone()).collect(),
             leader: opts.leader.clone(),
             members: opts.members.clone(),
+            successors: opts.successors.clone(),
             announce: announce_tx,
             metrics: opts.metrics.clone(),
         }
@@ -390,6 +393,7 @@ pub async fn run(
     let members = members::start(&cfg, rx.clone())?;
     let opts = AgentOptions {
         members: members.as_ref().map(|m| m.live.clone()),
+        successors: members.as_ref().map(|m| m.successors.clone()),
         nb_backoff,
         ..AgentOptions::default()
     };

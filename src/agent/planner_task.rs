@@ -21,6 +21,8 @@ pub(super) struct PlannerTask {
     pub leader: Option<watch::Receiver<bool>>,
     /// The membership's live nodes, when this agent runs one (announcing bridges).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    /// Who takes this node's VIPs if it goes, for the membership (they watch this node).
+    pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
     /// What this node announces after each plan, for the status document.
     pub announce: watch::Sender<Option<Arc<crate::plan::planner::AnnounceState>>>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -40,6 +42,7 @@ impl PlannerTask {
             bridge_status: bridge_status_rx,
             leader,
             mut members,
+            successors,
             announce,
             metrics,
         } = self;
@@ -110,6 +113,15 @@ impl PlannerTask {
                 metrics
                     .announce_takeovers
                     .inc_by(u64::try_from(plans.taken).unwrap_or(u64::MAX));
+                if let Some(tx) = &successors {
+                    tx.send_if_modified(|cur| {
+                        let changed = cur.as_slice() != a.successors.as_slice();
+                        if changed {
+                            *cur = Arc::new(a.successors.clone());
+                        }
+                        changed
+                    });
+                }
                 announce.send_if_modified(|cur| {
                     let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, a));
                     if !same {

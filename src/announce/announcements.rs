@@ -167,6 +167,14 @@ impl Announcements {
         self.placement.owned_by(&self.node)
     }
 
+    /// The nodes that take this node's VIPs if it goes (each VIP's successor): they watch it
+    /// ([`crate::membership::watch`]).
+    pub fn successors(&self) -> BTreeSet<NodeName> {
+        self.here()
+            .filter_map(|v| self.placement.successor(*v))
+            .collect()
+    }
+
     /// The nodes that may announce, as of the last update.
     pub fn live(&self) -> &BTreeSet<NodeName> {
         &self.live

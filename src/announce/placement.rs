@@ -103,6 +103,19 @@ impl Placement {
         self.owners.get(&vip)
     }
 
+    /// The node that takes `vip` if its owner goes: the best live eligible node but the owner.
+    /// It watches the owner directly ([`crate::membership::watch`]).
+    pub fn successor(&self, vip: IpAddr) -> Option<NodeName> {
+        let owner = self.owners.get(&vip)?;
+        let eligible = self.vips.get(&vip)?;
+        choose(
+            vip,
+            self.live
+                .iter()
+                .filter(|n| *n != owner && eligible.allows(n)),
+        )
+    }
+
     /// The VIPs `node` answers for.
     pub fn owned_by(&self, node: &str) -> impl Iterator<Item = &IpAddr> {
         self.owned.get(node).into_iter().flatten()
@@ -363,6 +376,32 @@ mod tests {
         let moves = p.set_live(nodes(4));
         assert_eq!(moves.len(), 1);
         assert!(moves[0].to == Some(node(1)) || moves[0].to == Some(node(2)));
+    }
+
+    #[test]
+    fn the_successor_is_who_takes_the_vip_when_its_owner_dies() {
+        let vips: BTreeMap<IpAddr, Eligible> = (0..200).map(|i| (vip(i), Eligible::Any)).collect();
+        for mut p in [Placement::default(), Placement::consistent()] {
+            p.set_live(nodes(7));
+            p.set_vips(vips.clone());
+            for v in vips.keys() {
+                let owner = p.owner(*v).cloned().expect("owned");
+                let next = p.successor(*v).expect("a successor");
+                assert_ne!(next, owner);
+                let mut after = p.clone();
+                let mut live = nodes(7);
+                live.remove(&owner);
+                after.set_live(live);
+                assert_eq!(after.owner(*v), Some(&next), "{v}");
+            }
+        }
+        // Alone, or no other eligible node: no successor.
+        let mut p = Placement::default();
+        p.set_live(nodes(3));
+        let only = Arc::new(BTreeSet::from([node(1)]));
+        p.set_vips(BTreeMap::from([(vip(1), Eligible::Nodes(only))]));
+        assert_eq!(p.owner(vip(1)), Some(&node(1)));
+        assert_eq!(p.successor(vip(1)), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The membership's settings as the config file and the flags give them.
 
 use super::member_set::MembershipSettings;
+use super::watch::WatchSettings;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -24,6 +25,10 @@ pub struct MembershipConfig {
     pub probe_rtt_ms: u64,
     /// How long a suspected member has to refute it before it is declared down.
     pub suspect_ms: u64,
+    /// How often an owner sends each successor of its VIPs a heartbeat.
+    pub heartbeat_ms: u64,
+    /// How long a successor hears no heartbeat before it asks others to reach the owner.
+    pub heartbeat_miss_ms: u64,
 }
 
 impl Default for MembershipConfig {
@@ -37,6 +42,8 @@ impl Default for MembershipConfig {
             probe_period_ms: ms(s.probe_period),
             probe_rtt_ms: ms(s.probe_rtt),
             suspect_ms: ms(s.suspect_to_down_after),
+            heartbeat_ms: ms(s.watch.heartbeat_every),
+            heartbeat_miss_ms: ms(s.watch.miss_after),
         }
     }
 }
@@ -49,6 +56,11 @@ impl MembershipConfig {
             probe_period: Duration::from_millis(self.probe_period_ms),
             probe_rtt: Duration::from_millis(self.probe_rtt_ms),
             suspect_to_down_after: Duration::from_millis(self.suspect_ms),
+            watch: WatchSettings {
+                heartbeat_every: Duration::from_millis(self.heartbeat_ms),
+                miss_after: Duration::from_millis(self.heartbeat_miss_ms),
+                ..WatchSettings::default()
+            },
             ..MembershipSettings::default()
         }
     }

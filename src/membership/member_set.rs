@@ -1,14 +1,16 @@
 //! The membership's sans-IO core: foca (SWIM with suspicion) driven by the caller, who hands
-//! in datagrams and due timers with the current time, and sends and schedules what comes back.
-//! Tested in memory with a simulated network (`member_set_tests.rs`).
+//! in datagrams and due timers with the current time, and sends and schedules what comes back;
+//! beside it the successors' watch of the owners ([`super::watch`]), whose confirmed deaths it
+//! declares in SWIM. Tested in memory with a simulated network (`member_set_tests.rs`).
 
 use super::peer::Peer;
-use super::seal::{Key, SealError};
+use super::seal::{Channel, Key, SealError};
+use super::watch::{self, Watch, WatchEvent, WatchSettings};
 use crate::announce::placement::NodeName;
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
@@ -31,6 +33,8 @@ pub struct MembershipSettings {
     pub gossip_every: Duration,
     /// The expected number of members, which sets how many times each update is passed on.
     pub cluster_size: u32,
+    /// The successors' watch of the owners ([`super::watch`]).
+    pub watch: WatchSettings,
 }
 
 impl Default for MembershipSettings {
@@ -42,6 +46,7 @@ impl Default for MembershipSettings {
             suspect_to_down_after: Duration::from_millis(400),
             gossip_every: Duration::from_millis(50),
             cluster_size: 100,
+            watch: WatchSettings::default(),
         }
     }
 }
@@ -67,6 +72,7 @@ impl MembershipSettings {
                 self.probe_rtt, self.probe_period
             )));
         }
+        self.watch.check().map_err(MembershipError::Settings)?;
         Ok(())
     }
 
@@ -96,6 +102,8 @@ pub enum MembershipError {
     Unsealed(#[from] SealError),
     #[error("membership datagram not understood: {0}")]
     Protocol(String),
+    #[error(transparent)]
+    Watch(#[from] watch::WatchError),
 }
 
 /// What a step produced: datagrams to send, timers to set, and whether the live set changed.
@@ -106,6 +114,8 @@ pub struct Outputs {
     pub live_changed: bool,
     /// Members this step declared down (or learned were).
     pub down: Vec<String>,
+    /// What the watch of the owners found ([`super::watch`]), for the log.
+    pub watch: Vec<WatchEvent>,
 }
 
 /// This node's view of the membership.
@@ -115,6 +125,11 @@ pub struct MemberSet {
     key: Key,
     me: Peer,
     live: BTreeSet<NodeName>,
+    watch: Watch,
+    /// The other active members, for the watch (its helpers, its watchers' addresses).
+    members: Vec<watch::Member>,
+    /// The successors of this node's VIPs, by name ([`MemberSet::set_watchers`]).
+    watcher_names: BTreeSet<NodeName>,
 }
 
 impl MemberSet {
@@ -133,12 +148,16 @@ impl MemberSet {
             PostcardCodec,
         );
         let live = BTreeSet::from([NodeName::from(me.node.as_str())]);
+        let watch = Watch::new(&me, settings.watch.clone(), seed.rotate_left(17));
         Ok(MemberSet {
             foca,
             runtime: AccumulatingRuntime::new(),
             key,
             me,
             live,
+            watch,
+            members: Vec::new(),
+            watcher_names: BTreeSet::new(),
         })
     }
 
@@ -173,14 +192,97 @@ impl MemberSet {
     /// A datagram from the network. One that is not sealed with the key, is stale, or that foca
     /// cannot read changes nothing.
     pub fn receive(&mut self, now_ms: u64, datagram: &[u8]) -> Result<Outputs, MembershipError> {
-        let payload = self.key.open(now_ms, datagram)?;
-        let r = self.foca.handle_data(payload, &mut self.runtime);
-        let out = self.drain(now_ms);
-        r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
-        Ok(out)
+        match self.key.open_any(now_ms, datagram)? {
+            (Channel::Swim, payload) => {
+                let r = self.foca.handle_data(payload, &mut self.runtime);
+                let out = self.drain(now_ms);
+                r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
+                Ok(out)
+            }
+            (Channel::Watch, payload) => {
+                let msg = watch::Message::decode(payload)?;
+                let w = self.watch.receive(now_ms, msg);
+                Ok(self.watched(now_ms, w))
+            }
+        }
     }
 
-    /// A timer that came due.
+    /// The watch's due work ([`MemberSet::next_wake`]): heartbeats, silent owners, helpers'
+    /// probes; an owner confirmed dead is declared down here.
+    pub fn tick(&mut self, now_ms: u64) -> Outputs {
+        let w = self.watch.poll(now_ms, &self.members);
+        self.watched(now_ms, w)
+    }
+
+    /// When [`MemberSet::tick`] has work next (on the `now_ms` clock), if ever.
+    pub fn next_wake(&self) -> Option<u64> {
+        self.watch.next_wake()
+    }
+
+    /// The successors of this node's VIPs (the nodes that take them if it dies): each gets a
+    /// heartbeat from now on, and watches this node.
+    pub fn set_watchers(&mut self, now_ms: u64, nodes: BTreeSet<NodeName>) -> Outputs {
+        self.watcher_names = nodes;
+        let w = self.resolve_watchers(now_ms);
+        self.watched(now_ms, w)
+    }
+
+    /// The successors that get heartbeats (those of [`MemberSet::set_watchers`] that are
+    /// members), and the owners this node watches.
+    pub fn watching(&self) -> (Vec<NodeName>, Vec<NodeName>) {
+        (
+            self.watch.watchers().cloned().collect(),
+            self.watch.watched().cloned().collect(),
+        )
+    }
+
+    fn resolve_watchers(&mut self, now_ms: u64) -> watch::WatchOutputs {
+        let map: BTreeMap<NodeName, SocketAddr> = self
+            .members
+            .iter()
+            .filter(|m| self.watcher_names.contains(&m.node))
+            .map(|m| (m.node.clone(), m.addr))
+            .collect();
+        self.watch.set_watchers(now_ms, map)
+    }
+
+    /// Send what the watch sends, and declare down what it confirmed.
+    fn watched(&mut self, now_ms: u64, w: watch::WatchOutputs) -> Outputs {
+        let mut sends: Vec<(SocketAddr, Vec<u8>)> = w
+            .sends
+            .iter()
+            .map(|(to, m)| (*to, self.key.seal_as(Channel::Watch, now_ms, &m.encode())))
+            .collect();
+        let mut out = Outputs::default();
+        for e in &w.events {
+            if let WatchEvent::Confirmed { node, .. } = e {
+                let id = self
+                    .foca
+                    .iter_members()
+                    .map(|m| m.id())
+                    .find(|p| p.node == **node)
+                    .cloned();
+                if let Some(id) = id {
+                    let down = std::iter::once(foca::Member::down(id));
+                    if let Err(e) = self.foca.apply_many(down, true, &mut self.runtime) {
+                        tracing::debug!(error = %e, "membership: cannot declare a member down");
+                    }
+                }
+            }
+        }
+        if w.events
+            .iter()
+            .any(|e| matches!(e, WatchEvent::Confirmed { .. }))
+        {
+            out = self.drain(now_ms);
+        }
+        sends.append(&mut out.sends);
+        out.sends = sends;
+        out.watch = w.events;
+        out
+    }
+
+    /// A foca timer that came due.
     pub fn timer(&mut self, now_ms: u64, timer: Timer<Peer>) -> Outputs {
         if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
             tracing::debug!(error = %e, "membership: timer");
@@ -191,10 +293,19 @@ impl MemberSet {
     /// Leave on purpose (the agent stops): the others take this node's VIPs at once instead
     /// of waiting to find it dead.
     pub fn leave(&mut self, now_ms: u64) -> Outputs {
+        // Its successors stop watching it: it is leaving, not dying.
+        self.watcher_names.clear();
+        let w = self.resolve_watchers(now_ms);
+        let mut out = self.watched(now_ms, w);
         if let Err(e) = self.foca.leave_cluster(&mut self.runtime) {
             tracing::debug!(error = %e, "membership: leave");
         }
-        self.drain(now_ms)
+        let mut rest = self.drain(now_ms);
+        out.sends.append(&mut rest.sends);
+        out.timers.append(&mut rest.timers);
+        out.down.append(&mut rest.down);
+        out.live_changed |= rest.live_changed;
+        out
     }
 
     /// The nodes alive as far as this node knows, itself included (a suspected node counts
@@ -236,11 +347,30 @@ impl MemberSet {
             match n {
                 // Declared down, and back under a new identity: foca did it.
                 OwnedNotification::Rejoin(id) => self.me = id,
-                OwnedNotification::MemberDown(p) if !p.node.is_empty() => out.down.push(p.node),
+                OwnedNotification::MemberDown(p) if !p.node.is_empty() => {
+                    self.watch.forget(&p.node);
+                    out.down.push(p.node)
+                }
                 _ => {}
             }
         }
         if notified {
+            self.members = self
+                .foca
+                .iter_members()
+                .map(|m| m.id())
+                .filter(|p| !p.node.is_empty())
+                .map(|p| watch::Member {
+                    node: NodeName::from(p.node.as_str()),
+                    addr: p.addr,
+                })
+                .collect();
+            let w = self.resolve_watchers(now_ms);
+            out.sends.extend(
+                w.sends
+                    .iter()
+                    .map(|(to, m)| (*to, self.key.seal_as(Channel::Watch, now_ms, &m.encode()))),
+            );
             let mut live: BTreeSet<NodeName> = self
                 .foca
                 .iter_members()

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::membership::sim::{SimNetwork, sim_node};
+use crate::membership::watch::WatchEvent;
 
 fn settings() -> MembershipSettings {
     MembershipSettings {
@@ -81,4 +82,82 @@ fn a_datagram_without_the_key_changes_nothing() {
         Err(MembershipError::Protocol(_))
     ));
     assert_eq!(m.live(), &before);
+}
+
+/// When node `dead` was first declared down after `from`, and by whom.
+fn first_down(net: &SimNetwork, dead: usize, from: u64) -> Option<(u64, usize)> {
+    let name = sim_node(dead);
+    net.downs
+        .iter()
+        .filter(|(t, _, n)| *t >= from && *n == name)
+        .map(|(t, by, _)| (*t - from, *by))
+        .min()
+}
+
+#[test]
+fn a_watched_owner_is_found_dead_by_its_successor_first() {
+    let mut net = SimNetwork::formed(8, &settings(), 1, 0.0, 3);
+    net.run_until(2_000);
+    net.set_watchers(5, [2, 6]);
+    net.run_until(3_000);
+    assert_eq!(net.watching(2).1.len(), 1, "node2 watches node5");
+    net.cut(5);
+    net.run_until(5_000);
+    let (took, by) = first_down(&net, 5, 3_000).expect("node5 declared down");
+    eprintln!("a watched owner was declared down by node{by} after {took} ms (virtual time)");
+    assert!(
+        [2, 6].contains(&by),
+        "its successors find it first, not node{by}"
+    );
+    // A heartbeat missed for 100 ms, the helpers' probe (40 ms) and a round trip.
+    assert!(took <= 170, "{took} ms");
+    // The news reaches every other node by SWIM's gossip.
+    for i in (0..8).filter(|&i| i != 5) {
+        assert!(!net.sees(i, 5), "node{i} still sees node5");
+    }
+}
+
+#[test]
+fn a_successor_on_a_lossy_link_moves_nothing() {
+    let mut net = SimNetwork::formed(8, &settings(), 1, 0.0, 5);
+    net.run_until(2_000);
+    for owner in 0..8 {
+        net.set_watchers(owner, [(owner + 1) % 8, (owner + 3) % 8]);
+    }
+    // Node 1's and node 4's links lose 5 % each way: both watch two owners.
+    net.set_link_loss(1, 0.05);
+    net.set_link_loss(4, 0.05);
+    net.run_until(602_000);
+    let count =
+        |f: fn(&WatchEvent) -> bool| net.watch_events.iter().filter(|(_, _, e)| f(e)).count();
+    let checks = count(|e| matches!(e, WatchEvent::Checking { .. }));
+    let confirmed = count(|e| matches!(e, WatchEvent::Confirmed { .. }));
+    eprintln!(
+        "10 min, 5 % loss on two watchers' links: {checks} checks, {confirmed} confirmed, {} downs",
+        net.downs.len()
+    );
+    assert_eq!(confirmed, 0);
+    assert!(net.downs.is_empty(), "{:?}", net.downs);
+    // At 20 % the watchers miss heartbeats often, and each time others reach the owner: the
+    // watch still declares no one down (SWIM itself, probing through that link, does flap).
+    net.set_link_loss(1, 0.20);
+    net.set_link_loss(4, 0.20);
+    let (from_checks, from_downs) = (net.watch_events.len(), net.downs.len());
+    net.run_until(902_000);
+    let events = &net.watch_events[from_checks..];
+    let checks = events
+        .iter()
+        .filter(|(_, _, e)| matches!(e, WatchEvent::Checking { .. }))
+        .count();
+    let confirmed: Vec<_> = events
+        .iter()
+        .filter(|(_, _, e)| matches!(e, WatchEvent::Confirmed { .. }))
+        .collect();
+    eprintln!(
+        "5 min more at 20 % loss: {checks} checks, {} confirmed, {} SWIM downs",
+        confirmed.len(),
+        net.downs.len() - from_downs
+    );
+    assert!(checks > 0);
+    assert!(confirmed.is_empty(), "{confirmed:?}");
 }

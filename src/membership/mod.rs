@@ -9,6 +9,8 @@
 //! - [`member_set`]: the sans-IO core: foca with an accumulating runtime, fed datagrams and
 //!   timers with the current time, handing back datagrams to send, timers to set and the live
 //!   node set;
+//! - [`watch`]: the successors' watch of the owners (heartbeats every tens of ms, a silence
+//!   confirmed through other members before the owner is declared down);
 //! - [`task`]: the tokio shell (the UDP socket and the timers).
 
 pub mod config;
@@ -17,6 +19,7 @@ pub mod peer;
 pub mod seal;
 pub mod sim;
 pub mod task;
+pub mod watch;
 
 pub use member_set::{MemberSet, MembershipError, MembershipSettings, Outputs};
 pub use peer::Peer;

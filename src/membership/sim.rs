@@ -1,11 +1,13 @@
 //! A simulated network of [`MemberSet`]s in virtual time: datagrams take a fixed latency and
-//! may be lost at random, timers fire when due, and nodes can be cut off. The tests and the
-//! large-cluster benchmark run the real membership core on it, thousands of nodes in one
-//! process, and read off detection times, false positives and packet rates.
+//! may be lost at random (more on some nodes' links), timers and the watch's ticks fire when
+//! due, and nodes can be cut off. The tests and the large-cluster benchmark run the real
+//! membership core on it (SWIM and the successors' watch), thousands of nodes in one process,
+//! and read off detection times, false positives and packet rates.
 
 use super::member_set::{MemberSet, MembershipSettings, Outputs};
 use super::peer::Peer;
 use super::seal::Key;
+use super::watch::WatchEvent;
 use crate::announce::placement::NodeName;
 use foca::Timer;
 use rand::rngs::StdRng;
@@ -15,8 +17,18 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 enum Event {
-    Deliver { to: usize, data: Vec<u8> },
-    Timer { node: usize, timer: Timer<Peer> },
+    Deliver {
+        to: usize,
+        data: Vec<u8>,
+    },
+    Timer {
+        node: usize,
+        timer: Timer<Peer>,
+    },
+    /// The watch's work ([`MemberSet::tick`]), when it asked for it.
+    Tick {
+        node: usize,
+    },
 }
 
 /// The network and its nodes.
@@ -37,6 +49,12 @@ pub struct SimNetwork {
     pub changed_at: Vec<u64>,
     /// Every (time, observer, node) at which an observer declared a node down.
     pub downs: Vec<(u64, usize, String)>,
+    /// Every (time, node, event) of the watch.
+    pub watch_events: Vec<(u64, usize, WatchEvent)>,
+    /// When each node's next tick is queued.
+    tick_at: Vec<Option<u64>>,
+    /// Extra loss on each node's link (in and out), on top of `loss`.
+    link_loss: Vec<f64>,
     next_rejoin: u64,
     turn: usize,
 }
@@ -131,6 +149,9 @@ impl SimNetwork {
             sent: vec![0; n],
             changed_at: vec![0; n],
             downs: Vec::new(),
+            watch_events: Vec::new(),
+            tick_at: vec![None; n],
+            link_loss: vec![0.0; n],
             next_rejoin: REJOIN_EVERY_MS,
             turn: 0,
         }
@@ -163,6 +184,26 @@ impl SimNetwork {
     /// Cut node `i` off the network, as a pulled cable or a dead host.
     pub fn cut(&mut self, i: usize) {
         self.cut[i] = true;
+    }
+
+    /// Node `i`'s link loses `loss` of what it carries, each way (on top of the network's).
+    pub fn set_link_loss(&mut self, i: usize, loss: f64) {
+        self.link_loss[i] = loss;
+    }
+
+    /// The successors of node `i`'s VIPs: they get its heartbeats and watch it.
+    pub fn set_watchers(&mut self, i: usize, nodes: impl IntoIterator<Item = usize>) {
+        let names = nodes
+            .into_iter()
+            .map(|j| NodeName::from(sim_node(j).as_str()))
+            .collect();
+        let out = self.nodes[i].set_watchers(self.now_ms, names);
+        self.apply(i, out);
+    }
+
+    /// Node `i`'s successors that get heartbeats, and the owners it watches.
+    pub fn watching(&self, i: usize) -> (Vec<NodeName>, Vec<NodeName>) {
+        self.nodes[i].watching()
     }
 
     /// Node `i` leaves on purpose.
@@ -211,6 +252,17 @@ impl SimNetwork {
                     let out = self.nodes[node].timer(at, timer);
                     self.apply(node, out);
                 }
+                Event::Tick { node } => {
+                    if self.tick_at[node] != Some(at) {
+                        continue;
+                    }
+                    self.tick_at[node] = None;
+                    if self.cut[node] {
+                        continue;
+                    }
+                    let out = self.nodes[node].tick(at);
+                    self.apply(node, out);
+                }
             }
         }
         self.now_ms = until_ms;
@@ -242,6 +294,16 @@ impl SimNetwork {
         for d in out.down {
             self.downs.push((self.now_ms, from, d));
         }
+        for e in out.watch {
+            self.watch_events.push((self.now_ms, from, e));
+        }
+        if let Some(at) = self.nodes[from].next_wake() {
+            let at = at.max(self.now_ms);
+            if self.tick_at[from].is_none_or(|t| at < t) {
+                self.tick_at[from] = Some(at);
+                self.push(at, Event::Tick { node: from });
+            }
+        }
         for (d, t) in out.timers {
             let at = self.now_ms + u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             self.push(
@@ -257,7 +319,8 @@ impl SimNetwork {
             let Some(&to) = self.by_addr.get(&addr) else {
                 continue;
             };
-            if self.loss > 0.0 && self.rng.random::<f64>() < self.loss {
+            let loss = self.loss + self.link_loss[from] + self.link_loss[to];
+            if loss > 0.0 && self.rng.random::<f64>() < loss {
                 continue;
             }
             self.push(self.now_ms + self.latency_ms, Event::Deliver { to, data });

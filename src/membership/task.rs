@@ -1,9 +1,11 @@
-//! The membership's I/O: the UDP socket, the timers, the seeds taken from the Nodes, and the
-//! live set handed to the planner. Everything else is [`MemberSet`].
+//! The membership's I/O: the UDP socket, the timers, the seeds taken from the Nodes, the live
+//! set handed to the planner and the successors it hands back (for the watch). Everything else
+//! is [`MemberSet`].
 
 use super::member_set::{MemberSet, MembershipSettings, Outputs};
 use super::peer::Peer;
 use super::seal::Key;
+use super::watch::WatchEvent;
 use crate::announce::placement::NodeName;
 use crate::source::file::Loaded;
 use foca::Timer;
@@ -18,6 +20,10 @@ use tokio::time::Instant;
 /// The live set as the planner takes it: `None` until the membership settled (joined others,
 /// or found none to join), so that a starting agent does not take every VIP for a moment.
 pub type LiveMembers = Option<Arc<BTreeSet<NodeName>>>;
+
+/// The nodes that take this node's VIPs if it goes (each VIP's successor), as the planner
+/// places them: the membership sends them heartbeats ([`super::watch`]).
+pub type Successors = Arc<Vec<NodeName>>;
 
 /// How long a starting member waits to hear from the others before it trusts its own view.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -41,6 +47,8 @@ pub struct MembershipTask {
     /// The objects, for the Nodes: this node's address and the seeds.
     pub objects: watch::Receiver<Arc<Loaded>>,
     pub live: watch::Sender<LiveMembers>,
+    /// From the planner: who watches this node.
+    pub successors: watch::Receiver<Successors>,
     /// Set to true to leave the membership and stop.
     pub stop: watch::Receiver<bool>,
 }
@@ -142,32 +150,41 @@ impl MembershipTask {
         loop {
             let next = timers.keys().next().map(|(t, _)| *t);
             let settle_at = (!settled).then_some(started + SETTLE);
-            let wake = [next, settle_at].into_iter().flatten().min();
+            // The watch's clock is the datagrams' (milliseconds of the wall clock).
+            let watch_at = set
+                .next_wake()
+                .map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
+            let wake = [next, settle_at, watch_at].into_iter().flatten().min();
             tokio::select! {
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
-                    match set.receive(now_ms(), &buf[..n]) {
-                        Ok(out) => {
-                            if !settled && set.live().len() > 1 {
-                                settled = true;
-                                self.publish(&set);
-                            }
-                            self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
-                        }
-                        Err(e) => {
-                            refused += 1;
-                            if warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
-                                tracing::warn!(from = %from, error = %e, refused, "membership datagram refused");
-                                warned = Some(Instant::now());
-                            }
-                        }
+                    self.receive(&socket, &mut set, &buf[..n], from, &mut timers, &mut seq, &mut settled, &mut refused, &mut warned).await;
+                }
+                r = self.successors.changed() => {
+                    if r.is_err() {
+                        // The planner is gone (the agent stops): keep the membership until told.
+                        self.successors = watch::channel(Successors::default()).1;
+                        continue;
                     }
+                    let next = self.successors.borrow_and_update().clone();
+                    tracing::info!(successors = ?next, "watch: the successors of this node's VIPs watch it");
+                    let out = set.set_watchers(now_ms(), next.iter().cloned().collect());
+                    self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
                 }
                 _ = sleep_until(wake) => {
+                    // What arrived meanwhile first: a node that was slow (stopped, starved)
+                    // reads the heartbeats that reached it before it judges anyone silent.
+                    while let Ok((n, from)) = socket.try_recv_from(&mut buf) {
+                        self.receive(&socket, &mut set, &buf[..n], from, &mut timers, &mut seq, &mut settled, &mut refused, &mut warned).await;
+                    }
                     let now = Instant::now();
                     if !settled && now >= started + SETTLE {
                         settled = true;
                         self.publish(&set);
+                    }
+                    if set.next_wake().is_some_and(|at| at <= now_ms()) {
+                        let out = set.tick(now_ms());
+                        self.handle(&socket, &mut set, out, &mut timers, &mut seq, settled).await;
                     }
                     let due: Vec<(Instant, u64)> = timers.range(..=(now, u64::MAX)).map(|(k, _)| *k).collect();
                     for k in due {
@@ -215,6 +232,38 @@ impl MembershipTask {
         }
     }
 
+    /// One datagram from `from`: to the core, or refused (reported at most once a minute).
+    #[allow(clippy::too_many_arguments)]
+    async fn receive(
+        &self,
+        socket: &UdpSocket,
+        set: &mut MemberSet,
+        datagram: &[u8],
+        from: SocketAddr,
+        timers: &mut BTreeMap<(Instant, u64), Timer<Peer>>,
+        seq: &mut u64,
+        settled: &mut bool,
+        refused: &mut u64,
+        warned: &mut Option<Instant>,
+    ) {
+        match set.receive(now_ms(), datagram) {
+            Ok(out) => {
+                if !*settled && set.live().len() > 1 {
+                    *settled = true;
+                    self.publish(set);
+                }
+                self.handle(socket, set, out, timers, seq, *settled).await;
+            }
+            Err(e) => {
+                *refused += 1;
+                if warned.is_none_or(|w| w.elapsed() >= WARN_EVERY) {
+                    tracing::warn!(from = %from, error = %e, refused = *refused, "membership datagram refused");
+                    *warned = Some(Instant::now());
+                }
+            }
+        }
+    }
+
     /// Send, schedule, and publish a changed live set (once settled).
     async fn handle(
         &self,
@@ -225,6 +274,37 @@ impl MembershipTask {
         seq: &mut u64,
         settled: bool,
     ) {
+        for e in &out.watch {
+            match e {
+                WatchEvent::Watching { node, watching } => {
+                    if *watching {
+                        tracing::info!(owner = %node, "watch: watching an owner (this node takes its VIPs if it goes)")
+                    } else {
+                        tracing::info!(owner = %node, "watch: no longer watching an owner")
+                    }
+                }
+                WatchEvent::Checking {
+                    node,
+                    silent_ms,
+                    helpers,
+                } => {
+                    tracing::info!(node = %node, silent_ms, helpers = ?helpers, "watch: no heartbeat from the owner; asking others to reach it")
+                }
+                WatchEvent::Cleared { node, by } => {
+                    tracing::info!(node = %node, by = %by, "watch: the owner is alive; nothing moves")
+                }
+                WatchEvent::Inconclusive { node, lost } => {
+                    tracing::info!(node = %node, unreachable_for = lost, "watch: too few others answered; nothing moves (SWIM decides)")
+                }
+                WatchEvent::Confirmed {
+                    node,
+                    silent_ms,
+                    by,
+                } => {
+                    tracing::info!(node = %node, silent_ms, unreachable_for = ?by, "watch: owner confirmed down")
+                }
+            }
+        }
         for node in &out.down {
             tracing::info!(node = %node, "membership: node down");
         }

@@ -67,6 +67,9 @@ pub struct NorthboundRows {
 pub struct AnnounceState {
     pub here: Vec<IpAddr>,
     pub live: Vec<crate::announce::placement::NodeName>,
+    /// The nodes that take this node's VIPs if it goes: the membership sends them heartbeats
+    /// ([`crate::membership::watch`]).
+    pub successors: Vec<crate::announce::placement::NodeName>,
 }
 
 /// What one update produced.
@@ -161,10 +164,19 @@ impl Planner {
                 &changed,
             );
             taken = change.turns.iter().filter(|t| t.here).count();
-            if self.announce_state.is_none() || !change.turns.is_empty() || change.live_changed {
+            // Successors change with the live set and with who may announce a VIP (its
+            // eligible nodes), not only when this node's VIPs do: asked every time, for a few
+            // hashes per VIP this node owns.
+            let successors: Vec<_> = a.successors().into_iter().collect();
+            let stale = self
+                .announce_state
+                .as_ref()
+                .is_none_or(|s| s.successors != successors);
+            if stale || !change.turns.is_empty() || change.live_changed {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: a.here().copied().collect(),
                     live: a.live().iter().cloned().collect(),
+                    successors,
                 }));
             }
             let again: Vec<IpAddr> = if change.joined {

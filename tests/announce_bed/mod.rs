@@ -77,15 +77,29 @@ pub fn write_objects(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// The nodes whose br-ex has the ARP answer for the VIP.
+/// The nodes whose br-ex has the ARP answer for the VIP (a node whose ovs-vswitchd is down
+/// answers nothing).
 pub fn answering(tb: &Testbed) -> Vec<usize> {
     (1..=NODES)
         .filter(|&i| {
-            tb.ofctl(i, &["dump-flows", "br-ex"])
-                .lines()
-                .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
+            br_ex_flows(tb, i).is_some_and(|f| {
+                f.lines()
+                    .any(|l| l.contains(&format!("arp_tpa={VIP}")) && l.contains("IN_PORT"))
+            })
         })
         .collect()
+}
+
+/// `ovs-ofctl dump-flows br-ex` on node `i`, or `None` when its switch does not answer.
+fn br_ex_flows(tb: &Testbed, i: usize) -> Option<String> {
+    let out = std::process::Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow13", "dump-flows", "br-ex"])
+        .env("OVS_RUNDIR", tb.node_dir(i))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The nodes whose br-ex has the ND answer for the IPv6 VIP (both of its steps).
@@ -120,6 +134,7 @@ pub fn client_neighbor_of(tb: &Testbed, ip: &str) -> Option<String> {
 pub struct AnnounceBed {
     pub tb: Testbed,
     pub agents: Vec<AgentProcess>,
+    bin: PathBuf,
     _pods: Vec<PodServer>,
     objects: PathBuf,
     key: PathBuf,
@@ -140,15 +155,24 @@ impl AnnounceBed {
         write_objects(&objects_path, &objects([true; NODES], None));
         let key = tb.path().join("membership.key");
         std::fs::write(&key, "a test secret shared by the three nodes\n").unwrap();
+        // The agents run a link to the binary as it is now: a build that replaces it meanwhile
+        // (a shared target directory) does not change what a restarted agent runs.
+        let own = tb.path().join("vipflow");
+        let bin = if std::fs::hard_link(bin, &own).is_ok() || std::fs::copy(bin, &own).is_ok() {
+            own
+        } else {
+            bin.to_path_buf()
+        };
         let mut bed = AnnounceBed {
             agents: Vec::new(),
+            bin: bin.clone(),
             _pods: pods,
             objects: objects_path,
             key,
             tb,
         };
         for i in 1..=NODES {
-            let a = bed.tb.agent_in_node(bin, i, &bed.objects, &bed.args(i));
+            let a = bed.tb.agent_in_node(&bin, i, &bed.objects, &bed.args(i));
             bed.agents.push(a);
         }
         eventually("the Northbound row", 30, || {
@@ -300,15 +324,40 @@ impl AnnounceBed {
             .find(|t| *t >= since)
     }
 
-    /// One unplanned failover: the owner's uplink is cut while the client probes the VIP every
-    /// 10 ms; the owner's uplink is put back once a new owner answers and the bed has healed.
-    pub fn trial(&self, prober: &Prober) -> Trial {
-        let owner = self.answering()[0];
-        prober.wait_answered(Duration::from_secs(10));
-        let cut_wall = SystemTime::now();
-        let cut = Instant::now();
-        self.tb.cut_uplink(owner);
-        let answered = prober.first_answer_after(cut, Duration::from_secs(10));
+    /// One unplanned failover: `fault` strikes the owner while the client probes the VIP every
+    /// 10 ms; then the owner is brought back and the bed heals before the next trial.
+    ///
+    /// Times count from the moment the fault is in: the cut's command returned (no probe sent
+    /// after it can reach the owner), or both SIGKILLs were sent. Answers to probes sent before
+    /// it do not count. The wire is a MAC-learning Linux bridge: after a cut it floods frames for
+    /// the owner's MAC to the other nodes, which (as on an OVN-Kubernetes node) serve none of
+    /// them; after a kill the owner's port stays up and its frames go to it alone. So the
+    /// outage lasts until the new owner's gratuitous ARP moves the client.
+    pub fn trial(&mut self, prober: &Prober, fault: Fault) -> Trial {
+        let owner = self.settled(prober);
+        let (t0, t0_wall) = match fault {
+            Fault::Cut => {
+                self.tb.cut_uplink(owner);
+                (Instant::now(), SystemTime::now())
+            }
+            Fault::Kill => {
+                let agent = self.agents[owner - 1]
+                    .pid()
+                    .expect("the owner's agent runs");
+                let vswitchd = self.tb.vswitchd_pid(owner).expect("ovs-vswitchd pid");
+                // One kill(1) for both, as a crashed node loses both at once.
+                let ok = std::process::Command::new("kill")
+                    .args(["-KILL", &agent.to_string(), &vswitchd.to_string()])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                assert!(ok, "SIGKILL the owner's agent and ovs-vswitchd");
+                let at = (Instant::now(), SystemTime::now());
+                self.agents[owner - 1].kill();
+                self.tb.kill_vswitchd(owner);
+                at
+            }
+        };
+        let answered = prober.first_answer_after(t0, Duration::from_secs(10));
         let mut next = 0;
         let deadline = Instant::now() + Duration::from_secs(10);
         while next == 0 && Instant::now() < deadline {
@@ -318,37 +367,67 @@ impl AnnounceBed {
                 .find(|&n| n != owner)
                 .unwrap_or(0);
         }
-        let dead = format!("\"node{owner}\"");
+        // Let the logs catch up (the new owner's GARP line is written as it goes out).
+        std::thread::sleep(Duration::from_millis(200));
+        let word = format!("node=node{owner}");
+        let names = |l: &str| l.split_whitespace().any(|w| w == word);
         let detected = (1..=NODES)
             .filter(|&n| n != owner)
             .filter_map(|n| {
-                self.logged_after(n, cut_wall, "membership changed", |l| !l.contains(&dead))
+                self.logged_after(n, t0_wall, "membership: node down", names)
+                    .map(|t| (t, n))
             })
             .min();
+        let by_watch = detected.is_some_and(|(t, n)| {
+            self.logged_after(n, t0_wall, "watch: owner confirmed down", names)
+                .is_some_and(|w| w <= t)
+        });
         let garp = (next > 0)
-            .then(|| self.logged_after(next, cut_wall, "gratuitous ARP sent", |_| true))
+            .then(|| self.logged_after(next, t0_wall, "gratuitous ARP sent", |_| true))
             .flatten();
         let ms = |t: Option<SystemTime>| {
-            t.and_then(|t| t.duration_since(cut_wall).ok())
+            t.and_then(|t| t.duration_since(t0_wall).ok())
                 .map(|d| d.as_secs_f64() * 1e3)
         };
         let mut trial = Trial {
+            fault,
             owner,
             next,
-            detect_ms: ms(detected),
+            detect_ms: ms(detected.map(|(t, _)| t)),
+            detected_by: detected.map(|(_, n)| n),
+            by_watch,
             garp_ms: ms(garp),
-            outage_ms: answered.map(|t| t.duration_since(cut).as_secs_f64() * 1e3),
+            outage_ms: answered.map(|t| t.duration_since(t0).as_secs_f64() * 1e3),
             heal_ms: None,
         };
-        // Heal: the uplink back, the membership whole, the VIP back on its owner (placement
-        // is consistent: it fails back) and answering again. While cut off, the owner kept its
-        // answer (it saw too few nodes to take or drop any): until the new owner sees it again,
-        // two nodes answer.
-        self.tb.restore_uplink(owner);
+        // Heal: the owner back (its uplink, or its ovs-vswitchd, its flows and its agent),
+        // the membership whole, one node answering and the client on it. While cut off, the
+        // owner kept its answer (it saw too few nodes to take or drop any): until the others
+        // see it again, two nodes answer.
         let healing = Instant::now();
+        match fault {
+            Fault::Cut => self.tb.restore_uplink(owner),
+            Fault::Kill => {
+                self.tb.start_vswitchd(owner);
+                let out = std::process::Command::new(testkit::scripts_dir().join("testbed.sh"))
+                    .args(["node-flows", &self.tb.path().display().to_string()])
+                    .arg(owner.to_string())
+                    .output()
+                    .expect("testbed.sh node-flows");
+                assert!(
+                    out.status.success(),
+                    "node-flows: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let args = self.args(owner);
+                self.agents[owner - 1] =
+                    self.tb
+                        .agent_in_node(&self.bin, owner, &self.objects, &args);
+            }
+        }
         let deadline = healing + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.answering() == [owner] {
+            if self.answering().len() == 1 {
                 trial.heal_ms = Some(healing.elapsed().as_secs_f64() * 1e3);
                 break;
             }
@@ -357,15 +436,150 @@ impl AnnounceBed {
         eventually("the membership whole again", 30, || {
             (1..=NODES).all(|i| self.last_live(i).is_some_and(|l| l.len() == NODES))
         });
-        eventually("one node answering again", 30, || {
-            self.answering() == [owner]
-        });
-        let mac = testbed::node_mac(owner);
-        eventually("the client's neighbor entry on the owner again", 30, || {
-            self.client_neighbor().as_deref() == Some(mac.as_str())
-        });
-        prober.wait_answered(Duration::from_secs(10));
+        self.settled(prober);
         trial
+    }
+
+    /// Wait until one node answers, the membership is whole, the client's neighbor entry has
+    /// been that node's MAC for a second (a node that held the VIP a moment ago may still send
+    /// its last gratuitous ARPs) and the VIP answers; the owner.
+    pub fn settled(&self, prober: &Prober) -> usize {
+        eventually("one node answering", 30, || self.answering().len() == 1);
+        let owner = self.answering()[0];
+        let mac = testbed::node_mac(owner);
+        let mut since: Option<Instant> = None;
+        eventually(
+            "the client's neighbor entry on the owner for a second",
+            30,
+            || {
+                if self.answering() != [owner] {
+                    return false;
+                }
+                if self.client_neighbor().as_deref() == Some(mac.as_str()) {
+                    since.get_or_insert_with(Instant::now).elapsed() >= Duration::from_secs(1)
+                } else {
+                    since = None;
+                    false
+                }
+            },
+        );
+        prober.wait_answered(Duration::from_secs(10));
+        owner
+    }
+
+    /// Stop each of `nodes`' agents for `pause` (SIGSTOP, then SIGCONT), one after the other,
+    /// every `every`, for `total`; the owner's answer is checked between pauses. Returns the
+    /// owners seen (one, if nothing moved) and how many pauses were made.
+    pub fn pause_agents(
+        &self,
+        nodes: &[usize],
+        pause: Duration,
+        every: Duration,
+        total: Duration,
+    ) -> (Vec<Vec<usize>>, usize) {
+        let start = Instant::now();
+        let mut seen: Vec<Vec<usize>> = vec![self.answering()];
+        let mut pauses = 0;
+        let mut turn = 0;
+        while start.elapsed() < total {
+            let node = nodes[turn % nodes.len()];
+            turn += 1;
+            let pid = self.agents[node - 1].pid().expect("agent runs").to_string();
+            let signal = |s: &str| {
+                std::process::Command::new("kill")
+                    .args([s, &pid])
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            assert!(signal("-STOP"), "SIGSTOP node{node}'s agent");
+            std::thread::sleep(pause);
+            assert!(signal("-CONT"), "SIGCONT node{node}'s agent");
+            pauses += 1;
+            let a = self.answering();
+            if seen.last() != Some(&a) {
+                seen.push(a);
+            }
+            std::thread::sleep(every.saturating_sub(pause));
+        }
+        (seen, pauses)
+    }
+
+    /// The nodes that answer for the IPv4 or the IPv6 VIP.
+    pub fn owners(&self) -> Vec<usize> {
+        let mut o = self.answering();
+        o.extend(answering6(&self.tb));
+        o.sort();
+        o.dedup();
+        o
+    }
+
+    /// The successors an owner last said watch it (its `watch: the successors` line).
+    pub fn successors_of(&self, owner: usize) -> Vec<usize> {
+        let log = self.log(owner);
+        let Some(line) = log.lines().rfind(|l| l.contains("watch: the successors")) else {
+            return Vec::new();
+        };
+        let Some(start) = line.find("successors=") else {
+            return Vec::new();
+        };
+        line[start..]
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|n| n.strip_prefix("node")?.parse().ok())
+            .collect()
+    }
+
+    /// The nodes that watch an owner and own no VIP themselves: pausing one of them delays a
+    /// watcher and nothing else.
+    pub fn watchers_only(&self) -> Vec<usize> {
+        let owners = self.owners();
+        let mut w: Vec<usize> = owners
+            .iter()
+            .flat_map(|o| self.successors_of(*o))
+            .filter(|n| !owners.contains(n))
+            .collect();
+        w.sort();
+        w.dedup();
+        w
+    }
+
+    /// Drop, on `node`'s br-ex, every membership datagram that comes from `from` over the
+    /// wire, for `window`, `times` times with `gap` between: `node` misses `from`'s heartbeats
+    /// while every other node still hears it (a one-way loss on `node`'s link).
+    pub fn lose_from(
+        &self,
+        node: usize,
+        from: usize,
+        window: Duration,
+        gap: Duration,
+        times: usize,
+    ) {
+        let flow = format!(
+            "cookie=0xdead,priority=1000,udp,in_port=eth0,nw_src={},tp_dst=7947,actions=drop",
+            testbed::node_ip(from)
+        );
+        for _ in 0..times {
+            self.tb.ofctl(node, &["add-flow", "br-ex", &flow]);
+            std::thread::sleep(window);
+            self.tb
+                .ofctl(node, &["del-flows", "br-ex", "cookie=0xdead/-1"]);
+            std::thread::sleep(gap);
+        }
+    }
+
+    /// Lines of every agent's log after `since` that contain `needle`.
+    pub fn log_lines_after(&self, since: SystemTime, needle: &str) -> Vec<String> {
+        (1..=NODES)
+            .flat_map(|n| {
+                self.log(n)
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .filter(|l| log_time(l).is_some_and(|t| t >= since))
+                    .map(|l| format!("node{n}: {l}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// The client's neighbor entry for the VIP: its MAC, if it has one.
@@ -381,18 +595,31 @@ impl AnnounceBed {
     }
 }
 
-/// One failover's figures, in ms after the cut.
+/// What strikes the owner in a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Its uplink cut at the wire (a pulled cable, a dead switch port).
+    Cut,
+    /// Its agent and its ovs-vswitchd SIGKILLed at once (a crashed node; the port stays up).
+    Kill,
+}
+
+/// One failover's figures, in ms after the fault.
 #[derive(Debug, Clone)]
 pub struct Trial {
+    pub fault: Fault,
     pub owner: usize,
     pub next: usize,
-    /// The first surviving node that logged the owner gone.
+    /// The first surviving node that logged the owner gone (`membership: node down`).
     pub detect_ms: Option<f64>,
+    pub detected_by: Option<usize>,
+    /// That node's watch confirmed it (rather than SWIM's suspicion running out).
+    pub by_watch: bool,
     /// The new owner's first gratuitous ARP.
     pub garp_ms: Option<f64>,
     /// The first probe answered after the cut: the outage.
     pub outage_ms: Option<f64>,
-    /// After the uplink is back: one node answers again (the duplicate answers stopped).
+    /// After the owner is back: one node answers again (the duplicate answers stopped).
     pub heal_ms: Option<f64>,
 }
 

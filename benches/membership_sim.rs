@@ -64,7 +64,7 @@ fn main() {
             (IpAddr::V4(Ipv4Addr::from(0x0a80_0000 + i)), Eligible::Any)
         })
         .collect();
-    let mut p = Placement::consistent();
+    let mut p = Placement::default();
     let t = Instant::now();
     p.set_vips(vip_set.clone());
     p.set_live(names.clone());

@@ -541,6 +541,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
         delta: Some(plan.delta),
         router_mac: None,
         announce: Vec::new(),
+        doubt: false,
     }))
     .unwrap();
     tokio::time::timeout(

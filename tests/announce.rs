@@ -186,6 +186,7 @@ fn solicit(tb: &Testbed, unicast: bool) -> Vec<String> {
 
 #[test]
 fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(tb) = Testbed::start(NODES) else {
         return;
     };
@@ -371,4 +372,207 @@ fn one_node_answers_arp_for_the_vip_and_its_gratuitous_arp_moves_the_client() {
         log.contains("unsolicited neighbor advertisement sent"),
         "{log}"
     );
+}
+
+/// One testbed at a time in this file: three nodes' daemons, agents and OVN on a 2-core
+/// machine, and the timings the tests read must not be another testbed's.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The owner's ovs-vswitchd is killed: another node takes its VIPs and the client follows.
+/// Then ovs-vswitchd comes back (its agent lived on) and ovn-controller programs br-int again
+/// within a second or so: the node takes nothing back (its VIPs stay with the node that took
+/// them), announces nothing, and not one probe sent after the failover had healed is lost.
+/// The Service's endpoint on that node is taken out first: its pod is unreachable while the
+/// node's switch is away, whoever announces, and what is measured here is the announcing.
+#[test]
+fn a_node_whose_switch_restarts_takes_nothing_back_and_no_probe_is_lost() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bed) = announce_bed::AnnounceBed::start(&vipflow()) else {
+        return;
+    };
+    eventually("one node answering for the IPv6 VIP", 30, || {
+        bed.answering6().len() == 1
+    });
+    let owner = bed.answering()[0];
+    let owner6 = bed.answering6()[0];
+    bed.without_endpoint_on(owner);
+    let prober = announce_bed::Prober::start(bed.client_udp());
+    prober.wait_answered(Duration::from_secs(10));
+    let killed = Instant::now();
+    bed.tb.kill_vswitchd(owner);
+    // The failover: another node answers for every VIP the killed node had, and the client
+    // is on it.
+    eventually("another node answering", 30, || {
+        let a = bed.answering();
+        a.len() == 1 && a[0] != owner
+    });
+    if owner6 == owner {
+        eventually("another node answering for the IPv6 VIP", 30, || {
+            let a = bed.answering6();
+            a.len() == 1 && a[0] != owner
+        });
+    }
+    let next = bed.answering()[0];
+    let next6 = bed.answering6()[0];
+    let mac = testbed::node_mac(next);
+    eventually("the client on the new owner", 30, || {
+        bed.client_neighbor().as_deref() == Some(mac.as_str())
+    });
+    // Healed: a probe sent from here on is answered.
+    let healed = Instant::now();
+    let outage = prober
+        .first_answer_after(killed, Duration::from_secs(10))
+        .map(|t| t.duration_since(killed).as_millis());
+    prober.wait_answered(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    // ovs-vswitchd back, and the stand-in for OVN-Kubernetes puts its br-ex flows back.
+    let restarted_wall = std::time::SystemTime::now();
+    let restarted = Instant::now();
+    bed.tb.start_vswitchd(owner);
+    bed.node_flows(owner);
+    // Watch for 10 s: the answers stay where they are, on the node that took them.
+    let mut moved = Vec::new();
+    let mut samples = 0;
+    while restarted.elapsed() < Duration::from_secs(10) {
+        let (a, a6) = (bed.answering(), bed.answering6());
+        samples += 1;
+        if a != [next] || a6 != [next6] {
+            moved.push((restarted.elapsed().as_millis(), a, a6));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let end = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    let (sent, answered) = prober.sent_and_answered(healed, end);
+    // When br-int held the VIP's flows again on the restarted node.
+    let programmed = bed
+        .tb
+        .ofctl(owner, &["dump-flows", "br-int"])
+        .lines()
+        .filter(|l| l.contains(&format!("nw_dst={}", announce_bed::VIP)))
+        .count();
+    let announced = bed.lines_after(owner, restarted_wall, "announced:");
+    let neighbor = bed.client_neighbor();
+    eprintln!(
+        "node{owner}'s ovs-vswitchd killed: node{next} (IPv6: node{next6}) took over, first probe answered {outage:?} ms after the kill; \
+         ovs-vswitchd back for 10 s: {samples} looks at the answers, {} with a VIP elsewhere; \
+         probes from the heal on: {sent} sent, {answered} answered; node{owner} announced {} times after its restart; \
+         br-int of node{owner} holds {programmed} flows for the VIP; client's entry for {}: {neighbor:?} (node{next}: {mac})",
+        moved.len(),
+        announced.len(),
+        announce_bed::VIP,
+    );
+    assert!(moved.is_empty(), "a VIP moved: {moved:?}");
+    assert!(
+        announced.is_empty(),
+        "node{owner} announced after its restart:\n{}",
+        announced.join("\n")
+    );
+    assert!(sent > 500, "{sent} probes");
+    assert_eq!(answered, sent, "probes lost after the failover had healed");
+    assert_eq!(neighbor.as_deref(), Some(mac.as_str()));
+    assert!(programmed > 0, "br-int of node{owner} never programmed");
+}
+
+/// The signal the agent waits for after its switch restarted, shown with packets: the client
+/// sends every probe through one node (its neighbor entry for the VIP pinned to that node's
+/// MAC) while that node's ovs-vswitchd is killed and started again. No probe sent before
+/// ovn-controller has put the VIP's flows back on br-int (flows matching the VIP as
+/// destination) comes back; every probe sent after does. The OVS database tells nothing here:
+/// ovn-controller's `ovn-nb-cfg` on br-int and `ovn-installed` on the ports stay as they were.
+#[test]
+fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bed) = announce_bed::AnnounceBed::start(&vipflow()) else {
+        return;
+    };
+    let node = bed.answering()[0];
+    let mac = testbed::node_mac(node);
+    bed.tb.ip(
+        "client",
+        &[
+            "-4",
+            "neigh",
+            "replace",
+            VIP,
+            "lladdr",
+            &mac,
+            "dev",
+            "eth0",
+            "nud",
+            "permanent",
+        ],
+    );
+    let prober = announce_bed::Prober::start(bed.client_udp());
+    prober.wait_answered(Duration::from_secs(10));
+    let db_before = bed
+        .tb
+        .vsctl(node, &["get", "Bridge", "br-int", "external_ids"]);
+    bed.tb.kill_vswitchd(node);
+    std::thread::sleep(Duration::from_millis(300));
+    let restarted = Instant::now();
+    bed.tb.start_vswitchd(node);
+    bed.node_flows(node);
+    let needle = format!("nw_dst={VIP}");
+    let br_int = |node: usize| {
+        Command::new("ovs-ofctl")
+            .args(["-O", "OpenFlow13", "dump-flows", "br-int"])
+            .env("OVS_RUNDIR", bed.tb.node_dir(node))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let mut programmed = None;
+    while restarted.elapsed() < Duration::from_secs(15) {
+        if br_int(node).contains(&needle) {
+            programmed = Some(Instant::now());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let programmed = programmed.expect("br-int never held the VIP's flows again");
+    std::thread::sleep(Duration::from_secs(2));
+    let margin = Duration::from_millis(100);
+    let (sent_before, answered_before) = prober.sent_and_answered(
+        restarted,
+        programmed.checked_sub(margin).unwrap_or(restarted),
+    );
+    let (sent_after, answered_after) = prober.sent_and_answered(
+        programmed + margin,
+        programmed + Duration::from_millis(1500),
+    );
+    let first = prober
+        .first_answer_after(restarted, Duration::from_secs(1))
+        .map(|t| t.duration_since(restarted).as_millis());
+    let db_after = bed
+        .tb
+        .vsctl(node, &["get", "Bridge", "br-int", "external_ids"]);
+    let nb_cfg = |ids: &str| {
+        ids.split(", ")
+            .find(|kv| kv.contains("ovn-nb-cfg="))
+            .map(str::to_string)
+    };
+    let _ = bed
+        .tb
+        .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+    eprintln!(
+        "node{node}'s ovs-vswitchd started again: br-int held the VIP's flows after {} ms; \
+         probes through node{node} sent before that (less {margin:?}): {sent_before}, answered {answered_before}; \
+         sent after (plus {margin:?}, for 1.4 s): {sent_after}, answered {answered_after}; first answer {first:?} ms after the start; \
+         br-int's {:?} before, {:?} after",
+        programmed.duration_since(restarted).as_millis(),
+        nb_cfg(&db_before),
+        nb_cfg(&db_after),
+    );
+    assert!(sent_before > 10, "{sent_before} probes before");
+    assert_eq!(
+        answered_before, 0,
+        "probes passed before br-int was programmed"
+    );
+    assert!(sent_after > 100, "{sent_after} probes after");
+    assert_eq!(
+        answered_after, sent_after,
+        "probes lost after br-int was programmed"
+    );
+    assert_eq!(nb_cfg(&db_before), nb_cfg(&db_after));
 }

@@ -37,6 +37,8 @@ impl Cluster {
     /// Graceful stop: hand the Northbound over at once (release the Lease) rather than after
     /// it expires; flows and rows stay in place.
     pub async fn shutdown(mut self) {
+        // From here on this node announces nothing, whatever happens meanwhile.
+        self.running.begin_stop();
         if let Some(m) = self.members.take() {
             m.leave(&mut self.running).await;
         }
@@ -126,6 +128,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         pools: cfg.allocate_ips.then_some(pools_rx),
         members: members.as_ref().map(|m| m.live.clone()),
         successors: members.as_ref().map(|m| m.successors.clone()),
+        claims: members.as_ref().map(|m| m.claims.clone()),
         nb_backoff: cluster.nb_backoff.clone(),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;

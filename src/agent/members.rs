@@ -14,6 +14,8 @@ pub struct Members {
     pub live: watch::Receiver<LiveMembers>,
     /// Where the planner says who takes this node's VIPs if it goes (they watch it).
     pub successors: Arc<watch::Sender<Successors>>,
+    /// This node's claims, from the planner.
+    pub claims: watch::Sender<crate::membership::task::OwnClaims>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -50,6 +52,7 @@ pub fn start(
     let (live_tx, live) = watch::channel(None);
     let (stop, stop_rx) = watch::channel(false);
     let (successors, successors_rx) = watch::channel(Successors::default());
+    let (claims, claims_rx) = watch::channel(Arc::default());
     let task = tokio::spawn(
         MembershipTask {
             settings: cfg.membership.settings(),
@@ -59,6 +62,7 @@ pub fn start(
             objects,
             live: live_tx,
             successors: successors_rx,
+            claims: claims_rx,
             stop: stop_rx,
         }
         .run(),
@@ -66,34 +70,21 @@ pub fn start(
     Ok(Some(Members {
         live,
         successors: Arc::new(successors),
+        claims,
         stop,
         task,
     }))
 }
 
 impl Members {
-    /// Leave the membership: the others take this node's VIPs at once, and after
-    /// [`crate::membership::task::HANDOVER`] this node's planner sees itself gone and stops
-    /// answering; then wait until the bridges applied that.
+    /// Leave the membership: the others take this node's VIPs at once; after
+    /// [`crate::membership::task::HANDOVER`] this node's answers go, and this waits until the
+    /// bridges hold that.
     pub async fn leave(self, running: &mut super::Running) {
-        let before = *running.generation.borrow();
         let _ = self.stop.send(true);
-        let wait = crate::membership::task::HANDOVER + Duration::from_secs(1);
-        let _ = tokio::time::timeout(wait, self.task).await;
-        let withdrawn = async {
-            let g = running
-                .generation
-                .wait_for(|g| *g > before)
-                .await
-                .map(|g| *g);
-            if let Ok(g) = g {
-                running.wait_applied(g).await;
-            }
-        };
-        if tokio::time::timeout(Duration::from_secs(2), withdrawn)
-            .await
-            .is_err()
-        {
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
+        tokio::time::sleep(crate::membership::task::HANDOVER).await;
+        if !running.withdraw(Duration::from_secs(2)).await {
             tracing::warn!("this node's answers may still be on the switch");
         }
     }

@@ -143,6 +143,7 @@ pub fn settings(cfg: &Config, b: &BridgeConfig) -> BridgeSettings {
         healthy_after: retry::HEALTHY_AFTER,
         connect_retry: Duration::from_millis(50),
         audit_interval: (cfg.flow_audit_ms > 0).then(|| Duration::from_millis(cfg.flow_audit_ms)),
+        silent: None,
     }
 }
 
@@ -182,6 +183,18 @@ fn bridges_synced(
     rx
 }
 
+/// How far the agent's shutdown went, as far as announcing goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StopPhase {
+    #[default]
+    Running,
+    /// Stopping: the others take this node's VIPs; it keeps answering for those it has, takes
+    /// nothing and announces nothing.
+    HandingOver,
+    /// The hand-over is over: this node's answers go.
+    Withdraw,
+}
+
 /// Optional parts of a running agent.
 #[derive(Default, Clone)]
 pub struct AgentOptions {
@@ -192,10 +205,12 @@ pub struct AgentOptions {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The allocator's pools, for the status document (`--allocate-ips`).
     pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
-    /// The membership's live nodes, when it runs ([`members::start`]).
+    /// The membership's view, when it runs ([`members::start`]).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
     /// Where the planner tells the membership who takes this node's VIPs if it goes.
     pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
+    /// Where the planner puts this node's claims for the membership.
+    pub claims: Option<watch::Sender<crate::membership::task::OwnClaims>>,
     /// The Northbound database's backoff when something dialled it before the agent started
     /// (the read of its schema, [`nb::resolve_node_rows`]); `None`: the writer's own.
     pub nb_backoff: Option<retry::SharedBackoff>,
@@ -218,6 +233,8 @@ pub struct Running {
     /// The agent's state (`/status`, `vipflow status`); `None` before the first plan.
     pub status_doc: watch::Receiver<Option<StatusDoc>>,
     leader: Option<watch::Receiver<bool>>,
+    stop: watch::Sender<StopPhase>,
+    silent: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -236,6 +253,28 @@ impl Running {
                 .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
                 .await;
         }
+    }
+
+    /// The agent stops: no node announcement goes out from now on (a schedule under way ends),
+    /// and the planner takes no VIP more ([`StopPhase::HandingOver`]).
+    pub fn begin_stop(&self) {
+        self.silent.send_replace(true);
+        self.stop.send_replace(StopPhase::HandingOver);
+    }
+
+    /// The hand-over is over: remove this node's answers, and wait (up to `within`) until
+    /// the bridges hold that. False when they did not confirm in time.
+    pub async fn withdraw(&mut self, within: Duration) -> bool {
+        let before = *self.generation.borrow();
+        self.silent.send_replace(true);
+        self.stop.send_replace(StopPhase::Withdraw);
+        let withdrawn = async {
+            let g = self.generation.wait_for(|g| *g > before).await.map(|g| *g);
+            if let Ok(g) = g {
+                self.wait_applied(g).await;
+            }
+        };
+        tokio::time::timeout(within, withdrawn).await.is_ok()
     }
 
     pub fn stop(self) {
@@ -259,10 +298,16 @@ pub fn start_with(
     let mut tasks = Vec::new();
     let mut senders = Vec::new();
     let mut status = Vec::new();
+    let (stop_tx, stop_rx) = watch::channel(StopPhase::Running);
+    let (silent_tx, silent_rx) = watch::channel(false);
     for b in &cfg.bridges {
         let (dtx, drx) = watch::channel(Arc::new(DesiredFlows::default()));
         let (stx, srx) = watch::channel(BridgeStatus::default());
-        tasks.push(tokio::spawn(bridge::run(settings(&cfg, b), drx, stx)));
+        let s = BridgeSettings {
+            silent: Some(silent_rx.clone()),
+            ..settings(&cfg, b)
+        };
+        tasks.push(tokio::spawn(bridge::run(s, drx, stx)));
         senders.push(dtx);
         status.push((b.name.clone(), srx));
     }
@@ -314,6 +359,8 @@ pub fn start_with(
             leader: opts.leader.clone(),
             members: opts.members.clone(),
             successors: opts.successors.clone(),
+            claims: opts.claims.clone(),
+            stop: stop_rx,
             announce: announce_tx,
             metrics: opts.metrics.clone(),
         }
@@ -339,6 +386,8 @@ pub fn start_with(
         ready,
         status_doc,
         leader: opts.leader,
+        stop: stop_tx,
+        silent: silent_tx,
         tasks,
     }
 }
@@ -394,6 +443,7 @@ pub async fn run(
     let opts = AgentOptions {
         members: members.as_ref().map(|m| m.live.clone()),
         successors: members.as_ref().map(|m| m.successors.clone()),
+        claims: members.as_ref().map(|m| m.claims.clone()),
         nb_backoff,
         ..AgentOptions::default()
     };
@@ -402,6 +452,8 @@ pub async fn run(
     let http = http.map(|h| h(running.ready.clone(), running.status_doc.clone()));
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
+    // From here on this node announces nothing, whatever happens meanwhile.
+    running.begin_stop();
     if let Some(m) = members {
         m.leave(&mut running).await;
     }

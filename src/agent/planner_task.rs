@@ -19,10 +19,14 @@ pub(super) struct PlannerTask {
     pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
-    /// The membership's live nodes, when this agent runs one (announcing bridges).
+    /// The membership's view, when this agent runs one (announcing bridges).
     pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
     /// Who takes this node's VIPs if it goes, for the membership (they watch this node).
     pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
+    /// Where this node's claims go for the membership to send, when one runs.
+    pub claims: Option<watch::Sender<crate::membership::task::OwnClaims>>,
+    /// The agent's shutdown, as far as announcing goes.
+    pub stop: watch::Receiver<StopPhase>,
     /// What this node announces after each plan, for the status document.
     pub announce: watch::Sender<Option<Arc<crate::plan::planner::AnnounceState>>>,
     pub metrics: Arc<crate::metrics::Metrics>,
@@ -43,10 +47,20 @@ impl PlannerTask {
             leader,
             mut members,
             successors,
+            claims: claims_tx,
+            mut stop,
             announce,
             metrics,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
+        // This node's claims go to the others once the flows that carry them are on the
+        // bridges: a node that gives a VIP up on hearing the claim stops answering only after
+        // the new owner answers.
+        let claims_pending = claims_tx.map(|tx| {
+            let (pending, rx) = watch::channel(None);
+            tokio::spawn(publish_claims(rx, tx, bridge_status_rx.clone()));
+            pending
+        });
         // When this node's drain mark was first seen: it keeps its VIPs for a moment, so that
         // the others take them and announce first.
         let mut drain_since: Option<std::time::Instant> = None;
@@ -66,8 +80,17 @@ impl PlannerTask {
             // Off the async workers: a first snapshot of many Services takes a while, and the
             // reconcilers, the observer and shutdown must not wait behind it.
             let Some(mut p) = planner.take() else { return };
-            if let Some(m) = &mut members {
-                p.set_members(m.borrow_and_update().clone());
+            p.set_members(match &mut members {
+                Some(m) => match m.borrow_and_update().clone() {
+                    Some(view) => crate::plan::planner::Membership::View(view),
+                    None => crate::plan::planner::Membership::Waiting,
+                },
+                None => crate::plan::planner::Membership::Off,
+            });
+            match *stop.borrow_and_update() {
+                StopPhase::Running => {}
+                StopPhase::HandingOver => p.stop_announcing(),
+                StopPhase::Withdraw => p.withdraw(),
             }
             let own_draining = loaded
                 .objects
@@ -106,6 +129,9 @@ impl PlannerTask {
                 }
             };
             let generation = plans.generation;
+            if let (Some(tx), Some(c)) = (&claims_pending, &plans.claims) {
+                tx.send_replace(Some((generation, Arc::clone(c))));
+            }
             if let Some(a) = &plans.announce {
                 let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
                 metrics.announced_vips.set(n(a.here.len()));
@@ -159,6 +185,7 @@ impl PlannerTask {
                         delta,
                         router_mac,
                         announce: b.announce,
+                        doubt: b.doubt,
                     }));
                 }
             };
@@ -236,9 +263,17 @@ impl PlannerTask {
                     None => std::future::pending().await,
                 }
             };
+            let stop_changed = async {
+                if stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 r = objects.changed() => if r.is_err() { return },
+                // A membership that ended (it could not start) leaves the Nodes' Ready
+                // condition to decide.
                 live = members_changed => if !live { members = None },
+                () = stop_changed => {}
                 // The drain hold is over: plan again without this node.
                 _ = held => {}
             }
@@ -304,6 +339,28 @@ async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) 
         if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
             tracing::warn!(generation, wait = ?ORDER_WAIT, "flows not confirmed in time; removing the rows anyway");
         }
+    }
+}
+
+/// Hand each plan's claims on to the membership once every connected bridge applied that plan
+/// (or [`ORDER_WAIT`] passed): the newest claims only, in plan order.
+async fn publish_claims(
+    mut pending: watch::Receiver<Option<(u64, crate::membership::task::OwnClaims)>>,
+    claims: watch::Sender<crate::membership::task::OwnClaims>,
+    bridges: Vec<watch::Receiver<BridgeStatus>>,
+) {
+    while pending.changed().await.is_ok() {
+        let Some((generation, c)) = pending.borrow_and_update().clone() else {
+            continue;
+        };
+        for rx in &bridges {
+            let mut rx = rx.clone();
+            let done = rx.wait_for(|s| {
+                !s.connected || s.applied_generation.is_some_and(|g| g >= generation)
+            });
+            let _ = tokio::time::timeout(ORDER_WAIT, done).await;
+        }
+        claims.send_replace(c);
     }
 }
 

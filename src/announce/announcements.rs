@@ -1,12 +1,12 @@
-//! The VIPs this node announces, kept up to date by each snapshot: a [`Placement::consistent`]
-//! of every VIP over the live nodes, and what changed for this node.
+//! The VIPs this node announces, kept up to date by each snapshot: a sticky [`Placement`] of
+//! every VIP over the live nodes, and what changed for this node.
 //!
-//! Live nodes come from the Nodes of the snapshot (Kubernetes' Ready condition, the slow
-//! signal; a membership layer will replace it). Every agent sees the same Nodes and VIPs and
-//! the placement depends on nothing else, so all agree on one owner per VIP without talking to
-//! each other; an agent that restarts computes the same owners as the ones that did not.
+//! Live nodes come from the membership when one runs (else from the Nodes' Ready condition,
+//! the slow signal). Every agent sees the same Nodes and VIPs and makes the same moves from the
+//! same history; the owners' claims, which the membership carries, settle what the histories
+//! do not share (a node that was cut off, or restarted, takes the owners it is told).
 
-use super::placement::{Eligible, Move, NodeName, Placement};
+use super::placement::{Claim, Eligible, Move, NodeName, Placement};
 use k8s_openapi::api::core::v1 as core;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -29,6 +29,19 @@ pub struct PlacementChange {
     pub joined: bool,
     /// The live set changed.
     pub live_changed: bool,
+    /// The claims this node makes changed (a VIP taken or given up, or a new epoch).
+    pub claims_changed: bool,
+}
+
+/// What the membership tells the placement: who is live, and the owners the live nodes claim
+/// (the best claim heard for each VIP).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipView {
+    pub live: Arc<BTreeSet<NodeName>>,
+    pub claims: imbl::OrdMap<IpAddr, Claim>,
+    /// This node hears nothing from any other (its uplink or its switch is gone): the deaths
+    /// it finds meanwhile are its own cut, not the others'.
+    pub isolated: bool,
 }
 
 /// Who announces what, from this node's side.
@@ -43,6 +56,13 @@ pub struct Announcements {
     /// The Nodes last read and the ones of them that may announce: a snapshot whose Nodes are
     /// the same objects (most changes touch Services) is not read again.
     nodes_read: (Vec<Arc<core::Node>>, BTreeSet<NodeName>),
+    /// The membership's claims as last adopted: only what changed since is adopted again.
+    claims_seen: imbl::OrdMap<IpAddr, Claim>,
+    /// This node sees fewer than half of the Nodes, or hears no one (see
+    /// [`Announcements::in_doubt`]).
+    small_side: bool,
+    /// This node heard no one at the last update ([`MembershipView::isolated`]).
+    isolated: bool,
 }
 
 impl Announcements {
@@ -57,11 +77,14 @@ impl Announcements {
     pub fn new(node: &str) -> Announcements {
         Announcements {
             node: Arc::from(node),
-            placement: Placement::consistent(),
+            placement: Placement::default(),
             vips: imbl::OrdSet::new(),
             live: BTreeSet::new(),
             hold: false,
             nodes_read: (Vec::new(), BTreeSet::new()),
+            claims_seen: imbl::OrdMap::new(),
+            small_side: false,
+            isolated: false,
         }
     }
 
@@ -74,7 +97,7 @@ impl Announcements {
         &mut self,
         vips: &imbl::OrdSet<IpAddr>,
         nodes: &[Arc<core::Node>],
-        members: Option<&BTreeSet<NodeName>>,
+        members: Option<&MembershipView>,
     ) -> PlacementChange {
         self.update_eligible(vips, nodes, members, &|_| Eligible::Any, &[])
     }
@@ -86,11 +109,12 @@ impl Announcements {
         &mut self,
         vips: &imbl::OrdSet<IpAddr>,
         nodes: &[Arc<core::Node>],
-        members: Option<&BTreeSet<NodeName>>,
+        members: Option<&MembershipView>,
         eligible: &dyn Fn(IpAddr) -> Eligible,
         changed: &[IpAddr],
     ) -> PlacementChange {
         let mut moves: Vec<Move> = Vec::new();
+        let mine_before = self.claims();
         let same = self.nodes_read.0.len() == nodes.len()
             && self
                 .nodes_read
@@ -106,16 +130,24 @@ impl Announcements {
             ready.insert(self.node.clone());
         }
         let mut live = ready.clone();
+        let was_isolated = self.isolated;
+        self.small_side = false;
+        self.isolated = members.is_some_and(|m| m.isolated);
         if let Some(m) = members {
-            live.retain(|n| m.contains(n));
+            live.retain(|n| m.live.contains(n));
             // Seeing fewer than half of the nodes, this node is on the small side of a
             // partition (or cut off): it keeps to its own share of the whole and takes no one
-            // else's, or it would answer for every VIP on its side and hijack them when the
-            // partition heals.
-            if live.len() * 2 < ready.len() {
-                live = ready;
+            // else's, or it would answer for every VIP on its side. Hearing no one at all, it
+            // is cut off whatever its view says yet.
+            if self.isolated || live.len() * 2 < ready.len() {
+                live = ready.clone();
+                self.small_side = true;
             }
         }
+        let entering_isolation = self.isolated && !was_isolated;
+        let whole = !self.small_side && live == ready;
+        let no_claims = imbl::OrdMap::new();
+        let claims = members.map_or(&no_claims, |m| &m.claims);
         let joined = live.difference(&self.live).next().is_some();
         let live_changed = live != self.live;
         if live_changed {
@@ -124,9 +156,11 @@ impl Announcements {
         }
         for d in self.vips.diff(vips) {
             match d {
-                imbl::ordset::DiffItem::Add(v) => {
-                    moves.extend(self.placement.put_vip(*v, eligible(*v)))
-                }
+                imbl::ordset::DiffItem::Add(v) => moves.extend(self.placement.put_vip_claimed(
+                    *v,
+                    eligible(*v),
+                    claims.get(v).cloned(),
+                )),
                 imbl::ordset::DiffItem::Remove(v) => moves.extend(self.placement.remove_vip(*v)),
             }
         }
@@ -135,6 +169,34 @@ impl Announcements {
             moves.extend(self.placement.put_vip(*v, eligible(*v)));
         }
         self.vips = vips.clone();
+        // The owners the others claim: what changed since the last update, or every claim when
+        // the live set changed (a claim for a node that was not live before fits now).
+        if live_changed {
+            moves.extend(
+                self.placement
+                    .adopt(claims.iter().map(|(v, c)| (*v, c.clone()))),
+            );
+        } else {
+            let fresh: Vec<(IpAddr, Claim)> = self
+                .claims_seen
+                .diff(claims)
+                .filter_map(|d| match d {
+                    imbl::ordmap::DiffItem::Add(v, c)
+                    | imbl::ordmap::DiffItem::Update { new: (v, c), .. } => Some((*v, c.clone())),
+                    imbl::ordmap::DiffItem::Remove(..) => None,
+                })
+                .collect();
+            moves.extend(self.placement.adopt(fresh));
+        }
+        self.claims_seen = claims.clone();
+        if entering_isolation {
+            // Cut off after all: the VIPs this node took since it last saw every node (the
+            // others' deaths it found were its own cut) go back to their owners.
+            moves.extend(self.placement.rollback());
+        }
+        if whole {
+            self.placement.checkpoint();
+        }
         // A VIP can move more than once in one update: what counts is where it ended up.
         let mut turns: Vec<Turn> = Vec::new();
         let mut seen: BTreeSet<IpAddr> = BTreeSet::new();
@@ -154,7 +216,23 @@ impl Announcements {
             turns,
             joined,
             live_changed,
+            claims_changed: self.claims() != mine_before,
         }
+    }
+
+    /// The claims this node makes: each VIP it owns, with the VIP's epoch.
+    pub fn claims(&self) -> std::collections::BTreeMap<IpAddr, u64> {
+        self.placement
+            .owned_by(&self.node)
+            .filter_map(|v| Some((*v, self.placement.claim(*v)?.epoch)))
+            .collect()
+    }
+
+    /// Whether this node saw fewer than half of the Nodes at the last update (cut off, or on
+    /// the small side of a partition): it keeps its VIPs but the others may have taken them
+    /// meanwhile, which it learns only when it sees them again.
+    pub fn in_doubt(&self) -> bool {
+        self.small_side
     }
 
     /// The node that announces `vip`, if any is live.
@@ -239,6 +317,138 @@ mod tests {
             .collect()
     }
 
+    /// The membership's view: `live`, and the claims of `owners` merged as the membership
+    /// merges them (the winning claim per VIP).
+    fn view(live: &[&str], owners: &[&Announcements]) -> MembershipView {
+        let mut claims: imbl::OrdMap<IpAddr, Claim> = imbl::OrdMap::new();
+        for a in owners {
+            for (vip, epoch) in a.claims() {
+                let c = Claim {
+                    node: a.node.clone(),
+                    epoch,
+                };
+                if claims.get(&vip).is_none_or(|old| c.beats(vip, old)) {
+                    claims.insert(vip, c);
+                }
+            }
+        }
+        MembershipView {
+            live: Arc::new(live.iter().map(|n| NodeName::from(*n)).collect()),
+            claims,
+            isolated: false,
+        }
+    }
+
+    fn here(a: &Announcements) -> BTreeSet<IpAddr> {
+        a.here().copied().collect()
+    }
+
+    /// n1 is cut off (its switch restarted, or its uplink): n2 and n3 take its VIPs, n1 keeps
+    /// them on its side. When they see each other again, n1 learns the others' claims and gives
+    /// those VIPs up; nothing moves back to it. The same when n1's agent restarts: it takes
+    /// only what it is told it owns.
+    #[test]
+    fn a_node_that_comes_back_takes_nothing_back() {
+        let all = [
+            node("n1", Some("True")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let v = vips(30);
+        let names = ["n1", "n2", "n3"];
+        let mut each: Vec<Announcements> = names.iter().map(|n| Announcements::new(n)).collect();
+        for a in &mut each {
+            a.update(&v, &all, Some(&view(&names, &[])));
+        }
+        let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        assert!(first.iter().all(|h| !h.is_empty()));
+        // Cut: n1 sees itself alone, the others see each other.
+        let cut = each[0].update(&v, &all, Some(&view(&["n1"], &[])));
+        assert!(cut.turns.is_empty());
+        assert!(each[0].in_doubt());
+        for a in &mut each[1..] {
+            a.update(&v, &all, Some(&view(&["n2", "n3"], &[])));
+        }
+        let taken: BTreeSet<IpAddr> = here(&each[1]).union(&here(&each[2])).copied().collect();
+        assert_eq!(taken.len(), 30);
+        let during: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        // Healed: every node hears every claim.
+        let healed = view(&names, &[&each[0], &each[1], &each[2]]);
+        let back = each[0].update(&v, &all, Some(&healed));
+        assert!(!each[0].in_doubt());
+        assert!(back.turns.iter().all(|t| !t.here), "{back:?}");
+        assert_eq!(back.turns.len(), first[0].len());
+        assert!(here(&each[0]).is_empty());
+        for (i, a) in each.iter_mut().enumerate().skip(1) {
+            let c = a.update(&v, &all, Some(&healed));
+            assert!(c.turns.is_empty(), "node{} moved: {c:?}", i + 1);
+            assert_eq!(here(a), during[i]);
+        }
+        // n2 restarts: it knows nothing, and takes exactly what it owned.
+        let told = view(&names, &[&each[0], &each[1], &each[2]]);
+        let mut n2 = Announcements::new("n2");
+        n2.update(&v, &all, Some(&told));
+        assert_eq!(here(&n2), during[1]);
+        for (i, a) in each.iter_mut().enumerate() {
+            assert!(
+                a.update(&v, &all, Some(&told)).turns.is_empty(),
+                "node{}",
+                i + 1
+            );
+        }
+        // A new VIP goes to its best node, as every node elects it alike.
+        let mut more = v.clone();
+        more.insert(IpAddr::V4(Ipv4Addr::new(198, 51, 100, 200)));
+        let owners: Vec<usize> = each
+            .iter_mut()
+            .map(|a| a.update(&more, &all, Some(&told)).turns.len())
+            .collect();
+        assert_eq!(owners.iter().sum::<usize>(), 1);
+    }
+
+    /// n2 is cut off, and its membership finds the others dead one at a time: it sees n3 die
+    /// first (with n1 still live it looks like the big side) and takes n3's VIPs. Then it
+    /// hears no one: it gives back what it took meanwhile; when the cut heals, n3 keeps its
+    /// VIPs and n2 learns that n1 and n3 took its own.
+    #[test]
+    fn a_cut_off_node_undoes_what_it_took_before_it_knew_it_was_cut_off() {
+        let all = [
+            node("n1", Some("True")),
+            node("n2", Some("True")),
+            node("n3", Some("True")),
+        ];
+        let v = vips(30);
+        let names = ["n1", "n2", "n3"];
+        let mut each: Vec<Announcements> = names.iter().map(|n| Announcements::new(n)).collect();
+        for a in &mut each {
+            a.update(&v, &all, Some(&view(&names, &[])));
+        }
+        let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        let took = each[1].update(&v, &all, Some(&view(&["n1", "n2"], &[])));
+        assert!(took.turns.iter().all(|t| t.here) && !took.turns.is_empty());
+        let alone = each[1].update(
+            &v,
+            &all,
+            Some(&MembershipView {
+                isolated: true,
+                ..view(&["n1", "n2"], &[])
+            }),
+        );
+        assert_eq!(alone.turns.len(), took.turns.len());
+        assert_eq!(here(&each[1]), first[1]);
+        for i in [0, 2] {
+            each[i].update(&v, &all, Some(&view(&["n1", "n3"], &[])));
+        }
+        let healed = view(&names, &[&each[0], &each[1], &each[2]]);
+        let n3 = here(&each[2]);
+        for a in &mut each {
+            a.update(&v, &all, Some(&healed));
+        }
+        assert!(here(&each[1]).is_empty());
+        assert_eq!(here(&each[2]), n3);
+        assert!(first[2].is_subset(&n3));
+    }
+
     #[test]
     fn a_node_that_sees_fewer_than_half_takes_no_one_elses_vips() {
         let all = [
@@ -251,13 +461,13 @@ mod tests {
         whole.update(&v, &all, None);
         let own: BTreeSet<IpAddr> = whole.here().copied().collect();
         // Cut off: its membership sees itself alone. It keeps its own share, no more.
-        let alone = BTreeSet::from([NodeName::from("n1")]);
+        let alone = view(&["n1"], &[]);
         let mut cut = Announcements::new("n1");
         cut.update(&v, &all, Some(&alone));
         let kept: BTreeSet<IpAddr> = cut.here().copied().collect();
         assert_eq!(kept, own);
         // On the big side, n2 sees n1 gone and takes some of its VIPs.
-        let big = BTreeSet::from([NodeName::from("n2"), NodeName::from("n3")]);
+        let big = view(&["n2", "n3"], &[]);
         let mut n2 = Announcements::new("n2");
         let before: BTreeSet<IpAddr> = {
             n2.update(&v, &all, None);

@@ -104,6 +104,17 @@ pub enum MembershipError {
     Protocol(String),
     #[error(transparent)]
     Watch(#[from] watch::WatchError),
+    #[error("claims datagram refused: {0}")]
+    Claims(#[from] super::claims::ClaimsError),
+}
+
+/// A datagram this node accepted.
+#[derive(Debug)]
+pub enum Received {
+    /// The membership's own: what it produced.
+    Membership(Outputs),
+    /// A member's claims to its VIPs.
+    Claims(super::claims::ClaimsMessage),
 }
 
 /// What a step produced: datagrams to send, timers to set, and whether the live set changed.
@@ -191,19 +202,22 @@ impl MemberSet {
 
     /// A datagram from the network. One that is not sealed with the key, is stale, or that foca
     /// cannot read changes nothing.
-    pub fn receive(&mut self, now_ms: u64, datagram: &[u8]) -> Result<Outputs, MembershipError> {
+    pub fn receive(&mut self, now_ms: u64, datagram: &[u8]) -> Result<Received, MembershipError> {
         match self.key.open_any(now_ms, datagram)? {
             (Channel::Swim, payload) => {
                 let r = self.foca.handle_data(payload, &mut self.runtime);
                 let out = self.drain(now_ms);
                 r.map_err(|e| MembershipError::Protocol(e.to_string()))?;
-                Ok(out)
+                Ok(Received::Membership(out))
             }
             (Channel::Watch, payload) => {
                 let msg = watch::Message::decode(payload)?;
                 let w = self.watch.receive(now_ms, msg);
-                Ok(self.watched(now_ms, w))
+                Ok(Received::Membership(self.watched(now_ms, w)))
             }
+            (Channel::Claims, payload) => Ok(Received::Claims(
+                super::claims::ClaimsMessage::decode(payload)?,
+            )),
         }
     }
 
@@ -280,6 +294,24 @@ impl MemberSet {
         out.sends = sends;
         out.watch = w.events;
         out
+    }
+
+    /// `payload` (an encoded [`super::claims::ClaimsMessage`]) sealed for sending.
+    pub fn seal_claims(&self, now_ms: u64, payload: &[u8]) -> Vec<u8> {
+        self.key.seal_as(Channel::Claims, now_ms, payload)
+    }
+
+    /// The largest claims payload that keeps a datagram under the MTU.
+    pub const CLAIMS_BUDGET: usize = 1400 - super::seal::OVERHEAD;
+
+    /// Where each member other than this node listens.
+    pub fn member_addrs(&self) -> Vec<(NodeName, SocketAddr)> {
+        self.foca
+            .iter_members()
+            .map(|m| m.id())
+            .filter(|p| !p.node.is_empty())
+            .map(|p| (NodeName::from(p.node.as_str()), p.addr))
+            .collect()
     }
 
     /// A foca timer that came due.

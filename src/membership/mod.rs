@@ -11,9 +11,15 @@
 //!   node set;
 //! - [`watch`]: the successors' watch of the owners (heartbeats every tens of ms, a silence
 //!   confirmed through other members before the owner is declared down);
+//! - [`claims`]: the owners' claims to their VIPs, which the nodes send each other beside the
+//!   membership's own datagrams ([`crate::announce::placement::Claim`]);
+//! - [`heard`]: the sans-IO bookkeeping of those claims: the best claim per VIP, and which
+//!   newly seen members have not been heard out yet;
 //! - [`task`]: the tokio shell (the UDP socket and the timers).
 
+pub mod claims;
 pub mod config;
+pub mod heard;
 pub mod member_set;
 pub mod peer;
 pub mod seal;

@@ -3,8 +3,9 @@
 //! recorded and played back later is refused once it is older than [`MAX_SKEW_MS`]. The nodes'
 //! clocks must agree within that (NTP does far better).
 //!
-//! Two kinds of datagram share the socket: SWIM's (foca's, [`Channel::Swim`]) and the
-//! successors' watch of the owners ([`Channel::Watch`], [`super::watch`]). Each kind has its own
+//! Three kinds of datagram share the socket: SWIM's (foca's, [`Channel::Swim`]), the
+//! successors' watch of the owners ([`Channel::Watch`], [`super::watch`]) and the owners' claims
+//! to their VIPs ([`Channel::Claims`], [`super::claims`]). Each kind has its own
 //! key derived from the secret, so the tag tells them apart and foca never sees a watch
 //! datagram; SWIM's datagrams are sealed exactly as before the watch existed, so agents of
 //! either version keep one membership during a rolling upgrade (an older agent refuses a watch
@@ -23,6 +24,7 @@ pub const OVERHEAD: usize = 32 + 8;
 pub struct Key {
     swim: [u8; 32],
     watch: [u8; 32],
+    claims: [u8; 32],
 }
 
 /// Which protocol a datagram belongs to.
@@ -32,6 +34,8 @@ pub enum Channel {
     Swim,
     /// The watch of owners by their successors ([`super::watch`]).
     Watch,
+    /// The owners' claims to their VIPs ([`super::claims`]).
+    Claims,
 }
 
 impl std::fmt::Debug for Key {
@@ -71,6 +75,7 @@ impl Key {
         Ok(Key {
             swim: blake3::derive_key("vipflow membership datagram v1", s),
             watch: blake3::derive_key("vipflow membership watch datagram v1", s),
+            claims: blake3::derive_key("vipflow membership claims datagram v1", s),
         })
     }
 
@@ -78,6 +83,7 @@ impl Key {
         match channel {
             Channel::Swim => &self.swim,
             Channel::Watch => &self.watch,
+            Channel::Claims => &self.claims,
         }
     }
 
@@ -108,11 +114,11 @@ impl Key {
     pub fn open<'a>(&self, now_ms: u64, datagram: &'a [u8]) -> Result<&'a [u8], SealError> {
         match self.open_any(now_ms, datagram)? {
             (Channel::Swim, p) => Ok(p),
-            (Channel::Watch, _) => Err(SealError::Forged),
+            (Channel::Watch | Channel::Claims, _) => Err(SealError::Forged),
         }
     }
 
-    /// The channel and payload of `datagram`, if this key signed it (for either channel)
+    /// The channel and payload of `datagram`, if this key signed it (for any channel)
     /// within [`MAX_SKEW_MS`] of `now_ms`.
     pub fn open_any<'a>(
         &self,
@@ -132,7 +138,7 @@ impl Key {
             .map_err(|_| SealError::Short(datagram.len()))?;
         // blake3::Hash compares in constant time.
         let tag = blake3::Hash::from(tag);
-        let channel = [Channel::Swim, Channel::Watch]
+        let channel = [Channel::Swim, Channel::Watch, Channel::Claims]
             .into_iter()
             .find(|c| self.tag(*c, &time, payload) == tag)
             .ok_or(SealError::Forged)?;

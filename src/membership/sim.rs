@@ -241,7 +241,9 @@ impl SimNetwork {
                         continue;
                     }
                     // A refused datagram changes nothing; the core says why in its error.
-                    if let Ok(out) = self.nodes[to].receive(at, &data) {
+                    if let Ok(super::member_set::Received::Membership(out)) =
+                        self.nodes[to].receive(at, &data)
+                    {
                         self.apply(to, out);
                     }
                 }

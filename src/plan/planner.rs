@@ -23,8 +23,14 @@ pub struct Planner {
     /// Which VIPs this node announces, when a bridge announces, and which nodes may announce
     /// each VIP.
     announcements: Option<(Announcements, Eligibility)>,
-    /// The membership's live nodes; `None`: the Nodes' Ready condition decides.
-    members: crate::membership::task::LiveMembers,
+    /// What the membership says, when one runs.
+    members: Membership,
+    /// The agent is stopping: this node takes nothing more and announces nothing again.
+    stopping: bool,
+    /// The agent handed its VIPs over: it answers for none.
+    withdrawn: bool,
+    /// The withdrawal was planned: nothing more to do for the announcements.
+    withdrawn_applied: bool,
     /// The last announcement state handed on.
     announce_state: Option<Arc<AnnounceState>>,
     generation: u64,
@@ -40,6 +46,9 @@ pub struct BridgeFlows {
     /// VIPs this node answers for whose answer did not change but must be announced again
     /// (a node came back; see [`crate::announce::announcements::PlacementChange::joined`]).
     pub announce: Vec<IpAddr>,
+    /// This node is on the small side of a partition (or cut off): what it owns, the others
+    /// may have taken meanwhile.
+    pub doubt: bool,
 }
 
 /// The Northbound rows after an update, and what changed.
@@ -60,6 +69,18 @@ pub struct NorthboundRows {
     /// Rows serving the previous plan and this one, to commit before the flows change (see
     /// [`order`]); `None` when this plan's rows can go first.
     pub make_first: Option<RowIndex>,
+}
+
+/// What the membership says, as the planner takes it.
+#[derive(Debug, Clone, Default)]
+pub enum Membership {
+    /// None runs: the Nodes' Ready condition says who is live.
+    #[default]
+    Off,
+    /// One runs but has not settled: this node does not know who owns what yet, and
+    /// announces nothing.
+    Waiting,
+    View(Arc<crate::announce::announcements::MembershipView>),
 }
 
 /// What this node announces after an update, when a bridge announces.
@@ -85,6 +106,9 @@ pub struct Plans {
     pub announce: Option<Arc<AnnounceState>>,
     /// VIPs this update made this node take (announcing).
     pub taken: usize,
+    /// This node's claims (VIP and epoch), for the membership to tell the others; `None` when
+    /// unchanged or not announcing.
+    pub claims: Option<Arc<std::collections::BTreeMap<IpAddr, u64>>>,
 }
 
 impl Planner {
@@ -99,16 +123,30 @@ impl Planner {
             services: ServiceIndex::new(opts, bridges, cookie_prefix),
             rows: northbound.map(RowTable::new),
             announcements: None,
-            members: None,
+            members: Membership::Off,
+            stopping: false,
+            withdrawn: false,
+            withdrawn_applied: false,
             announce_state: None,
             generation: 0,
         }
     }
 
-    /// Who the membership says is alive, for the next updates (`None`: go by the Nodes'
-    /// Ready condition alone).
-    pub fn set_members(&mut self, members: crate::membership::task::LiveMembers) {
+    /// What the membership says, for the next updates.
+    pub fn set_members(&mut self, members: Membership) {
         self.members = members;
+    }
+
+    /// The agent stops: from now on this node takes no VIP and announces none again (the
+    /// others take its VIPs; it keeps answering for those it has until [`Planner::withdraw`]).
+    pub fn stop_announcing(&mut self) {
+        self.stopping = true;
+    }
+
+    /// The hand-over is over: the next update removes every answer of this node.
+    pub fn withdraw(&mut self) {
+        self.stopping = true;
+        self.withdrawn = true;
     }
 
     /// Keep this node's VIPs while it is marked for drain
@@ -153,42 +191,86 @@ impl Planner {
         let previous_vips = self.services.vips();
         let mut deltas = self.services.update(objects);
         let mut announce = vec![Vec::new(); deltas.len()];
+        let mut doubts = vec![false; deltas.len()];
         let mut taken = 0;
-        if let Some((a, eligibility)) = &mut self.announcements {
+        let mut claims = None;
+        let waiting = matches!(self.members, Membership::Waiting);
+        let done = self.withdrawn_applied;
+        if let Some((a, eligibility)) = &mut self.announcements
+            && !waiting
+            && !done
+        {
             let changed = eligibility.update(objects, &self.services);
-            let change = a.update_eligible(
-                &self.services.vips(),
-                &objects.nodes,
-                self.members.as_deref(),
-                &|vip| eligibility.of(vip),
-                &changed,
-            );
+            let (mut change, doubt) = if self.withdrawn {
+                // Every answer goes; the placement is left as it was.
+                let turns = a
+                    .here()
+                    .map(|v| crate::announce::announcements::Turn {
+                        vip: *v,
+                        here: false,
+                    })
+                    .collect();
+                (
+                    crate::announce::announcements::PlacementChange {
+                        turns,
+                        ..Default::default()
+                    },
+                    false,
+                )
+            } else {
+                let view = match &self.members {
+                    Membership::View(v) => Some(v.as_ref()),
+                    _ => None,
+                };
+                let c = a.update_eligible(
+                    &self.services.vips(),
+                    &objects.nodes,
+                    view,
+                    &|vip| eligibility.of(vip),
+                    &changed,
+                );
+                (c, a.in_doubt())
+            };
+            if self.stopping && !self.withdrawn {
+                // Leaving: what this node gives up goes, nothing is taken or announced again.
+                change.turns.retain(|t| !t.here);
+                change.joined = false;
+            }
             taken = change.turns.iter().filter(|t| t.here).count();
+            if change.claims_changed && !self.stopping {
+                claims = Some(Arc::new(a.claims()));
+            }
+            let here: Vec<IpAddr> = if self.withdrawn {
+                Vec::new()
+            } else {
+                a.here().copied().collect()
+            };
             // Successors change with the live set and with who may announce a VIP (its
             // eligible nodes), not only when this node's VIPs do: asked every time, for a few
             // hashes per VIP this node owns.
-            let successors: Vec<_> = a.successors().into_iter().collect();
+            let successors: Vec<_> = if self.withdrawn {
+                Vec::new()
+            } else {
+                a.successors().into_iter().collect()
+            };
             let stale = self
                 .announce_state
                 .as_ref()
                 .is_none_or(|s| s.successors != successors);
-            if stale || !change.turns.is_empty() || change.live_changed {
+            if stale || !change.turns.is_empty() || change.live_changed || self.withdrawn {
                 self.announce_state = Some(Arc::new(AnnounceState {
-                    here: a.here().copied().collect(),
+                    here: here.clone(),
                     live: a.live().iter().cloned().collect(),
                     successors,
                 }));
             }
-            let again: Vec<IpAddr> = if change.joined {
-                a.here().copied().collect()
-            } else {
-                Vec::new()
-            };
+            let again: Vec<IpAddr> = if change.joined { here } else { Vec::new() };
             for (i, delta) in deltas.iter_mut().enumerate() {
                 if !self.services.announces(i) {
                     continue;
                 }
                 announce[i].clone_from(&again);
+                doubts[i] = doubt;
                 for t in &change.turns {
                     for key in answer_keys(t.vip) {
                         if self.services.set_flow(i, key, t.here) {
@@ -199,16 +281,27 @@ impl Planner {
                 delta.touched.sort();
                 delta.touched.dedup();
             }
+            if self.withdrawn {
+                self.withdrawn_applied = true;
+            }
+        } else if waiting && self.announce_state.is_none() {
+            self.announce_state = Some(Arc::new(AnnounceState {
+                here: Vec::new(),
+                live: Vec::new(),
+                successors: Vec::new(),
+            }));
         }
         let bridges = deltas
             .into_iter()
             .enumerate()
             .zip(announce)
-            .map(|((i, delta), announce)| BridgeFlows {
+            .zip(doubts)
+            .map(|(((i, delta), announce), doubt)| BridgeFlows {
                 flows: self.services.flows(i),
                 maker: self.services.maker(i),
                 delta,
                 announce,
+                doubt,
             })
             .collect();
         let services = &self.services;
@@ -233,6 +326,7 @@ impl Planner {
             northbound,
             announce: self.announce_state.clone(),
             taken,
+            claims,
         }
     }
 

@@ -41,6 +41,9 @@ pub struct OvsIface {
 pub struct OvsView {
     /// `Open_vSwitch` `external_ids:ovn-bridge-mappings`.
     pub bridge_mappings: Option<String>,
+    /// The bridge ovn-controller programs (`external_ids:ovn-bridge`, `br-int` by default)
+    /// when this node is an OVN chassis (`external_ids:ovn-remote` is set).
+    pub integration_bridge: Option<String>,
     /// Each bridge's interfaces, by bridge name.
     pub bridges: BTreeMap<String, Vec<OvsIface>>,
 }

@@ -16,6 +16,7 @@ fn iface(name: &str, kind: &str, ofport: u32, localnet: Option<&str>) -> OvsIfac
 fn ovnk(mappings: Option<&str>) -> OvsView {
     OvsView {
         bridge_mappings: mappings.map(Into::into),
+        integration_bridge: None,
         bridges: BTreeMap::from([
             (
                 "br-ex".to_string(),

@@ -66,12 +66,14 @@ pub fn view(cache: &Cache) -> OvsView {
         table("Port"),
         table("Interface"),
     );
-    let bridge_mappings = ovs
-        .values()
-        .next()
-        .and_then(|r| map_get(r, "external_ids", "ovn-bridge-mappings"));
+    let root = ovs.values().next();
+    let bridge_mappings = root.and_then(|r| map_get(r, "external_ids", "ovn-bridge-mappings"));
+    let integration_bridge = root
+        .filter(|r| map_get(r, "external_ids", "ovn-remote").is_some())
+        .map(|r| map_get(r, "external_ids", "ovn-bridge").unwrap_or_else(|| "br-int".into()));
     let mut out = OvsView {
         bridge_mappings,
+        integration_bridge,
         bridges: BTreeMap::new(),
     };
     for br in bridges.values() {

@@ -34,6 +34,15 @@ pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 /// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIPs
 /// (IPv4 and IPv6) on TCP 80 and UDP 53, one endpoint per node and family.
 pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
+    objects_with(ready, drained, [true; NODES])
+}
+
+/// [`objects`] with `web`'s endpoints only on the nodes `endpoints` names.
+pub fn objects_with(
+    ready: [bool; NODES],
+    drained: Option<usize>,
+    endpoints: [bool; NODES],
+) -> String {
     let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
     for (i, r) in (1..=NODES).zip(ready) {
         let mark = if drained == Some(i) {
@@ -52,6 +61,7 @@ pub fn objects(ready: [bool; NODES], drained: Option<usize>) -> String {
     );
     for (slice, family) in [("web-1", "IPv4"), ("web-6", "IPv6")] {
         let eps: String = (1..=NODES)
+            .filter(|i| endpoints[i - 1])
             .map(|i| {
                 let ip = if family == "IPv4" {
                     testbed::pod_ip(i, 'a')
@@ -106,7 +116,7 @@ fn br_ex_flows(tb: &Testbed, i: usize) -> Option<String> {
 pub fn answering6(tb: &Testbed) -> Vec<usize> {
     (1..=NODES)
         .filter(|&i| {
-            let flows = tb.ofctl(i, &["dump-flows", "br-ex"]);
+            let flows = br_ex_flows(tb, i).unwrap_or_default();
             let has = |step: &str| {
                 flows
                     .lines()
@@ -286,6 +296,20 @@ impl AnnounceBed {
         a
     }
 
+    /// Take `web`'s endpoint on node `node` out (its pod goes), and wait until every chassis
+    /// has programmed that.
+    pub fn without_endpoint_on(&self, node: usize) {
+        let mut on = [true; NODES];
+        on[node - 1] = false;
+        write_objects(&self.objects, &objects_with([true; NODES], None, on));
+        let pod = testbed::pod_ip(node, 'a');
+        eventually("the endpoint gone from the Northbound row", 30, || {
+            let lbs = self.tb.nbctl(&["lb-list"]);
+            lbs.contains(&format!("{VIP}:53")) && !lbs.contains(&pod)
+        });
+        self.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+    }
+
     /// Mark node `node` for drain in the objects file (in one step, as an editor would).
     pub fn drain(&self, node: usize) {
         write_objects(&self.objects, &objects([true; NODES], Some(node)));
@@ -294,6 +318,44 @@ impl AnnounceBed {
     /// The nodes whose br-ex has the ARP answer for the VIP.
     pub fn answering(&self) -> Vec<usize> {
         answering(&self.tb)
+    }
+
+    /// The nodes whose br-ex has the ND answer for the IPv6 VIP.
+    pub fn answering6(&self) -> Vec<usize> {
+        answering6(&self.tb)
+    }
+
+    /// Put node `node`'s stand-in OVN-Kubernetes flows back on br-ex (after its ovs-vswitchd
+    /// restarted), as OVN-Kubernetes does.
+    pub fn node_flows(&self, node: usize) {
+        let out = std::process::Command::new(testkit::scripts_dir().join("testbed.sh"))
+            .args([
+                "node-flows",
+                &self.tb.path().display().to_string(),
+                &node.to_string(),
+            ])
+            .output()
+            .expect("run testbed.sh node-flows");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Node `node`'s agent log.
+    pub fn log_of(&self, node: usize) -> String {
+        self.log(node)
+    }
+
+    /// The log lines of `node` written at or after `since` that contain `needle`.
+    pub fn lines_after(&self, node: usize, since: SystemTime, needle: &str) -> Vec<String> {
+        self.log(node)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .filter(|l| log_time(l).is_some_and(|t| t >= since))
+            .map(str::to_string)
+            .collect()
     }
 
     fn log(&self, node: usize) -> String {
@@ -401,9 +463,9 @@ impl AnnounceBed {
             heal_ms: None,
         };
         // Heal: the owner back (its uplink, or its ovs-vswitchd, its flows and its agent),
-        // the membership whole, one node answering and the client on it. While cut off, the
-        // owner kept its answer (it saw too few nodes to take or drop any): until the others
-        // see it again, two nodes answer.
+        // the membership whole, and the VIP stays with its new owner (owners are sticky). While
+        // cut off, the old owner kept its answer (it saw too few nodes to take or drop any):
+        // until it hears the new owner's claim, two nodes answer.
         let healing = Instant::now();
         match fault {
             Fault::Cut => self.tb.restore_uplink(owner),
@@ -427,7 +489,7 @@ impl AnnounceBed {
         }
         let deadline = healing + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if self.answering().len() == 1 {
+            if self.answering() == [next] {
                 trial.heal_ms = Some(healing.elapsed().as_secs_f64() * 1e3);
                 break;
             }
@@ -436,7 +498,11 @@ impl AnnounceBed {
         eventually("the membership whole again", 30, || {
             (1..=NODES).all(|i| self.last_live(i).is_some_and(|l| l.len() == NODES))
         });
-        self.settled(prober);
+        let settled_on = self.settled(prober);
+        assert_eq!(
+            settled_on, next,
+            "the VIP moved back to node{owner} after the heal"
+        );
         trial
     }
 
@@ -619,7 +685,8 @@ pub struct Trial {
     pub garp_ms: Option<f64>,
     /// The first probe answered after the cut: the outage.
     pub outage_ms: Option<f64>,
-    /// After the owner is back: one node answers again (the duplicate answers stopped).
+    /// After the owner is back: one node answers again, the new owner (the duplicate answers
+    /// stopped, and nothing moved back).
     pub heal_ms: Option<f64>,
 }
 

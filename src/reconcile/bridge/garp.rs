@@ -12,6 +12,7 @@ use openflow::action::port;
 use openflow::message::PacketOut;
 use openflow::oxm::MacAddr;
 use openflow::{Action, Connection, Message};
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
@@ -65,9 +66,15 @@ pub fn packet_out(uplink: u32, frame: Vec<u8>) -> Message {
     })
 }
 
+/// The VIPs a bridge may still announce: those whose answer is on the switch, none once the
+/// agent stops. A schedule under way checks it before every copy, so a VIP that moved away
+/// (or an agent that stops) ends its announcements at once.
+pub type Announceable = tokio::sync::watch::Receiver<std::sync::Arc<BTreeSet<IpAddr>>>;
+
 /// Send the announcements for `vips` at [`SEND_AT`], in the background: the reconciler
 /// goes on with the next plan meanwhile. A connection that closes ends the sends (the next
-/// session's full sync announces again).
+/// session's full sync announces again); each copy goes only for the VIPs `allowed` still
+/// holds.
 pub fn spawn(
     conn: Connection,
     bridge: String,
@@ -75,32 +82,47 @@ pub fn spawn(
     mac: MacAddr,
     vlan: Option<u16>,
     vips: Vec<IpAddr>,
+    allowed: Announceable,
 ) {
     if vips.is_empty() {
         return;
     }
-    let frames: Vec<Message> = vips
+    let frames: Vec<(IpAddr, Message)> = vips
         .iter()
         .map(|v| {
             let frame = match v {
                 IpAddr::V4(v) => gratuitous_arp(*v, mac, vlan),
                 IpAddr::V6(v) => unsolicited_na(*v, mac, vlan),
             };
-            packet_out(uplink, frame)
+            (*v, packet_out(uplink, frame))
         })
         .collect();
     tokio::spawn(async move {
         let start = tokio::time::Instant::now();
         for (round, at) in SEND_AT.iter().enumerate() {
             tokio::time::sleep_until(start + *at).await;
-            for f in &frames {
+            let now: Vec<&(IpAddr, Message)> = {
+                let ok = allowed.borrow();
+                frames.iter().filter(|(v, _)| ok.contains(v)).collect()
+            };
+            if now.is_empty() {
+                tracing::debug!(bridge = %bridge, "announcements ended: this node no longer answers for these VIPs");
+                return;
+            }
+            for (_, f) in now {
                 if let Err(e) = conn.send(f).await {
                     tracing::debug!(bridge = %bridge, error = %e, "announcement not sent; the connection is gone");
                     return;
                 }
             }
             if round == 0 {
-                let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = vips.iter().partition(|v| v.is_ipv4());
+                let (v4, v6): (Vec<IpAddr>, Vec<IpAddr>) = {
+                    let ok = allowed.borrow();
+                    vips.iter()
+                        .copied()
+                        .filter(|v| ok.contains(v))
+                        .partition(|v| v.is_ipv4())
+                };
                 if !v4.is_empty() {
                     tracing::info!(bridge = %bridge, vips = ?v4, "announced: gratuitous ARP sent");
                 }

@@ -66,4 +66,6 @@ pub struct BridgeSettings {
     pub connect_retry: Duration,
     /// How often vipflow's flows are read back and compared with what it wrote (`None`: never).
     pub audit_interval: Option<Duration>,
+    /// True once the agent stops: no announcement goes out any more, and one under way ends.
+    pub silent: Option<tokio::sync::watch::Receiver<bool>>,
 }

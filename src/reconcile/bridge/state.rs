@@ -31,6 +31,10 @@ pub struct DesiredFlows {
     /// VIPs to announce again once this plan is on the switch, though their answer flows did
     /// not change (a node came back: the network may have moved to another node meanwhile).
     pub announce: Vec<std::net::IpAddr>,
+    /// This node sees fewer than half of the nodes: another may have taken what it owns. A
+    /// session that starts meanwhile (the switch came back) holds the answers back until this
+    /// clears ([`super::task`]).
+    pub doubt: bool,
 }
 
 /// Something about the bridge that keeps flows from working as planned, reported in the

@@ -137,8 +137,29 @@ fn monitor_request(s: &BridgeSettings) -> openflow::monitor::FlowMonitorRequest 
     }
 }
 
+/// How long a VIP's answer waits for OVN to program the VIP on the integration bridge before
+/// it goes on the switch anyway (with a warning): a sign the integration bridge holds the VIP
+/// in a form this does not recognise.
+const PROGRAMMED_WAIT: Duration = Duration::from_secs(10);
+
+/// How often a held-back answer is checked again.
+const RECHECK_EVERY: Duration = Duration::from_millis(50);
+
 struct Session {
     conn: Connection,
+    /// The node's integration bridge, to see that OVN programmed a VIP before answering for it.
+    programmed: Programmed,
+    /// Whether this session may answer at all yet: it started while this node was in doubt
+    /// ([`DesiredFlows::doubt`]) and that did not clear yet.
+    opened: bool,
+    /// Said that the answers are held back while in doubt.
+    told_doubt: bool,
+    /// The VIPs whose answers are on the switch (after the last write).
+    on_switch: std::collections::BTreeSet<std::net::IpAddr>,
+    /// Since when each answer held back waits for OVN.
+    held_since: std::collections::BTreeMap<std::net::IpAddr, std::time::Instant>,
+    /// What the announcements under way may still announce ([`garp::Announceable`]).
+    allowed: watch::Sender<Arc<std::collections::BTreeSet<std::net::IpAddr>>>,
     events: openflow::Events,
     /// The switch reports every change to its flows (the ONF flow monitor): drift is noticed
     /// when it happens, and the periodic read-back is only a safety net.
@@ -169,6 +190,12 @@ impl Session {
         };
         Ok(Session {
             conn,
+            programmed: Programmed::new(s),
+            opened: false,
+            told_doubt: false,
+            on_switch: Default::default(),
+            held_since: Default::default(),
+            allowed: watch::channel(Arc::default()).0,
             events,
             monitored,
             heard: Heard::default(),
@@ -213,17 +240,10 @@ impl Session {
         Ok(rejected.is_empty())
     }
 
-    /// Tell the network about `vips` (the VIPs a write made this node answer for) and those
-    /// the plan asks to announce again, by gratuitous ARP or unsolicited neighbor advertisement
-    /// ([`garp`]).
-    fn announce(
-        &self,
-        s: &BridgeSettings,
-        plan: &DesiredFlows,
-        roles: &Roles,
-        mut vips: Vec<std::net::IpAddr>,
-    ) {
-        vips.extend(plan.announce.iter().copied());
+    /// Tell the network about `vips` (the VIPs a write made this node answer for, and those the
+    /// plan asks to announce again whose answers are on the switch), by gratuitous ARP or
+    /// unsolicited neighbor advertisement ([`garp`]).
+    fn announce(&self, s: &BridgeSettings, roles: &Roles, mut vips: Vec<std::net::IpAddr>) {
         vips.sort_unstable();
         vips.dedup();
         if let (Ok(uplink), Some(mac)) = (&roles.uplink, roles.mac) {
@@ -234,8 +254,76 @@ impl Session {
                 mac,
                 s.bridge.vlan,
                 vips,
+                self.allowed.subscribe(),
             );
         }
+    }
+
+    /// The plan as this session may write it: the answers for VIPs this node may not announce
+    /// yet left out. Those are every answer while a session that started in doubt stays in
+    /// doubt (the switch came back while this node could not see the others, who may have
+    /// taken its VIPs), and a VIP's answer until OVN has programmed the VIP on the
+    /// integration bridge (a switch that restarted has no flows until ovn-controller puts
+    /// them back; a node that answers before would draw the traffic into a half-programmed
+    /// pipeline). Returns the plan and whether something was left out.
+    async fn gate(
+        &mut self,
+        s: &BridgeSettings,
+        plan: Arc<DesiredFlows>,
+    ) -> (Arc<DesiredFlows>, bool) {
+        let answers = garp::answered(&plan.flows);
+        let mut hold: Vec<std::net::IpAddr> = Vec::new();
+        if !self.opened && plan.doubt {
+            if !answers.is_empty() && !self.told_doubt {
+                tracing::info!(bridge = %s.bridge.name, vips = answers.len(), "answers held back: this node sees fewer than half of the nodes, which may have taken its VIPs");
+                self.told_doubt = true;
+            }
+            hold = answers;
+        } else {
+            self.opened = true;
+            let new: Vec<std::net::IpAddr> = answers
+                .into_iter()
+                .filter(|v| !self.on_switch.contains(v))
+                .collect();
+            self.held_since.retain(|v, _| new.contains(v));
+            if !new.is_empty() {
+                let integration = match &self.ports.db {
+                    crate::plan::ports::OvsDb::Known(v) => v.integration_bridge.clone(),
+                    _ => None,
+                };
+                let ready = self.programmed.ready(integration.as_deref(), &new).await;
+                for v in new {
+                    if ready.contains(&v) {
+                        self.held_since.remove(&v);
+                        continue;
+                    }
+                    let since = *self.held_since.entry(v).or_insert_with(|| {
+                        tracing::info!(bridge = %s.bridge.name, vip = %v, "answer held back until OVN has programmed the VIP on the integration bridge");
+                        std::time::Instant::now()
+                    });
+                    if since.elapsed() < PROGRAMMED_WAIT {
+                        hold.push(v);
+                    } else {
+                        tracing::warn!(bridge = %s.bridge.name, vip = %v, waited = ?PROGRAMMED_WAIT, "OVN has not programmed the VIP on the integration bridge; answering for it anyway");
+                    }
+                }
+            }
+        }
+        if hold.is_empty() {
+            return (plan, false);
+        }
+        let mut flows = plan.flows.clone();
+        for v in &hold {
+            for k in crate::plan::flows::answer_keys(*v) {
+                flows.remove(&k);
+            }
+        }
+        let gated = DesiredFlows {
+            flows,
+            delta: None,
+            ..(*plan).clone()
+        };
+        (Arc::new(gated), true)
     }
 
     async fn serve(
@@ -246,6 +334,8 @@ impl Session {
         db: &mut DbFeed,
     ) -> SessionEnd {
         let mut need_full = true;
+        let mut silent = s.silent.clone();
+        let is_silent = |r: &Option<watch::Receiver<bool>>| r.as_ref().is_some_and(|r| *r.borrow());
         loop {
             let plan = desired.borrow_and_update().clone();
             if plan.generation == 0 {
@@ -255,6 +345,13 @@ impl Session {
                 }
                 continue;
             }
+            // Answers this node may not give yet are left out of what is written; they are
+            // checked again shortly.
+            let (plan, held) = if s.bridge.announce {
+                self.gate(s, plan).await
+            } else {
+                (plan, false)
+            };
             let making = Making {
                 maker: plan.maker.clone(),
                 roles: self.roles(s, &plan),
@@ -303,8 +400,30 @@ impl Session {
                 return SessionEnd::Lost(e);
             }
             if let Some(roles) = &roles {
-                self.announce(s, &plan, roles, taken);
+                self.on_switch = garp::answered(&plan.flows).into_iter().collect();
+                let quiet = is_silent(&silent);
+                self.allowed.send_replace(Arc::new(if quiet {
+                    Default::default()
+                } else {
+                    self.on_switch.clone()
+                }));
+                let mut vips = taken;
+                vips.extend(
+                    plan.announce
+                        .iter()
+                        .copied()
+                        .filter(|v| self.on_switch.contains(v)),
+                );
+                if !quiet && !vips.is_empty() {
+                    // The switch has applied everything before this barrier: the answers and
+                    // the VIPs' flows into OVN are in place before anyone is told.
+                    if let Err(e) = self.conn.barrier().await {
+                        return SessionEnd::Lost(e);
+                    }
+                    self.announce(s, roles, vips);
+                }
             }
+            let mut recheck_at = held.then(|| tokio::time::Instant::now() + RECHECK_EVERY);
             need_full = false;
             let monitored = self.monitored;
             let audit_every = |base: Duration| {
@@ -322,6 +441,17 @@ impl Session {
             // Wait for a new plan or a port change (on the switch or in the database).
             loop {
                 tokio::select! {
+                    // The agent stops: announcements under way end at once.
+                    () = silent_changed(&mut silent) => {
+                        if is_silent(&silent) {
+                            self.allowed.send_replace(Arc::default());
+                        }
+                    }
+                    // Answers held back: check again whether they may go on.
+                    _ = sleep_until(recheck_at) => {
+                        recheck_at = None;
+                        break;
+                    }
                     _ = sleep_until(earliest(audit_at, check_at)) => {
                         let heard_of = check_at.is_some_and(|t| t <= tokio::time::Instant::now());
                         check_at = None;
@@ -485,7 +615,116 @@ impl Session {
     }
 }
 
-/// Sleep until `at`, or forever when there is no `at`.
+/// Whether OVN has programmed a VIP on the node's integration bridge, read from that bridge
+/// over OpenFlow: ovn-controller installs a VIP's load balancer as flows that match the VIP as
+/// destination (its gateway router's DNAT stage), all of a full install in one go after the
+/// switch restarted. The OVS database tells nothing here: ovn-controller's `ovn-nb-cfg` and
+/// `ovn-installed` marks are written when the Northbound configuration or a port binding
+/// changes, and stay as they were across a restart of ovs-vswitchd. Only a node the database
+/// names an OVN chassis (`external_ids:ovn-remote`) waits; its integration bridge is
+/// `external_ids:ovn-bridge` (`br-int`), reached beside the bridge vipflow writes.
+struct Programmed {
+    /// The directory of the bridge's `unix:` socket; `None` over TCP (no local integration
+    /// bridge known).
+    rundir: Option<std::path::PathBuf>,
+    config: openflow::Config,
+    /// The integration bridge's target and a session with it.
+    conn: Option<(String, Connection)>,
+    /// Said once that there is no integration bridge to read.
+    told: bool,
+}
+
+impl Programmed {
+    fn new(s: &BridgeSettings) -> Programmed {
+        let rundir = s
+            .target
+            .strip_prefix("unix:")
+            .and_then(|path| Some(std::path::Path::new(path).parent()?.to_path_buf()));
+        Programmed {
+            rundir,
+            config: s.openflow.clone(),
+            conn: None,
+            told: false,
+        }
+    }
+
+    /// Those of `vips` that OVN has programmed on `bridge` (the integration bridge; `None`:
+    /// this node is no OVN chassis, nothing to wait for).
+    async fn ready(
+        &mut self,
+        bridge: Option<&str>,
+        vips: &[std::net::IpAddr],
+    ) -> Vec<std::net::IpAddr> {
+        let (Some(bridge), Some(dir)) = (bridge, &self.rundir) else {
+            return vips.to_vec();
+        };
+        let target = format!("unix:{}", dir.join(format!("{bridge}.mgmt")).display());
+        if self.conn.as_ref().is_none_or(|(t, _)| *t != target) {
+            self.conn = None;
+            match Connection::connect(&target, self.config.clone()).await {
+                Ok((c, _events)) => {
+                    self.conn = Some((target.clone(), c));
+                    self.told = false;
+                }
+                Err(e) => {
+                    // Not up yet (the switch is starting): the answers wait, at most
+                    // PROGRAMMED_WAIT.
+                    if !self.told {
+                        tracing::warn!(target = %target, error = %e, "the integration bridge cannot be read yet; answers wait for it");
+                        self.told = true;
+                    }
+                    return Vec::new();
+                }
+            }
+        }
+        let Some((_, conn)) = &self.conn else {
+            return vips.to_vec();
+        };
+        let mut ready = Vec::new();
+        for v in vips {
+            let m = match v {
+                std::net::IpAddr::V4(a) => Match::new()
+                    .with(openflow::oxm::OxmField::eth_type(
+                        openflow::oxm::eth_type::IPV4,
+                    ))
+                    .with(openflow::oxm::OxmField::ipv4_dst(*a)),
+                std::net::IpAddr::V6(a) => Match::new()
+                    .with(openflow::oxm::OxmField::eth_type(
+                        openflow::oxm::eth_type::IPV6,
+                    ))
+                    .with(openflow::oxm::OxmField::ipv6_dst(*a)),
+            };
+            let req = openflow::multipart::FlowStatsRequest {
+                match_: m,
+                ..Default::default()
+            };
+            match conn.flow_stats(req).await {
+                Ok(f) if !f.is_empty() => ready.push(*v),
+                Ok(_) => {}
+                Err(e) => {
+                    // Read again on a new connection next time (the switch restarted).
+                    tracing::debug!(error = %e, "integration bridge not read");
+                    self.conn = None;
+                    return ready;
+                }
+            }
+        }
+        ready
+    }
+}
+
+/// The stop signal changed; never when there is none (or its sender went).
+async fn silent_changed(r: &mut Option<watch::Receiver<bool>>) {
+    match r {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The earlier of two optional deadlines.
 fn earliest(
     a: Option<tokio::time::Instant>,

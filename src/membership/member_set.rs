@@ -129,6 +129,11 @@ pub struct Outputs {
     pub watch: Vec<WatchEvent>,
 }
 
+/// How long after a silence this node still holds its verdicts ([`MemberSet::set_isolated`]):
+/// enough for the others to let it in again (it asks every half second) and for the members it
+/// suspected to hear of it.
+pub const VERDICT_GRACE_MS: u64 = 2_000;
+
 /// This node's view of the membership.
 pub struct MemberSet {
     foca: Foca<Peer, PostcardCodec, StdRng, NoCustomBroadcast>,
@@ -141,6 +146,12 @@ pub struct MemberSet {
     members: Vec<watch::Member>,
     /// The successors of this node's VIPs, by name ([`MemberSet::set_watchers`]).
     watcher_names: BTreeSet<NodeName>,
+    /// Until when (on the `now_ms` clock) suspicions that run out are held rather than
+    /// judged: `u64::MAX` while this node hears no other ([`MemberSet::set_isolated`]).
+    hold_verdicts_until: Option<u64>,
+    /// Suspicions that ran out meanwhile: judged again after.
+    held: Vec<Timer<Peer>>,
+    suspect_to_down_after: Duration,
 }
 
 impl MemberSet {
@@ -169,6 +180,9 @@ impl MemberSet {
             watch,
             members: Vec::new(),
             watcher_names: BTreeSet::new(),
+            hold_verdicts_until: None,
+            held: Vec::new(),
+            suspect_to_down_after: settings.suspect_to_down_after,
         })
     }
 
@@ -225,12 +239,25 @@ impl MemberSet {
     /// probes; an owner confirmed dead is declared down here.
     pub fn tick(&mut self, now_ms: u64) -> Outputs {
         let w = self.watch.poll(now_ms, &self.members);
-        self.watched(now_ms, w)
+        let mut out = self.watched(now_ms, w);
+        if self
+            .hold_verdicts_until
+            .is_some_and(|until| now_ms >= until)
+        {
+            self.hold_verdicts_until = None;
+            let after = self.suspect_to_down_after;
+            out.timers.extend(self.held.drain(..).map(|t| (after, t)));
+        }
+        out
     }
 
     /// When [`MemberSet::tick`] has work next (on the `now_ms` clock), if ever.
     pub fn next_wake(&self) -> Option<u64> {
-        self.watch.next_wake()
+        let verdicts = self.hold_verdicts_until.filter(|u| *u != u64::MAX);
+        [self.watch.next_wake(), verdicts]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The successors of this node's VIPs (the nodes that take them if it dies): each gets a
@@ -316,10 +343,30 @@ impl MemberSet {
 
     /// A foca timer that came due.
     pub fn timer(&mut self, now_ms: u64, timer: Timer<Peer>) -> Outputs {
+        let holding = self.hold_verdicts_until.is_some_and(|until| now_ms < until);
+        if holding && matches!(timer, Timer::ChangeSuspectToDown { .. }) {
+            self.held.push(timer);
+            return Outputs::default();
+        }
         if let Err(e) = self.foca.handle_timer(timer, &mut self.runtime) {
             tracing::debug!(error = %e, "membership: timer");
         }
         self.drain(now_ms)
+    }
+
+    /// Whether this node hears no other member (its uplink or its switch is gone; the shell
+    /// tells, from the datagrams it gets). A node that hears no one declares no one down: the
+    /// silence is its own cut, and a verdict it reached would spread to the others once it is
+    /// back (foca passes on who is down) and move VIPs away from owners that never stopped.
+    /// The hold lasts [`VERDICT_GRACE_MS`] past the silence: the others found this node down
+    /// meanwhile and answer its probes only once it joined again. Then every suspicion that
+    /// ran out in between gets a full `suspect_to_down_after` more, for its member to refute.
+    pub fn set_isolated(&mut self, now_ms: u64, isolated: bool) {
+        self.hold_verdicts_until = Some(if isolated {
+            u64::MAX
+        } else {
+            now_ms.saturating_add(VERDICT_GRACE_MS)
+        });
     }
 
     /// Leave on purpose (the agent stops): the others take this node's VIPs at once instead

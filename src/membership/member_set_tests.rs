@@ -161,3 +161,50 @@ fn a_successor_on_a_lossy_link_moves_nothing() {
     assert!(checks > 0);
     assert!(confirmed.is_empty(), "{confirmed:?}");
 }
+
+/// Node 2's link goes dead while its agent runs (its switch restarts): the others find it down.
+/// Told it hears no one, node 2 declares no one down meanwhile, so once its link is back no
+/// node but node 2 was ever found down, by anyone. Without being told, node 2 finds every
+/// other node down and says so.
+#[test]
+fn a_node_that_hears_no_one_declares_no_one_down() {
+    let run = |isolate: bool| {
+        let mut net = SimNetwork::formed(5, &settings(), 1, 0.0, 23);
+        net.run_until(2_000);
+        net.set_link_loss(2, 1.0);
+        net.run_until(2_400);
+        if isolate {
+            net.set_isolated(2, true);
+        }
+        net.run_until(5_000);
+        net.set_link_loss(2, 0.0);
+        if isolate {
+            net.set_isolated(2, false);
+        }
+        net.run_until(10_000);
+        let whole = (0..5).all(|i| net.live(i).len() == 5);
+        let node2 = sim_node(2);
+        let by_2: Vec<String> = net
+            .downs
+            .iter()
+            .filter(|(_, from, _)| *from == 2)
+            .map(|(_, _, d)| d.clone())
+            .collect();
+        let others_down = net.downs.iter().filter(|(_, _, d)| *d != node2).count();
+        let node2_down = net.downs.iter().filter(|(_, _, d)| *d == node2).count();
+        (whole, by_2, others_down, node2_down)
+    };
+    let (whole, by_2, others_down, node2_down) = run(true);
+    assert!(whole, "the membership whole again");
+    assert!(
+        by_2.is_empty(),
+        "node 2 declared {by_2:?} down while it heard no one"
+    );
+    assert_eq!(others_down, 0, "a node other than node 2 was found down");
+    assert!(node2_down >= 4, "the others found node 2 down");
+    let (_, by_2, others_down, _) = run(false);
+    assert!(
+        by_2.len() >= 4 && others_down >= 4,
+        "not told, node 2 finds the others down: {by_2:?}"
+    );
+}

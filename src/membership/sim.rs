@@ -201,6 +201,13 @@ impl SimNetwork {
         self.apply(i, out);
     }
 
+    /// Tell node `i` it hears no one (or hears the others again), as the agent's membership
+    /// task does after a silence ([`MemberSet::set_isolated`]).
+    pub fn set_isolated(&mut self, i: usize, isolated: bool) {
+        self.nodes[i].set_isolated(self.now_ms, isolated);
+        self.apply(i, Outputs::default());
+    }
+
     /// Node `i`'s successors that get heartbeats, and the owners it watches.
     pub fn watching(&self, i: usize) -> (Vec<NodeName>, Vec<NodeName>) {
         self.nodes[i].watching()

@@ -37,7 +37,9 @@ const SETTLE: Duration = Duration::from_secs(2);
 /// Hearing nothing from any other node for this long, this node is cut off (its uplink or its
 /// switch is gone): every other member probes it, and answers its probes, several times as
 /// often. Shorter than the membership takes to find a member dead, so that a node that is cut
-/// off knows it before it finds the others dead.
+/// off knows it before it finds the others dead. With a single other Node, silence cannot tell
+/// this node's cut from the other's death, and the survivor must take over: only a node with
+/// two others or more counts itself cut off.
 const ISOLATED_AFTER: Duration = Duration::from_millis(400);
 /// How often this node's complete claims go to one member in turn, besides the sends on every
 /// change and to every member that joins: a lost datagram is made good within a few rounds.
@@ -199,7 +201,7 @@ impl MembershipTask {
                 .next_expiry()
                 .map(|at| Instant::now() + Duration::from_millis(at.saturating_sub(now_ms())));
             let cut_at =
-                (!st.isolated && !seeds.is_empty()).then_some(st.last_heard + ISOLATED_AFTER);
+                (!st.isolated && seeds.len() >= 2).then_some(st.last_heard + ISOLATED_AFTER);
             // The watch's clock is the datagrams' (milliseconds of the wall clock).
             let watch_at = set
                 .next_wake()
@@ -232,8 +234,9 @@ impl MembershipTask {
                         self.receive(&socket, &mut set, &buf[..n], from, &mut st).await;
                     }
                     let now = Instant::now();
-                    if !st.isolated && !seeds.is_empty() && now >= st.last_heard + ISOLATED_AFTER {
+                    if !st.isolated && seeds.len() >= 2 && now >= st.last_heard + ISOLATED_AFTER {
                         st.isolated = true;
+                        set.set_isolated(now_ms(), true);
                         tracing::info!(silent_for = ?now.duration_since(st.last_heard), "membership: hearing no one; this node is cut off");
                         if st.settled {
                             self.publish(&st);
@@ -332,6 +335,7 @@ impl MembershipTask {
             if st.isolated {
                 st.isolated = false;
                 tracing::info!("membership: hearing the others again");
+                set.set_isolated(now_ms(), false);
                 if st.settled {
                     self.publish(st);
                 }

@@ -6,7 +6,9 @@
 # routers), two pods serving HTTP and a client on one L2 segment; `vipflow agent` runs on each
 # node from examples/testbed.yaml; the demo shows the flows, the Northbound rows, an ARP request
 # for the VIP answered, and `curl` from the client to the VIP reaching a pod, with the flows'
-# packet counters. Everything lives in its own namespaces and temp dir and is removed at the end.
+# packet counters; then the owner node's uplink is cut while the client curls the VIP, and the
+# other node takes the VIP over. Everything lives in its own namespaces and temp dir and is
+# removed at the end.
 #
 # Without root it falls back to a private OVS sandbox (real ovs-vswitchd, dummy datapath) with
 # vipflow programming br-ex from examples/services.yaml and ofproto/trace in place of packets.
@@ -22,7 +24,7 @@ for a in "$@"; do
     case "$a" in
         --keep) keep=1 ;;
         --dummy) dummy=1 ;;
-        *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+        *) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
     esac
 done
 if [ "$dummy" = 0 ] && { [ "$(id -u)" -ne 0 ] || ! ip netns list >/dev/null 2>&1; }; then
@@ -71,14 +73,18 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
 
     cp examples/testbed.yaml "$dir/objects.yaml"
     echo
+    head -c 32 /dev/urandom | base64 >"$dir/membership.key"
     echo "== vipflow agent on node1 (also the Northbound writer) and node2, announcing the VIPs"
     echo "   (--announce: one node per VIP answers ARP/ND for it from its switch; rows as"
-    echo "   --node-rows auto picks them on this OVN)"
+    echo "   --node-rows auto picks them on this OVN). Each agent runs in its node's network"
+    echo "   namespace, as a host-network pod does, and the agents watch each other over the"
+    echo "   nodes' network (--membership-key-file): a node that goes silent loses its VIPs."
     for i in 1 2; do
         local nb=()
         [ "$i" = 1 ] && nb=(--nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}'
             --node-switch '{node}')
-        "$vipflow" agent --announce --objects "$dir/objects.yaml" --node-name "node$i" \
+        ns "node$i" "$vipflow" agent --announce --membership-key-file "$dir/membership.key" \
+            --objects "$dir/objects.yaml" --node-name "node$i" \
             --ovs-rundir "$dir/node$i" --poll-interval-ms 100 "${nb[@]}" 2>"$dir/node$i/vipflow.log" &
         pids+=($!)
     done
@@ -123,6 +129,8 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
         --ovs-rundir "$dir/node1" --nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}' \
         --node-switch '{node}' || true
 
+    failover "$owner"
+
     if [ "$keep" = 1 ]; then
         echo
         echo "Kept in $dir. Namespaces: $(tr '\n' ' ' <"$dir/namespaces")"
@@ -132,6 +140,64 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
         echo "Stop it with: scripts/testbed.sh stop $dir (vipflow agents: kill ${pids[*]})"
         pids=()
     fi
+}
+
+# The owner's uplink cut while the client curls the VIP every 100 ms: the other node finds it
+# silent, confirms that through the membership, takes the VIP and sends a gratuitous ARP that
+# moves the client. The owner's pod leaves the Service's endpoints first, as Kubernetes takes a
+# dead node's pods out; without that, every connection OVN balanced to it would fail whoever
+# announces, and what is shown here is the announcement.
+failover() {
+    local owner=$1 other
+    other=node1
+    [ "$owner" = node1 ] && other=node2
+    echo
+    echo "== failover: $owner's uplink cut while the client curls the VIP every 100 ms"
+    python3 - "$dir/objects.yaml" "$owner" <<'PY'
+import sys
+path, owner = sys.argv[1], sys.argv[2]
+lines = open(path).read().split("\n")
+out = []
+for i, l in enumerate(lines):
+    nxt = lines[i + 1] if i + 1 < len(lines) else ""
+    if l.strip().startswith("- addresses:") and nxt.strip() == f"nodeName: {owner}":
+        continue
+    if l.strip() == f"nodeName: {owner}":
+        continue
+    out.append(l)
+open(path + ".new", "w").write("\n".join(out))
+PY
+    mv "$dir/objects.yaml.new" "$dir/objects.yaml"
+    sleep 1
+    nbctl --timeout=30 --wait=hv sync
+    echo "   ($owner's pod left the Service's endpoints; the VIP is still announced by $owner)"
+    ns client bash -c '
+        for i in $(seq 1 40); do
+            t=$(date +%s%N)
+            r=$(curl -s --max-time 0.5 http://172.18.0.100/ | cut -d, -f1)
+            echo "$(( ($(date +%s%N) - t) / 1000000 )) ${r:-no answer}"
+            sleep 0.1
+        done' >"$dir/curl.log" &
+    local curls=$!
+    sleep 1
+    local cut_at
+    cut_at=$(date +%s%N)
+    ns wire ip link set "n${owner#node}" down
+    echo "   $(date +%T.%3N) $owner's uplink is down"
+    wait "$curls" || true
+    echo "   the client's requests in order (. answered by a pod, x not within 0.5 s):"
+    awk '{ printf "%s", ($2 == "hello") ? "." : "x"; n++; if ($2 != "hello") lost++ }
+        END { printf "\n   %d requests, %d not answered\n", n, lost }' "$dir/curl.log" | sed '1s/^/   /'
+    echo "   what $other logged (times in UTC):"
+    grep -E 'watch: owner confirmed down|announced: gratuitous ARP' "$dir/$other/vipflow.log" \
+        | tail -n 2 | sed -E 's/\x1b\[[0-9;]*m//g; s/^([^ ]*) +INFO [^ ]* /   \1 /'
+    local garp
+    garp=$(grep 'announced: gratuitous ARP' "$dir/$other/vipflow.log" | tail -n 1 | cut -d' ' -f1)
+    if [ -n "$garp" ] && [ "$(date -d "$garp" +%s%N)" -gt "$cut_at" ]; then
+        echo "   $other's first gratuitous ARP came $(( ($(date -d "$garp" +%s%N) - cut_at) / 1000000 )) ms after the cut"
+    fi
+    ns client ip neigh show 172.18.0.100 | sed 's/^/   client: /'
+    ns wire ip link set "n${owner#node}" up
 }
 
 dummy_demo() {

@@ -576,3 +576,62 @@ fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
     );
     assert_eq!(nb_cfg(&db_before), nb_cfg(&db_after));
 }
+
+/// Three announcing nodes with the membership on and nothing changing, watched for
+/// `VIPFLOW_STEADY_SECS` seconds (35 by default: past the flows' 30 s read-back; the figure for
+/// BENCHMARKS.md is a 300 s run): no node writes a flow, finds its flows changed, or sends a
+/// gratuitous ARP or unsolicited advertisement, and every flow on every br-ex is as old as the
+/// watch (none was added again).
+#[test]
+fn three_nodes_in_a_steady_state_write_repair_and_announce_nothing() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(bed) = announce_bed::AnnounceBed::start(&vipflow()) else {
+        return;
+    };
+    let watch = std::env::var("VIPFLOW_STEADY_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(35), Duration::from_secs);
+    let prober = announce_bed::Prober::start(bed.client_udp());
+    bed.settled(&prober);
+    eventually("one node answering for the IPv6 VIP", 30, || {
+        bed.answering6().len() == 1
+    });
+    // The first announcements' repeats are over well within this.
+    std::thread::sleep(Duration::from_secs(5));
+    let since = std::time::SystemTime::now();
+    let started = Instant::now();
+    let owners = (bed.answering(), bed.answering6());
+    std::thread::sleep(watch);
+    let (sent, answered) = prober.sent_and_answered(started, Instant::now());
+    let mut noisy = Vec::new();
+    for i in 1..=NODES {
+        let count = |needle: &str| bed.lines_after(i, since, needle).len();
+        let (synced, repaired, announced) = (
+            count("synced"),
+            count("changed by someone else"),
+            count("announced:"),
+        );
+        // `duration=12.345s`: the youngest flow on br-ex.
+        let youngest = bed
+            .tb
+            .ofctl(i, &["dump-flows", "br-ex"])
+            .lines()
+            .filter_map(|l| {
+                let d = l.split("duration=").nth(1)?.split('s').next()?;
+                d.parse::<f64>().ok()
+            })
+            .fold(f64::INFINITY, f64::min);
+        eprintln!(
+            "node{i}, {watch:?} of steady state: {synced} flow writes, {repaired} repairs, \
+             {announced} announcements; youngest flow on br-ex {youngest:.1} s old"
+        );
+        if synced + repaired + announced > 0 || youngest < watch.as_secs_f64() {
+            noisy.push(i);
+        }
+    }
+    eprintln!("probes over the watch: {sent} sent, {answered} answered");
+    assert_eq!((bed.answering(), bed.answering6()), owners, "a VIP moved");
+    assert!(noisy.is_empty(), "nodes not quiet: {noisy:?}");
+    assert_eq!(sent, answered, "probes lost in a steady state");
+}

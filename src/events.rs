@@ -16,6 +16,7 @@ mod queue;
 mod sink;
 mod writer;
 
+pub(crate) use queue::Bucket;
 pub use sink::{EventCounters, EventSink, SinkConfig, SinkKind};
 pub use writer::{EventsError, SAID_BY, STATEMENT, event_object, said_by, statement_of};
 
@@ -176,32 +177,34 @@ pub fn warnings(problems: &[Problem]) -> BTreeSet<ServiceEvent> {
 }
 
 /// What to say about the Services whose VIPs this node announces ([`crate::announce`]): one
-/// VipAnnounced statement per Service, naming its VIPs `here` and this node. Published by the
-/// node that takes a VIP when it takes it (a statement is published once while it holds), so
-/// every change of owner is an Event from the new owner.
+/// VipAnnounced statement per Service, naming its VIPs `here` and this node, and for a VIP that
+/// moved, the node it came from (as the Service's record named it,
+/// [`crate::announce::record`]). Published by the node that takes a VIP when it takes it (a
+/// statement is published once while it holds), so every change of owner is one Event from
+/// the new owner, from the old owner to it.
 pub fn announced(
-    vips: &crate::agent::vip_list::VipList,
-    here: &[std::net::IpAddr],
+    here: &[(ServiceKey, crate::announce::record::Here)],
     node: &str,
 ) -> BTreeSet<ServiceEvent> {
-    let mut per_service: std::collections::BTreeMap<ServiceKey, Vec<String>> =
-        std::collections::BTreeMap::new();
-    for vip in here {
-        for svc in vips.services_of(*vip) {
-            per_service.entry(svc).or_default().push(vip.to_string());
-        }
-    }
-    per_service
-        .into_iter()
-        .map(|(svc, vips)| ServiceEvent {
-            service: svc,
-            warning: false,
-            reason: "VipAnnounced",
-            note: format!(
-                "VIPs {} announced by node {node} (it answers ARP/ND for them)",
-                vips.join(", ")
-            )
-            .into(),
+    here.iter()
+        .filter(|(_, vips)| !vips.is_empty())
+        .map(|(svc, vips)| {
+            let vips: Vec<String> = (vips.iter())
+                .map(|(v, from)| match from {
+                    Some(f) => format!("{v} (from node {f})"),
+                    None => v.to_string(),
+                })
+                .collect();
+            ServiceEvent {
+                service: svc.clone(),
+                warning: false,
+                reason: "VipAnnounced",
+                note: format!(
+                    "VIPs {} announced by node {node} (it answers ARP/ND for them)",
+                    vips.join(", ")
+                )
+                .into(),
+            }
         })
         .collect()
 }

@@ -3,28 +3,24 @@
 use super::*;
 
 #[test]
-fn announced_names_each_service_once_with_the_vips_this_node_announces() {
-    use crate::agent::status::VipDoc;
+fn announced_names_each_service_once_with_the_vips_this_node_announces_and_where_they_came_from() {
+    use crate::announce::placement::NodeName;
     let web = ServiceKey::new("shop", "web");
     let api = ServiceKey::new("shop", "api");
-    let doc = |vip: &str, services: Vec<ServiceKey>| VipDoc {
-        vip: vip.parse().unwrap(),
-        ports: Vec::new(),
-        services,
-    };
-    // In VIP order, as the plan has them; 192.0.2.2 is shared by both Services.
-    let vips: crate::agent::vip_list::VipList = vec![
-        doc("192.0.2.1", vec![web.clone()]),
-        doc("192.0.2.2", vec![api.clone(), web.clone()]),
-        doc("192.0.2.3", vec![api.clone()]),
-        doc("2001:db8::1", vec![web.clone()]),
-    ]
-    .into();
-    let here: Vec<std::net::IpAddr> = ["192.0.2.2", "2001:db8::1", "198.51.100.9"]
-        .iter()
-        .map(|v| v.parse().unwrap())
-        .collect();
-    let got: Vec<(String, String)> = announced(&vips, &here, "node-a")
+    let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+    let here = vec![
+        (api.clone(), vec![(ip("192.0.2.2"), None)]),
+        (
+            web.clone(),
+            vec![
+                (ip("192.0.2.2"), None),
+                (ip("2001:db8::1"), Some(NodeName::from("node-b"))),
+            ],
+        ),
+        // A Service with nothing here says nothing.
+        (ServiceKey::new("shop", "idle"), Vec::new()),
+    ];
+    let got: Vec<(String, String)> = announced(&here, "node-a")
         .into_iter()
         .map(|e| {
             assert_eq!((e.reason, e.warning), ("VipAnnounced", false));
@@ -40,13 +36,14 @@ fn announced_names_each_service_once_with_the_vips_this_node_announces() {
             ),
             (
                 "shop/web".to_string(),
-                "VIPs 192.0.2.2, 2001:db8::1 announced by node node-a (it answers ARP/ND for them)"
+                "VIPs 192.0.2.2, 2001:db8::1 (from node node-b) announced by node node-a (it \
+                 answers ARP/ND for them)"
                     .to_string()
             ),
         ]
     );
     // Nothing announced, nothing said.
-    assert!(announced(&vips, &[], "node-a").is_empty());
+    assert!(announced(&[], "node-a").is_empty());
 }
 
 fn ev(reason: &'static str, note: &str) -> ServiceEvent {

@@ -69,6 +69,7 @@ pub struct Metrics {
     pub announce_takeovers: Counter,
     pub announce_takeover_seconds: Family<TargetLabel, Histogram, fn() -> Histogram>,
     pub live_nodes: Gauge,
+    pub announce_records: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -96,6 +97,7 @@ impl Metrics {
             announce_takeovers: Counter::default(),
             announce_takeover_seconds: Family::new_with_constructor(latency_histogram),
             live_nodes: Gauge::default(),
+            announce_records: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -168,6 +170,12 @@ impl Metrics {
             "live_nodes",
             "Nodes that may announce, as this node sees them (announce)",
             m.live_nodes.clone(),
+        );
+        registry.register(
+            "announce_records",
+            "Writes of the vipflow.io/Announced condition on Services by this node: written, \
+             removed, failed (tried again) (announce, cluster mode)",
+            m.announce_records.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -678,3 +678,207 @@ async fn the_node_that_takes_a_vip_tells_its_service_with_an_event() {
     .await;
     cluster.shutdown().await;
 }
+
+/// The message of the Service's `vipflow.io/Announced` condition, if it has one.
+fn announced_record(kube: &KubeServer, name: &str) -> Option<String> {
+    let svc = kube.get("v1", "Service", "shop", name)?;
+    let conds = svc["status"]["conditions"].as_array()?.clone();
+    conds
+        .iter()
+        .find(|c| c["type"] == "vipflow.io/Announced")
+        .and_then(|c| c["message"].as_str().map(String::from))
+}
+
+/// Status writes on Service `name` that went through.
+fn status_writes(kube: &KubeServer, name: &str) -> usize {
+    let path = format!("/api/v1/namespaces/shop/services/{name}/status");
+    kube.request_log()
+        .iter()
+        .filter(|r| r.verb == "patch" && r.path == path && r.status < 300)
+        .count()
+}
+
+/// The VipAnnounced Events on Service `web`, by note.
+fn announced_events(kube: &KubeServer) -> Vec<String> {
+    kube.events()
+        .iter()
+        .filter(|e| e["reason"] == "VipAnnounced" && e["regarding"]["name"] == "web")
+        .filter_map(|e| e["note"].as_str().map(String::from))
+        .collect()
+}
+
+fn announcing(sb: &Sandbox, node: &str) -> Config {
+    let mut cfg = config(sb, node, None);
+    for b in &mut cfg.bridges {
+        b.announce = true;
+    }
+    cfg
+}
+
+/// Two announcing nodes: the owner of a VIP names itself on its Service once its answer is on
+/// the switch; when the VIP moves, the new owner's record replaces it and names where it came
+/// from, and its one Event says from which node to which; a restart writes and says nothing
+/// again; a VIP no longer announced leaves no record behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes() {
+    const VIP: &str = "172.18.0.100";
+    let kube = KubeServer::start().await;
+    kube.apply_yaml(NODES);
+    kube.apply(slice(&[("10.244.1.5", "node-a")]));
+    kube.apply(service(Some(VIP)));
+    // The owner is the best-scoring live node, as every agent computes it.
+    let names = [
+        vipflow::announce::placement::NodeName::from("node-a"),
+        vipflow::announce::placement::NodeName::from("node-b"),
+    ];
+    let owner = vipflow::announce::placement::choose(VIP.parse().unwrap(), &names)
+        .unwrap()
+        .to_string();
+    let other = if owner == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    }
+    .to_string();
+    let sb: std::collections::BTreeMap<String, Sandbox> = [
+        ("node-a".to_string(), Sandbox::openflow_only()),
+        ("node-b".to_string(), Sandbox::openflow_only()),
+    ]
+    .into();
+    let answers = |node: &str| {
+        flows(&sb[node])
+            .iter()
+            .any(|f| f.contains(&format!("arp_tpa={VIP}")) && f.contains("IN_PORT"))
+    };
+    let start = |node: String| {
+        let cfg = announcing(&sb[&node], &node);
+        let opts = cluster_options(&kube, &format!("agent-{node}"));
+        async move { agent::start_cluster(cfg, opts).await.unwrap() }
+    };
+    let began = Instant::now();
+    let mut agents = std::collections::BTreeMap::new();
+    for node in ["node-a", "node-b"] {
+        agents.insert(node.to_string(), start(node.to_string()).await);
+    }
+
+    // The owner names itself, after its answer is on its switch.
+    let first = format!("{VIP} by {owner}");
+    eventually("the owner's record", 20, || {
+        announced_record(&kube, "web").as_deref() == Some(first.as_str())
+    })
+    .await;
+    let recorded_after = began.elapsed();
+    assert!(
+        answers(&owner),
+        "recorded before the answer flow was on the switch"
+    );
+    assert!(!answers(&other));
+    eventually("the owner's VipAnnounced", 15, || {
+        announced_events(&kube)
+            .iter()
+            .any(|n| n.contains(VIP) && n.contains(&format!("by node {owner}")))
+    })
+    .await;
+    // Written once: the other node owes nothing, and new plans (the record's own change among
+    // them) write nothing more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status_writes(&kube, "web"), 1);
+
+    // The owner's Node goes NotReady: the VIP moves, and the new owner's record says from where.
+    let moved_at = Instant::now();
+    kube.apply(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": owner},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.168.10.11"}],
+                   "conditions": [{"type": "Ready", "status": "False"}]}
+    }));
+    let moved = format!("{VIP} by {other} (from {owner})");
+    eventually("the new owner's record", 20, || {
+        announced_record(&kube, "web").as_deref() == Some(moved.as_str())
+    })
+    .await;
+    let move_recorded_after = moved_at.elapsed();
+    assert!(
+        answers(&other),
+        "recorded before the new answer was on the switch"
+    );
+    let said_move = format!("VIPs {VIP} (from node {owner}) announced by node {other}");
+    eventually("the move's VipAnnounced", 15, || {
+        announced_events(&kube)
+            .iter()
+            .any(|n| n.contains(&said_move))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(status_writes(&kube, "web"), 2, "one write for the move");
+    let events = announced_events(&kube);
+    assert_eq!(
+        events.iter().filter(|n| n.contains("from node")).count(),
+        1,
+        "the move said once: {events:#?}"
+    );
+
+    // The new owner restarts: the record already says what it would, and its Event was said.
+    let restarted_at = Instant::now();
+    if let Some(c) = agents.remove(&other) {
+        c.shutdown().await;
+    }
+    let c = start(other.clone()).await;
+    let mut ready = c.running.ready.clone();
+    tokio::time::timeout(Duration::from_secs(20), ready.wait_for(|r| *r))
+        .await
+        .expect("ready after the restart")
+        .unwrap();
+    let mut doc = c.running.status_doc.clone();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        doc.wait_for(|d| {
+            d.as_ref()
+                .and_then(|d| d.announce.as_ref())
+                .is_some_and(|a| a.here.iter().any(|v| v.to_string() == VIP))
+        }),
+    )
+    .await
+    .expect("announcing again after the restart")
+    .unwrap();
+    agents.insert(other.clone(), c);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(status_writes(&kube, "web"), 2, "the restart wrote a record");
+    assert_eq!(announced_events(&kube), events, "the restart said it again");
+    let restart_checked_after = restarted_at.elapsed();
+
+    // The VIP leaves the Service: no node announces it, and its record goes.
+    let client = kube.client().await;
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client, "shop");
+    api.patch_status(
+        "web",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"status": {"loadBalancer": {"ingress": null}}})),
+    )
+    .await
+    .unwrap();
+    let removed_at = Instant::now();
+    eventually("the record removed", 20, || {
+        kube.get("v1", "Service", "shop", "web")
+            .is_some_and(|s| announced_record(&kube, "web").is_none() && s["status"].is_object())
+    })
+    .await;
+    let removed_after = removed_at.elapsed();
+    eventually("no answer left", 15, || {
+        !answers("node-a") && !answers("node-b")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let writes = status_writes(&kube, "web");
+    // Ours (3) and the test's own ingress change (1).
+    assert_eq!(writes, 4, "one write to remove it");
+    eprintln!(
+        "announce record figures: first record {recorded_after:?} after the agents started; \
+         moved record {move_recorded_after:?} after the owner's Node went NotReady; restart \
+         checked for {restart_checked_after:?} with no write; record removed {removed_after:?} \
+         after the VIP left; status writes on the Service: {} by the agents",
+        writes - 1
+    );
+    for (_, c) in agents {
+        c.shutdown().await;
+    }
+}

@@ -101,6 +101,16 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         )
     };
     let events = sink(crate::events::SinkKind::Node, &client);
+    // Who announces each VIP, on its Service: written by the announcing nodes, paced as the
+    // Events are.
+    let records = cfg.bridges.iter().any(|b| b.announce).then(|| {
+        crate::announce::record_writer::RecordWriter::start(
+            client.clone(),
+            cluster.events_per_second,
+            cluster.events_burst,
+            Some(&metrics),
+        )
+    });
     let (pools_tx, pools_rx) = watch::channel(Arc::new(Vec::new()));
     let ipam = cfg.allocate_ips.then(|| {
         // Its own Event sink: its statements are a set of their own (the sink publishes what
@@ -124,6 +134,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
         events: Some(events),
+        records,
         metrics: metrics.clone(),
         pools: cfg.allocate_ips.then_some(pools_rx),
         members: members.as_ref().map(|m| m.live.clone()),

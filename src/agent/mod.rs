@@ -202,6 +202,8 @@ pub struct AgentOptions {
     pub leader: Option<watch::Receiver<bool>>,
     /// Where Kubernetes Events go; `None`: no events (file source).
     pub events: Option<crate::events::EventSink>,
+    /// Where this node's records of who announces what go (cluster mode, announcing).
+    pub records: Option<crate::announce::record_writer::RecordWriter>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The allocator's pools, for the status document (`--allocate-ips`).
     pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,

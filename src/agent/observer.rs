@@ -98,7 +98,9 @@ pub(super) async fn observe_agent(
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed = crate::events::Programmed::default();
     // The plan and applied state the Events were last updated for.
-    let mut events_for: Option<(u64, bool, usize)> = None;
+    let mut events_for: Option<(u64, bool)> = None;
+    // The plan whose records went to the record writer.
+    let mut records_for: Option<u64> = None;
     loop {
         let plan = plans.borrow_and_update().clone();
         let arrived = |g: Option<u64>| {
@@ -194,18 +196,16 @@ pub(super) async fn observe_agent(
         if let Some(p) = &plan {
             let applied_here = min_applied.is_some_and(|g| g >= p.generation);
             let ann = announce.borrow_and_update().clone();
-            let ann_id = ann.as_ref().map_or(0, |a| Arc::as_ptr(a) as usize);
             // Events change only with the plan or with whether it is applied here (the sink
             // publishes what the rate limit held back by itself).
             if let Some(ev) = &opts.events
-                && events_for != Some((p.generation, applied_here, ann_id))
+                && events_for != Some((p.generation, applied_here))
             {
-                events_for = Some((p.generation, applied_here, ann_id));
-                let announced = match &ann {
-                    Some(a) if applied_here => {
-                        crate::events::announced(&p.vips, &a.here, &cfg.node_name)
-                    }
-                    _ => BTreeSet::new(),
+                events_for = Some((p.generation, applied_here));
+                let announced = if applied_here {
+                    p.announced.clone()
+                } else {
+                    BTreeSet::new()
                 };
                 ev.say(crate::events::with_programmed(
                     p.warnings.clone(),
@@ -214,6 +214,14 @@ pub(super) async fn observe_agent(
                     applied_here,
                     &mut programmed,
                 ));
+            }
+            // A record names this node only once its answers are on the switch.
+            if let Some(rw) = &opts.records
+                && applied_here
+                && records_for != Some(p.generation)
+            {
+                records_for = Some(p.generation);
+                rw.update(p.records.clone());
             }
             let vips = p.vips.clone();
             let _ = json.send(Some(StatusDoc {

@@ -203,6 +203,7 @@ impl PlannerTask {
                 generation,
                 loaded,
                 services,
+                announce: plans.announce.clone(),
             })));
             let _ = gtx.send(generation);
             // The writer diffs only the Services a handover names when it takes every one in

@@ -14,6 +14,11 @@ pub(super) struct PlanInfo {
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
     pub programmed: crate::events::ProgrammedVips,
     pub warnings: BTreeSet<crate::events::ServiceEvent>,
+    /// The VipAnnounced statements (once this plan is applied here).
+    pub announced: BTreeSet<crate::events::ServiceEvent>,
+    /// The records of who announces what this node owes the Services (once this plan is
+    /// applied here).
+    pub records: Vec<crate::announce::record::Want>,
 }
 
 /// One plan as the report task takes it: the objects it was made from and the planner's
@@ -23,6 +28,8 @@ pub struct Planned {
     pub generation: u64,
     pub loaded: Arc<Loaded>,
     pub services: crate::plan::service_report::ServiceReport,
+    /// Where every VIP is announced, when a bridge announces.
+    pub announce: Option<Arc<crate::plan::planner::AnnounceState>>,
 }
 
 impl PlanInfo {
@@ -34,10 +41,12 @@ impl PlanInfo {
             generation,
             loaded,
             services,
+            announce,
         } = planned;
         let problems = report_problems(cfg, loaded, services);
         let vips = crate::agent::vip_list::VipList::of(services.clone());
         let (mut programmed, mut warnings) = (Default::default(), BTreeSet::new());
+        let (mut announced, mut records) = (BTreeSet::new(), Vec::new());
         if events {
             let not_excluded = if loaded.objects.subnets.is_empty() {
                 Vec::new()
@@ -49,6 +58,11 @@ impl PlanInfo {
             programmed = crate::events::ProgrammedVips::of(services, &cfg.node_name);
             warnings = crate::events::warnings(&problems);
             warnings.extend(crate::events::not_excluded(&vips, &not_excluded));
+            if let Some(a) = announce {
+                let plan = records_of(&cfg.node_name, a, loaded, services);
+                announced = crate::events::announced(&plan.here, &cfg.node_name);
+                records = plan.writes;
+            }
         }
         PlanInfo {
             generation: *generation,
@@ -56,8 +70,37 @@ impl PlanInfo {
             problems,
             programmed,
             warnings,
+            announced,
+            records,
         }
     }
+}
+
+/// What this node owes the Services' records, and what it announces of each
+/// ([`crate::announce::record`]).
+fn records_of(
+    node: &str,
+    announce: &crate::plan::planner::AnnounceState,
+    loaded: &Loaded,
+    services: &crate::plan::service_report::ServiceReport,
+) -> crate::announce::record::RecordPlan {
+    use crate::announce::record;
+    let current: std::collections::HashMap<crate::model::ServiceKey, &str> = (loaded.objects)
+        .services
+        .iter()
+        .filter_map(|s| Some((s.key()?, s.status.as_ref()?.announced.as_deref()?)))
+        .collect();
+    let by_service = services.vips_by_service();
+    let view = record::View {
+        node,
+        owners: &announce.owners,
+        live: &announce.live,
+    };
+    record::plan(
+        &view,
+        by_service.iter().map(|(k, v)| (*k, v.as_slice())),
+        &current,
+    )
 }
 
 /// Problems, Events and the status document of the latest plan. Off the planning path: a

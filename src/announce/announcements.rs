@@ -240,6 +240,11 @@ impl Announcements {
         self.placement.owner(vip)
     }
 
+    /// Every VIP's owner (a snapshot).
+    pub fn owners(&self) -> imbl::OrdMap<IpAddr, NodeName> {
+        self.placement.owners()
+    }
+
     /// The VIPs this node announces.
     pub fn here(&self) -> impl Iterator<Item = &IpAddr> {
         self.placement.owned_by(&self.node)

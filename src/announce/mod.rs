@@ -6,12 +6,16 @@
 //! - [`arp_answer`]: the actions that answer ARP in the switch, and the gratuitous ARP a new
 //!   owner sends;
 //! - [`nd_answer`]: the same for IPv6: neighbor advertisements built in the switch, and the
-//!   unsolicited advertisement a new owner sends.
+//!   unsolicited advertisement a new owner sends;
+//! - [`record`], [`record_writer`]: who announces each VIP, on its Service (the
+//!   `vipflow.io/Announced` condition), written by the nodes that announce.
 
 pub mod announcements;
 pub mod arp_answer;
 pub mod nd_answer;
 pub mod placement;
+pub mod record;
+pub mod record_writer;
 
 use openflow::Action;
 use openflow::oxm::{MacAddr, OXM_CLASS_OPENFLOW_BASIC, eth_type, oxm_header};

@@ -107,7 +107,8 @@ impl Claim {
 pub struct Placement {
     vips: BTreeMap<IpAddr, Eligible>,
     live: BTreeSet<NodeName>,
-    owners: BTreeMap<IpAddr, NodeName>,
+    /// Persistent: a snapshot for the report is a pointer copy, taken after every update.
+    owners: imbl::OrdMap<IpAddr, NodeName>,
     /// Each known VIP's epoch: raised by one at every change of owner this node makes, or
     /// taken from an adopted claim. Kept while a VIP has no owner, so its next owner's epoch
     /// is higher than any before.
@@ -175,6 +176,11 @@ impl Placement {
         let node = self.owners.get(&vip)?.clone();
         let epoch = self.epochs.get(&vip).copied().unwrap_or(0);
         Some(Claim { node, epoch })
+    }
+
+    /// Every VIP's owner, as a snapshot that later changes do not touch.
+    pub fn owners(&self) -> imbl::OrdMap<IpAddr, NodeName> {
+        self.owners.clone()
     }
 
     /// The VIPs `node` answers for.
@@ -315,7 +321,7 @@ impl Placement {
             let orphans: Vec<IpAddr> = self
                 .vips
                 .keys()
-                .filter(|v| !self.owners.contains_key(v))
+                .filter(|v| !self.owners.contains_key(*v))
                 .copied()
                 .collect();
             for vip in orphans {
@@ -348,6 +354,10 @@ impl Placement {
         epoch: Option<u64>,
         moves: &mut Vec<Move>,
     ) {
+        // Untouched, the owners stay the same snapshot (a write of the same owner copies).
+        if self.owners.get(&vip) == to.as_ref() {
+            return;
+        }
         let before = self.epochs.get(&vip).copied().unwrap_or(0);
         let from = match &to {
             Some(n) => self.owners.insert(vip, n.clone()),

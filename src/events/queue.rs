@@ -213,7 +213,7 @@ impl Queue {
 }
 
 /// A token bucket: `burst` at once, then `per_second`.
-pub(super) struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     burst: f64,
     per_second: f64,

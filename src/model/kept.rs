@@ -126,6 +126,9 @@ pub struct KeptServicePort {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct KeptServiceStatus {
     pub load_balancer: Option<KeptLoadBalancerStatus>,
+    /// The message of vipflow's `vipflow.io/Announced` condition when its status is True: who
+    /// announces the Service's VIPs, as the nodes wrote it ([`crate::announce::record`]).
+    pub announced: Option<Text>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -163,6 +166,12 @@ impl From<core::Service> for KeptService {
                 external_traffic_policy: word(sp.external_traffic_policy, &["Cluster", "Local"]),
             }),
             status: s.status.map(|st| KeptServiceStatus {
+                announced: st.conditions.and_then(|cs| {
+                    cs.into_iter()
+                        .find(|c| c.type_ == crate::announce::record::CONDITION)
+                        .filter(|c| c.status == "True")
+                        .map(|c| Text::from(c.message))
+                }),
                 load_balancer: st.load_balancer.map(|lb| KeptLoadBalancerStatus {
                     ingress: lb.ingress.map(|is| {
                         remade(is, |i| KeptIngress {
@@ -248,10 +257,20 @@ mod tests {
                      "selector": {"app": "web"},
                      "ports": [{"name": "http", "port": 80, "protocol": "TCP",
                                 "targetPort": "web", "nodePort": 30080}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.2", "ipMode": "VIP"}]}}
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.2", "ipMode": "VIP"}]},
+                       "conditions": [
+                           {"type": "vipflow.io/Allocated", "status": "True", "reason": "Allocated",
+                            "message": "{}", "lastTransitionTime": "2026-01-10T08:00:00Z"},
+                           {"type": "vipflow.io/Announced", "status": "True", "reason": "Announced",
+                            "message": "192.0.2.2 by node-a",
+                            "lastTransitionTime": "2026-01-10T08:00:00Z"}]}
         }))
         .unwrap();
         let k = KeptService::from(s);
+        assert_eq!(
+            k.status.as_ref().and_then(|s| s.announced.as_deref()),
+            Some("192.0.2.2 by node-a")
+        );
         assert_eq!(k.metadata.name.as_deref(), Some("web"));
         assert_eq!(k.metadata.namespace.as_deref(), Some("shop"));
         assert!(k.metadata.creation_timestamp.is_some());

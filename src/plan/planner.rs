@@ -91,6 +91,9 @@ pub struct AnnounceState {
     /// The nodes that take this node's VIPs if it goes: the membership sends them heartbeats
     /// ([`crate::membership::watch`]).
     pub successors: Vec<crate::announce::placement::NodeName>,
+    /// Every VIP's owner, as this node sees it: whose answer each Service's record names
+    /// ([`crate::announce::record`]).
+    pub owners: imbl::OrdMap<IpAddr, crate::announce::placement::NodeName>,
 }
 
 /// What one update produced.
@@ -253,15 +256,17 @@ impl Planner {
             } else {
                 a.successors().into_iter().collect()
             };
-            let stale = self
-                .announce_state
-                .as_ref()
-                .is_none_or(|s| s.successors != successors);
+            let owners = a.owners();
+            // VIPs also move between other nodes (their endpoints, their labels).
+            let stale = self.announce_state.as_ref().is_none_or(|s| {
+                s.successors != successors || !s.owners.ptr_eq(&owners)
+            });
             if stale || !change.turns.is_empty() || change.live_changed || self.withdrawn {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: here.clone(),
                     live: a.live().iter().cloned().collect(),
                     successors,
+                    owners,
                 }));
             }
             let again: Vec<IpAddr> = if change.joined { here } else { Vec::new() };
@@ -289,6 +294,7 @@ impl Planner {
                 here: Vec::new(),
                 live: Vec::new(),
                 successors: Vec::new(),
+                owners: Default::default(),
             }));
         }
         let bridges = deltas

@@ -24,7 +24,9 @@
 //! ```
 //!
 //! Deliberate simplifications: strategic merge and apply patches are applied as JSON merge
-//! patches (lists are replaced, not merged by key); field selectors accept any dotted path;
+//! patches (lists are replaced, not merged by key), except that an apply patch merges
+//! `status.conditions` by `type` and drops the conditions its field manager applied before and
+//! no longer names (field ownership kept for those alone); field selectors accept any dotted path;
 //! core/v1 and events.k8s.io/v1 Events are separate collections. As with the apiserver, writes
 //! through HTTP to a resource with a `status` subresource keep the stored status (use
 //! `/status`, or the control API, to set it), and list items of built-in types carry no

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use super::resources::{self, ResourceDef};
 use super::store::{ApiError, Change, ChangeType, Store, UpdateMode, meta_str};
 use super::util::{
-    FieldReq, LabelReq, fields_match, json_patch, labels_match, merge_patch, parse_field_selector,
-    parse_label_selector, parse_query,
+    FieldReq, LabelReq, apply_patch, fields_match, json_patch, labels_match, merge_patch,
+    parse_field_selector, parse_label_selector, parse_query,
 };
 use super::{RequestRecord, Shared};
 
@@ -450,7 +450,11 @@ fn patch(
     };
     match kind {
         Kind::Json => json_patch(&mut doc, &body).map_err(|e| ApiError::invalid(def, name, e))?,
-        Kind::Merge | Kind::Apply => merge_patch(&mut doc, &body),
+        Kind::Merge => merge_patch(&mut doc, &body),
+        Kind::Apply => {
+            let manager = params.get("fieldManager").unwrap_or_default();
+            apply_patch(&mut doc, &body, manager, status)
+        }
     }
     let mode = if status {
         UpdateMode::Status

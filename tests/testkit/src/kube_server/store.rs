@@ -552,6 +552,13 @@ impl Store {
                         }
                     }
                 }
+                // Who applied what changes with the status, as the API server records it.
+                let fields = obj.pointer("/metadata/managedFields").cloned();
+                let m = meta_mut(&mut n);
+                match fields {
+                    Some(f) => m.insert("managedFields".into(), f),
+                    None => m.remove("managedFields"),
+                };
                 n
             }
             UpdateMode::Main if def.status_subresource => {

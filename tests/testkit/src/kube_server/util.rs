@@ -233,6 +233,118 @@ pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// A server-side apply patch by `manager` (on the status subresource with `status`): a JSON
+/// merge patch, except for `status.conditions`, which is a list keyed by `type` as in
+/// Kubernetes: each applied condition replaces the one of its type or is added, and a condition
+/// the manager applied before and no longer names is removed, unless another manager applied
+/// it too. What each manager applied is kept in `metadata.managedFields`, in the API server's
+/// shape (`f:status` / `f:conditions` / `k:{"type":...}`), for the conditions alone.
+pub(crate) fn apply_patch(target: &mut Value, patch: &Value, manager: &str, status: bool) {
+    let applied: Vec<Value> = patch
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut rest = patch.clone();
+    if let Some(st) = rest.get_mut("status").and_then(Value::as_object_mut) {
+        st.remove("conditions");
+    }
+    merge_patch(target, &rest);
+    let type_of = |c: &Value| c.get("type").and_then(Value::as_str).map(String::from);
+    let now: std::collections::BTreeSet<String> = applied.iter().filter_map(type_of).collect();
+    let subresource = if status { "status" } else { "" };
+    let mut entries: Vec<Value> = target
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let is_mine = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(manager)
+            && e.get("operation").and_then(Value::as_str) == Some("Apply")
+            && e.get("subresource").and_then(Value::as_str).unwrap_or("") == subresource
+    };
+    let mut before = std::collections::BTreeSet::new();
+    let mut others = std::collections::BTreeSet::new();
+    for e in &entries {
+        let types = condition_keys(e);
+        if is_mine(e) {
+            before.extend(types);
+        } else {
+            others.extend(types);
+        }
+    }
+    if !now.is_empty() || !before.is_empty() {
+        let mut conditions: Vec<Value> = target
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| {
+            type_of(c)
+                .is_none_or(|t| now.contains(&t) || !before.contains(&t) || others.contains(&t))
+        });
+        for c in applied {
+            match conditions.iter_mut().find(|x| type_of(x) == type_of(&c)) {
+                Some(x) => *x = c,
+                None => conditions.push(c),
+            }
+        }
+        if !target.get("status").is_some_and(Value::is_object) {
+            target["status"] = Value::Object(Map::new());
+        }
+        if let Some(st) = target.get_mut("status").and_then(Value::as_object_mut) {
+            if conditions.is_empty() {
+                st.remove("conditions");
+            } else {
+                st.insert("conditions".into(), Value::Array(conditions));
+            }
+        }
+    }
+    entries.retain(|e| !is_mine(e));
+    if !now.is_empty() {
+        let keys: Map<String, Value> = now
+            .iter()
+            .map(|t| {
+                let key = serde_json::json!({ "type": t }).to_string();
+                (format!("k:{key}"), Value::Object(Map::new()))
+            })
+            .collect();
+        entries.push(serde_json::json!({
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": "v1",
+            "fieldsType": "FieldsV1",
+            "subresource": subresource,
+            "fieldsV1": {"f:status": {"f:conditions": keys}},
+        }));
+    }
+    if !target.get("metadata").is_some_and(Value::is_object) {
+        target["metadata"] = Value::Object(Map::new());
+    }
+    if let Some(m) = target.get_mut("metadata").and_then(Value::as_object_mut) {
+        if entries.is_empty() {
+            m.remove("managedFields");
+        } else {
+            m.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+}
+
+/// The condition types a managedFields entry owns.
+fn condition_keys(entry: &Value) -> Vec<String> {
+    entry
+        .pointer("/fieldsV1/f:status/f:conditions")
+        .and_then(Value::as_object)
+        .map(|keys| {
+            keys.keys()
+                .filter_map(|k| k.strip_prefix("k:"))
+                .filter_map(|k| serde_json::from_str::<Value>(k).ok())
+                .filter_map(|k| k.get("type").and_then(Value::as_str).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn pointer_tokens(ptr: &str) -> Result<Vec<String>, String> {
     if ptr.is_empty() {
         return Ok(Vec::new());
@@ -422,6 +534,66 @@ mod tests {
         assert!(ok("spec.missing="));
         assert!(!ok("metadata.name=b"));
         assert!(parse_field_selector("metadata.name").is_err());
+    }
+
+    #[test]
+    fn apply_merges_conditions_by_type_and_drops_what_a_manager_no_longer_applies() {
+        let cond = |t: &str, m: &str| json!({"type": t, "status": "True", "message": m});
+        let types = |doc: &Value| -> Vec<String> {
+            doc["status"]["conditions"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|c| {
+                            format!(
+                                "{}={}",
+                                c["type"].as_str().unwrap(),
+                                c["message"].as_str().unwrap()
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut doc = json!({"metadata": {"name": "web"}, "status": {"loadBalancer": {}}});
+        let by = |c: Value| json!({"apiVersion": "v1", "kind": "Service", "status": {"conditions": [c]}});
+        apply_patch(&mut doc, &by(cond("A", "1")), "alloc", true);
+        apply_patch(&mut doc, &by(cond("B", "x")), "announce", true);
+        assert_eq!(types(&doc), ["A=1", "B=x"]);
+        // Each manager's apply replaces its own condition, leaving the other's.
+        apply_patch(&mut doc, &by(cond("B", "y")), "announce", true);
+        apply_patch(&mut doc, &by(cond("A", "2")), "alloc", true);
+        assert_eq!(types(&doc), ["A=2", "B=y"]);
+        // An apply without its condition removes it; the other stays.
+        apply_patch(
+            &mut doc,
+            &json!({"apiVersion": "v1", "kind": "Service"}),
+            "announce",
+            true,
+        );
+        assert_eq!(types(&doc), ["A=2"]);
+        assert_eq!(
+            doc["metadata"]["managedFields"].as_array().map(Vec::len),
+            Some(1)
+        );
+        assert!(doc["status"]["loadBalancer"].is_object());
+        // A condition another manager applied too stays when one stops applying it.
+        apply_patch(&mut doc, &by(cond("A", "3")), "other", true);
+        apply_patch(
+            &mut doc,
+            &json!({"apiVersion": "v1", "kind": "Service"}),
+            "alloc",
+            true,
+        );
+        assert_eq!(types(&doc), ["A=3"]);
+        apply_patch(
+            &mut doc,
+            &json!({"apiVersion": "v1", "kind": "Service"}),
+            "other",
+            true,
+        );
+        assert!(types(&doc).is_empty());
+        assert!(doc["metadata"].get("managedFields").is_none());
     }
 
     #[test]

@@ -28,6 +28,7 @@ mod applied;
 mod conn;
 mod garp;
 mod heard;
+mod programmed;
 mod state;
 mod task;
 

@@ -3,7 +3,7 @@
 //!
 //! A member that joins (a restarted agent, a node back from a partition or a switch restart)
 //! is published to the placement only once its complete claims arrived, or after
-//! [`CLAIMS_WAIT`]: the placement then sees the member and what it owns at once, and neither
+//! [`CLAIMS_WAIT_MS`]: the placement then sees the member and what it owns at once, and neither
 //! side announces a VIP the other took meanwhile.
 
 use super::claims::ClaimsMessage;

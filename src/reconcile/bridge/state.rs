@@ -33,7 +33,7 @@ pub struct DesiredFlows {
     pub announce: Vec<std::net::IpAddr>,
     /// This node sees fewer than half of the nodes: another may have taken what it owns. A
     /// session that starts meanwhile (the switch came back) holds the answers back until this
-    /// clears ([`super::task`]).
+    /// clears (the bridge task).
     pub doubt: bool,
 }
 

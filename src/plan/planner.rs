@@ -258,9 +258,10 @@ impl Planner {
             };
             let owners = a.owners();
             // VIPs also move between other nodes (their endpoints, their labels).
-            let stale = self.announce_state.as_ref().is_none_or(|s| {
-                s.successors != successors || !s.owners.ptr_eq(&owners)
-            });
+            let stale = self
+                .announce_state
+                .as_ref()
+                .is_none_or(|s| s.successors != successors || !s.owners.ptr_eq(&owners));
             if stale || !change.turns.is_empty() || change.live_changed || self.withdrawn {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: here.clone(),

@@ -49,6 +49,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     init_logging(cfg.log_format, &cli.global.log);
+    if matches!(cli.command, Command::Agent { once: false, .. }) {
+        agent::fence::enable();
+    }
     if matches!(cli.command, Command::Agent { .. }) && cfg.node_name.is_empty() {
         tracing::warn!(
             "no --node-name (env NODE_NAME): this node's endpoints and addresses are unknown, so externalTrafficPolicy Local and prefer-local cannot tell local endpoints, and VIPs equal to a node address are not caught; set it to the Kubernetes Node's name"
@@ -161,6 +164,17 @@ async fn dispatch(
                     println!("#   {a}");
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Fence {
+            target,
+            cookie_prefix,
+        } => {
+            let targets = agent::fence::FenceTargets {
+                targets: target,
+                cookie_prefix,
+            };
+            agent::fence::run(targets, openflow::Config::default()).await;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status => {

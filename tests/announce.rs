@@ -635,3 +635,63 @@ fn three_nodes_in_a_steady_state_write_repair_and_announce_nothing() {
     assert!(noisy.is_empty(), "nodes not quiet: {noisy:?}");
     assert_eq!(sent, answered, "probes lost in a steady state");
 }
+
+/// The owner's agent is SIGKILLed while its switch lives on: its fence deletes the node's ARP/ND
+/// answers before the others find the agent gone, so two nodes never answer at once (the window
+/// is printed), another node takes the VIP, and the client follows it.
+#[test]
+fn a_killed_agents_node_stops_answering_before_another_takes_its_vip() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(mut bed) = announce_bed::AnnounceBed::start(&vipflow()) else {
+        return;
+    };
+    let prober = announce_bed::Prober::start(bed.client_udp());
+    let owner = bed.settled(&prober);
+    bed.without_endpoint_on(owner);
+    prober.wait_answered(Duration::from_secs(10));
+    let killed = Instant::now();
+    bed.agents[owner - 1].kill();
+    let mut old_gone: Option<Duration> = None;
+    let mut new_on: Option<(Duration, usize)> = None;
+    let mut both = Duration::ZERO;
+    let mut last = Instant::now();
+    while killed.elapsed() < Duration::from_secs(10) && (old_gone.is_none() || new_on.is_none()) {
+        let a = bed.answering();
+        let now = Instant::now();
+        if a.len() > 1 {
+            both += now - last;
+        }
+        last = now;
+        if old_gone.is_none() && !a.contains(&owner) {
+            old_gone = Some(killed.elapsed());
+        }
+        if new_on.is_none()
+            && let Some(n) = a.iter().find(|n| **n != owner)
+        {
+            new_on = Some((killed.elapsed(), *n));
+        }
+    }
+    let outage = prober
+        .first_answer_after(killed, Duration::from_secs(10))
+        .map(|t| t.duration_since(killed).as_millis());
+    let fenced = bed.lines_after(
+        owner,
+        std::time::SystemTime::now() - Duration::from_secs(60),
+        "fence: the agent is gone",
+    );
+    eprintln!(
+        "node{owner}'s agent SIGKILLed, its switch alive: its answer off the switch after {old_gone:?}, \
+         node{:?} answering after {:?}; two nodes answering for {both:?} in all (sampled every few ms); \
+         first probe answered {outage:?} ms after the kill; the fence said: {fenced:?}",
+        new_on.map(|(_, n)| n),
+        new_on.map(|(t, _)| t),
+    );
+    let old_gone = old_gone.expect("the killed agent's node still answers after 10 s");
+    let (new_at, _) = new_on.expect("no other node answers 10 s after the kill");
+    assert!(
+        old_gone <= new_at,
+        "two nodes answered: the old answer went {old_gone:?} after the kill, the new one came {new_at:?}"
+    );
+    assert_eq!(fenced.len(), 1, "the fence's log line");
+    prober.wait_answered(Duration::from_secs(10));
+}

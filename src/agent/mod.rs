@@ -10,6 +10,7 @@ use crate::model::Model;
 use crate::model::{ModelOptions, Objects, Problem};
 
 mod cluster;
+pub mod fence;
 pub mod members;
 mod observer;
 mod oneshot;
@@ -365,6 +366,7 @@ pub fn start_with(
             stop: stop_rx,
             announce: announce_tx,
             metrics: opts.metrics.clone(),
+            fence: fence::FenceTargets::of(&cfg).map(fence::FenceKeeper::start),
         }
         .run(),
     ));

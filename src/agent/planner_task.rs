@@ -30,6 +30,8 @@ pub(super) struct PlannerTask {
     /// What this node announces after each plan, for the status document.
     pub announce: watch::Sender<Option<Arc<crate::plan::planner::AnnounceState>>>,
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Told what this node answers for before the bridges are ([`super::fence`]).
+    pub fence: Option<super::fence::FenceKeeper>,
 }
 
 impl PlannerTask {
@@ -51,6 +53,7 @@ impl PlannerTask {
             mut stop,
             announce,
             metrics,
+            fence,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
         // This node's claims go to the others once the flows that carry them are on the
@@ -148,13 +151,18 @@ impl PlannerTask {
                         changed
                     });
                 }
-                announce.send_if_modified(|cur| {
+                let new = announce.send_if_modified(|cur| {
                     let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, a));
                     if !same {
                         *cur = Some(Arc::clone(a));
                     }
                     !same
                 });
+                if let Some(f) = &fence
+                    && new
+                {
+                    f.note(a.here.iter().copied().collect());
+                }
             }
             tracing::debug!(
                 generation,

@@ -52,6 +52,18 @@ pub(crate) enum Command {
     /// Print what a running agent holds (VIPs, their Services, flows per bridge, Northbound
     /// rows, problems), read from its HTTP endpoint (--http-addr).
     Status,
+    /// Started by an announcing agent, not by hand: reads the VIPs the agent answers for on
+    /// standard input and, when that input ends (the agent is gone, however it went), deletes
+    /// those ARP/ND answers from the bridges, so that a dead agent's node stops answering.
+    #[command(hide = true)]
+    Fence {
+        /// An announcing bridge's OpenFlow target (as the agent connects to it); repeated.
+        #[arg(long, required = true)]
+        target: Vec<String>,
+        /// The agent's cookie prefix (its flows' cookies' top 16 bits).
+        #[arg(long, value_parser = parse_u16)]
+        cookie_prefix: u16,
+    },
 }
 
 #[derive(Args, Debug)]

@@ -2,12 +2,12 @@
 # vipflow demo.
 #
 # With root (network namespaces), the whole product with real packets: scripts/testbed.sh builds
-# two OVN-Kubernetes-shaped nodes (ovs-vswitchd on the userspace datapath, ovn-controller, gateway
-# routers), two pods serving HTTP and a client on one L2 segment; `vipflow agent` runs on each
+# three OVN-Kubernetes-shaped nodes (ovs-vswitchd on the userspace datapath, ovn-controller, gateway
+# routers), three pods serving HTTP and a client on one L2 segment; `vipflow agent` runs on each
 # node from examples/testbed.yaml; the demo shows the flows, the Northbound rows, an ARP request
 # for the VIP answered, and `curl` from the client to the VIP reaching a pod, with the flows'
 # packet counters; then the owner node's uplink is cut while the client curls the VIP, and the
-# other node takes the VIP over. Everything lives in its own namespaces and temp dir and is
+# next node takes the VIP over. Everything lives in its own namespaces and temp dir and is
 # removed at the end.
 #
 # Without root it falls back to a private OVS sandbox (real ovs-vswitchd, dummy datapath) with
@@ -50,15 +50,15 @@ real_demo() {
         fi
     }
     trap cleanup_real EXIT
-    echo "== building the testbed in $dir: 2 nodes, 4 pods, a client (namespaces, real OVS + OVN)"
-    scripts/testbed.sh start "$dir" 2
+    echo "== building the testbed in $dir: 3 nodes, 6 pods, a client (namespaces, real OVS + OVN)"
+    scripts/testbed.sh start "$dir" 3
     t=$(cat "$dir/tag")
     ns() { ip netns exec "$t-$1" "${@:2}"; }
     ofctl() { OVS_RUNDIR="$dir/$1" ovs-ofctl -O OpenFlow13 "${@:2}"; }
     nbctl() { ovn-nbctl --db="unix:$dir/ovnnb.sock" "$@"; }
 
     # Each pod serves HTTP on 8080 and says who it is and whom it sees.
-    for pod in pod1a pod2a; do
+    for pod in pod1a pod2a pod3a; do
         ip netns exec "$t-$pod" python3 -c '
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -74,12 +74,12 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     cp examples/testbed.yaml "$dir/objects.yaml"
     echo
     head -c 32 /dev/urandom | base64 >"$dir/membership.key"
-    echo "== vipflow agent on node1 (also the Northbound writer) and node2, announcing the VIPs"
+    echo "== vipflow agent on node1 (also the Northbound writer), node2 and node3, announcing the VIPs"
     echo "   (--announce: one node per VIP answers ARP/ND for it from its switch; rows as"
     echo "   --node-rows auto picks them on this OVN). Each agent runs in its node's network"
     echo "   namespace, as a host-network pod does, and the agents watch each other over the"
     echo "   nodes' network (--membership-key-file): a node that goes silent loses its VIPs."
-    for i in 1 2; do
+    for i in 1 2 3; do
         local nb=()
         [ "$i" = 1 ] && nb=(--nb-remote "unix:$dir/ovnnb.sock" --node-router 'GR_{node}'
             --node-switch '{node}')
@@ -91,6 +91,7 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     for _ in $(seq 1 100); do
         grep -q synced "$dir/node1/vipflow.log" 2>/dev/null \
             && grep -q synced "$dir/node2/vipflow.log" 2>/dev/null \
+            && grep -q synced "$dir/node3/vipflow.log" 2>/dev/null \
             && nbctl lb-list | grep -q 172.18.0.100 && break
         sleep 0.1
     done
@@ -108,8 +109,10 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     echo "== ARP for the VIP from the wire: the owner's switch answers (no address on any host)"
     ns client arping -c 1 -w 2 -I eth0 172.18.0.100 || true
     local owner=node1
-    if grep -q 'announced.*172.18.0.100' "$dir/node2/vipflow.log"; then owner=node2; fi
-    echo "   (the owner is $owner; the other node drops ARP for the VIP)"
+    for n in node1 node2 node3; do
+        if grep -q 'announced.*172.18.0.100' "$dir/$n/vipflow.log"; then owner=$n; fi
+    done
+    echo "   (the owner is $owner; the other nodes drop ARP for the VIP)"
 
     echo
     echo "== curl from the client to the VIP: into OVN on $owner, load-balanced to a pod"
@@ -142,29 +145,33 @@ http.server.HTTPServer(("0.0.0.0", 8080), H).serve_forever()' "$pod" &
     fi
 }
 
-# The owner's uplink cut while the client curls the VIP every 100 ms: the other node finds it
-# silent, confirms that through the membership, takes the VIP and sends a gratuitous ARP that
-# moves the client. The owner's pod leaves the Service's endpoints first, as Kubernetes takes a
-# dead node's pods out; without that, every connection OVN balanced to it would fail whoever
-# announces, and what is shown here is the announcement.
+# The owner's uplink cut while the client curls the VIP every 100 ms: the VIP's next owner (its
+# successor, which hears the owner's heartbeat every 20 ms) finds it silent, confirms that
+# through the third node, takes the VIP and sends a gratuitous ARP that moves the client. The
+# owner's pod leaves the Service's endpoints first, as Kubernetes takes a dead node's pods out;
+# without that, every connection OVN balanced to it would fail whoever announces, and what is
+# shown here is the announcement.
 failover() {
-    local owner=$1 other
-    other=node1
-    [ "$owner" = node1 ] && other=node2
+    local owner=$1
     echo
     echo "== failover: $owner's uplink cut while the client curls the VIP every 100 ms"
     python3 - "$dir/objects.yaml" "$owner" <<'PY'
 import sys
 path, owner = sys.argv[1], sys.argv[2]
 lines = open(path).read().split("\n")
-out = []
-for i, l in enumerate(lines):
-    nxt = lines[i + 1] if i + 1 < len(lines) else ""
-    if l.strip().startswith("- addresses:") and nxt.strip() == f"nodeName: {owner}":
-        continue
-    if l.strip() == f"nodeName: {owner}":
-        continue
-    out.append(l)
+out, i = [], 0
+while i < len(lines):
+    l = lines[i]
+    if l.startswith("  - addresses:"):
+        item = [l]
+        while i + 1 < len(lines) and lines[i + 1].startswith("    "):
+            i += 1
+            item.append(lines[i])
+        if f"    nodeName: {owner}" not in item:
+            out.extend(item)
+    else:
+        out.append(l)
+    i += 1
 open(path + ".new", "w").write("\n".join(out))
 PY
     mv "$dir/objects.yaml.new" "$dir/objects.yaml"
@@ -173,9 +180,8 @@ PY
     echo "   ($owner's pod left the Service's endpoints; the VIP is still announced by $owner)"
     ns client bash -c '
         for i in $(seq 1 40); do
-            t=$(date +%s%N)
             r=$(curl -s --max-time 0.5 http://172.18.0.100/ | cut -d, -f1)
-            echo "$(( ($(date +%s%N) - t) / 1000000 )) ${r:-no answer}"
+            echo "${r:-none}"
             sleep 0.1
         done' >"$dir/curl.log" &
     local curls=$!
@@ -183,19 +189,21 @@ PY
     local cut_at
     cut_at=$(date +%s%N)
     ns wire ip link set "n${owner#node}" down
-    echo "   $(date +%T.%3N) $owner's uplink is down"
+    echo "   $(date -u +%T.%3N) $owner's uplink is down"
     wait "$curls" || true
     echo "   the client's requests in order (. answered by a pod, x not within 0.5 s):"
-    awk '{ printf "%s", ($2 == "hello") ? "." : "x"; n++; if ($2 != "hello") lost++ }
+    awk '{ printf "%s", ($1 == "hello") ? "." : "x"; n++; if ($1 != "hello") lost++ }
         END { printf "\n   %d requests, %d not answered\n", n, lost }' "$dir/curl.log" | sed '1s/^/   /'
-    echo "   what $other logged (times in UTC):"
-    grep -E 'watch: owner confirmed down|announced: gratuitous ARP' "$dir/$other/vipflow.log" \
-        | tail -n 2 | sed -E 's/\x1b\[[0-9;]*m//g; s/^([^ ]*) +INFO [^ ]* /   \1 /'
-    local garp
-    garp=$(grep 'announced: gratuitous ARP' "$dir/$other/vipflow.log" | tail -n 1 | cut -d' ' -f1)
-    if [ -n "$garp" ] && [ "$(date -d "$garp" +%s%N)" -gt "$cut_at" ]; then
-        echo "   $other's first gratuitous ARP came $(( ($(date -d "$garp" +%s%N) - cut_at) / 1000000 )) ms after the cut"
-    fi
+    local n
+    for n in node1 node2 node3; do
+        [ "$n" = "$owner" ] && continue
+        grep -E 'watch: owner confirmed down|announced: gratuitous ARP' "$dir/$n/vipflow.log" \
+            | sed -E 's/\x1b\[[0-9;]*m//g' | while read -r at _ _ rest; do
+                if [ "$(date -d "$at" +%s%N)" -gt "$cut_at" ]; then
+                    echo "   $n, $(( ($(date -d "$at" +%s%N) - cut_at) / 1000000 )) ms after the cut: ${rest%% bridge=*}"
+                fi
+            done || true
+    done
     ns client ip neigh show 172.18.0.100 | sed 's/^/   client: /'
     ns wire ip link set "n${owner#node}" up
 }

@@ -81,9 +81,13 @@ pub fn enable() {
 }
 
 impl FenceTargets {
-    /// The announcing bridges of `cfg`, when the fence is enabled and a bridge announces.
+    /// The announcing bridges of `cfg`, when the fence is enabled, a bridge announces and the
+    /// membership runs. Without the membership no other node takes a VIP while its owner's Node
+    /// is Ready, so a stopped or killed agent's answers stay, as every other flow does: the
+    /// node goes on carrying its VIPs while the agent restarts.
     pub fn of(cfg: &crate::config::Config) -> Option<FenceTargets> {
-        if !ENABLED.load(std::sync::atomic::Ordering::Relaxed) {
+        if !ENABLED.load(std::sync::atomic::Ordering::Relaxed) || cfg.membership.key_file.is_none()
+        {
             return None;
         }
         let targets: Vec<String> = cfg

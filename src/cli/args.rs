@@ -52,9 +52,10 @@ pub(crate) enum Command {
     /// Print what a running agent holds (VIPs, their Services, flows per bridge, Northbound
     /// rows, problems), read from its HTTP endpoint (--http-addr).
     Status,
-    /// Started by an announcing agent, not by hand: reads the VIPs the agent answers for on
-    /// standard input and, when that input ends (the agent is gone, however it went), deletes
-    /// those ARP/ND answers from the bridges, so that a dead agent's node stops answering.
+    /// Started by an announcing agent with the membership, not by hand: reads the VIPs the
+    /// agent answers for on standard input and, when that input ends (the agent is gone,
+    /// however it went), deletes those ARP/ND answers from the bridges, so that a dead agent's
+    /// node stops answering.
     #[command(hide = true)]
     Fence {
         /// An announcing bridge's OpenFlow target (as the agent connects to it); repeated.

@@ -487,22 +487,7 @@ fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
         return;
     };
     let node = bed.answering()[0];
-    let mac = testbed::node_mac(node);
-    bed.tb.ip(
-        "client",
-        &[
-            "-4",
-            "neigh",
-            "replace",
-            VIP,
-            "lladdr",
-            &mac,
-            "dev",
-            "eth0",
-            "nud",
-            "permanent",
-        ],
-    );
+    bed.pin_client_to(node);
     let prober = announce_bed::Prober::start(bed.client_udp());
     prober.wait_answered(Duration::from_secs(10));
     let db_before = bed
@@ -552,9 +537,7 @@ fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
             .find(|kv| kv.contains("ovn-nb-cfg="))
             .map(str::to_string)
     };
-    let _ = bed
-        .tb
-        .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+    bed.unpin_client();
     eprintln!(
         "node{node}'s ovs-vswitchd started again: br-int held the VIP's flows after {} ms; \
          probes through node{node} sent before that (less {margin:?}): {sent_before}, answered {answered_before}; \

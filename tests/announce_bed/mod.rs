@@ -202,6 +202,33 @@ impl AnnounceBed {
     /// asks for it instead); on a real network the routers answer for clients behind the
     /// upstream router, whose MAC they know, so a takeover never waits for that.
     ///
+    /// Pin the client's neighbor entry for the VIP to node `node`'s MAC, so that every probe
+    /// goes through that node whoever announces.
+    pub fn pin_client_to(&self, node: usize) {
+        let mac = testbed::node_mac(node);
+        self.tb.ip(
+            "client",
+            &[
+                "-4",
+                "neigh",
+                "replace",
+                VIP,
+                "lladdr",
+                &mac,
+                "dev",
+                "eth0",
+                "nud",
+                "permanent",
+            ],
+        );
+    }
+
+    /// Drop the client's neighbor entry for the VIP (pinned or learned).
+    pub fn unpin_client(&self) {
+        self.tb
+            .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+    }
+
     /// Each gateway router first hears an ARP request for its own address from the client,
     /// from which it learns the client's MAC: otherwise it learns it only by asking, when the
     /// first reply towards the client leaves it, and once in a while (a fresh testbed, the
@@ -218,22 +245,7 @@ impl AnnounceBed {
                 testbed::node_ip(i).parse().unwrap(),
                 Duration::from_millis(200),
             );
-            let mac = testbed::node_mac(i);
-            self.tb.ip(
-                "client",
-                &[
-                    "-4",
-                    "neigh",
-                    "replace",
-                    VIP,
-                    "lladdr",
-                    &mac,
-                    "dev",
-                    "eth0",
-                    "nud",
-                    "permanent",
-                ],
-            );
+            self.pin_client_to(i);
             let deadline = Instant::now() + Duration::from_secs(10);
             // Several answered in a row: every backend's path is resolved, whatever the
             // load balancer picks for this socket.
@@ -249,8 +261,7 @@ impl AnnounceBed {
                 }
             }
         }
-        self.tb
-            .ip("client", &["-4", "neigh", "del", VIP, "dev", "eth0"]);
+        self.unpin_client();
     }
 
     /// For a failure: node `i`'s flows with their counters, the routers' MAC bindings, node

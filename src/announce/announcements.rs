@@ -348,12 +348,16 @@ mod tests {
         a.here().copied().collect()
     }
 
-    /// n1 is cut off (its switch restarted, or its uplink): n2 and n3 take its VIPs, n1 keeps
-    /// them on its side. When they see each other again, n1 learns the others' claims and gives
-    /// those VIPs up; nothing moves back to it. The same when n1's agent restarts: it takes
-    /// only what it is told it owns.
-    #[test]
-    fn a_node_that_comes_back_takes_nothing_back() {
+    /// Three Ready nodes n1..n3, 30 VIPs, and each node's view once all three are members:
+    /// the Nodes, the VIPs, the names, each node's announcements and what each owns.
+    #[allow(clippy::type_complexity)]
+    fn three_placed() -> (
+        [Arc<core::Node>; 3],
+        imbl::OrdSet<IpAddr>,
+        [&'static str; 3],
+        Vec<Announcements>,
+        Vec<BTreeSet<IpAddr>>,
+    ) {
         let all = [
             node("n1", Some("True")),
             node("n2", Some("True")),
@@ -366,6 +370,16 @@ mod tests {
             a.update(&v, &all, Some(&view(&names, &[])));
         }
         let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        (all, v, names, each, first)
+    }
+
+    /// n1 is cut off (its switch restarted, or its uplink): n2 and n3 take its VIPs, n1 keeps
+    /// them on its side. When they see each other again, n1 learns the others' claims and gives
+    /// those VIPs up; nothing moves back to it. The same when n1's agent restarts: it takes
+    /// only what it is told it owns.
+    #[test]
+    fn a_node_that_comes_back_takes_nothing_back() {
+        let (all, v, names, mut each, first) = three_placed();
         assert!(first.iter().all(|h| !h.is_empty()));
         // Cut: n1 sees itself alone, the others see each other.
         let cut = each[0].update(&v, &all, Some(&view(&["n1"], &[])));
@@ -417,18 +431,7 @@ mod tests {
     /// VIPs and n2 learns that n1 and n3 took its own.
     #[test]
     fn a_cut_off_node_undoes_what_it_took_before_it_knew_it_was_cut_off() {
-        let all = [
-            node("n1", Some("True")),
-            node("n2", Some("True")),
-            node("n3", Some("True")),
-        ];
-        let v = vips(30);
-        let names = ["n1", "n2", "n3"];
-        let mut each: Vec<Announcements> = names.iter().map(|n| Announcements::new(n)).collect();
-        for a in &mut each {
-            a.update(&v, &all, Some(&view(&names, &[])));
-        }
-        let first: Vec<BTreeSet<IpAddr>> = each.iter().map(here).collect();
+        let (all, v, names, mut each, first) = three_placed();
         let took = each[1].update(&v, &all, Some(&view(&["n1", "n2"], &[])));
         assert!(took.turns.iter().all(|t| t.here) && !took.turns.is_empty());
         let alone = each[1].update(

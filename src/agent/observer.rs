@@ -2,8 +2,20 @@
 //! metrics, readiness, the status document and Events.
 
 use super::planner_task::Arrival;
-use super::*;
+use crate::agent::AgentOptions;
+use crate::agent::planner_task::Received;
+use crate::agent::report::PlanInfo;
+use crate::agent::status::BridgeDoc;
+use crate::agent::status::NorthboundDoc;
+use crate::agent::status::StatusDoc;
+use crate::config::Config;
+use crate::reconcile::bridge::BridgeStatus;
 use crate::reconcile::error::ReconcileError;
+use crate::reconcile::northbound as nb;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// What one reconciler reports that the observer counts.
 struct Report<'a> {

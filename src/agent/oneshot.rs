@@ -3,8 +3,23 @@
 //! beside the agent because they plan from the same configuration with the same helpers; they
 //! build the model once and connect, compare or write once.
 
-use super::*;
-
+use crate::agent::AgentError;
+use crate::agent::report::kubeovn_subnets;
+use crate::agent::router_mac;
+use crate::agent::settings;
+use crate::config::BridgeConfig;
+use crate::config::Config;
+use crate::model::Objects;
+use crate::plan::flows::PlannedFlow;
+use crate::plan::planner::Planner;
+use crate::reconcile::bridge;
+use crate::reconcile::bridge::FlowSet;
+use crate::reconcile::bridge::Ports;
+use crate::reconcile::northbound as nb;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
 /// Result of one sync of one bridge.
 #[derive(Debug, Clone)]
 pub struct SyncReport {

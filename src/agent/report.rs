@@ -2,8 +2,15 @@
 //! what the planner knows ([`crate::plan::service_report`]) at its own pace, off the planning
 //! path.
 
-use super::*;
-
+use crate::agent::report_problems;
+use crate::config::Config;
+use crate::model::Objects;
+use crate::model::Problem;
+use crate::source::file::Loaded;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 /// What the planner produced for one generation, for the observer.
 pub(super) struct PlanInfo {
     pub generation: u64,
@@ -229,7 +236,10 @@ pub(super) fn kubeovn_findings(
 #[cfg(test)]
 mod report_tests {
     use super::*;
+    use crate::agent::build_model_without_slices;
     use crate::agent::status::{PortDoc, VipDoc};
+    use crate::model::Model;
+    use std::collections::BTreeMap;
 
     /// The status document's VIPs as a map of a set per VIP makes them from a model of every
     /// Service: the reference.

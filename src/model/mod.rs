@@ -14,7 +14,6 @@
 //!   Problem.
 
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
@@ -424,7 +423,6 @@ impl fmt::Display for SocketLike {
 
 mod interned;
 mod validate;
-pub use validate::*;
 
 #[cfg(test)]
 mod conflicts_tests;
@@ -436,6 +434,14 @@ mod slices_tests;
 mod test_support;
 #[cfg(test)]
 mod vips_tests;
+pub use validate::{
+    CHASSIS_ID_ANNOTATION, L3_GATEWAY_CONFIG_ANNOTATION, Rank, gateway_router_mac,
+    node_gateway_router_mac,
+};
+pub(crate) use validate::{
+    build_nodes, build_service, build_slices, cluster_ips_of, meta_key, rank, resolve_conflicts,
+    slice_problems, slice_service_key,
+};
 
 /// Addresses no VIP can be: link-local (ARP and ND for them never leave the segment in a way a
 /// load balancer can use) and the IPv4 limited broadcast.

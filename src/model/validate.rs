@@ -2,8 +2,33 @@
 //! own (what cannot be used is a [`Problem`], the rest still counts), and VIP:port claims
 //! given to the oldest Service.
 
-use super::*;
-
+use crate::model::Endpoint;
+use crate::model::EndpointPort;
+use crate::model::EndpointSlice;
+use crate::model::ModelOptions;
+use crate::model::Node;
+use crate::model::PREFER_LOCAL_ANNOTATION;
+use crate::model::Protocol;
+use crate::model::Service;
+use crate::model::ServiceKey;
+use crate::model::SocketLike;
+use crate::model::TargetPort;
+use crate::model::TrafficPolicy;
+use crate::model::VipPort;
+use crate::model::kept::KeptMeta;
+use crate::model::kept::KeptService;
+use crate::model::kept::KeptSlice;
+use crate::model::kept::Text;
+use crate::model::not_routable;
+use crate::model::problem::Problem;
+use crate::model::problem::ProblemKind;
+use crate::model::problem::Subject;
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
 /// The cluster IPs a Service object holds (clusterIP and clusterIPs), parsed, each once.
 pub(crate) fn cluster_ips_of(s: &KeptService) -> Vec<IpAddr> {
     let Some(sp) = s.spec.as_ref() else {

@@ -2,8 +2,15 @@
 //! order with a few added, removed or replaced, so only the span of the list that differs is
 //! looked at; otherwise every object is keyed.
 
-use super::*;
-
+use crate::model::KeptService;
+use crate::model::Problem;
+use crate::model::ProblemKind;
+use crate::model::ServiceKey;
+use crate::model::Subject;
+use crate::plan::KeyMap;
+use crate::plan::KeySet;
+use crate::plan::service_index::ServiceIndex;
+use std::sync::Arc;
 /// The Services of a snapshot, as far as they need looking at.
 pub(super) enum Incoming {
     /// Every Service, by key (first occurrence wins).

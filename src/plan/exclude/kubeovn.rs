@@ -1,6 +1,9 @@
 //! The Kube-OVN check: VIPs inside a Subnet's cidrBlock that its excludeIps does not cover.
 
-use super::*;
+use crate::plan::exclude::ranges::IpRange;
+use crate::plan::exclude::ranges::RangeError;
+use crate::plan::exclude::ranges::RangeSet;
+use crate::plan::exclude::ranges::gaps;
 use ipnet::IpNet;
 use std::collections::BTreeSet;
 use std::fmt;

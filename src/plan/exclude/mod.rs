@@ -35,11 +35,6 @@ mod northd_text;
 mod ovn;
 mod ranges;
 
-pub use kubeovn::*;
-pub use northd_text::*;
-pub use ovn::*;
-pub use ranges::*;
-
 #[cfg(test)]
 mod parse_tests;
 #[cfg(test)]
@@ -48,3 +43,16 @@ mod plan_tests;
 mod pool_plan_tests;
 #[cfg(test)]
 mod test_support;
+pub use kubeovn::{
+    Finding, FindingReason, KubeOvnSubnetIpam, PoolRange, check_kubeovn, check_kubeovn_with_pools,
+};
+pub(crate) use northd_text::ipam_span;
+pub use northd_text::{
+    OvnEntry, OvnExcludeIps, OvnTokenError, SubnetError, parse_ovn_exclude_ips, parse_ovn_subnet,
+};
+pub use ovn::{
+    ExcludePlan, LogicalSwitchIpam, SwitchChange, SwitchProblem, SwitchProblemKind, V4Range,
+    format_ours, format_record, parse_our_ranges, parse_ours, plan_ovn, plan_ovn_with_pools,
+};
+pub(crate) use ranges::gaps;
+pub use ranges::{IpRange, OURS_KEY, RangeError, RangeSet, parse_entry};

@@ -1,6 +1,7 @@
 //! OVN's own text: `exclude_ips` read as northd reads it, and `other_config:subnet`.
 
-use super::*;
+use crate::plan::exclude::ranges::IpRange;
+use crate::plan::exclude::ranges::RangeError;
 use ipnet::Ipv4Net;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::Range;

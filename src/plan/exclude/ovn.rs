@@ -1,7 +1,18 @@
 //! The OVN-native plan: every IPv4 VIP inside a switch's subnet excluded, the user's text
 //! kept byte for byte.
 
-use super::*;
+use crate::plan::exclude::northd_text::Lexeme;
+use crate::plan::exclude::northd_text::Lexer;
+use crate::plan::exclude::northd_text::OvnTokenError;
+use crate::plan::exclude::northd_text::SubnetError;
+use crate::plan::exclude::northd_text::ipam_span;
+use crate::plan::exclude::northd_text::is_ovn_ws;
+use crate::plan::exclude::northd_text::parse_ovn_exclude_ips;
+use crate::plan::exclude::northd_text::parse_ovn_subnet;
+use crate::plan::exclude::ranges::RangeSet;
+use crate::plan::exclude::ranges::covers;
+use crate::plan::exclude::ranges::interval_contains;
+use crate::plan::exclude::ranges::normalize;
 use ipnet::Ipv4Net;
 use std::collections::BTreeSet;
 use std::fmt;

@@ -1,6 +1,7 @@
 //! Tests for excludeIps' plans: the OVN-native plan (byte-for-byte user text, add/remove,
 //! idempotence), the Kube-OVN check, and their properties.
 
+use super::northd_text::{Lexeme, Lexer};
 use super::test_support::*;
 use super::*;
 use proptest::prelude::*;

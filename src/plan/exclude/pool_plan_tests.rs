@@ -1,6 +1,7 @@
 //! Tests for address pool ranges in excludeIps: the OVN-native plan's range tokens, the Kube-OVN
 //! check of pool ranges, and their property.
 
+use super::northd_text::{Lexeme, Lexer};
 use super::test_support::*;
 use super::*;
 use proptest::prelude::*;

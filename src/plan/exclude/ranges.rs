@@ -1,6 +1,7 @@
 //! IP ranges as users write them (`a`, `a..b`, `a-b`, CIDRs), and sets of them.
 
-use super::*;
+use crate::plan::exclude::northd_text::OvnTokenError;
+use crate::plan::exclude::northd_text::parse_ovn_exclude_ips;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;

@@ -31,11 +31,14 @@ mod heard;
 mod programmed;
 mod state;
 mod task;
+pub use state::{
+    BridgeProblem, BridgeStatus, DesiredFlows, FlowBody, FlowId, FlowSet, Ports, Roles, diff,
+    resolve_plan,
+};
 
 pub use applied::{Applied, DeltaPlan, FlowOp, FullSync, Making};
 pub use conn::{apply_bundle, apply_each, read_flows};
 pub use heard::Heard;
-pub use state::*;
 pub use task::run;
 
 use crate::config::BridgeConfig;

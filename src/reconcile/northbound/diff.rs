@@ -1,8 +1,44 @@
 //! The transactions that make the database hold the plan: per Service, for a batched first
 //! sync, for exclude_ips; and the same comparison as text, for `vipflow verify`.
 
-use super::*;
-
+use crate::model::ServiceKey;
+use crate::plan::exclude::LogicalSwitchIpam;
+use crate::plan::exclude::OURS_KEY;
+use crate::plan::northbound::Attach;
+use crate::plan::northbound::LbKey;
+use crate::plan::northbound::LbRow;
+use crate::plan::northbound::unattached;
+use crate::plan::row_table::RowIndex;
+use crate::reconcile::northbound::BATCH_OWNERS;
+use crate::reconcile::northbound::DB;
+use crate::reconcile::northbound::GROUP;
+use crate::reconcile::northbound::LB;
+use crate::reconcile::northbound::ROUTER;
+use crate::reconcile::northbound::SWITCH;
+use crate::reconcile::northbound::index_rows;
+use crate::reconcile::northbound::lb_row;
+use crate::reconcile::northbound::lb_row::identity;
+use crate::reconcile::northbound::lb_row::insert_columns;
+use crate::reconcile::northbound::lb_row::lb_columns;
+use crate::reconcile::northbound::lb_row::map_of;
+use crate::reconcile::northbound::lb_row::same_content;
+use crate::reconcile::northbound::lb_row::smap;
+use crate::reconcile::northbound::observed::Holder;
+use crate::reconcile::northbound::observed::Observed;
+use crate::reconcile::northbound::template_vars;
+use ovsdb::Atom;
+use ovsdb::Cache;
+use ovsdb::Condition;
+use ovsdb::Mutation;
+use ovsdb::Mutator;
+use ovsdb::Row;
+use ovsdb::Transaction;
+use ovsdb::Uuid;
+use ovsdb::Value;
+use ovsdb::txn::WaitUntil;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
 /// One Service's (or a batched sync's) changes.
 #[derive(Debug, Default)]
 pub struct Change {

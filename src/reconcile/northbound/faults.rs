@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use ovsdb::Row;
 
-use super::{NB_GLOBAL, WRITER_KEY, map_of};
+use super::lb_row::map_of;
+use super::{NB_GLOBAL, WRITER_KEY};
 
 /// Who holds the writer token in `NB_Global`, as read after a fence failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,9 @@
 //! Load_Balancer_Group has no `external_ids` (OVN NB schema 7.0): the group is vipflow's by
 //! its name, which the schema's index keeps unique.
 
-use super::{Change, DB, DesiredRows, GROUP, Holder, Observed, ROUTER, SWITCH, Session, fenced};
+use super::observed::Holder;
+use super::session::fenced;
+use super::{Change, DB, DesiredRows, GROUP, Observed, ROUTER, SWITCH, Session};
 use crate::plan::northbound::GroupPlan;
 use ovsdb::{Atom, Client, Condition, Mutation, Mutator, OpResult, Row, Transaction, Uuid, Value};
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,8 +1,24 @@
 //! vipflow's Load_Balancer rows as OVSDB columns, both ways: read from a row, written for a
 //! planned row, and the identity a guarded insert waits on.
 
-use super::*;
+use crate::model::Protocol;
+use crate::model::ServiceKey;
+use crate::plan::northbound::LbKey;
+use crate::plan::northbound::LbRow;
+use crate::plan::northbound::OWNER_KEY;
+use crate::plan::northbound::SCOPE_KEY;
+use crate::plan::northbound::Scope;
 use crate::plan::str_map::StrMap;
+use crate::reconcile::northbound::observed::LbDigest;
+use crate::reconcile::northbound::observed::ObservedLb;
+use ovsdb::Atom;
+use ovsdb::Condition;
+use ovsdb::Row;
+use ovsdb::Uuid;
+use ovsdb::Value;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::sync::Arc;
 
 pub(super) fn str_of(v: Option<&Value>) -> Option<String> {
     match v? {

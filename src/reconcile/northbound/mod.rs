@@ -32,19 +32,12 @@
 //! - vipflow's own Load_Balancer_Group, when the plan has one, is created before the first
 //!   diff that needs it and attached to every node's router and switch (`group.rs`).
 
-use crate::model::{Protocol, ServiceKey};
-use crate::plan::exclude::{LogicalSwitchIpam, OURS_KEY};
-use crate::plan::northbound::{
-    Attach, GroupPlan, LbKey, LbRow, OWNER_KEY, SCOPE_KEY, Scope, unattached,
-};
+use crate::model::ServiceKey;
+use crate::plan::northbound::{GroupPlan, LbRow};
 use crate::plan::row_table::{NbDelta, RowIndex};
-use ovsdb::txn::WaitUntil;
-use ovsdb::{
-    Atom, Cache, Client, ClientOptions, Condition, Event, MonitorSpec, Mutation, Mutator, OpResult,
-    Operation, Row, Transaction, Uuid, Value,
-};
+use ovsdb::{ClientOptions, MonitorSpec};
 use retry::{Backoff, Policy, SharedBackoff};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,13 +52,14 @@ mod oneshot;
 mod session;
 mod task;
 mod template_vars;
-
-pub use diff::*;
-use lb_row::*;
-pub use observed::*;
-pub use oneshot::*;
-pub use session::*;
-pub use task::*;
+pub use diff::{Change, describe_drift, diff_exclude};
+pub use lb_row::lb_summary;
+pub use observed::{LbDigest, Observed, ObservedLb, SwitchIpam, Touched};
+pub use oneshot::{
+    Exclude, SCHEMA_WAIT, drift, node_rows_for, resolve_node_rows, sync_once, unexcluded,
+};
+pub use session::{Sent, Session, new_token, take_over};
+pub use task::{absorb_queued, run, send, write_plan, write_plan_reporting};
 
 pub use faults::{
     FenceAction, TokenHolder, WarnEvery, after_fence_failure, is_fence_failure, token_holder,

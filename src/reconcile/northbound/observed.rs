@@ -1,8 +1,30 @@
 //! What the writer knows of the database: vipflow's rows and the attachment targets, built
 //! once from the monitor's cache and its queued events, and kept current from its events.
 
-use super::*;
+use crate::model::ServiceKey;
+use crate::plan::exclude::LogicalSwitchIpam;
+use crate::plan::exclude::OURS_KEY;
+use crate::plan::northbound::LbKey;
+use crate::plan::northbound::LbRow;
+use crate::reconcile::northbound::CHASSIS_VARS;
+use crate::reconcile::northbound::GROUP;
+use crate::reconcile::northbound::LB;
+use crate::reconcile::northbound::ROUTER;
+use crate::reconcile::northbound::SWITCH;
+use crate::reconcile::northbound::lb_row::map_of;
+use crate::reconcile::northbound::lb_row::read_lb;
+use crate::reconcile::northbound::lb_row::str_of;
+use crate::reconcile::northbound::lb_row::str_pairs;
+use crate::reconcile::northbound::lb_row::uuids_of;
+use crate::reconcile::northbound::template_vars;
 use crate::vec_set::VecSet;
+use ovsdb::Cache;
+use ovsdb::Event;
+use ovsdb::Row;
+use ovsdb::Uuid;
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
 /// One of our rows as the database has it: its identity and a digest of what a diff compares.
@@ -339,7 +361,10 @@ impl Observed {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Protocol;
+    use crate::plan::northbound::{Attach, Scope};
     use crate::plan::str_map::StrMap;
+    use crate::reconcile::northbound::lb_row::lb_columns;
     use proptest::collection::btree_map;
     use proptest::prelude::*;
 

@@ -1,8 +1,28 @@
 //! One-shot I/O against a database, for the CLI: the batched sync of `vipflow agent --once`,
 //! `vipflow verify` and `vipflow check`.
 
-use super::*;
+use crate::plan::exclude::LogicalSwitchIpam;
 use crate::plan::node_template::NodeRows;
+use crate::plan::northbound::LbRow;
+use crate::reconcile::northbound::CHASSIS_VARS;
+use crate::reconcile::northbound::DB;
+use crate::reconcile::northbound::DesiredRows;
+use crate::reconcile::northbound::diff::describe_drift;
+use crate::reconcile::northbound::group;
+use crate::reconcile::northbound::nb_options;
+use crate::reconcile::northbound::observed::Observed;
+use crate::reconcile::northbound::session::Session;
+use crate::reconcile::northbound::session::new_token;
+use crate::reconcile::northbound::session::take_over;
+use crate::reconcile::northbound::snapshot_spec;
+use crate::reconcile::northbound::task::send;
+use crate::reconcile::northbound::template_vars;
+use ovsdb::Client;
+use ovsdb::ClientOptions;
+use retry::SharedBackoff;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
 
 /// Connect, read the current rows (one monitor snapshot, with the chassis's template values
 /// when `templates`), and close.

@@ -1,8 +1,36 @@
 //! The writer's sans-IO core: the fence of a writer session and the [`Session`], which turns
 //! monitor events and a plan into transactions and learns their outcome.
 
-use super::*;
-
+use crate::model::ServiceKey;
+use crate::reconcile::northbound::DB;
+use crate::reconcile::northbound::DesiredRows;
+use crate::reconcile::northbound::NB_GLOBAL;
+use crate::reconcile::northbound::WRITER_KEY;
+use crate::reconcile::northbound::diff::Change;
+use crate::reconcile::northbound::diff::all_owners;
+use crate::reconcile::northbound::diff::diff;
+use crate::reconcile::northbound::diff::diff_exclude;
+use crate::reconcile::northbound::diff::diff_some;
+use crate::reconcile::northbound::group;
+use crate::reconcile::northbound::observed::Observed;
+use crate::reconcile::northbound::observed::Touched;
+use crate::reconcile::northbound::template_vars;
+use ovsdb::Cache;
+use ovsdb::Client;
+use ovsdb::Condition;
+use ovsdb::Event;
+use ovsdb::Mutation;
+use ovsdb::Mutator;
+use ovsdb::OpResult;
+use ovsdb::Operation;
+use ovsdb::Row;
+use ovsdb::Transaction;
+use ovsdb::Uuid;
+use ovsdb::Value;
+use ovsdb::txn::WaitUntil;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::sync::Arc;
 /// The writer fence: the transaction fails unless `token` is still the writer token in
 /// `NB_Global`. Put first in every transaction of a session.
 pub(super) fn fence(token: &str) -> Operation {

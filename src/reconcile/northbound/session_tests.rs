@@ -4,8 +4,19 @@
 
 use super::*;
 use crate::model::ModelOptions;
+use crate::plan::northbound::LbRow;
 use crate::plan::northbound::NorthboundConfig;
+use crate::plan::northbound::{OWNER_KEY, SCOPE_KEY};
 use crate::plan::planner::Planner;
+use crate::reconcile::northbound::CHASSIS_VARS;
+use crate::reconcile::northbound::LB;
+use crate::reconcile::northbound::lb_row;
+use crate::reconcile::northbound::lb_row::insert_columns;
+use crate::reconcile::northbound::lb_row::read_lb;
+use crate::reconcile::northbound::monitor_spec;
+use crate::reconcile::northbound::oneshot::node_rows_for;
+use crate::reconcile::northbound::snapshot_spec;
+use ovsdb::Atom;
 use ovsdb::monitor::{RowUpdate, TableUpdates};
 use ovsdb::schema::DatabaseSchema;
 

@@ -1,8 +1,43 @@
 //! The writer's I/O: sending a session's transactions, the pipelined first sync and the
 //! reconnect loop.
 
-use super::*;
 use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
+use crate::reconcile::northbound::BATCH_OWNERS;
+use crate::reconcile::northbound::DB;
+use crate::reconcile::northbound::DesiredRows;
+use crate::reconcile::northbound::NB_GLOBAL;
+use crate::reconcile::northbound::NbSettings;
+use crate::reconcile::northbound::NorthboundStatus;
+use crate::reconcile::northbound::SETTLE_WAIT;
+use crate::reconcile::northbound::UNREACHABLE_WARN_EVERY;
+use crate::reconcile::northbound::diff::Change;
+use crate::reconcile::northbound::faults::FenceAction;
+use crate::reconcile::northbound::faults::TokenHolder;
+use crate::reconcile::northbound::faults::WarnEvery;
+use crate::reconcile::northbound::faults::after_fence_failure;
+use crate::reconcile::northbound::faults::is_fence_failure;
+use crate::reconcile::northbound::faults::token_holder;
+use crate::reconcile::northbound::group;
+use crate::reconcile::northbound::monitor_spec;
+use crate::reconcile::northbound::nb_options;
+use crate::reconcile::northbound::observed::Observed;
+use crate::reconcile::northbound::session::Sent;
+use crate::reconcile::northbound::session::Session;
+use crate::reconcile::northbound::session::fenced;
+use crate::reconcile::northbound::session::new_token;
+use crate::reconcile::northbound::session::take_over;
+use crate::reconcile::northbound::session::warn_failed;
+use crate::reconcile::northbound::template_vars;
+use ovsdb::Client;
+use ovsdb::ClientOptions;
+use ovsdb::Event;
+use ovsdb::OpResult;
+use ovsdb::Transaction;
+use retry::Backoff;
+use retry::Policy;
+use retry::SharedBackoff;
+use std::sync::Arc;
+use tokio::sync::watch;
 
 /// Hand `session` `first` and every event the monitor has queued, with its cache.
 pub fn absorb_queued(session: &mut Session, monitor: &mut ovsdb::Monitor, first: Option<Event>) {

@@ -8,7 +8,9 @@
 //! together. The schema keeps one row per chassis: a missing one is created before the diffs
 //! ([`ensure`]), in a transaction of its own, as vipflow's group is.
 
-use super::{CHASSIS_VARS, Change, DB, DesiredRows, Observed, Pending, RowIndex, Session, fenced};
+use super::diff::Pending;
+use super::session::fenced;
+use super::{CHASSIS_VARS, Change, DB, DesiredRows, Observed, RowIndex, Session};
 use crate::plan::node_template::VAR_PREFIX;
 use crate::plan::northbound::LbRow;
 use crate::reconcile::northbound::lb_row::{map_of, str_of};

@@ -25,6 +25,10 @@ fi
 cargo fmt --all -- --check
 # Clippy also checks every standard library API used against the workspace's rust-version.
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The wire crates must still build without their `tokio` feature: the agent's pure core links
+# them without a runtime, and the workspace build alone always turns the feature on.
+cargo build -p openflow --no-default-features --locked
+cargo build -p ovsdb --no-default-features --locked
 # Doc links that resolve to nothing (or to a private item from a public page) fail the run.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked

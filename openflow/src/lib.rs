@@ -9,10 +9,15 @@
 //!   and multipart types) and re-emitted byte for byte.
 //! - [`Message::decode`]/[`Message::encode`] are the only entry points for whole messages; the
 //!   connection frames bytes and routes replies by xid.
+//!
+//! The connection ([`conn`], [`codec`]) is behind the `tokio` feature, on by default: the pure
+//! core of the agent links the wire layer and the text form without an async runtime.
 
 pub mod action;
 pub mod bundle;
+#[cfg(feature = "tokio")]
 pub mod codec;
+#[cfg(feature = "tokio")]
 pub mod conn;
 pub mod error;
 pub mod flow_mod;
@@ -28,6 +33,7 @@ mod wire;
 
 pub use action::Action;
 pub use bundle::{BundleAdd, BundleCtrl, BundleCtrlType};
+#[cfg(feature = "tokio")]
 pub use conn::{Config, ConnError, Connection, Event, Events, OpenBundle};
 pub use error::DecodeError;
 pub use flow_mod::{FlowMod, FlowModCommand};

@@ -1,5 +1,6 @@
 //! The client's error type.
 
+#[cfg(feature = "tokio")]
 use serde_json::Value as Json;
 
 use crate::monitor::MonitorError;
@@ -58,6 +59,8 @@ pub enum Error {
     NoServer { remotes: String, reason: String },
     #[error("{0}")]
     Remote(#[from] crate::remote::RemoteError),
+    // Only the connection builds TLS configurations.
+    #[cfg(feature = "tokio")]
     #[error("{0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("client is shut down")]
@@ -67,6 +70,7 @@ pub enum Error {
 }
 
 impl Error {
+    #[cfg(feature = "tokio")]
     pub(crate) fn rpc(remote: &str, method: &str, error: &Json) -> Error {
         // ovsdb-server answers either a bare string or {"error": ..., "details": ...}.
         let (e, details) = match error {
@@ -89,6 +93,7 @@ impl Error {
         }
     }
 
+    #[cfg(feature = "tokio")]
     pub(crate) fn reply(remote: &str, method: &str, reason: impl Into<String>) -> Error {
         Error::Reply {
             remote: remote.to_owned(),

@@ -6,8 +6,11 @@
 //! enforces a size cap so a peer cannot make us buffer without bound.
 
 use bytes::{Bytes, BytesMut};
-use serde_json::Value as Json;
-use tokio_util::codec::{Decoder, Encoder};
+
+#[cfg(feature = "tokio")]
+mod codec;
+#[cfg(feature = "tokio")]
+pub use codec::{FrameCodec, JsonCodec};
 
 /// Default cap on one message: many times the Northbound monitor reply of 10,000 Services
 /// (about 3 MB), and small enough that parsing the worst message stays within a few hundred
@@ -142,104 +145,20 @@ impl Splitter {
     }
 }
 
-/// A `tokio_util` codec: bytes in, parsed JSON values out; JSON values in, bytes out.
-#[derive(Debug, Default)]
-pub struct JsonCodec {
-    splitter: Splitter,
-}
-
-impl JsonCodec {
-    pub fn new(max_message: usize) -> Self {
-        JsonCodec {
-            splitter: Splitter::new(max_message),
-        }
-    }
-}
-
-impl Decoder for JsonCodec {
-    type Item = Json;
-    type Error = FramingError;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Json>, FramingError> {
-        match self.splitter.split(buf)? {
-            Some(msg) => Ok(Some(serde_json::from_slice(&msg)?)),
-            None => Ok(None),
-        }
-    }
-
-    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Json>, FramingError> {
-        match self.decode(buf)? {
-            Some(m) => Ok(Some(m)),
-            None if buf.iter().all(u8::is_ascii_whitespace) => Ok(None),
-            None => Err(FramingError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-        }
-    }
-}
-
-/// Like [`JsonCodec`], but yields each message's bytes unparsed (the session parses them
-/// with [`crate::jsonrpc::parse_frame`]).
-#[derive(Debug, Default)]
-pub struct FrameCodec {
-    splitter: Splitter,
-}
-
-impl FrameCodec {
-    pub fn new(max_message: usize) -> Self {
-        FrameCodec {
-            splitter: Splitter::new(max_message),
-        }
-    }
-}
-
-impl Decoder for FrameCodec {
-    type Item = Bytes;
-    type Error = FramingError;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
-        self.splitter.split(buf)
-    }
-
-    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Bytes>, FramingError> {
-        match self.decode(buf)? {
-            Some(m) => Ok(Some(m)),
-            None if buf.iter().all(u8::is_ascii_whitespace) => Ok(None),
-            None => Err(FramingError::Io(std::io::ErrorKind::UnexpectedEof.into())),
-        }
-    }
-}
-
-impl Encoder<Json> for JsonCodec {
-    type Error = FramingError;
-
-    fn encode(&mut self, item: Json, dst: &mut BytesMut) -> Result<(), FramingError> {
-        use bytes::BufMut;
-        serde_json::to_writer((&mut *dst).writer(), &item)?;
-        Ok(())
-    }
-}
-
-/// Already serialized messages go out as they are.
-impl Encoder<Bytes> for JsonCodec {
-    type Error = FramingError;
-
-    fn encode(&mut self, item: Bytes, dst: &mut BytesMut) -> Result<(), FramingError> {
-        dst.extend_from_slice(&item);
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value as Json;
 
+    /// Splits and parses as `JsonCodec` does, without the runtime the codec needs.
     fn split_all(chunks: &[&[u8]], max: usize) -> Result<Vec<Json>, FramingError> {
-        let mut c = JsonCodec::new(max);
+        let mut s = Splitter::new(max);
         let mut buf = BytesMut::new();
         let mut out = vec![];
         for ch in chunks {
             buf.extend_from_slice(ch);
-            while let Some(m) = c.decode(&mut buf)? {
-                out.push(m);
+            while let Some(m) = s.split(&mut buf)? {
+                out.push(serde_json::from_slice(&m)?);
             }
         }
         Ok(out)

@@ -519,7 +519,7 @@ fn main() {
     );
 
     // (c) Planning alone, side by side across sizes: one change should cost the same at any
-    // size (issue target: p99 <= 0.5 ms).
+    // size (target: p99 <= 0.5 ms).
     println!(
         "\n(c) planning one Service added/removed ({CHANGES} changes), the planner alone, by size"
     );

@@ -1,6 +1,6 @@
 //! The whole agent as a user runs it, at 10,000 Services: the release binary against a real
 //! ovs-vswitchd and OVN Northbound database, driven by a file (file mode) and by the Kubernetes
-//! API test server (cluster mode), printed beside the figures issue 12 measured before.
+//! API test server (cluster mode), each figure printed beside its target.
 //!
 //! Run: `cargo bench --bench agent_whole` (optionally `-- SERVICES CHANGES`, defaults 10000
 //! and 1000, and `file`, `json` or `cluster` for those modes only). `VIPFLOW_BENCH_WRAP=heaptrack` runs

@@ -1,14 +1,14 @@
-//! Node-scoped rows at scale (issue 15): per-node rows against template rows, written by the
-//! agent's own planner and Northbound writer into a real NB ovsdb-server, and what ovn-northd
-//! then spends on the result.
+//! Node-scoped rows at scale: per-node rows against template rows, written by the agent's own
+//! planner and Northbound writer into a real NB ovsdb-server, and what ovn-northd then spends on
+//! the result.
 //!
 //! Run: `cargo bench --bench nb_scale -- [NODES] [SERVICES] [MODES]`, default `2000 10000
 //! template,per-node`. The NB holds NODES gateway routers (`GR_nI`) and node switches (`nI`):
 //! rows only, no ports and no chassis processes. SERVICES LoadBalancer Services, one TCP
 //! VIP:port each with 2 ready endpoints on two nodes; every fifth is externalTrafficPolicy
-//! Local (20%, the issue's mix). Cluster rows join vipflow's own group (on every router and
-//! switch); Local's rows are one per node (per-node) or one template row in vipflow's routers
-//! group with a value on each endpoint's chassis (template).
+//! Local (20%). Cluster rows join vipflow's own group (on every router and switch); Local's rows
+//! are one per node (per-node) or one template row in vipflow's routers group with a value on
+//! each endpoint's chassis (template).
 //!
 //! Per mode, in a fresh sandbox:
 //! - the first full sync as a starting agent does it: plan, connect, monitor, write (the

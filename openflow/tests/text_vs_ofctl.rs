@@ -107,8 +107,8 @@ fn without_duration(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// One flow per row of DESIGN.md's flow table, plus masks, registers, goto_table, timeouts,
-/// flags and the reserved ports.
+/// One flow of each kind vipflow writes (the README's flow table), plus masks, registers,
+/// goto_table, timeouts, flags and the reserved ports.
 const FLOWS: &[&str] = &[
     // ARP bypass
     "cookie=0xabcd000000000001,priority=200,in_port=1,arp,arp_op=1,arp_tpa=192.0.2.10,actions=output:LOCAL",

@@ -1,4 +1,4 @@
-//! Flows shared by the live tests and the benchmark: DESIGN.md's ARP bypass, one per VIP.
+//! Flows shared by the live tests and the benchmark: vipflow's ARP bypass, one per VIP.
 #![allow(dead_code)]
 
 use openflow::action::port;

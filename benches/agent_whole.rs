@@ -630,26 +630,21 @@ fn stop_northd(sb: &Sandbox) {
     }
 }
 
-fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
+fn print(mode: &str, f: &Figures, change_target: &str) {
     let p = |q| ms(percentile(&f.changes, q));
     println!("\n{mode}");
-    println!(
-        "  {:<40} {:>22} {:>16} {:>12}",
-        "", "before (issue 12)", "now", "target"
-    );
-    let row = |what: &str, before: &str, now: String, target: &str| {
-        println!("  {what:<40} {before:>22} {now:>16} {target:>12}");
+    println!("  {:<40} {:>16} {:>12}", "", "figure", "target");
+    let row = |what: &str, now: String, target: &str| {
+        println!("  {what:<40} {now:>16} {target:>12}");
     };
     row(
         "first full sync (start to both synced)",
-        before[0],
         format!("{:.2} s", f.first_sync.as_secs_f64()),
         "<= 1 s",
     );
     if let Some(d) = f.parse {
         row(
             "  of which: objects file read and parsed",
-            "",
             format!("{:.2} s", d.as_secs_f64()),
             "",
         );
@@ -657,14 +652,12 @@ fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
     if let Some(d) = f.floor {
         row(
             "  beside: ovs-ofctl --bundle add-flows",
-            "",
             format!("{:.2} s", d.as_secs_f64()),
             "",
         );
         println!(
-            "  {:<40} {:>22} {:>16}",
+            "  {:<40} {:>16}",
             "    (same flows, idle switch: the floor)",
-            "",
             format!(
                 "first sync {:.1}x",
                 f.first_sync.as_secs_f64() / d.as_secs_f64()
@@ -673,43 +666,36 @@ fn print(mode: &str, f: &Figures, before: [&str; 5], change_target: &str) {
     }
     row(
         "peak RSS, steady state",
-        before[1],
         format!("{} MiB", f.steady_peak_mib),
         "<= 64 MiB",
     );
     row(
         "  of which: RSS 1 s after the first sync",
-        "",
         format!("{} MiB", f.settled_mib),
         "",
     );
     row(
         &format!("peak RSS after {} changes", f.changes.len()),
-        before[2],
         format!("{} MiB", f.after_peak_mib),
         "<= 96 MiB",
     );
     row(
         "  of which: peak during the changes",
-        "",
         format!("{} MiB", f.changes_peak_mib),
         "",
     );
     row(
         "one change to bridge synced, p50",
-        before[3],
         format!("{:.1} ms", p(50.0)),
         "",
     );
     row(
         "one change to bridge synced, p99",
-        before[3],
         format!("{:.1} ms", p(99.0)),
         change_target,
     );
     row(
         "CPU seconds per 1,000 changes",
-        before[4],
         format!("{:.1} s", f.cpu_per_1000),
         "",
     );
@@ -738,7 +724,6 @@ fn main() {
         print(
             "file mode (objects file as `kubectl get -o yaml` prints it, polled every 20 ms)",
             &f,
-            ["2-3.4 s", "490 MB", "0.9-1.0 GB", "1.3-3 s", "~2,500 s"],
             "<= 200 ms",
         );
     }
@@ -747,7 +732,6 @@ fn main() {
         print(
             "file mode, the same objects as `kubectl get -o json` prints them",
             &f,
-            ["-", "-", "-", "-", "-"],
             "<= 200 ms",
         );
     }
@@ -755,19 +739,13 @@ fn main() {
         return;
     }
     let c = cluster_mode(services, changes, true);
-    print(
-        "cluster mode (Kubernetes API test server)",
-        &c,
-        ["-", "-", "-", "-", "-"],
-        "<= 20 ms",
-    );
+    print("cluster mode (Kubernetes API test server)", &c, "<= 20 ms");
     // ovn-northd runs beside the central databases, not beside a node's agent: on this 2-core
     // machine it recomputes 10,000 load balancers after every change and takes a core.
     let c = cluster_mode(services, changes, false);
     print(
         "cluster mode, ovn-northd stopped (as on a node: it runs on the control plane)",
         &c,
-        ["-", "-", "-", "-", "-"],
         "<= 20 ms",
     );
 }

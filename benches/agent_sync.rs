@@ -44,9 +44,9 @@ use vipflow::model::{KeptService, Model, ModelOptions, Objects};
 use vipflow::plan::flows::{PlanInput, plan};
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::bridge::{
-    Applied, FlowSet, FullSync, Making, Ports, Roles, apply_bundle, apply_each, read_flows,
-    resolve_plan,
+    FlowSet, Ports, Roles, apply_bundle, apply_each, read_flows, resolve_plan,
 };
+use vipflow_core::reconcile::bridge::{Applied, FullSync, Making};
 
 /// Runs per side for the medians of (a) and of the replace-flows side of (b).
 const RUNS: usize = 5;

@@ -27,7 +27,7 @@ use testkit::kube_server::KubeServer;
 use vipflow::ipam::controller::{Allocations, Seen};
 use vipflow::ipam::pool::PoolSpec;
 use vipflow::ipam::service;
-use vipflow::ipam::task::{FIELD_MANAGER, IpamSettings, run};
+use vipflow::ipam_task::{FIELD_MANAGER, IpamSettings, run};
 use vipflow::model::ServiceKey;
 
 fn service_json(ns: &str, i: usize) -> serde_json::Value {

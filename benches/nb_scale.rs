@@ -42,10 +42,8 @@ use vipflow::model::{ModelOptions, Objects};
 use vipflow::plan::node_template::NodeRows;
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
-use vipflow::reconcile::northbound::{
-    DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec, new_token, send, take_over,
-    write_plan,
-};
+use vipflow::reconcile::northbound::{DesiredRows, absorb_queued, send, take_over, write_plan};
+use vipflow_core::reconcile::northbound::{DB, Observed, Session, monitor_spec, new_token};
 
 /// Endpoint moves timed per mode.
 const CHANGES: usize = 20;

@@ -50,9 +50,10 @@ use tokio::runtime::Runtime;
 use vipflow::model::{Model, ModelOptions, Objects, Protocol, ServiceKey};
 use vipflow::plan::northbound::{LbRow, NorthboundConfig, plan};
 use vipflow::plan::planner::Planner;
-use vipflow::reconcile::northbound::{
-    BATCH_OWNERS, DB, DesiredRows, LbDigest, Observed, Session, absorb_queued, describe_drift,
-    monitor_spec, new_token, send, snapshot_spec, take_over, write_plan,
+use vipflow::reconcile::northbound::{DesiredRows, absorb_queued, send, take_over, write_plan};
+use vipflow_core::reconcile::northbound::{
+    BATCH_OWNERS, DB, LbDigest, Observed, Session, describe_drift, monitor_spec, new_token,
+    snapshot_spec,
 };
 
 /// Runs per side for the medians of (a).

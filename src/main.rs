@@ -27,7 +27,7 @@ fn init_logging(format: LogFormat, filter: &str) {
     }
 }
 
-fn load_objects(cfg: &Config) -> Result<file::Loaded, String> {
+fn load_objects(cfg: &Config) -> Result<vipflow::model::Loaded, String> {
     let path = agent::objects_path(cfg).map_err(|e| e.to_string())?;
     file::load(&path, cfg.objects_max_bytes).map_err(|e| e.to_string())
 }

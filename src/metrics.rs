@@ -214,7 +214,7 @@ pub struct Http {
     pub metrics: Arc<Metrics>,
     pub ready: watch::Receiver<bool>,
     /// The agent's status as JSON (for `vipflow status`).
-    pub status: watch::Receiver<Option<crate::agent::status::StatusDoc>>,
+    pub status: watch::Receiver<Option<crate::status::StatusDoc>>,
 }
 
 /// Serve until the task is dropped.

@@ -273,7 +273,7 @@ async fn bad_input_is_reported_and_the_rest_applied_without_losing_flows() {
     ]);
     h.update(&bad).await;
     h.assert_exact(&bad, &default_resolved());
-    let loaded = file::parse(&bad).unwrap();
+    let loaded = vipflow::decode::parse(&bad).unwrap();
     let one = agent::plan_once(&h.cfg, &loaded.objects, false);
     let problems = agent::report_problems(&h.cfg, &loaded, &one.planner.services().report());
     let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
@@ -499,7 +499,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     // Flows from an earlier run of the agent.
     vipflow::agent::sync_once(
         &cfg,
-        &file::load(&objects, file::DEFAULT_MAX_BYTES)
+        &file::load(&objects, vipflow::decode::DEFAULT_MAX_BYTES)
             .unwrap()
             .objects,
     )
@@ -528,7 +528,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     let mut planner = vipflow::plan::planner::Planner::for_config(&cfg);
     let plan = planner
         .update(
-            &file::load(&objects, file::DEFAULT_MAX_BYTES)
+            &file::load(&objects, vipflow::decode::DEFAULT_MAX_BYTES)
                 .unwrap()
                 .objects,
         )

@@ -415,7 +415,7 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
         "the follower never wrote a row: {f}"
     );
     // The same document, typed, and as `vipflow status` prints it.
-    let doc: vipflow::agent::status::StatusDoc = serde_json::from_value(f.clone()).unwrap();
+    let doc: vipflow::status::StatusDoc = serde_json::from_value(f.clone()).unwrap();
     assert_eq!(doc.northbound.as_ref().map(|n| n.writer), Some(false));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
         .args(["status", "--http-addr", &follower.http])

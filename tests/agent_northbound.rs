@@ -329,9 +329,7 @@ async fn dynamic_ports_never_get_a_pool_address() {
         format!("172.18.0.4..172.18.0.7 172.18.0.12..172.18.0.15 {user}")
     );
     // `vipflow verify` and `vipflow check` see the same plan: no drift, nothing exposed.
-    let objects = vipflow::source::objects_text::parse(&with_pool)
-        .unwrap()
-        .objects;
+    let objects = vipflow::decode::parse(&with_pool).unwrap().objects;
     let drift = vipflow::agent::verify_northbound(&h.cfg, &objects)
         .await
         .unwrap()
@@ -563,8 +561,11 @@ async fn nb_cluster_leader_killed_during_churn_rows_converge_without_duplicates(
     );
 
     // Read back through the cluster (any live member): exactly the planned rows, none twice.
-    let loaded = file::parse(&last).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(&cfg));
+    let loaded = vipflow::decode::parse(&last).unwrap();
+    let model = Model::build(
+        &loaded.objects,
+        &vipflow::model::ModelOptions::from_config(&cfg),
+    );
     let want: BTreeMap<String, BTreeMap<String, String>> =
         vipflow::plan::northbound::plan(&model, &cfg.northbound)
             .into_iter()
@@ -763,7 +764,7 @@ async fn vipflows_group_follows_the_nodes_routers_and_problems_name_what_is_miss
                 && p.contains("Load_Balancer_Group vipflow-cluster")),
         "{problems:?}"
     );
-    let loaded = file::parse(&y).unwrap();
+    let loaded = vipflow::decode::parse(&y).unwrap();
     let lines = agent::verify_northbound(&h.cfg, &loaded.objects)
         .await
         .unwrap()
@@ -813,7 +814,7 @@ async fn vipflows_group_follows_the_nodes_routers_and_problems_name_what_is_miss
         svc("team", "local", "172.18.0.212", 80, "TCP", "Local"),
         slice("team", "local", &[("10.244.1.9", "node-a", true)])
     );
-    let lines = agent::verify_northbound(&cfg, &file::parse(&y3).unwrap().objects)
+    let lines = agent::verify_northbound(&cfg, &vipflow::decode::parse(&y3).unwrap().objects)
         .await
         .unwrap()
         .unwrap();
@@ -854,7 +855,7 @@ async fn once_creates_vipflows_group_and_puts_cluster_rows_where_traffic_lands()
         ..Config::default()
     };
     cfg.validate_nb_writer().unwrap();
-    let objects = file::parse(&y).unwrap().objects;
+    let objects = vipflow::decode::parse(&y).unwrap().objects;
     let reports = agent::sync_once(&cfg, &objects).await.unwrap();
     let nb = reports.iter().find(|r| r.bridge == "northbound").unwrap();
     assert!(nb.skipped.is_empty(), "{:?}", nb.skipped);

@@ -988,9 +988,9 @@ fn a_service_with_no_address_gets_one_from_a_pool_and_answers() {
                  "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": POD_TCP_PORT}]},
     }));
     let client = rt.block_on(srv.client());
-    let task = rt.spawn(vipflow::ipam::task::run(
+    let task = rt.spawn(vipflow::ipam_task::run(
         client,
-        vipflow::ipam::task::IpamSettings::default(),
+        vipflow::ipam_task::IpamSettings::default(),
         None,
         None,
     ));

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use testkit::kube_server::KubeServer;
 use tokio::sync::watch;
-use vipflow::events::{EventSink, SinkConfig, SinkKind};
-use vipflow::ipam::task::{IpamOutputs, IpamSettings, run_with};
+use vipflow::event_sink::{EventSink, SinkConfig, SinkKind};
+use vipflow::ipam_task::{IpamOutputs, IpamSettings, run_with};
 use vipflow::metrics::Metrics;
 
 /// A hang guard, not a target.

@@ -19,7 +19,7 @@ fn replay_corpus() {
         if name.starts_with("seed-") {
             let text = String::from_utf8(data).unwrap();
             assert!(
-                vipflow::source::file::parse(&text).is_ok(),
+                vipflow::decode::parse(&text).is_ok(),
                 "{name} does not parse"
             );
             seeds += 1;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::kube_server::KubeServer;
 use tokio::sync::watch;
-use vipflow::ipam::task::{IpamOutputs, IpamSettings, run_with};
+use vipflow::ipam_task::{IpamOutputs, IpamSettings, run_with};
 use vipflow::metrics::Metrics;
 
 /// Generous: a hang guard, not a target.
@@ -118,10 +118,10 @@ async fn allocator_with(
     metrics: Option<Arc<Metrics>>,
 ) -> tokio::task::JoinHandle<()> {
     let client = srv.client().await;
-    let sink = vipflow::events::EventSink::start(
+    let sink = vipflow::event_sink::EventSink::start(
         client.clone(),
-        vipflow::events::SinkConfig {
-            kind: vipflow::events::SinkKind::Allocator,
+        vipflow::event_sink::SinkConfig {
+            kind: vipflow::event_sink::SinkKind::Allocator,
             instance: "test".into(),
             per_second: 1000.0,
             burst: 1000,

@@ -13,8 +13,11 @@ use vipflow::model::{KeptService, KeptSlice, ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
 use vipflow::reconcile::northbound::{
-    BATCH_OWNERS, Change, DB, DesiredRows, Observed, Session, absorb_queued, monitor_spec,
-    new_token, peer_backoff, resolve_node_rows, send, take_over, write_plan, write_plan_reporting,
+    DesiredRows, absorb_queued, peer_backoff, resolve_node_rows, send, take_over, write_plan,
+    write_plan_reporting,
+};
+use vipflow_core::reconcile::northbound::{
+    BATCH_OWNERS, Change, DB, Observed, Session, monitor_spec, new_token,
 };
 
 fn nb() -> Sandbox {

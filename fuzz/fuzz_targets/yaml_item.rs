@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 
 #[allow(dead_code)]
-#[path = "../../src/source/yaml_subset.rs"]
+#[path = "../../core/src/decode/yaml_subset.rs"]
 mod yaml_subset;
 
 fuzz_target!(|data: &[u8]| {

@@ -12,9 +12,9 @@ pub fn check_objects(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let by_item = vipflow::source::objects_text::parse(text);
+    let by_item = vipflow::decode::parse(text);
     // The by-item paths must take what the whole-document path takes, and nothing else.
-    match (&by_item, vipflow::source::objects_text::parse_whole(text)) {
+    match (&by_item, vipflow::decode::parse_whole(text)) {
         (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{text:?}"),
         (Err(_), Err(_)) => {}
         (a, b) => panic!("by item {a:?}, whole {b:?} for {text:?}"),

@@ -89,9 +89,9 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     });
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let sink = |kind, client: &kube::Client| {
-        crate::events::EventSink::start(
+        crate::event_sink::EventSink::start(
             client.clone(),
-            crate::events::SinkConfig {
+            crate::event_sink::SinkConfig {
                 kind,
                 instance: cfg.node_name.clone(),
                 per_second: cluster.events_per_second,
@@ -100,11 +100,11 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
             Some(&metrics),
         )
     };
-    let events = sink(crate::events::SinkKind::Node, &client);
+    let events = sink(crate::event_sink::SinkKind::Node, &client);
     // Who announces each VIP, on its Service: written by the announcing nodes, paced as the
     // Events are.
     let records = cfg.bridges.iter().any(|b| b.announce).then(|| {
-        crate::announce::record_writer::RecordWriter::start(
+        crate::record_writer::RecordWriter::start(
             client.clone(),
             cluster.events_per_second,
             cluster.events_burst,
@@ -115,16 +115,16 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     let ipam = cfg.allocate_ips.then(|| {
         // Its own Event sink: its statements are a set of their own (the sink publishes what
         // is new in the set it is given), said by `allocator` whichever agent leads.
-        let sink = sink(crate::events::SinkKind::Allocator, &client);
-        tokio::spawn(crate::ipam::task::run_with(
+        let sink = sink(crate::event_sink::SinkKind::Allocator, &client);
+        tokio::spawn(crate::ipam_task::run_with(
             client,
-            crate::ipam::task::IpamSettings {
+            crate::ipam_task::IpamSettings {
                 class: cfg.load_balancer_class.clone(),
                 instance: cfg.node_name.clone(),
                 ..Default::default()
             },
             election.as_ref().map(|e| e.is_leader.clone()),
-            crate::ipam::task::IpamOutputs {
+            crate::ipam_task::IpamOutputs {
                 events: Some(sink),
                 metrics: Some(metrics.clone()),
                 pools: Some(pools_tx),

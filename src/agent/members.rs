@@ -2,9 +2,9 @@
 
 use super::AgentError;
 use crate::config::Config;
-use crate::membership::task::{LiveMembers, MembershipTask, Successors};
 use crate::membership::{Key, KeyError};
-use crate::source::file::Loaded;
+use crate::membership_task::{LiveMembers, MembershipTask, Successors};
+use crate::model::Loaded;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -15,7 +15,7 @@ pub struct Members {
     /// Where the planner says who takes this node's VIPs if it goes (they watch it).
     pub successors: Arc<watch::Sender<Successors>>,
     /// This node's claims, from the planner.
-    pub claims: watch::Sender<crate::membership::task::OwnClaims>,
+    pub claims: watch::Sender<crate::membership_task::OwnClaims>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -78,12 +78,12 @@ pub fn start(
 
 impl Members {
     /// Leave the membership: the others take this node's VIPs at once; after
-    /// [`crate::membership::task::HANDOVER`] this node's answers go, and this waits until the
+    /// [`crate::membership_task::HANDOVER`] this node's answers go, and this waits until the
     /// bridges hold that.
     pub async fn leave(self, running: &mut super::Running) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(1), self.task).await;
-        tokio::time::sleep(crate::membership::task::HANDOVER).await;
+        tokio::time::sleep(crate::membership_task::HANDOVER).await;
         if !running.withdraw(Duration::from_secs(2)).await {
             tracing::warn!("this node's answers may still be on the switch");
         }

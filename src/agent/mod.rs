@@ -7,7 +7,7 @@
 use crate::config::{BridgeConfig, Config};
 #[cfg(test)]
 use crate::model::Model;
-use crate::model::{ModelOptions, Objects, Problem};
+use crate::model::{Objects, Problem};
 
 mod cluster;
 pub mod fence;
@@ -16,13 +16,13 @@ mod observer;
 mod oneshot;
 mod planner_task;
 mod report;
-pub mod status;
-pub mod vip_list;
+use crate::model::Loaded;
 use crate::plan::order;
 use crate::plan::planner::{BridgeFlows, Planner};
 use crate::reconcile::bridge::{self, BridgeSettings, BridgeStatus, DesiredFlows};
 use crate::reconcile::northbound as nb;
-use crate::source::file::{self, Loaded};
+use crate::source::file;
+use crate::status::StatusDoc;
 pub use cluster::{Cluster, ClusterOptions, run_cluster, start_cluster};
 use observer::observe_agent;
 pub use oneshot::{
@@ -33,7 +33,6 @@ pub use planner_task::ORDER_WAIT;
 use planner_task::{PlannerTask, Received};
 pub use report::Planned;
 use report::{PlanInfo, report};
-use status::StatusDoc;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,17 +69,14 @@ pub enum AgentError {
     },
 }
 
-pub fn model_options(cfg: &Config) -> ModelOptions {
-    ModelOptions {
-        load_balancer_class: cfg.load_balancer_class.clone(),
-    }
-}
-
 /// The model without the EndpointSlices (empty; their problems are in), with every problem:
 /// the independent oracle the tests check [`report_problems`] against.
 #[cfg(test)]
 pub fn build_model_without_slices(cfg: &Config, loaded: &Loaded) -> (Model, Vec<Problem>) {
-    let model = Model::build_without_slices(&loaded.objects, &model_options(cfg));
+    let model = Model::build_without_slices(
+        &loaded.objects,
+        &crate::model::ModelOptions::from_config(cfg),
+    );
     with_problems(cfg, loaded, model)
 }
 
@@ -200,18 +196,18 @@ pub struct AgentOptions {
     /// Leadership for the Northbound writer; `None`: write whenever a database is configured.
     pub leader: Option<watch::Receiver<bool>>,
     /// Where Kubernetes Events go; `None`: no events (file source).
-    pub events: Option<crate::events::EventSink>,
+    pub events: Option<crate::event_sink::EventSink>,
     /// Where this node's records of who announces what go (cluster mode, announcing).
-    pub records: Option<crate::announce::record_writer::RecordWriter>,
+    pub records: Option<crate::record_writer::RecordWriter>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The allocator's pools, for the status document (`--allocate-ips`).
-    pub pools: Option<watch::Receiver<Arc<Vec<status::PoolDoc>>>>,
+    pub pools: Option<watch::Receiver<Arc<Vec<crate::status::PoolDoc>>>>,
     /// The membership's view, when it runs ([`members::start`]).
-    pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    pub members: Option<watch::Receiver<crate::membership_task::LiveMembers>>,
     /// Where the planner tells the membership who takes this node's VIPs if it goes.
-    pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
+    pub successors: Option<Arc<watch::Sender<crate::membership_task::Successors>>>,
     /// Where the planner puts this node's claims for the membership.
-    pub claims: Option<watch::Sender<crate::membership::task::OwnClaims>>,
+    pub claims: Option<watch::Sender<crate::membership_task::OwnClaims>>,
     /// The Northbound database's backoff when something dialled it before the agent started
     /// (the read of its schema, [`nb::resolve_node_rows`]); `None`: the writer's own.
     pub nb_backoff: Option<retry::SharedBackoff>,

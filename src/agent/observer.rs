@@ -5,17 +5,17 @@ use super::planner_task::Arrival;
 use crate::agent::AgentOptions;
 use crate::agent::planner_task::Received;
 use crate::agent::report::PlanInfo;
-use crate::agent::status::BridgeDoc;
-use crate::agent::status::NorthboundDoc;
-use crate::agent::status::StatusDoc;
 use crate::config::Config;
 use crate::reconcile::bridge::BridgeStatus;
-use crate::reconcile::error::ReconcileError;
 use crate::reconcile::northbound as nb;
+use crate::status::BridgeDoc;
+use crate::status::NorthboundDoc;
+use crate::status::StatusDoc;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use vipflow_core::reconcile::error::ReconcileError;
 
 /// What one reconciler reports that the observer counts.
 struct Report<'a> {
@@ -249,7 +249,7 @@ pub(super) async fn observe_agent(
                     .as_mut()
                     .map(|p| p.borrow_and_update().to_vec())
                     .unwrap_or_default(),
-                announce: ann.as_ref().map(|a| crate::agent::status::AnnounceDoc {
+                announce: ann.as_ref().map(|a| crate::status::AnnounceDoc {
                     live: a.live.iter().map(|n| n.to_string()).collect(),
                     here: a.here.clone(),
                 }),

@@ -20,11 +20,11 @@ pub(super) struct PlannerTask {
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
     /// The membership's view, when this agent runs one (announcing bridges).
-    pub members: Option<watch::Receiver<crate::membership::task::LiveMembers>>,
+    pub members: Option<watch::Receiver<crate::membership_task::LiveMembers>>,
     /// Who takes this node's VIPs if it goes, for the membership (they watch this node).
-    pub successors: Option<Arc<watch::Sender<crate::membership::task::Successors>>>,
+    pub successors: Option<Arc<watch::Sender<crate::membership_task::Successors>>>,
     /// Where this node's claims go for the membership to send, when one runs.
-    pub claims: Option<watch::Sender<crate::membership::task::OwnClaims>>,
+    pub claims: Option<watch::Sender<crate::membership_task::OwnClaims>>,
     /// The agent's shutdown, as far as announcing goes.
     pub stop: watch::Receiver<StopPhase>,
     /// What this node announces after each plan, for the status document.
@@ -104,7 +104,7 @@ impl PlannerTask {
             let mut hold_until: Option<tokio::time::Instant> = None;
             if own_draining {
                 let since = *drain_since.get_or_insert_with(std::time::Instant::now);
-                let end = since + crate::membership::task::HANDOVER;
+                let end = since + crate::membership_task::HANDOVER;
                 let hold = std::time::Instant::now() < end;
                 if hold {
                     hold_until = Some(tokio::time::Instant::from_std(end));
@@ -354,8 +354,8 @@ async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) 
 /// Hand each plan's claims on to the membership once every connected bridge applied that plan
 /// (or [`ORDER_WAIT`] passed): the newest claims only, in plan order.
 async fn publish_claims(
-    mut pending: watch::Receiver<Option<(u64, crate::membership::task::OwnClaims)>>,
-    claims: watch::Sender<crate::membership::task::OwnClaims>,
+    mut pending: watch::Receiver<Option<(u64, crate::membership_task::OwnClaims)>>,
+    claims: watch::Sender<crate::membership_task::OwnClaims>,
     bridges: Vec<watch::Receiver<BridgeStatus>>,
 ) {
     while pending.changed().await.is_ok() {

@@ -4,9 +4,9 @@
 
 use crate::agent::report_problems;
 use crate::config::Config;
+use crate::model::Loaded;
 use crate::model::Objects;
 use crate::model::Problem;
-use crate::source::file::Loaded;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use tokio::sync::watch;
 pub(super) struct PlanInfo {
     pub generation: u64,
     /// Every VIP, its ports and Services, for the status document (shared with it).
-    pub vips: crate::agent::vip_list::VipList,
+    pub vips: crate::status::VipList,
     pub problems: Vec<Problem>,
     /// The Events that say a Service's VIPs are programmed (once every bridge applied this
     /// plan), and those that warn (skipped VIPs, conflicts, VIPs IPAM could hand out).
@@ -51,7 +51,7 @@ impl PlanInfo {
             announce,
         } = planned;
         let problems = report_problems(cfg, loaded, services);
-        let vips = crate::agent::vip_list::VipList::of(services.clone());
+        let vips = crate::status::VipList::of(services.clone());
         let (mut programmed, mut warnings) = (Default::default(), BTreeSet::new());
         let (mut announced, mut records) = (BTreeSet::new(), Vec::new());
         if events {
@@ -237,8 +237,8 @@ pub(super) fn kubeovn_findings(
 mod report_tests {
     use super::*;
     use crate::agent::build_model_without_slices;
-    use crate::agent::status::{PortDoc, VipDoc};
     use crate::model::Model;
+    use crate::status::{PortDoc, VipDoc};
     use std::collections::BTreeMap;
 
     /// The status document's VIPs as a map of a set per VIP makes them from a model of every
@@ -306,12 +306,12 @@ mod report_tests {
             ),
         ];
         let yaml = format!("apiVersion: v1\nkind: List\nitems:\n{}", items.concat());
-        let loaded = crate::source::file::parse(&yaml).expect("fixture parses");
+        let loaded = crate::decode::parse(&yaml).expect("fixture parses");
         let opts = crate::model::ModelOptions::default();
         let model = Model::build(&loaded.objects, &opts);
         let mut index = crate::plan::service_index::ServiceIndex::new(opts, &[], 0x7f1f);
         index.update(&loaded.objects);
-        let list = crate::agent::vip_list::VipList::of(index.report());
+        let list = crate::status::VipList::of(index.report());
         let docs: Vec<VipDoc> = list.iter().collect();
         assert_eq!(docs, by_maps(&model));
         // What Events look up, and the metric, agree with the documents.
@@ -321,7 +321,7 @@ mod report_tests {
         }
         assert!(list.services_of("198.51.100.1".parse().unwrap()).is_empty());
         // Read back from JSON, the list is the same.
-        let back: crate::agent::vip_list::VipList =
+        let back: crate::status::VipList =
             serde_json::from_value(serde_json::to_value(&list).unwrap()).unwrap();
         assert_eq!(back, list);
         let shared = docs
@@ -373,7 +373,7 @@ mod report_tests {
                 .to_string(),
         ];
         let yaml = format!("apiVersion: v1\nkind: List\nitems:\n{}", items.concat());
-        let loaded = crate::source::file::parse(&yaml).expect("fixture parses");
+        let loaded = crate::decode::parse(&yaml).expect("fixture parses");
         let cfg = Config {
             node_name: "node-a".into(),
             ..Config::default()

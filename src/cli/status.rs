@@ -2,7 +2,7 @@
 //! library needed) and read as the same type the agent serves.
 
 use std::time::Duration;
-use vipflow::agent::status::StatusDoc;
+use vipflow::status::StatusDoc;
 
 /// GET /status from a running agent (plain HTTP/1.0 over TCP: no client library needed).
 pub async fn fetch_status(addr: &str) -> Result<Option<StatusDoc>, String> {

@@ -19,15 +19,15 @@
 //! left so longer than [`SETTLE`] reads as a smaller snapshot: write such files to a temporary
 //! name and rename them into place.
 
-use super::item_cache::ItemCache;
 use super::list_stream;
-pub use super::objects_text::{parse, parse_cached};
 use super::stamp::Stamp;
-use crate::model::{Objects, Problem};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
+use vipflow_core::decode::ItemCache;
+use vipflow_core::decode::{DEFAULT_MAX_BYTES, parse, parse_cached, parse_streamed};
+use vipflow_core::model::Loaded;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
@@ -45,14 +45,6 @@ pub enum FileError {
         limit: u64,
     },
 }
-
-/// Default largest objects file read: a `kubectl get svc,endpointslices,nodes -A -o yaml` of
-/// 10,000 Services fits several times over.
-pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
-/// Deepest `[`/`{` nesting accepted, checked in one linear pass before any parser runs (a
-/// Kubernetes object nests about 10 levels; the YAML parser's cost grows with the square of
-/// the depth).
-pub const MAX_DEPTH: usize = 64;
 
 /// Read `path` whole, refusing a file over `max` bytes before and while reading (it may grow).
 pub(crate) fn read_bounded(path: &Path, max: u64) -> Result<String, FileError> {
@@ -128,16 +120,6 @@ fn digest_bounded(path: &Path, max: u64) -> Result<Digest, FileError> {
         len,
         hash: h.digest128(),
     })
-}
-
-/// Objects read from a file, with what was wrong in it.
-#[derive(Debug, Clone, Default)]
-pub struct Loaded {
-    pub objects: Objects,
-    pub problems: Vec<Problem>,
-    /// False only for a source's placeholder before its first complete snapshot: planning it
-    /// would delete everything programmed.
-    pub complete: bool,
 }
 
 /// Read and parse a file of at most `max_bytes`.
@@ -246,7 +228,7 @@ impl Version {
     }
 
     /// Its objects, taking unchanged items from `cache`. A List that needs its whole text
-    /// after all (see [`super::objects_text::parse_streamed`]) is read again whole; should
+    /// after all (see [`parse_streamed`]) is read again whole; should
     /// the file have changed since, the check after the settle time finds that the content is
     /// not the one hashed, and the version is not taken.
     fn parse(
@@ -262,9 +244,7 @@ impl Version {
                     return Err(detail);
                 }
                 let items = list.list_items();
-                if let Some(r) =
-                    super::objects_text::parse_streamed(list.syntax, &list.root, &items, cache)
-                {
+                if let Some(r) = parse_streamed(list.syntax, &list.root, &items, cache) {
                     return r;
                 }
                 drop(items);

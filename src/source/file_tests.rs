@@ -4,6 +4,7 @@
 use super::*;
 use crate::model::{Model, ModelOptions};
 use proptest::prelude::*;
+use vipflow_core::model::Objects;
 
 fn problems(l: &Loaded) -> Vec<String> {
     l.problems.iter().map(ToString::to_string).collect()

@@ -10,10 +10,10 @@
 //! whole text, so a text is cut here only where it would be cut whole, at the same items.
 //! Text nested deeper than the file source allows is not cut: the whole read refuses it.
 
-use super::item_cache::ItemId;
-use super::json_items::split_json_list;
 use super::list_stream::{StreamedItem, not_utf8};
-use super::text_depth::{SPECIAL, past_string};
+use vipflow_core::decode::ItemId;
+use vipflow_core::decode::split_json_list;
+use vipflow_core::decode::{SPECIAL, past_string};
 
 /// Where the cut is in the List's structure, outside strings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,7 +366,7 @@ mod tests {
 
     #[test]
     fn what_the_whole_cut_refuses_is_not_cut() {
-        for text in crate::source::json_items::NOT_LISTS {
+        for text in vipflow_core::decode::NOT_LISTS {
             assert_eq!(cut(text, &[3], 64), None, "{text}");
             assert_eq!(whole(text), None, "{text}");
         }

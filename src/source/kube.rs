@@ -16,9 +16,9 @@
 //! - nothing is published before every watcher has finished its initial list: a half-listed
 //!   world would make the reconcilers delete flows and rows of objects not yet seen.
 
+use crate::model::Loaded;
 use crate::model::{KeptService, KeptSlice, KubeOvnSubnet, Objects};
 use crate::source::batch::{Gathering, gather};
-use crate::source::file::Loaded;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
@@ -137,10 +137,16 @@ impl Keyed for KeptSlice {
     }
 }
 
-/// Objects kept whole (Nodes, Kube-OVN Subnets).
-impl<K: Resource> Keyed for K {
+/// Objects kept whole: Nodes, and Kube-OVN Subnets and VipPools as they come.
+impl Keyed for core::Node {
     fn key(&self) -> (&str, &str) {
-        key_of(&self.meta().namespace, &self.meta().name)
+        key_of(&self.metadata.namespace, &self.metadata.name)
+    }
+}
+
+impl Keyed for DynamicObject {
+    fn key(&self) -> (&str, &str) {
+        key_of(&self.metadata.namespace, &self.metadata.name)
     }
 }
 
@@ -322,7 +328,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         ));
     }
 
-    let pool_resource = crate::ipam::task::pool_resource();
+    let pool_resource = crate::ipam_task::pool_resource();
     let pools = served(&client, &pool_resource).await;
     if pools {
         streams.push(stream(
@@ -382,7 +388,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             subnets: subnet_store.iter().filter_map(to_subnet).collect(),
             pools: pool_store
                 .iter()
-                .filter_map(crate::ipam::task::to_pool_object)
+                .filter_map(crate::ipam_task::to_pool_object)
                 .collect(),
             bgp: Default::default(),
         };

@@ -10,13 +10,14 @@
 //! is hashed on the way, as [`super::file`] identifies versions. A text that is no List this
 //! can cut (several documents, flow style) is read whole after all, as before.
 
-use super::file::{FileError, MAX_DEPTH, read_pieces};
-use super::item_cache::ItemId;
+use super::file::{FileError, read_pieces};
 use super::json_stream::JsonCutter;
-use super::objects_text::{ListItem, Syntax};
-use super::text_depth::DepthScan;
-use super::yaml_items::{Splitter, other_break};
 use std::path::Path;
+use vipflow_core::decode::DepthScan;
+use vipflow_core::decode::ItemId;
+use vipflow_core::decode::MAX_DEPTH;
+use vipflow_core::decode::{ListItem, Syntax};
+use vipflow_core::decode::{Splitter, other_break};
 
 /// A List as read: how it is written, its root's own text, its items, and the whole
 /// content's length and hash.
@@ -315,8 +316,12 @@ fn end_item(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::yaml_items::split_block_list;
     use proptest::prelude::*;
+    use serde_json::{Value, json};
+    use std::sync::Arc;
+    use vipflow_core::decode::{
+        ItemCache, parse, parse_cached, parse_streamed, parse_whole, split_block_list,
+    };
 
     fn write(text: &str) -> tempfile::NamedTempFile {
         let mut f = tempfile::NamedTempFile::new().expect("temp file");
@@ -386,7 +391,7 @@ mod tests {
         }
         text.push_str("\n], \"kind\": \"List\"}\n");
         let f = write(&text);
-        let whole = crate::source::json_items::split_json_list(&text).expect("a List");
+        let whole = vipflow_core::decode::split_json_list(&text).expect("a List");
         let known = ItemId::of(whole.items[7]);
         let got = read_list(f.path(), u64::MAX, |id| *id == known)
             .expect("read")
@@ -470,5 +475,68 @@ mod tests {
                 prop_assert_eq!(texts, whole.items);
             }
         }
+    }
+
+    fn service(name: &str, vip: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"externalIPs": [vip], "ports": [{"port": 80, "protocol": "TCP"}]}})
+    }
+
+    fn list_of(items: Vec<Value>) -> Value {
+        json!({"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}})
+    }
+
+    /// kubectl's layout: root keys sorted, `kind: List` after the items, items at column 0.
+    fn kubectl_yaml(v: &Value) -> String {
+        serde_yaml_ng::to_string(v).expect("serializes")
+    }
+
+    /// A version read in pieces ([`super::read_list`]): its known items are taken from
+    /// the cache; when its root changed, the cache's items do not stand for it, and the whole
+    /// text is asked for.
+    #[test]
+    fn a_version_read_in_pieces_takes_known_items_and_asks_for_the_whole_when_its_root_changed() {
+        let read = |text: &str, cache: &ItemCache| {
+            let mut f = tempfile::NamedTempFile::new().expect("temp file");
+            std::io::Write::write_all(&mut f, text.as_bytes()).expect("write");
+            read_list(f.path(), u64::MAX, |id| cache.knows(id))
+                .expect("read")
+                .expect("a block list")
+        };
+        let v1 = list_of(vec![
+            service("web", "192.0.2.1"),
+            service("api", "192.0.2.2"),
+        ]);
+        let mut v2 = v1.clone();
+        v2["items"][1] = service("api", "192.0.2.9");
+        let mut v3 = v2.clone();
+        v3["kind"] = json!("ServiceList");
+        let (y1, y2, y3) = (kubectl_yaml(&v1), kubectl_yaml(&v2), kubectl_yaml(&v3));
+        let mut cache = ItemCache::default();
+        let (first, _) = parse_cached(&y1, &mut cache).unwrap();
+
+        let l2 = read(&y2, &cache);
+        assert!(l2.items[0].text.is_none(), "web is known: no text kept");
+        assert!(l2.items[1].text.is_some());
+        let (second, reused) = parse_streamed(l2.syntax, &l2.root, &l2.list_items(), &mut cache)
+            .expect("taken by items")
+            .unwrap();
+        assert_eq!(reused, 1);
+        assert!(Arc::ptr_eq(
+            &first.objects.services[0],
+            &second.objects.services[0]
+        ));
+        assert_eq!(format!("{second:?}"), format!("{:?}", parse(&y2).unwrap()));
+
+        // Same items, another root (a typed List lends its items their kind).
+        let l3 = read(&y3, &cache);
+        assert!(l3.items.iter().all(|i| i.text.is_none()));
+        assert!(parse_streamed(l3.syntax, &l3.root, &l3.list_items(), &mut cache).is_none());
+        let (third, _) = parse_cached(&y3, &mut cache).unwrap();
+        assert_eq!(
+            format!("{third:?}"),
+            format!("{:?}", parse_whole(&y3).unwrap())
+        );
     }
 }

@@ -10,11 +10,9 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use testkit::Sandbox;
-use vipflow::agent;
 use vipflow::config::Config;
 use vipflow::model::Model;
 use vipflow::plan::flows::Resolved;
-use vipflow::source::file;
 
 /// Flows and a row that are not vipflow's: they must survive every change.
 const FOREIGN_FLOWS: [&str; 2] = [
@@ -135,8 +133,11 @@ pub fn violations(
         out.push("the foreign Load_Balancer row changed".into());
     }
     // exclude_ips: vipflow's IPv4 VIPs inside the subnet in front, the user's text behind.
-    let loaded = file::parse(text).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    let loaded = vipflow::decode::parse(text).unwrap();
+    let model = Model::build(
+        &loaded.objects,
+        &vipflow::model::ModelOptions::from_config(cfg),
+    );
     let subnet: ipnet::Ipv4Net = POD_SUBNET.parse().unwrap();
     let user: BTreeSet<IpAddr> = ["172.19.0.2", "172.19.0.10", "172.19.0.11"]
         .iter()

@@ -7,11 +7,9 @@ use openflow::FlowStats;
 use serde_json::Value as Json;
 use std::collections::{BTreeMap, BTreeSet};
 use testkit::Sandbox;
-use vipflow::agent;
 use vipflow::config::{BridgeConfig, Config};
 use vipflow::model::Model;
 use vipflow::plan::flows::{PlanInput, Resolved, plan};
-use vipflow::source::file;
 
 /// br-ex's MAC in the sandbox (`scripts/sandbox.sh`).
 pub const BR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -42,8 +40,11 @@ pub fn expected_flows(
     yaml: &str,
     r: &Resolved,
 ) -> BTreeSet<String> {
-    let loaded = file::parse(yaml).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    let loaded = vipflow::decode::parse(yaml).unwrap();
+    let model = Model::build(
+        &loaded.objects,
+        &vipflow::model::ModelOptions::from_config(cfg),
+    );
     plan(
         &model,
         &PlanInput {
@@ -150,8 +151,11 @@ pub fn ours_rows(sb: &Sandbox) -> LbView {
 
 /// The planned rows for `yaml`.
 pub fn expected_rows(cfg: &Config, yaml: &str) -> LbView {
-    let loaded = file::parse(yaml).unwrap();
-    let model = Model::build(&loaded.objects, &agent::model_options(cfg));
+    let loaded = vipflow::decode::parse(yaml).unwrap();
+    let model = Model::build(
+        &loaded.objects,
+        &vipflow::model::ModelOptions::from_config(cfg),
+    );
     vipflow::plan::northbound::plan(&model, &cfg.northbound)
         .into_iter()
         .map(|r| {

@@ -2,11 +2,11 @@
 //! one bundle, one message made at a time.
 
 use super::BridgeSettings;
-use super::state::{FlowBody, FlowSet};
 use crate::plan::flows::FlowKey;
 use crate::plan::service_index::FlowIndex;
 use openflow::multipart::FlowStatsRequest;
 use openflow::{ConnError, Connection, Message};
+use vipflow_core::reconcile::bridge::{FlowBody, FlowSet};
 
 /// Hand each of vipflow's flows on the switch to `each`, as they arrive.
 pub(super) async fn read_each(

@@ -24,22 +24,17 @@
 //!   the project's backoff ([`retry`]: doubling from 100 ms to 5 s, reset only after a session
 //!   that stayed up 10 s) and does a full sync.
 
-mod applied;
 mod conn;
 mod garp;
-mod heard;
 mod programmed;
-mod state;
 mod task;
-pub use state::{
-    BridgeProblem, BridgeStatus, DesiredFlows, FlowBody, FlowId, FlowSet, Ports, Roles, diff,
-    resolve_plan,
-};
 
-pub use applied::{Applied, DeltaPlan, FlowOp, FullSync, Making};
 pub use conn::{apply_bundle, apply_each, read_flows};
-pub use heard::Heard;
 pub use task::run;
+// The reconciler's input and output, and what the one-shot commands resolve, are the core's.
+pub use vipflow_core::reconcile::bridge::{
+    BridgeStatus, DesiredFlows, FlowBody, FlowId, FlowSet, Heard, Ports, Roles, diff, resolve_plan,
+};
 
 use crate::config::BridgeConfig;
 use openflow::Config as OfConfig;

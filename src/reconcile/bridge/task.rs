@@ -11,13 +11,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::BridgeSettings;
-use super::applied::{Applied, FullSync, Making};
 use super::conn::{apply_bundle, apply_each, changed_keys, read_each};
 use super::garp;
-use super::heard::Heard;
 use super::programmed::Programmed;
-use super::state::*;
-use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
+use vipflow_core::reconcile::bridge::Heard;
+use vipflow_core::reconcile::bridge::*;
+use vipflow_core::reconcile::bridge::{Applied, FullSync, Making};
+use vipflow_core::reconcile::error::{ReconcileError, ReconcileErrorKind};
 
 /// Run the reconciler for one bridge until `desired`'s sender is dropped.
 ///

@@ -1,28 +1,29 @@
 //! One-shot I/O against a database, for the CLI: the batched sync of `vipflow agent --once`,
 //! `vipflow verify` and `vipflow check`.
 
+use super::ensure;
 use crate::plan::exclude::LogicalSwitchIpam;
 use crate::plan::node_template::NodeRows;
 use crate::plan::northbound::LbRow;
-use crate::reconcile::northbound::CHASSIS_VARS;
-use crate::reconcile::northbound::DB;
-use crate::reconcile::northbound::DesiredRows;
-use crate::reconcile::northbound::diff::describe_drift;
-use crate::reconcile::northbound::group;
 use crate::reconcile::northbound::nb_options;
-use crate::reconcile::northbound::observed::Observed;
-use crate::reconcile::northbound::session::Session;
-use crate::reconcile::northbound::session::new_token;
-use crate::reconcile::northbound::session::take_over;
-use crate::reconcile::northbound::snapshot_spec;
+use crate::reconcile::northbound::take_over;
 use crate::reconcile::northbound::task::send;
-use crate::reconcile::northbound::template_vars;
 use ovsdb::Client;
 use ovsdb::ClientOptions;
 use retry::SharedBackoff;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
+use vipflow_core::reconcile::northbound::DB;
+use vipflow_core::reconcile::northbound::DesiredRows;
+use vipflow_core::reconcile::northbound::Observed;
+use vipflow_core::reconcile::northbound::Session;
+use vipflow_core::reconcile::northbound::describe_drift;
+use vipflow_core::reconcile::northbound::group;
+use vipflow_core::reconcile::northbound::new_token;
+use vipflow_core::reconcile::northbound::node_rows_for;
+use vipflow_core::reconcile::northbound::snapshot_spec;
+use vipflow_core::reconcile::northbound::template_vars;
 
 /// Connect, read the current rows (one monitor snapshot, with the chassis's template values
 /// when `templates`), and close.
@@ -49,7 +50,7 @@ pub const SCHEMA_WAIT: Duration = Duration::from_secs(2);
 /// where the schema has `Chassis_Template_Var` (OVN 22.12 and later), per-node rows where it
 /// has not or the schema cannot be read within [`SCHEMA_WAIT`] (said at WARN; then until the
 /// next start). Its dials go by `backoff`, the one the writer that follows uses
-/// ([`peer_backoff`]).
+/// ([`peer_backoff`](super::peer_backoff)).
 pub async fn resolve_node_rows(remotes: &str, mode: NodeRows, backoff: &SharedBackoff) -> NodeRows {
     if mode != NodeRows::Auto {
         return mode;
@@ -87,15 +88,6 @@ pub async fn resolve_node_rows(remotes: &str, mode: NodeRows, backoff: &SharedBa
     }
 }
 
-/// What [`NodeRows::Auto`] is for a database of `schema`.
-pub fn node_rows_for(schema: &ovsdb::DatabaseSchema) -> NodeRows {
-    if schema.table(CHASSIS_VARS).is_ok() {
-        NodeRows::Template
-    } else {
-        NodeRows::PerNode
-    }
-}
-
 /// One batched sync (`vipflow agent --once`) to `plan`, the rows as the running agent's
 /// planner hands them to its writer: returns the number of operations written and the
 /// attachment problems.
@@ -116,8 +108,8 @@ pub async fn sync_once(
         .monitor(snapshot_spec(plan.template_chassis.is_some()))
         .await?;
     let mut session = Session::new(Observed::from_cache(&monitor.cache()), Some(token));
-    group::ensure(&mut session, &client, plan).await?;
-    template_vars::ensure_planned(&mut session, &client, plan).await?;
+    ensure::ensure_groups(&mut session, &client, plan).await?;
+    ensure::ensure_planned(&mut session, &client, plan).await?;
     let changes = session.changes(plan);
     let ops = changes.iter().map(|c| c.ops).sum();
     send(&mut session, &client, monitor, plan, changes)

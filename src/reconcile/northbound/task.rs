@@ -1,33 +1,12 @@
 //! The writer's I/O: sending a session's transactions, the pipelined first sync and the
 //! reconnect loop.
 
-use crate::reconcile::error::{ReconcileError, ReconcileErrorKind};
-use crate::reconcile::northbound::BATCH_OWNERS;
-use crate::reconcile::northbound::DB;
-use crate::reconcile::northbound::DesiredRows;
-use crate::reconcile::northbound::NB_GLOBAL;
+use super::ensure;
 use crate::reconcile::northbound::NbSettings;
-use crate::reconcile::northbound::NorthboundStatus;
 use crate::reconcile::northbound::SETTLE_WAIT;
 use crate::reconcile::northbound::UNREACHABLE_WARN_EVERY;
-use crate::reconcile::northbound::diff::Change;
-use crate::reconcile::northbound::faults::FenceAction;
-use crate::reconcile::northbound::faults::TokenHolder;
-use crate::reconcile::northbound::faults::WarnEvery;
-use crate::reconcile::northbound::faults::after_fence_failure;
-use crate::reconcile::northbound::faults::is_fence_failure;
-use crate::reconcile::northbound::faults::token_holder;
-use crate::reconcile::northbound::group;
-use crate::reconcile::northbound::monitor_spec;
 use crate::reconcile::northbound::nb_options;
-use crate::reconcile::northbound::observed::Observed;
-use crate::reconcile::northbound::session::Sent;
-use crate::reconcile::northbound::session::Session;
-use crate::reconcile::northbound::session::fenced;
-use crate::reconcile::northbound::session::new_token;
-use crate::reconcile::northbound::session::take_over;
-use crate::reconcile::northbound::session::warn_failed;
-use crate::reconcile::northbound::template_vars;
+use crate::reconcile::northbound::take_over;
 use ovsdb::Client;
 use ovsdb::ClientOptions;
 use ovsdb::Event;
@@ -38,6 +17,35 @@ use retry::Policy;
 use retry::SharedBackoff;
 use std::sync::Arc;
 use tokio::sync::watch;
+use vipflow_core::reconcile::error::{ReconcileError, ReconcileErrorKind};
+use vipflow_core::reconcile::northbound::BATCH_OWNERS;
+use vipflow_core::reconcile::northbound::Change;
+use vipflow_core::reconcile::northbound::DB;
+use vipflow_core::reconcile::northbound::DesiredRows;
+use vipflow_core::reconcile::northbound::FenceAction;
+use vipflow_core::reconcile::northbound::NB_GLOBAL;
+use vipflow_core::reconcile::northbound::NorthboundStatus;
+use vipflow_core::reconcile::northbound::Observed;
+use vipflow_core::reconcile::northbound::Session;
+use vipflow_core::reconcile::northbound::TokenHolder;
+use vipflow_core::reconcile::northbound::WarnEvery;
+use vipflow_core::reconcile::northbound::after_fence_failure;
+use vipflow_core::reconcile::northbound::fenced;
+use vipflow_core::reconcile::northbound::is_fence_failure;
+use vipflow_core::reconcile::northbound::monitor_spec;
+use vipflow_core::reconcile::northbound::new_token;
+use vipflow_core::reconcile::northbound::token_holder;
+use vipflow_core::reconcile::northbound::warn_failed;
+
+/// What [`send`] or [`write_plan`] did.
+pub struct Sent {
+    /// The monitor to go on with; `None`: it could not be renewed (reconnect).
+    pub monitor: Option<ovsdb::Monitor>,
+    pub transactions: u64,
+    pub result: Result<(), ovsdb::Error>,
+    /// When the last reply came, before any resubscription.
+    pub written: std::time::Instant,
+}
 
 /// Hand `session` `first` and every event the monitor has queued, with its cache.
 pub fn absorb_queued(session: &mut Session, monitor: &mut ovsdb::Monitor, first: Option<Event>) {
@@ -115,8 +123,8 @@ pub async fn write_plan_reporting(
     committed: &mut (dyn FnMut(&Session, u64) + Send),
     settle: Option<&watch::Receiver<bool>>,
 ) -> Sent {
-    let ensured = match group::ensure(session, client, plan).await {
-        Ok(()) => template_vars::ensure_planned(session, client, plan).await,
+    let ensured = match ensure::ensure_groups(session, client, plan).await {
+        Ok(()) => ensure::ensure_planned(session, client, plan).await,
         Err(e) => Err(e),
     };
     if let Err(e) = ensured {

@@ -1,0 +1,363 @@
+//! The planner: one incremental model of the Services, and from it the flows of every bridge
+//! and the Northbound rows of every Service, brought up to date by each snapshot of the source.
+//!
+//! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
+//! [`Planner::update`], so what they measure and check is what the agent does.
+
+use super::eligibility::Eligibility;
+use super::flows::{FlowMaker, answer_keys};
+use super::northbound::{GroupPlan, NorthboundConfig};
+use super::order;
+use super::row_table::{NbDelta, RowIndex, RowTable};
+use super::service_index::{FlowDelta, FlowIndex, ServiceIndex};
+use crate::announce::announcements::Announcements;
+use crate::config::{BridgeConfig, Config};
+use crate::model::{ModelOptions, Objects};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Services, flows per bridge and (when asked for) rows per Service, kept incrementally.
+pub struct Planner {
+    services: ServiceIndex,
+    rows: Option<RowTable>,
+    /// Which VIPs this node announces, when a bridge announces, and which nodes may announce
+    /// each VIP.
+    announcements: Option<(Announcements, Eligibility)>,
+    /// What the membership says, when one runs.
+    members: Membership,
+    /// The agent is stopping: this node takes nothing more and announces nothing again.
+    stopping: bool,
+    /// The agent handed its VIPs over: it answers for none.
+    withdrawn: bool,
+    /// The withdrawal was planned: nothing more to do for the announcements.
+    withdrawn_applied: bool,
+    /// The last announcement state handed on.
+    announce_state: Option<Arc<AnnounceState>>,
+    generation: u64,
+}
+
+/// One bridge's flows after an update, and what changed.
+#[derive(Debug, Clone)]
+pub struct BridgeFlows {
+    pub flows: FlowIndex,
+    /// Makes each flow of `flows` from its key.
+    pub maker: FlowMaker,
+    pub delta: FlowDelta,
+    /// VIPs this node answers for whose answer did not change but must be announced again
+    /// (a node came back; see [`crate::announce::announcements::PlacementChange::joined`]).
+    pub announce: Vec<IpAddr>,
+    /// This node is on the small side of a partition (or cut off): what it owns, the others
+    /// may have taken meanwhile.
+    pub doubt: bool,
+}
+
+/// The Northbound rows after an update, and what changed.
+#[derive(Debug, Clone)]
+pub struct NorthboundRows {
+    pub rows: RowIndex,
+    /// The number of rows in `rows`.
+    pub row_count: usize,
+    pub delta: NbDelta,
+    /// Every VIP of this plan.
+    pub vips: imbl::OrdSet<IpAddr>,
+    /// The previous plan's VIPs.
+    pub previous_vips: imbl::OrdSet<IpAddr>,
+    /// vipflow's own Load_Balancer_Group and where it goes.
+    pub groups: Arc<Vec<GroupPlan>>,
+    /// With template rows: the chassis that need a `Chassis_Template_Var` row.
+    pub template_chassis: Option<Arc<std::collections::BTreeSet<String>>>,
+    /// Rows serving the previous plan and this one, to commit before the flows change (see
+    /// [`order`]); `None` when this plan's rows can go first.
+    pub make_first: Option<RowIndex>,
+}
+
+/// What the membership says, as the planner takes it.
+#[derive(Debug, Clone, Default)]
+pub enum Membership {
+    /// None runs: the Nodes' Ready condition says who is live.
+    #[default]
+    Off,
+    /// One runs but has not settled: this node does not know who owns what yet, and
+    /// announces nothing.
+    Waiting,
+    View(Arc<crate::announce::announcements::MembershipView>),
+}
+
+/// What this node announces after an update, when a bridge announces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnnounceState {
+    pub here: Vec<IpAddr>,
+    pub live: Vec<crate::announce::placement::NodeName>,
+    /// The nodes that take this node's VIPs if it goes: the membership sends them heartbeats
+    /// ([`crate::membership::watch`]).
+    pub successors: Vec<crate::announce::placement::NodeName>,
+    /// Every VIP's owner, as this node sees it: whose answer each Service's record names
+    /// ([`crate::announce::record`]).
+    pub owners: imbl::OrdMap<IpAddr, crate::announce::placement::NodeName>,
+}
+
+/// What one update produced.
+#[derive(Debug, Clone)]
+pub struct Plans {
+    /// Counts updates from 1.
+    pub generation: u64,
+    /// One per bridge, in the order the planner was given them.
+    pub bridges: Vec<BridgeFlows>,
+    /// `None` when the planner keeps no rows.
+    pub northbound: Option<NorthboundRows>,
+    /// `None` when no bridge announces; unchanged state is shared from the last update.
+    pub announce: Option<Arc<AnnounceState>>,
+    /// VIPs this update made this node take (announcing).
+    pub taken: usize,
+    /// This node's claims (VIP and epoch), for the membership to tell the others; `None` when
+    /// unchanged or not announcing.
+    pub claims: Option<Arc<std::collections::BTreeMap<IpAddr, u64>>>,
+}
+
+impl Planner {
+    /// A planner for `bridges`; with `northbound`, it keeps the rows too.
+    pub fn new(
+        opts: ModelOptions,
+        bridges: &[BridgeConfig],
+        cookie_prefix: u16,
+        northbound: Option<NorthboundConfig>,
+    ) -> Planner {
+        Planner {
+            services: ServiceIndex::new(opts, bridges, cookie_prefix),
+            rows: northbound.map(RowTable::new),
+            announcements: None,
+            members: Membership::Off,
+            stopping: false,
+            withdrawn: false,
+            withdrawn_applied: false,
+            announce_state: None,
+            generation: 0,
+        }
+    }
+
+    /// What the membership says, for the next updates.
+    pub fn set_members(&mut self, members: Membership) {
+        self.members = members;
+    }
+
+    /// The agent stops: from now on this node takes no VIP and announces none again (the
+    /// others take its VIPs; it keeps answering for those it has until [`Planner::withdraw`]).
+    pub fn stop_announcing(&mut self) {
+        self.stopping = true;
+    }
+
+    /// The hand-over is over: the next update removes every answer of this node.
+    pub fn withdraw(&mut self) {
+        self.stopping = true;
+        self.withdrawn = true;
+    }
+
+    /// Keep this node's VIPs while it is marked for drain
+    /// ([`Announcements::hold_while_draining`]).
+    pub fn hold_while_draining(&mut self, hold: bool) {
+        if let Some((a, _)) = &mut self.announcements {
+            a.hold_while_draining(hold);
+        }
+    }
+
+    /// Plan the ARP answers of the bridges that announce, as node `node`.
+    pub fn announcing_as(mut self, node: &str) -> Planner {
+        self.announcements = Some((Announcements::new(node), Eligibility::default()));
+        self
+    }
+
+    /// The planner the agent runs for `cfg`: rows only when a Northbound database is set.
+    pub fn for_config(cfg: &Config) -> Planner {
+        Planner::for_config_with_rows(cfg, cfg.nb_remote.is_some())
+    }
+
+    /// [`Planner::for_config`], keeping rows when `rows` is set whatever `cfg` says of the
+    /// Northbound database (`vipflow plan` prints them without one).
+    pub fn for_config_with_rows(cfg: &Config, rows: bool) -> Planner {
+        let p = Planner::new(
+            crate::model::ModelOptions::from_config(cfg),
+            &cfg.bridges,
+            cfg.cookie_prefix,
+            rows.then(|| cfg.northbound.clone()),
+        );
+        if cfg.bridges.iter().any(|b| b.announce) {
+            p.announcing_as(&cfg.node_name)
+        } else {
+            p
+        }
+    }
+
+    /// Bring everything up to date with `objects`. Work is in proportion to what changed since
+    /// the last update.
+    pub fn update(&mut self, objects: &Objects) -> Plans {
+        self.generation += 1;
+        let previous_vips = self.services.vips();
+        let mut deltas = self.services.update(objects);
+        let mut announce = vec![Vec::new(); deltas.len()];
+        let mut doubts = vec![false; deltas.len()];
+        let mut taken = 0;
+        let mut claims = None;
+        let waiting = matches!(self.members, Membership::Waiting);
+        let done = self.withdrawn_applied;
+        if let Some((a, eligibility)) = &mut self.announcements
+            && !waiting
+            && !done
+        {
+            let changed = eligibility.update(objects, &self.services);
+            let (mut change, doubt) = if self.withdrawn {
+                // Every answer goes; the placement is left as it was.
+                let turns = a
+                    .here()
+                    .map(|v| crate::announce::announcements::Turn {
+                        vip: *v,
+                        here: false,
+                    })
+                    .collect();
+                (
+                    crate::announce::announcements::PlacementChange {
+                        turns,
+                        ..Default::default()
+                    },
+                    false,
+                )
+            } else {
+                let view = match &self.members {
+                    Membership::View(v) => Some(v.as_ref()),
+                    _ => None,
+                };
+                let c = a.update_eligible(
+                    &self.services.vips(),
+                    &objects.nodes,
+                    view,
+                    &|vip| eligibility.of(vip),
+                    &changed,
+                );
+                (c, a.in_doubt())
+            };
+            if self.stopping && !self.withdrawn {
+                // Leaving: what this node gives up goes, nothing is taken or announced again.
+                change.turns.retain(|t| !t.here);
+                change.joined = false;
+            }
+            taken = change.turns.iter().filter(|t| t.here).count();
+            if change.claims_changed && !self.stopping {
+                claims = Some(Arc::new(a.claims()));
+            }
+            let here: Vec<IpAddr> = if self.withdrawn {
+                Vec::new()
+            } else {
+                a.here().copied().collect()
+            };
+            // Successors change with the live set and with who may announce a VIP (its
+            // eligible nodes), not only when this node's VIPs do: asked every time, for a few
+            // hashes per VIP this node owns.
+            let successors: Vec<_> = if self.withdrawn {
+                Vec::new()
+            } else {
+                a.successors().into_iter().collect()
+            };
+            let owners = a.owners();
+            // VIPs also move between other nodes (their endpoints, their labels).
+            let stale = self
+                .announce_state
+                .as_ref()
+                .is_none_or(|s| s.successors != successors || !s.owners.ptr_eq(&owners));
+            if stale || !change.turns.is_empty() || change.live_changed || self.withdrawn {
+                self.announce_state = Some(Arc::new(AnnounceState {
+                    here: here.clone(),
+                    live: a.live().iter().cloned().collect(),
+                    successors,
+                    owners,
+                }));
+            }
+            let again: Vec<IpAddr> = if change.joined { here } else { Vec::new() };
+            for (i, delta) in deltas.iter_mut().enumerate() {
+                if !self.services.announces(i) {
+                    continue;
+                }
+                announce[i].clone_from(&again);
+                doubts[i] = doubt;
+                for t in &change.turns {
+                    for key in answer_keys(t.vip) {
+                        if self.services.set_flow(i, key, t.here) {
+                            delta.touched.push(key);
+                        }
+                    }
+                }
+                delta.touched.sort();
+                delta.touched.dedup();
+            }
+            if self.withdrawn {
+                self.withdrawn_applied = true;
+            }
+        } else if waiting && self.announce_state.is_none() {
+            self.announce_state = Some(Arc::new(AnnounceState {
+                here: Vec::new(),
+                live: Vec::new(),
+                successors: Vec::new(),
+                owners: Default::default(),
+            }));
+        }
+        let bridges = deltas
+            .into_iter()
+            .enumerate()
+            .zip(announce)
+            .zip(doubts)
+            .map(|(((i, delta), announce), doubt)| BridgeFlows {
+                flows: self.services.flows(i),
+                maker: self.services.maker(i),
+                delta,
+                announce,
+                doubt,
+            })
+            .collect();
+        let services = &self.services;
+        let northbound = self.rows.as_mut().map(|table| {
+            let before = table.rows();
+            let delta = table.update(objects, services);
+            let rows = table.rows();
+            NorthboundRows {
+                make_first: order::make_rows(&before, &rows, &delta.touched),
+                row_count: table.row_count(),
+                rows,
+                delta,
+                vips: services.vips(),
+                previous_vips,
+                groups: table.groups(),
+                template_chassis: table.template_chassis(),
+            }
+        });
+        Plans {
+            generation: self.generation,
+            bridges,
+            northbound,
+            announce: self.announce_state.clone(),
+            taken,
+            claims,
+        }
+    }
+
+    /// The incremental model: validated Services, claims and their winners.
+    pub fn services(&self) -> &ServiceIndex {
+        &self.services
+    }
+
+    /// Who announces what, when a bridge announces.
+    pub fn announcements(&self) -> Option<&Announcements> {
+        self.announcements.as_ref().map(|(a, _)| a)
+    }
+
+    /// The rows per Service, when the planner keeps them.
+    pub fn row_table(&self) -> Option<&RowTable> {
+        self.rows.as_ref()
+    }
+
+    /// The generation of the last update (0 before the first).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+#[cfg(test)]
+#[path = "planner_tests.rs"]
+mod tests;

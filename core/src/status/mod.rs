@@ -1,0 +1,350 @@
+//! The agent's status document: what `/status` serves and `vipflow status` prints. One type
+//! for both sides, so a renamed field is a compile error, not a blank column.
+
+mod vip_list;
+pub use vip_list::VipList;
+
+use crate::model::{Protocol, ServiceKey};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What a running agent holds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusDoc {
+    pub node: String,
+    /// The latest plan's generation.
+    pub generation: u64,
+    /// Every bridge (and the Northbound writer, when this agent is it) has applied a plan.
+    pub ready: bool,
+    /// Whether this agent writes the Northbound database; absent without leader election.
+    pub leader: Option<bool>,
+    pub vips: VipList,
+    /// Problems with the objects, as sentences.
+    pub problems: Vec<String>,
+    pub bridges: Vec<BridgeDoc>,
+    /// Absent when no Northbound database is configured.
+    pub northbound: Option<NorthboundDoc>,
+    /// The address pools and their usage, on the agent that allocates (`--allocate-ips`,
+    /// elected); empty elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolDoc>,
+    /// What this node announces, when a bridge announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announce: Option<AnnounceDoc>,
+}
+
+/// The VIPs this node answers ARP for and the nodes it sees as live ([`crate::announce`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnounceDoc {
+    pub live: Vec<String>,
+    pub here: Vec<std::net::IpAddr>,
+}
+
+/// One address pool: its name and status (usage per family, whether it can be used).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolDoc {
+    pub name: String,
+    pub status: crate::ipam::pool_object::VipPoolStatus,
+}
+
+/// One VIP: its ports and the Services that have it. Typed, and written as text (an address,
+/// `port/protocol`, `namespace/name`): an agent keeps one for each of tens of thousands of
+/// VIPs, and the keys are the planner's own (shared, not copied).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VipDoc {
+    pub vip: std::net::IpAddr,
+    pub ports: Vec<PortDoc>,
+    pub services: Vec<ServiceKey>,
+}
+
+/// `port/protocol` (`80/tcp`), as the status document writes a VIP's port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PortDoc {
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+impl PortDoc {
+    /// A claim's port and protocol.
+    pub fn of(claim: &crate::plan::service_index::Claim) -> PortDoc {
+        PortDoc {
+            port: claim.1,
+            protocol: claim.2,
+        }
+    }
+}
+
+impl fmt::Display for PortDoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.port, self.protocol)
+    }
+}
+
+impl Serialize for PortDoc {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PortDoc {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<PortDoc, D::Error> {
+        let text = String::deserialize(d)?;
+        let parsed = text.split_once('/').and_then(|(port, proto)| {
+            Some(PortDoc {
+                port: port.parse().ok()?,
+                protocol: Protocol::from_name(proto)?,
+            })
+        });
+        parsed.ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not port/protocol")))
+    }
+}
+
+/// Items joined by `, ` as text.
+fn joined<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One bridge's reconciler.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BridgeDoc {
+    pub name: String,
+    pub connected: bool,
+    pub flows: usize,
+    pub applied_generation: Option<u64>,
+    /// Planned flows the switch does not hold, and why.
+    pub skipped: Vec<String>,
+    pub last_error: Option<String>,
+    pub full_syncs: u64,
+    /// Problems with the bridge's ports, as sentences.
+    pub problems: Vec<String>,
+}
+
+/// The Northbound writer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NorthboundDoc {
+    /// Whether this agent is the writer.
+    pub writer: bool,
+    pub connected: bool,
+    pub rows: usize,
+    pub applied_generation: Option<u64>,
+    pub problems: Vec<String>,
+    pub last_error: Option<String>,
+    pub transactions: u64,
+}
+
+fn or_none<T: fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "null".into(), ToString::to_string)
+}
+
+fn error_suffix(e: &Option<String>) -> String {
+    e.as_ref()
+        .map(|e| format!("  error: {e}"))
+        .unwrap_or_default()
+}
+
+/// The text `vipflow status` prints.
+impl fmt::Display for StatusDoc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "node {}  generation {}  ready {}",
+            self.node, self.generation, self.ready
+        )?;
+        if let Some(leader) = self.leader {
+            let who = if leader {
+                "this agent"
+            } else {
+                "another agent"
+            };
+            writeln!(f, "northbound writer: {who}")?;
+        }
+        writeln!(f, "\nVIPs ({})", self.vips.len())?;
+        for v in self.vips.iter() {
+            writeln!(
+                f,
+                "  {:<28} {:<24} {}",
+                v.vip.to_string(),
+                joined(&v.ports),
+                joined(&v.services)
+            )?;
+        }
+        writeln!(f, "\nbridges")?;
+        for b in &self.bridges {
+            writeln!(
+                f,
+                "  {:<12} connected {:<5} flows {:<6} generation {}{}",
+                b.name,
+                b.connected,
+                b.flows,
+                or_none(&b.applied_generation),
+                error_suffix(&b.last_error)
+            )?;
+            for p in &b.problems {
+                writeln!(f, "    problem: {p}")?;
+            }
+            for s in &b.skipped {
+                writeln!(f, "    not programmed: {s}")?;
+            }
+        }
+        if let Some(n) = &self.northbound {
+            writeln!(
+                f,
+                "\nnorthbound: writer {} connected {} rows {} generation {}{}",
+                n.writer,
+                n.connected,
+                n.rows,
+                or_none(&n.applied_generation),
+                error_suffix(&n.last_error)
+            )?;
+            for p in &n.problems {
+                writeln!(f, "  {p}")?;
+            }
+        }
+        if !self.pools.is_empty() {
+            writeln!(f, "\npools ({})", self.pools.len())?;
+            for p in &self.pools {
+                let st = &p.status;
+                let usable = match st.conditions.iter().find(|c| c.type_ == "Usable") {
+                    Some(c) if c.status != "True" => format!("not usable: {}", c.message),
+                    _ => "usable".to_string(),
+                };
+                writeln!(
+                    f,
+                    "  {:<16} IPv4 {} assigned {} available  IPv6 {} assigned {} available  {usable}",
+                    p.name,
+                    st.assigned_ipv4,
+                    st.available_ipv4,
+                    st.assigned_ipv6,
+                    st.available_ipv6
+                )?;
+            }
+        }
+        if let Some(a) = &self.announce {
+            let here: Vec<String> = a.here.iter().map(ToString::to_string).collect();
+            writeln!(
+                f,
+                "\nannounces {} VIPs: {}\n  live nodes ({}): {}",
+                here.len(),
+                if here.is_empty() {
+                    "-".to_string()
+                } else {
+                    here.join(" ")
+                },
+                a.live.len(),
+                a.live.join(" ")
+            )?;
+        }
+        if !self.problems.is_empty() {
+            writeln!(f, "\nproblems ({})", self.problems.len())?;
+            for p in &self.problems {
+                writeln!(f, "  {p}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_reads_back_as_it_was_written_and_keeps_its_keys() {
+        let doc = StatusDoc {
+            node: "node-a".into(),
+            generation: 7,
+            ready: true,
+            leader: Some(false),
+            vips: vec![VipDoc {
+                vip: "172.18.0.100".parse().unwrap(),
+                ports: vec![PortDoc {
+                    port: 80,
+                    protocol: Protocol::Tcp,
+                }],
+                services: vec![ServiceKey::new("shop", "web")],
+            }]
+            .into(),
+            problems: vec!["Service shop/x: no ports".into()],
+            bridges: vec![BridgeDoc {
+                name: "br-ex".into(),
+                connected: true,
+                flows: 12,
+                applied_generation: Some(7),
+                ..BridgeDoc::default()
+            }],
+            northbound: Some(NorthboundDoc {
+                writer: false,
+                rows: 3,
+                ..NorthboundDoc::default()
+            }),
+            pools: Vec::new(),
+            announce: None,
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        // No pools: no key (documents of agents that do not allocate stay as they were).
+        assert!(json.get("pools").is_none());
+        assert!(json.get("announce").is_none());
+        // What scripts and tests read from /status.
+        assert_eq!(json["northbound"]["writer"], false);
+        assert_eq!(json["northbound"]["transactions"], 0);
+        assert_eq!(json["bridges"][0]["applied_generation"], 7);
+        assert_eq!(json["vips"][0]["services"][0], "shop/web");
+        assert_eq!(json["vips"][0]["ports"][0], "80/tcp");
+        assert_eq!(json["vips"][0]["vip"], "172.18.0.100");
+        assert_eq!(json["leader"], false);
+        assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
+        let text = doc.to_string();
+        assert!(
+            text.starts_with("node node-a  generation 7  ready true\n"),
+            "{text}"
+        );
+        assert!(text.contains("northbound writer: another agent"), "{text}");
+        assert!(
+            text.contains("  br-ex        connected true  flows 12     generation 7\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn pools_are_shown_with_their_usage() {
+        let a =
+            crate::ipam::Allocator::new(vec![crate::ipam::PoolSpec::new("blue", &["10.0.0.0/30"])]);
+        let pool = a.pools().next().unwrap();
+        let doc = StatusDoc {
+            node: "node-a".into(),
+            generation: 1,
+            ready: true,
+            leader: Some(true),
+            vips: Default::default(),
+            problems: Vec::new(),
+            bridges: Vec::new(),
+            northbound: None,
+            pools: vec![PoolDoc {
+                name: "blue".into(),
+                status: crate::ipam::pool_object::VipPoolStatus::of(pool, |f| a.usage("blue", f)),
+            }],
+            announce: Some(AnnounceDoc {
+                live: vec!["node-a".into(), "node-b".into()],
+                here: vec!["172.18.0.100".parse().unwrap()],
+            }),
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["pools"][0]["status"]["availableIPv4"], 4);
+        assert_eq!(json["announce"]["here"][0], "172.18.0.100");
+        assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
+        let text = doc.to_string();
+        assert!(
+            text.contains("announces 1 VIPs: 172.18.0.100\n  live nodes (2): node-a node-b"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  blue             IPv4 0 assigned 4 available  IPv6 0 assigned 0 available  usable"),
+            "{text}"
+        );
+    }
+}

@@ -1,7 +1,7 @@
 //! The validated model: which VIPs exist, on which ports, for which Service, with which
 //! endpoints — built from raw Kubernetes objects by a pure function.
 //!
-//! Rules (DESIGN.md "Which VIPs"):
+//! Rules, which VIPs a Service has:
 //! - VIPs are `spec.externalIPs` of any Service and `status.loadBalancer.ingress[].ip` of
 //!   LoadBalancer Services; ingress entries with `ipMode: Proxy` and hostname-only entries are
 //!   skipped (the external LB proxies those). With a `load_balancer_class` filter, ingress IPs

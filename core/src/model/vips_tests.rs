@@ -1,4 +1,4 @@
-//! Tests for the model rules (DESIGN.md "Which VIPs"): which VIPs a Service has.
+//! Tests for the model rules: which VIPs a Service has.
 
 use super::test_support::*;
 use super::*;

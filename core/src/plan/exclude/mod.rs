@@ -1,4 +1,4 @@
-//! excludeIps: keep Service VIPs out of pod IPAM (DESIGN.md "excludeIps").
+//! excludeIps: keep Service VIPs out of pod IPAM.
 //!
 //! **OVN native IPAM.** northd hands `dynamic` addresses out of a Logical_Switch's
 //! `other_config:subnet` (IPv4 only: IPv6 comes from `ipv6_prefix` + MAC, so only IPv4 VIPs

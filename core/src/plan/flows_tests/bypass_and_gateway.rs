@@ -1,4 +1,4 @@
-//! Scenario tests for the flow plan (DESIGN.md "Flows on br-ex"): the ARP/ND bypass and the shared gateway.
+//! Scenario tests for the flow plan (the flows on br-ex): the ARP/ND bypass and the shared gateway.
 
 use super::support::*;
 use super::*;

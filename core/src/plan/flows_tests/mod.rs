@@ -1,4 +1,4 @@
-//! Scenario tests for the flow plan (DESIGN.md "Flows on br-ex"). Fixtures are `kubectl get
+//! Scenario tests for the flow plan (the flows on br-ex). Fixtures are `kubectl get
 //! -o yaml` shaped text, parsed by the file source and built into a model.
 
 use super::*;

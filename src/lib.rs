@@ -48,6 +48,7 @@ pub mod config;
 pub mod events;
 pub mod ipam;
 pub mod leader;
+pub mod lease;
 pub mod membership;
 pub mod memory;
 pub mod metrics;

@@ -5,23 +5,21 @@
 //! plain compare-and-swap client-go's leaderelection uses — read the Lease, write it back with
 //! its `resourceVersion`; a `409 Conflict` means someone else wrote first.
 //!
-//! - **Expiry without trusting clocks**: a candidate does not compare the holder's `renewTime`
-//!   with its own clock (nodes' clocks differ); it notes when it last saw the record change and
-//!   takes the Lease only after `duration` of no change, measured locally.
-//! - **Stepping down first**: the holder renews every `renew_every`; if it has not renewed for
-//!   `duration - 2 * renew_every` it stops acting as leader, a full `renew_every` before any
-//!   candidate may take over (`duration - renew_every` after it last saw the record change).
-//!   A candidate polls every `renew_every`, so a crashed holder is replaced within `duration`.
+//! This module does the reading and writing; what to do with what it read (take, renew, wait,
+//! step down, release) is [`crate::lease`]'s, which has the why of each.
+//!
+//! - The holder renews every `renew_every`, and a candidate polls as often, so a crashed holder
+//!   is replaced within `duration`.
 //! - **Handover**: on shutdown the holder clears `holderIdentity`, so a candidate takes over at
 //!   its next poll instead of waiting for expiry.
 
+use crate::lease::{Candidate, Decision, LeaseRecord, Outcome, Terms, Write};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
-use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -42,8 +40,7 @@ impl LeaderConfig {
             name: name.into(),
             identity: identity.into(),
             duration,
-            // Several renewals per duration, and candidates notice a release quickly.
-            renew_every: (duration / 8).clamp(Duration::from_millis(100), Duration::from_secs(2)),
+            renew_every: crate::lease::renew_every(duration),
         }
     }
 }
@@ -88,18 +85,6 @@ fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
-fn whole_seconds(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
-}
-
-/// What a candidate remembers of the record it last saw.
-struct Observed {
-    /// (holder, renewTime, resourceVersion) as last seen.
-    record: Option<(Option<String>, Option<String>, Option<String>)>,
-    /// When (our clock) that record was first seen.
-    since: Instant,
-}
-
 async fn run(
     client: Client,
     cfg: LeaderConfig,
@@ -107,21 +92,21 @@ async fn run(
     mut stop: oneshot::Receiver<()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    let mut observed = Observed {
-        record: None,
-        since: Instant::now(),
-    };
-    let mut last_renew: Option<Instant> = None;
+    let mut candidate = Candidate::new(Terms {
+        identity: cfg.identity.clone(),
+        duration: cfg.duration,
+        renew_every: cfg.renew_every,
+    });
     loop {
-        let acted = step(&api, &cfg, &mut observed).await;
-        match acted {
-            Ok(true) => last_renew = Some(Instant::now()),
-            Ok(false) => last_renew = None,
-            Err(e) => tracing::warn!(lease = %cfg.name, error = %e, "lease update failed"),
-        }
-        // Leader only while the last renewal is fresh enough that nobody else can have taken
-        // over yet.
-        let fresh = last_renew.is_some_and(|t| t.elapsed() + 2 * cfg.renew_every < cfg.duration);
+        let outcome = match step(&api, &cfg, &mut candidate).await {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(lease = %cfg.name, error = %e, "lease update failed");
+                Outcome::Failed
+            }
+        };
+        candidate.outcome(Instant::now(), outcome);
+        let fresh = candidate.leading(Instant::now());
         if *leader.borrow() != fresh {
             tracing::info!(lease = %cfg.name, identity = %cfg.identity, leader = fresh, "leadership changed");
             let _ = leader.send(fresh);
@@ -133,7 +118,7 @@ async fn run(
     }
     if *leader.borrow() {
         let _ = leader.send(false);
-        if let Err(e) = release(&api, &cfg).await {
+        if let Err(e) = release(&api, &cfg, &candidate).await {
             tracing::warn!(lease = %cfg.name, error = %e, "could not release the lease; it will expire");
         } else {
             tracing::info!(lease = %cfg.name, "lease released");
@@ -141,15 +126,17 @@ async fn run(
     }
 }
 
-/// One round: renew if ours, take it if free or expired. Returns whether we hold it now.
+/// One round: read the Lease, and write it as the candidate decides.
 async fn step(
     api: &Api<Lease>,
     cfg: &LeaderConfig,
-    observed: &mut Observed,
-) -> Result<bool, kube::Error> {
-    let lease = match api.get_opt(&cfg.name).await? {
-        Some(l) => l,
-        None => {
+    candidate: &mut Candidate,
+) -> Result<Outcome, kube::Error> {
+    let lease = api.get_opt(&cfg.name).await?;
+    let record = lease.as_ref().map(record);
+    let written = match (candidate.decide(Instant::now(), record.as_ref()), lease) {
+        (Decision::Wait, _) => return Ok(Outcome::NotHeld),
+        (Decision::Create(w), _) => {
             let mut l = Lease {
                 metadata: ObjectMeta {
                     name: Some(cfg.name.clone()),
@@ -158,69 +145,64 @@ async fn step(
                 },
                 spec: Some(LeaseSpec::default()),
             };
-            hold(&mut l, cfg, true);
-            return match api.create(&PostParams::default(), &l).await {
-                Ok(_) => Ok(true),
-                // Someone created it first: look again next round.
-                Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            };
+            apply(&mut l, w);
+            api.create(&PostParams::default(), &l).await
         }
+        (Decision::Replace(w), Some(mut l)) => {
+            apply(&mut l, w);
+            api.replace(&cfg.name, &PostParams::default(), &l).await
+        }
+        // A Lease to write back is one that was read.
+        (Decision::Replace(_), None) => return Ok(Outcome::NotHeld),
     };
-    let spec = lease.spec.clone().unwrap_or_default();
-    let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
-    let record = (
-        holder.clone(),
-        spec.renew_time.as_ref().map(|t| t.0.to_string()),
-        lease.metadata.resource_version.clone(),
-    );
-    if observed.record.as_ref() != Some(&record) {
-        observed.record = Some(record);
-        observed.since = Instant::now();
-    }
-    let ours = holder.as_deref() == Some(cfg.identity.as_str());
-    let duration = Duration::from_secs(
-        u64::try_from(spec.lease_duration_seconds.unwrap_or(0).max(0)).unwrap_or(0),
-    );
-    // The holder has stopped acting `renew_every` before this (see the module doc).
-    let expiry = duration.max(cfg.duration).saturating_sub(cfg.renew_every);
-    let free = holder.is_none() || observed.since.elapsed() >= expiry;
-    if !ours && !free {
-        return Ok(false);
-    }
-    let mut l = lease;
-    hold(&mut l, cfg, !ours);
-    match api.replace(&cfg.name, &PostParams::default(), &l).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+    match written {
+        Ok(_) => Ok(Outcome::Held),
+        // Someone wrote (or created it) first: look again next round.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::NotHeld),
         Err(e) => Err(e),
     }
 }
 
-/// Make `l` ours: renew, or acquire (new acquireTime, one more transition).
-fn hold(l: &mut Lease, cfg: &LeaderConfig, acquire: bool) {
+/// The fields of `l` the candidate decides on.
+fn record(l: &Lease) -> LeaseRecord {
+    let spec = l.spec.as_ref();
+    LeaseRecord {
+        holder: spec.and_then(|s| s.holder_identity.clone()),
+        renew_time: spec.and_then(|s| s.renew_time.as_ref().map(|t| t.0.to_string())),
+        resource_version: l.metadata.resource_version.clone(),
+        duration_seconds: spec.and_then(|s| s.lease_duration_seconds),
+        transitions: spec.and_then(|s| s.lease_transitions),
+    }
+}
+
+/// Write `w` into `l`, with the time of writing as renewTime (and acquireTime when taking it).
+fn apply(l: &mut Lease, w: Write) {
     let spec = l.spec.get_or_insert_with(LeaseSpec::default);
     let t = now();
-    if acquire {
+    if let Some(n) = w.transitions {
         spec.acquire_time = Some(t.clone());
-        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        spec.lease_transitions = Some(n);
     }
-    spec.holder_identity = Some(cfg.identity.clone());
-    spec.lease_duration_seconds = Some(whole_seconds(cfg.duration));
+    spec.holder_identity = w.holder;
+    if let Some(d) = w.duration_seconds {
+        spec.lease_duration_seconds = Some(d);
+    }
     spec.renew_time = Some(t);
 }
 
 /// Clear the holder if it is still us.
-async fn release(api: &Api<Lease>, cfg: &LeaderConfig) -> Result<(), kube::Error> {
+async fn release(
+    api: &Api<Lease>,
+    cfg: &LeaderConfig,
+    candidate: &Candidate,
+) -> Result<(), kube::Error> {
     let Some(mut l) = api.get_opt(&cfg.name).await? else {
         return Ok(());
     };
-    let spec = l.spec.get_or_insert_with(LeaseSpec::default);
-    if spec.holder_identity.as_deref() != Some(cfg.identity.as_str()) {
+    let Some(w) = candidate.release(Some(&record(&l))) else {
         return Ok(());
-    }
-    spec.holder_identity = None;
-    spec.renew_time = Some(now());
+    };
+    apply(&mut l, w);
     api.replace(&cfg.name, &PostParams::default(), &l)
         .await
         .map(|_| ())

@@ -47,8 +47,7 @@ const RESEND_EVERY: Duration = Duration::from_secs(2);
 /// How often one seed that is not a member is asked again (a node that starts later, the other
 /// side of a healed partition).
 const REJOIN_EVERY: Duration = Duration::from_millis(500);
-/// After leaving, how long this node keeps answering while the others take its VIPs over.
-pub const HANDOVER: Duration = Duration::from_secs(1);
+pub use crate::membership::HANDOVER;
 /// Refused datagrams are reported at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 

@@ -28,6 +28,7 @@ pub mod config;
 pub mod decode;
 pub mod events;
 pub mod ipam;
+pub mod lease;
 pub mod membership;
 pub mod model;
 pub mod parallel;

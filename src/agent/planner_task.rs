@@ -1,8 +1,20 @@
 //! The planner task: each complete snapshot of the source through the [`Planner`] (off the
-//! async workers), handed to the reconcilers make before break (see [`crate::plan::order`]),
-//! and to the report task ([`super::report`]).
+//! async workers), handed to the reconcilers make before break (the order is
+//! [`crate::plan::handover`]'s, which this task drives), and to the report task
+//! ([`super::report`]).
 
-use super::*;
+use super::{Planned, StopPhase, router_mac};
+use crate::config::Config;
+use crate::model::Loaded;
+use crate::plan::handover::{Action, Event, Handover, Late, PlanRows, Seen, SendRows, Shape};
+use crate::plan::planner::{BridgeFlows, Planner};
+use crate::reconcile::bridge::{BridgeStatus, DesiredFlows};
+use crate::reconcile::northbound as nb;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+pub use crate::plan::handover::ORDER_WAIT;
 
 /// The planner task's inputs and outputs.
 pub(super) struct PlannerTask {
@@ -64,11 +76,25 @@ impl PlannerTask {
             tokio::spawn(publish_claims(rx, tx, bridge_status_rx.clone()));
             pending
         });
-        // When this node's drain mark was first seen: it keeps its VIPs for a moment, so that
-        // the others take them and announce first.
-        let mut drain_since: Option<std::time::Instant> = None;
-        // Handovers to the Northbound writer: up to two per plan (see plan::order).
-        let mut nb_step = 0u64;
+        // The order of rows and flows, and the drain hold: this node keeps its VIPs for a
+        // moment after its drain mark is first seen, so that the others take them and
+        // announce first.
+        let mut handover = Handover::new(Shape {
+            writer: nb_status_rx.is_some(),
+            bridges: bridge_status_rx.len(),
+            drain_hold: crate::membership_task::HANDOVER,
+        });
+        let mut shell = Shell {
+            flows: &senders,
+            rows: nb_tx.as_ref(),
+            nb_status: nb_status_rx,
+            leader,
+            bridges: bridge_status_rx,
+            plan: None,
+            waiting: None,
+            hold: false,
+            replan: false,
+        };
         loop {
             let received = std::time::Instant::now();
             let loaded = objects.borrow_and_update().clone();
@@ -101,19 +127,12 @@ impl PlannerTask {
                 .iter()
                 .find(|n| n.metadata.name.as_deref() == Some(cfg.node_name.as_str()))
                 .is_some_and(|n| crate::announce::announcements::draining(n));
-            let mut hold_until: Option<tokio::time::Instant> = None;
-            if own_draining {
-                let since = *drain_since.get_or_insert_with(std::time::Instant::now);
-                let end = since + crate::membership_task::HANDOVER;
-                let hold = std::time::Instant::now() < end;
-                if hold {
-                    hold_until = Some(tokio::time::Instant::from_std(end));
-                }
-                p.hold_while_draining(hold);
-            } else {
-                drain_since = None;
-                p.hold_while_draining(false);
-            }
+            // This plan is any replan the machine asked for.
+            shell.hold = false;
+            handover.handle(std::time::Instant::now(), Event::Drain(own_draining));
+            shell.apply_all(&mut handover);
+            shell.replan = false;
+            p.hold_while_draining(shell.hold);
             let objs = Arc::clone(&loaded);
             let (plans, services) = match tokio::task::spawn_blocking(move || {
                 let plans = p.update(&objs.objects);
@@ -183,28 +202,22 @@ impl PlannerTask {
                 }
             }
             let router_mac = router_mac(&cfg, &loaded.objects);
-            let send_flows = |bridges: Vec<BridgeFlows>| {
-                for (b, tx) in bridges.into_iter().zip(&senders) {
-                    let delta = kept_delta(b.delta, b.flows.len());
-                    let _ = tx.send(Arc::new(DesiredFlows {
-                        generation,
-                        flows: b.flows,
-                        maker: b.maker,
-                        delta,
-                        router_mac,
-                        announce: b.announce,
-                        doubt: b.doubt,
-                    }));
-                }
-            };
-            let nb_plan = match (&nb_tx, plans.northbound) {
-                (Some(tx), Some(rows)) => {
+            let (rows, next) = match (&nb_tx, plans.northbound) {
+                (Some(_), Some(rows)) => {
                     let mut next =
                         nb::DesiredRows::from_rows(generation, &rows, cfg.northbound.exclude_ips);
                     next.pool_ranges = Arc::new(super::oneshot::pool_v4_ranges(&loaded.objects));
-                    Some((tx, next, rows.make_first, rows.previous_vips))
+                    let order = match rows.make_first {
+                        None => PlanRows::Own,
+                        Some(make) => PlanRows::MakeFirst {
+                            rows: make,
+                            previous_vips: rows.previous_vips,
+                            vips: next.vips.clone(),
+                        },
+                    };
+                    (order, Some(next))
                 }
-                _ => None,
+                _ => (PlanRows::None, None),
             };
             // Problems, Events and status: reported at their own pace.
             let _ = rtx.send(Some(Arc::new(Planned {
@@ -214,50 +227,20 @@ impl PlannerTask {
                 announce: plans.announce.clone(),
             })));
             let _ = gtx.send(generation);
-            // The writer diffs only the Services a handover names when it takes every one in
-            // turn: a handover that overtook the last one, still unwritten, would cost it a diff
-            // of every Service. The wait is bounded by what it spares (TURN_WAIT).
-            if nb_plan.is_some() && nb_step > 0 {
-                rows_written(&nb_status_rx, &leader, nb_step, TURN_WAIT).await;
-            }
-            // Flows and rows, make before break (plan::order): rows that serve the old plan and
-            // the new one, then the flows, then the new rows.
-            match nb_plan {
-                None => send_flows(plans.bridges),
-                Some((tx, next, None, _)) => {
-                    nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::DesiredRows {
-                        step: nb_step,
-                        ..next
-                    }));
-                    // The first handover goes out beside the flows: this process has served no
-                    // plan to break yet (what the switch and the database hold is an earlier
-                    // run's, which both first syncs replace), and waiting would hold every
-                    // bridge's first sync behind the Northbound's whole one.
-                    if nb_step > 1 {
-                        wait_rows(&nb_status_rx, &leader, nb_step).await;
-                    }
-                    send_flows(plans.bridges);
-                }
-                Some((tx, next, Some(make), previous_vips)) => {
-                    nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::DesiredRows {
-                        row_count: order::row_count(&make),
-                        rows: make,
-                        vips: previous_vips.union(next.vips.clone()),
-                        step: nb_step,
-                        complete: false,
-                        ..next.clone()
-                    }));
-                    wait_rows(&nb_status_rx, &leader, nb_step).await;
-                    send_flows(plans.bridges);
-                    wait_flows(&bridge_status_rx, generation).await;
-                    nb_step += 1;
-                    let _ = tx.send(Arc::new(nb::DesiredRows {
-                        step: nb_step,
-                        ..next
-                    }));
-                }
+            // Flows and rows, make before break, as the machine orders them.
+            shell.plan = Some(Outgoing {
+                generation,
+                router_mac,
+                flows: Some(plans.bridges),
+                rows: next,
+            });
+            let now = std::time::Instant::now();
+            shell.refresh(&mut handover, now);
+            handover.handle(now, Event::Plan { generation, rows });
+            shell.settle(&mut handover).await;
+            if shell.replan {
+                // The drain hold ended meanwhile: plan again without this node.
+                continue;
             }
             // A new snapshot, or a change of who is alive (which moves VIPs between nodes).
             let members_changed = async {
@@ -266,12 +249,7 @@ impl PlannerTask {
                     None => std::future::pending().await,
                 }
             };
-            let held = async {
-                match hold_until {
-                    Some(t) => tokio::time::sleep_until(t).await,
-                    None => std::future::pending().await,
-                }
-            };
+            let held = until(handover.poll_timeout());
             let stop_changed = async {
                 if stop.changed().await.is_err() {
                     std::future::pending::<()>().await;
@@ -284,7 +262,7 @@ impl PlannerTask {
                 live = members_changed => if !live { members = None },
                 () = stop_changed => {}
                 // The drain hold is over: plan again without this node.
-                _ = held => {}
+                () = held => handover.handle_timeout(std::time::Instant::now()),
             }
         }
     }
@@ -301,53 +279,179 @@ fn kept_delta(
     (delta.touched.len() <= SMALL.max(flows / 4)).then_some(delta)
 }
 
-/// How long the planner waits for the other side of a make-before-break step (plan::order)
-/// before it goes on anyway: a database or switch that does not answer must not hold every
-/// later change back.
-pub const ORDER_WAIT: Duration = Duration::from_secs(5);
-
-/// How long the planner waits for the Northbound writer to write the last handover before it
-/// hands over the next: about what the writer's diff of every Service, which the wait spares
-/// it, costs at tens of thousands of Services.
-const TURN_WAIT: Duration = Duration::from_millis(100);
-
-/// Wait until the Northbound writer committed handover `step`, when this agent writes and the
-/// writer is connected (a writer that is not, or another agent's, confirms nothing).
-async fn wait_rows(
-    nb_status: &Option<watch::Receiver<nb::NorthboundStatus>>,
-    leader: &Option<watch::Receiver<bool>>,
-    step: u64,
-) {
-    if !rows_written(nb_status, leader, step, ORDER_WAIT).await {
-        tracing::warn!(step, wait = ?ORDER_WAIT, "Northbound rows not confirmed in time; writing the flows anyway");
-    }
+/// A plan's flows and rows, until the machine has them sent.
+struct Outgoing {
+    generation: u64,
+    router_mac: Option<openflow::oxm::MacAddr>,
+    flows: Option<Vec<BridgeFlows>>,
+    /// The plan's own rows, when it has rows to hand over.
+    rows: Option<nb::DesiredRows>,
 }
 
-/// [`wait_rows`] for at most `within`; false when the writer had not confirmed by then.
-async fn rows_written(
-    nb_status: &Option<watch::Receiver<nb::NorthboundStatus>>,
-    leader: &Option<watch::Receiver<bool>>,
-    step: u64,
-    within: Duration,
-) -> bool {
-    let Some(rx) = nb_status else { return true };
-    if leader.as_ref().is_some_and(|l| !*l.borrow()) {
-        return true;
-    }
-    let mut rx = rx.clone();
-    let done = rx.wait_for(|s| !s.connected || s.applied_step.is_some_and(|a| a >= step));
-    tokio::time::timeout(within, done).await.is_ok()
+/// Whose word a wait of the machine is for.
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    Writer,
+    Bridge(usize),
 }
 
-/// Wait until every connected bridge applied `generation`.
-async fn wait_flows(bridges: &[watch::Receiver<BridgeStatus>], generation: u64) {
-    for rx in bridges {
-        let mut rx = rx.clone();
-        let done =
-            rx.wait_for(|s| !s.connected || s.applied_generation.is_some_and(|g| g >= generation));
-        if tokio::time::timeout(ORDER_WAIT, done).await.is_err() {
-            tracing::warn!(generation, wait = ?ORDER_WAIT, "flows not confirmed in time; removing the rows anyway");
+/// The I/O of [`Handover`]: where its actions go and what it is told.
+struct Shell<'a> {
+    flows: &'a [watch::Sender<Arc<DesiredFlows>>],
+    rows: Option<&'a watch::Sender<Arc<nb::DesiredRows>>>,
+    nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
+    leader: Option<watch::Receiver<bool>>,
+    bridges: Vec<watch::Receiver<BridgeStatus>>,
+    plan: Option<Outgoing>,
+    /// The machine's current wait, as it last said.
+    waiting: Option<Waiting>,
+    /// Whether this plan holds this node's VIPs while it drains.
+    hold: bool,
+    /// Whether the machine asked for another plan.
+    replan: bool,
+}
+
+impl Shell<'_> {
+    /// Carry out what the machine asks until the plan under way is handed over.
+    async fn settle(&mut self, handover: &mut Handover) {
+        loop {
+            self.apply_all(handover);
+            if handover.is_idle() {
+                return;
+            }
+            // A closed channel ends the wait as well: `refresh` reads it as disconnected.
+            let changed = async {
+                let _ = match self.waiting {
+                    Some(Waiting::Writer) => match &mut self.nb_status {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    },
+                    Some(Waiting::Bridge(i)) => match self.bridges.get_mut(i) {
+                        Some(rx) => rx.changed().await,
+                        None => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                };
+            };
+            tokio::select! {
+                () = changed => {}
+                () = until(handover.poll_timeout()) => {}
+            }
+            // What the peers say now first: a confirmation that came with the deadline
+            // counts.
+            let now = std::time::Instant::now();
+            self.refresh(handover, now);
+            handover.handle_timeout(now);
         }
+    }
+
+    /// Tell the machine what the election, the bridges and the writer say now; the writer
+    /// last, as its word may start a wait on the others'.
+    fn refresh(&mut self, handover: &mut Handover, now: std::time::Instant) {
+        if let Some(l) = &self.leader {
+            handover.handle(now, Event::Leader(*l.borrow()));
+        }
+        for (bridge, rx) in self.bridges.iter_mut().enumerate() {
+            let seen = seen(rx, |s| (s.connected, s.applied_generation));
+            handover.handle(now, Event::Bridge { bridge, seen });
+        }
+        if let Some(rx) = &mut self.nb_status {
+            let seen = seen(rx, |s| (s.connected, s.applied_step));
+            handover.handle(now, Event::Writer(seen));
+        }
+    }
+
+    /// Carry out every action the machine has for now.
+    fn apply_all(&mut self, handover: &mut Handover) {
+        while let Some(action) = handover.poll() {
+            self.apply(action);
+        }
+    }
+
+    fn apply(&mut self, action: Action) {
+        match action {
+            Action::SendRows(r) => self.send_rows(r),
+            Action::SendFlows { generation } => self.send_flows(generation),
+            Action::WaitRows { .. } => self.waiting = Some(Waiting::Writer),
+            Action::WaitFlows { bridge, .. } => self.waiting = Some(Waiting::Bridge(bridge)),
+            Action::HoldDrain { .. } => self.hold = true,
+            Action::Replan => self.replan = true,
+            Action::Warn(Late::Rows { step, waited }) => {
+                tracing::warn!(step, wait = ?waited, "Northbound rows not confirmed in time; writing the flows anyway");
+            }
+            Action::Warn(Late::Flows {
+                generation, waited, ..
+            }) => {
+                tracing::warn!(generation, wait = ?waited, "flows not confirmed in time; removing the rows anyway");
+            }
+        }
+    }
+
+    fn send_rows(&mut self, r: SendRows) {
+        let (Some(tx), Some(plan)) = (self.rows, &mut self.plan) else {
+            return;
+        };
+        let rows = match r.kept {
+            // The plan's own rows are its last handover.
+            None => match plan.rows.take() {
+                Some(next) => nb::DesiredRows {
+                    step: r.step,
+                    complete: r.complete,
+                    ..next
+                },
+                None => return,
+            },
+            Some(kept) => match &plan.rows {
+                Some(next) => nb::DesiredRows {
+                    row_count: kept.row_count,
+                    rows: kept.rows,
+                    vips: kept.vips,
+                    step: r.step,
+                    complete: r.complete,
+                    ..next.clone()
+                },
+                None => return,
+            },
+        };
+        let _ = tx.send(Arc::new(rows));
+    }
+
+    fn send_flows(&mut self, generation: u64) {
+        let Some(plan) = self.plan.as_mut().filter(|p| p.generation == generation) else {
+            return;
+        };
+        let Some(bridges) = plan.flows.take() else {
+            return;
+        };
+        for (b, tx) in bridges.into_iter().zip(self.flows) {
+            let delta = kept_delta(b.delta, b.flows.len());
+            let _ = tx.send(Arc::new(DesiredFlows {
+                generation,
+                flows: b.flows,
+                maker: b.maker,
+                delta,
+                router_mac: plan.router_mac,
+                announce: b.announce,
+                doubt: b.doubt,
+            }));
+        }
+    }
+}
+
+/// What a peer's status says, as the machine takes it; a closed channel as disconnected.
+fn seen<T>(rx: &mut watch::Receiver<T>, read: impl Fn(&T) -> (bool, Option<u64>)) -> Seen {
+    if rx.has_changed().is_err() {
+        return Seen::disconnected();
+    }
+    let (connected, applied) = read(&rx.borrow_and_update());
+    Seen { connected, applied }
+}
+
+/// Sleep until `t`, or for ever.
+async fn until(t: Option<std::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+        None => std::future::pending().await,
     }
 }
 

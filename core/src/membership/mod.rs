@@ -29,3 +29,7 @@ pub mod watch;
 pub use member_set::{MemberSet, MembershipError, MembershipSettings, Outputs};
 pub use peer::Peer;
 pub use seal::{Key, KeyError};
+
+/// After leaving, how long a node keeps answering while the others take its VIPs over (and
+/// how long a node marked for drain holds its VIPs).
+pub const HANDOVER: std::time::Duration = std::time::Duration::from_secs(1);

@@ -7,6 +7,7 @@ pub mod exclude;
 pub mod flow_key;
 pub mod flow_text;
 pub mod flows;
+pub mod handover;
 pub mod node_template;
 pub mod northbound;
 mod northbound_config;

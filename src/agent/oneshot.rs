@@ -34,7 +34,7 @@ pub struct SyncReport {
 async fn observe(
     cfg: &Config,
     b: &BridgeConfig,
-    db: &crate::plan::ports::OvsDb,
+    db: &vipflow_core::reconcile::bridge::ports::OvsDb,
 ) -> Result<(openflow::Connection, Ports, FlowSet), AgentError> {
     let s = settings(cfg, b);
     let err = |source| AgentError::OpenFlow {

@@ -1,14 +1,14 @@
 //! The node's OVS database (`Open_vSwitch`), read for port names and roles
-//! ([`crate::plan::ports`]): a monitor of the few columns needed, turned into an [`OvsView`]
+//! ([`vipflow_core::reconcile::bridge::ports`]): a monitor of the few columns needed, turned into an [`OvsView`]
 //! on every change. Read-only: vipflow never writes here.
 
-use crate::plan::ports::{OvsDb, OvsIface, OvsView};
 use ovsdb::{Atom, Cache, Client, ClientOptions, MonitorSpec, Row, Uuid, Value};
 use retry::{Backoff, Policy, SharedBackoff};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use vipflow_core::reconcile::bridge::ports::{OvsDb, OvsIface, OvsView};
 
 pub const DB: &str = "Open_vSwitch";
 

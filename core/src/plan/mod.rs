@@ -13,7 +13,6 @@ pub mod northbound;
 mod northbound_config;
 pub mod order;
 pub mod planner;
-pub mod ports;
 pub mod row_table;
 pub mod service_index;
 pub mod service_report;

@@ -6,7 +6,7 @@
 //!   cookie), so foreign flows are never touched.
 //! - **Ports**: the uplink and patch port are named in the config or found in the node's OVS
 //!   database, and their numbers taken from it and checked against PORT_DESC
-//!   ([`crate::plan::ports`]); PORT_STATUS and a monitor of the database both trigger a new
+//!   ([`vipflow_core::reconcile::bridge::ports`]); PORT_STATUS and a monitor of the database both trigger a new
 //!   resolution.
 //! - **Memory**: the plan is a persistent set of flow keys shared with the planner; a flow is
 //!   made from its key ([`crate::plan::flows::FlowMaker`]) whenever it is written or compared,

@@ -289,7 +289,9 @@ impl Session {
             self.held_since.retain(|v, _| new.contains(v));
             if !new.is_empty() {
                 let integration = match &self.ports.db {
-                    crate::plan::ports::OvsDb::Known(v) => v.integration_bridge.clone(),
+                    vipflow_core::reconcile::bridge::ports::OvsDb::Known(v) => {
+                        v.integration_bridge.clone()
+                    }
                     _ => None,
                 };
                 let ready = self.programmed.ready(integration.as_deref(), &new).await;

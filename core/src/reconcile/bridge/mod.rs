@@ -6,7 +6,7 @@
 //!   cookie), so foreign flows are never touched.
 //! - **Ports**: the uplink and patch port are named in the config or found in the node's OVS
 //!   database, and their numbers taken from it and checked against PORT_DESC
-//!   ([`crate::plan::ports`]); PORT_STATUS and a monitor of the database both trigger a new
+//!   ([`crate::reconcile::bridge::ports`]); PORT_STATUS and a monitor of the database both trigger a new
 //!   resolution.
 //! - **Memory**: the plan is a persistent set of flow keys shared with the planner; a flow is
 //!   made from its key ([`crate::plan::flows::FlowMaker`]) whenever it is written or compared,
@@ -26,6 +26,7 @@
 
 mod applied;
 mod heard;
+pub mod ports;
 mod state;
 
 pub use applied::{Applied, DeltaPlan, FlowOp, FullSync, Making};

@@ -5,8 +5,8 @@
 
 use crate::config::{BridgeConfig, format_mac};
 use crate::plan::flows::{FlowMaker, PlannedFlow, PortRef, Resolved, steer_rewrite};
-use crate::plan::ports::{self, OvsDb, PortError, Role};
 use crate::plan::service_index::{FlowDelta, FlowIndex};
+use crate::reconcile::bridge::ports::{self, OvsDb, PortError, Role};
 use openflow::action::port as ofport;
 use openflow::oxm::MacAddr;
 use openflow::port::PortReason;

@@ -23,6 +23,8 @@ pub mod heard;
 pub mod member_set;
 pub mod peer;
 pub mod seal;
+// The simulated network: for the tests and the large-cluster benchmark, not for the agent.
+#[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod watch;
 

@@ -5,11 +5,9 @@ use crate::membership::HANDOVER;
 use crate::model::{Protocol, ServiceKey};
 use crate::plan::northbound::{Attach, LbKey, LbRow, Scope};
 use crate::plan::order::{make_rows, row_count};
-use crate::plan::row_table::RowIndex;
 use crate::plan::str_map::StrMap;
-use std::collections::BTreeMap;
+use crate::reconcile::northbound::index_rows;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A clock the tests move by hand.
@@ -73,14 +71,6 @@ fn row(svc: &str, vips: &[(&str, &str)]) -> LbRow {
     }
 }
 
-fn index(rows: Vec<LbRow>) -> RowIndex {
-    let mut by: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();
-    for r in rows {
-        by.entry(r.key.owner.clone()).or_default().push(r);
-    }
-    by.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()
-}
-
 fn vips(list: &[&str]) -> imbl::OrdSet<IpAddr> {
     list.iter()
         .filter_map(|v| v.parse::<IpAddr>().ok())
@@ -105,8 +95,8 @@ fn after_first_plan(m: &mut Handover, c: &Clock) {
 fn removed_b() -> (PlanRows, Kept) {
     let a = row("a", &[("10.0.0.1:80", "10.1.0.1:8080")]);
     let b = row("b", &[("10.0.0.2:80", "10.1.0.2:8080")]);
-    let prev = index(vec![a.clone(), b]);
-    let next = index(vec![a]);
+    let prev = index_rows(vec![a.clone(), b]);
+    let next = index_rows(vec![a]);
     let make = make_rows(&prev, &next, &[key("b")]);
     let Some(make) = make else {
         panic!("removing a Service keeps its rows first")
@@ -214,12 +204,12 @@ fn a_changed_service_keeps_both_vip_sets_until_the_flows_are_on() {
     let mut m = machine(1);
     after_first_plan(&mut m, &c);
     // Service a moves from 10.0.0.1 to 10.0.0.2.
-    let prev = index(vec![row("a", &[("10.0.0.1:80", "10.1.0.1:8080")])]);
-    let next = index(vec![row("a", &[("10.0.0.2:80", "10.1.0.1:8080")])]);
+    let prev = index_rows(vec![row("a", &[("10.0.0.1:80", "10.1.0.1:8080")])]);
+    let next = index_rows(vec![row("a", &[("10.0.0.2:80", "10.1.0.1:8080")])]);
     let Some(make) = make_rows(&prev, &next, &[key("a")]) else {
         panic!("a VIP that goes is kept first")
     };
-    let both = index(vec![row(
+    let both = index_rows(vec![row(
         "a",
         &[
             ("10.0.0.1:80", "10.1.0.1:8080"),

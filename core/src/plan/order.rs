@@ -63,7 +63,7 @@ mod tests {
     use crate::model::Protocol;
     use crate::plan::northbound::{Attach, LbKey, Scope};
     use crate::plan::str_map::StrMap;
-    use std::collections::BTreeMap;
+    use crate::reconcile::northbound::index_rows;
 
     fn key(name: &str) -> ServiceKey {
         ServiceKey::new("ns", name)
@@ -86,22 +86,14 @@ mod tests {
         }
     }
 
-    fn index(rows: Vec<LbRow>) -> RowIndex {
-        let mut by: BTreeMap<ServiceKey, Vec<LbRow>> = BTreeMap::new();
-        for r in rows {
-            by.entry(r.key.owner.clone()).or_default().push(r);
-        }
-        by.into_iter().map(|(k, v)| (k, Arc::new(v))).collect()
-    }
-
     #[test]
     fn a_new_service_needs_no_break_step() {
-        let prev = index(vec![row(
+        let prev = index_rows(vec![row(
             "a",
             Protocol::Tcp,
             &[("10.0.0.1:80", "10.1.0.1:8080")],
         )]);
-        let next = index(vec![
+        let next = index_rows(vec![
             row("a", Protocol::Tcp, &[("10.0.0.1:80", "10.1.0.1:8080")]),
             row("b", Protocol::Tcp, &[("10.0.0.2:80", "10.1.0.2:8080")]),
         ]);
@@ -110,12 +102,12 @@ mod tests {
 
     #[test]
     fn changed_backends_need_no_break_step() {
-        let prev = index(vec![row(
+        let prev = index_rows(vec![row(
             "a",
             Protocol::Tcp,
             &[("10.0.0.1:80", "10.1.0.1:8080")],
         )]);
-        let next = index(vec![row(
+        let next = index_rows(vec![row(
             "a",
             Protocol::Tcp,
             &[("10.0.0.1:80", "10.1.0.9:8080")],
@@ -127,16 +119,16 @@ mod tests {
     fn a_removed_service_keeps_its_rows_until_the_break_step() {
         let a = row("a", Protocol::Tcp, &[("10.0.0.1:80", "10.1.0.1:8080")]);
         let b = row("b", Protocol::Udp, &[("10.0.0.2:53", "10.1.0.2:5353")]);
-        let prev = index(vec![a.clone(), b.clone()]);
-        let next = index(vec![a.clone()]);
+        let prev = index_rows(vec![a.clone(), b.clone()]);
+        let next = index_rows(vec![a.clone()]);
         let make = make_rows(&prev, &next, &[key("b")]).expect("a break step");
-        assert_eq!(make, index(vec![a, b]));
+        assert_eq!(make, index_rows(vec![a, b]));
         assert_eq!(row_count(&make), 2);
     }
 
     #[test]
     fn a_vip_port_or_protocol_dropped_is_kept_with_its_old_backends() {
-        let prev = index(vec![
+        let prev = index_rows(vec![
             row(
                 "a",
                 Protocol::Tcp,
@@ -148,7 +140,7 @@ mod tests {
             row("a", Protocol::Udp, &[("10.0.0.1:53", "10.1.0.1:5353")]),
         ]);
         // :443 and UDP go; :80's backends change; :8080 is new.
-        let next = index(vec![row(
+        let next = index_rows(vec![row(
             "a",
             Protocol::Tcp,
             &[
@@ -159,7 +151,7 @@ mod tests {
         let make = make_rows(&prev, &next, &[key("a")]).expect("a break step");
         assert_eq!(
             make,
-            index(vec![
+            index_rows(vec![
                 row(
                     "a",
                     Protocol::Tcp,
@@ -176,8 +168,8 @@ mod tests {
 
     #[test]
     fn untouched_services_are_left_as_next_has_them() {
-        let prev = index(vec![row("a", Protocol::Tcp, &[("10.0.0.1:80", "x:1")])]);
-        let next = index(vec![]);
+        let prev = index_rows(vec![row("a", Protocol::Tcp, &[("10.0.0.1:80", "x:1")])]);
+        let next = index_rows(vec![]);
         // "a" is gone but not named as touched: the delta decides, not a scan.
         assert_eq!(make_rows(&prev, &next, &[]), None);
     }

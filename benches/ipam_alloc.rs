@@ -24,7 +24,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use testkit::kube_server::KubeServer;
-use vipflow::ipam::controller::{Allocations, Seen};
+use vipflow::ipam::controller::{Allocations, SeenService};
 use vipflow::ipam::pool::PoolSpec;
 use vipflow::ipam::service;
 use vipflow::ipam_task::{FIELD_MANAGER, IpamSettings, run};
@@ -121,11 +121,11 @@ fn main() {
     let mut own = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
-        let seen: Vec<(ServiceKey, Seen)> = objects
+        let seen: Vec<(ServiceKey, SeenService)> = objects
             .iter()
             .filter_map(|s| {
                 let ask = service::read(s, None).ok()??;
-                Some((ask.request.service.clone(), Seen::Ask(Box::new(ask))))
+                Some((ask.request.service.clone(), SeenService::Ask(Box::new(ask))))
             })
             .collect();
         let (a, writes) = Allocations::start(

@@ -9,7 +9,7 @@
 //! fresh lists, so nothing missed in between is lost.
 
 use crate::event_sink::EventSink;
-use crate::ipam::controller::{Allocations, Seen, StatusWrite};
+use crate::ipam::controller::{Allocations, SeenService, StatusWrite};
 use crate::ipam::pool::PoolSpec;
 use crate::ipam::pool_object::{API_VERSION, KIND, PLURAL, VipPool};
 use crate::ipam::service::{self, CONDITION};
@@ -130,14 +130,14 @@ pub(crate) fn pool_resource() -> ApiResource {
 }
 
 /// What one watch saw.
-enum Watched {
+enum IpamWatched {
     Service(Box<Event<Service>>),
     Pool(Box<Event<DynamicObject>>),
     Namespace(Box<Event<Namespace>>),
     Subnet(Box<Event<DynamicObject>>),
 }
 
-/// [`Watched`] with its event out of the box, to match on (one at a time, never stored).
+/// [`IpamWatched`] with its event out of the box, to match on (one at a time, never stored).
 #[allow(clippy::large_enum_variant)]
 enum Unboxed {
     Service(Event<Service>),
@@ -146,20 +146,20 @@ enum Unboxed {
     Subnet(Event<DynamicObject>),
 }
 
-impl Watched {
+impl IpamWatched {
     fn unboxed(self) -> Unboxed {
         match self {
-            Watched::Service(e) => Unboxed::Service(*e),
-            Watched::Pool(e) => Unboxed::Pool(*e),
-            Watched::Namespace(e) => Unboxed::Namespace(*e),
-            Watched::Subnet(e) => Unboxed::Subnet(*e),
+            IpamWatched::Service(e) => Unboxed::Service(*e),
+            IpamWatched::Pool(e) => Unboxed::Pool(*e),
+            IpamWatched::Namespace(e) => Unboxed::Namespace(*e),
+            IpamWatched::Subnet(e) => Unboxed::Subnet(*e),
         }
     }
 }
 
-type Changes = Pin<Box<dyn Stream<Item = Watched> + Send>>;
+type IpamChanges = Pin<Box<dyn Stream<Item = IpamWatched> + Send>>;
 
-fn watch_all<K>(api: Api<K>, wrap: fn(Event<K>) -> Watched) -> Changes
+fn watch_all<K>(api: Api<K>, wrap: fn(Event<K>) -> IpamWatched) -> IpamChanges
 where
     K: kube::Resource
         + Clone
@@ -213,11 +213,11 @@ fn service_key(s: &Service) -> ServiceKey {
     )
 }
 
-fn seen(s: &Service, class: Option<&str>) -> Option<Seen> {
+fn seen(s: &Service, class: Option<&str>) -> Option<SeenService> {
     match service::read(s, class) {
         Ok(None) => None,
-        Ok(Some(ask)) => Some(Seen::Ask(Box::new(ask))),
-        Err(e) => Some(Seen::Bad {
+        Ok(Some(ask)) => Some(SeenService::Ask(Box::new(ask))),
+        Err(e) => Some(SeenService::Bad {
             error: e,
             current: service::status_ips(s),
             created: s.metadata.creation_timestamp.clone(),
@@ -280,26 +280,26 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         ev.new_session();
     }
     let class = settings.class.as_deref();
-    let mut streams: Vec<Changes> = vec![
+    let mut streams: Vec<IpamChanges> = vec![
         watch_all(Api::<Service>::all(client.clone()), |e| {
-            Watched::Service(Box::new(e))
+            IpamWatched::Service(Box::new(e))
         }),
         watch_all(Api::<Namespace>::all(client.clone()), |e| {
-            Watched::Namespace(Box::new(e))
+            IpamWatched::Namespace(Box::new(e))
         }),
     ];
     let pools_served = crate::source::kube::served(client, &pool_resource()).await;
     if pools_served {
         streams.push(watch_all(
             Api::<DynamicObject>::all_with(client.clone(), &pool_resource()),
-            |e| Watched::Pool(Box::new(e)),
+            |e| IpamWatched::Pool(Box::new(e)),
         ));
     }
     let subnet_resource = crate::source::kube::subnet_resource();
     if crate::source::kube::served(client, &subnet_resource).await {
         streams.push(watch_all(
             Api::<DynamicObject>::all_with(client.clone(), &subnet_resource),
-            |e| Watched::Subnet(Box::new(e)),
+            |e| IpamWatched::Subnet(Box::new(e)),
         ));
     }
     let mut changes = futures::stream::select_all(streams);
@@ -312,7 +312,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
     let mut exposed = Exposed::default();
     // Pools or Subnets changed: check again which pool addresses pods could get.
     let mut exposure_due = true;
-    let mut services: Listing<(ServiceKey, Seen)> = Listing::default();
+    let mut services: Listing<(ServiceKey, SeenService)> = Listing::default();
     let mut pool_list: Listing<PoolSpec> = Listing {
         complete: !pools_served,
         ..Listing::default()
@@ -366,7 +366,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
                 .await;
         }
         let writes = tokio::select! {
-            ch = changes.next() => match ch.map(Watched::unboxed) {
+            ch = changes.next() => match ch.map(IpamWatched::unboxed) {
                 None => return,
                 Some(Unboxed::Service(Event::Apply(s))) => match seen(&s, class) {
                     Some(x) => alloc.service(service_key(&s), Some(x)).into_iter().collect(),

@@ -13,7 +13,7 @@
 //! - **Handover**: on shutdown the holder clears `holderIdentity`, so a candidate takes over at
 //!   its next poll instead of waiting for expiry.
 
-use crate::lease::{Candidate, Decision, LeaseRecord, Outcome, Terms, Write};
+use crate::lease::{Candidate, Decision, LeaseRecord, LeaseTerms, RoundOutcome, Write};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Client;
@@ -92,7 +92,7 @@ async fn run(
     mut stop: oneshot::Receiver<()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
-    let mut candidate = Candidate::new(Terms {
+    let mut candidate = Candidate::new(LeaseTerms {
         identity: cfg.identity.clone(),
         duration: cfg.duration,
         renew_every: cfg.renew_every,
@@ -102,7 +102,7 @@ async fn run(
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(lease = %cfg.name, error = %e, "lease update failed");
-                Outcome::Failed
+                RoundOutcome::Failed
             }
         };
         candidate.outcome(Instant::now(), outcome);
@@ -131,11 +131,11 @@ async fn step(
     api: &Api<Lease>,
     cfg: &LeaderConfig,
     candidate: &mut Candidate,
-) -> Result<Outcome, kube::Error> {
+) -> Result<RoundOutcome, kube::Error> {
     let lease = api.get_opt(&cfg.name).await?;
     let record = lease.as_ref().map(record);
     let written = match (candidate.decide(Instant::now(), record.as_ref()), lease) {
-        (Decision::Wait, _) => return Ok(Outcome::NotHeld),
+        (Decision::Wait, _) => return Ok(RoundOutcome::NotHeld),
         (Decision::Create(w), _) => {
             let mut l = Lease {
                 metadata: ObjectMeta {
@@ -153,12 +153,12 @@ async fn step(
             api.replace(&cfg.name, &PostParams::default(), &l).await
         }
         // A Lease to write back is one that was read.
-        (Decision::Replace(_), None) => return Ok(Outcome::NotHeld),
+        (Decision::Replace(_), None) => return Ok(RoundOutcome::NotHeld),
     };
     match written {
-        Ok(_) => Ok(Outcome::Held),
+        Ok(_) => Ok(RoundOutcome::Held),
         // Someone wrote (or created it) first: look again next round.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Outcome::NotHeld),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(RoundOutcome::NotHeld),
         Err(e) => Err(e),
     }
 }

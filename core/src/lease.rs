@@ -51,7 +51,7 @@ pub enum Decision {
 
 /// How a round ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RoundOutcome {
     /// The write went through: this candidate holds the Lease now.
     Held,
     /// Another holds it: waited, or another wrote first (a conflict).
@@ -62,7 +62,7 @@ pub enum Outcome {
 
 /// The election's settings a candidate decides with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Terms {
+pub struct LeaseTerms {
     /// This candidate's identity, as written in `holderIdentity`.
     pub identity: String,
     /// A crashed holder is replaced within about this long.
@@ -83,20 +83,20 @@ pub fn whole_seconds(d: Duration) -> i32 {
 }
 
 /// A record as a candidate compares it: holder, renewTime, resourceVersion.
-type Seen = (Option<String>, Option<String>, Option<String>);
+type RecordSeen = (Option<String>, Option<String>, Option<String>);
 
 /// One candidate's view of the Lease and of its own leadership.
 #[derive(Debug, Clone)]
 pub struct Candidate {
-    terms: Terms,
+    terms: LeaseTerms,
     /// The record last seen, and when (this clock) it was first seen.
-    observed: Option<(Seen, Instant)>,
+    observed: Option<(RecordSeen, Instant)>,
     /// When this candidate last wrote the Lease as its holder.
     last_renew: Option<Instant>,
 }
 
 impl Candidate {
-    pub fn new(terms: Terms) -> Candidate {
+    pub fn new(terms: LeaseTerms) -> Candidate {
         Candidate {
             terms,
             observed: None,
@@ -152,11 +152,11 @@ impl Candidate {
     }
 
     /// Take in how the round ended, at `now`.
-    pub fn outcome(&mut self, now: Instant, outcome: Outcome) {
+    pub fn outcome(&mut self, now: Instant, outcome: RoundOutcome) {
         match outcome {
-            Outcome::Held => self.last_renew = Some(now),
-            Outcome::NotHeld => self.last_renew = None,
-            Outcome::Failed => {}
+            RoundOutcome::Held => self.last_renew = Some(now),
+            RoundOutcome::NotHeld => self.last_renew = None,
+            RoundOutcome::Failed => {}
         }
     }
 

@@ -1,11 +1,13 @@
-use super::{Candidate, Decision, LeaseRecord, Outcome, Terms, Write, renew_every, whole_seconds};
+use super::{
+    Candidate, Decision, LeaseRecord, LeaseTerms, RoundOutcome, Write, renew_every, whole_seconds,
+};
 use std::time::{Duration, Instant};
 
 const DURATION: Duration = Duration::from_secs(4);
 const RENEW: Duration = Duration::from_millis(500);
 
 fn candidate(identity: &str) -> Candidate {
-    Candidate::new(Terms {
+    Candidate::new(LeaseTerms {
         identity: identity.into(),
         duration: DURATION,
         renew_every: RENEW,
@@ -147,12 +149,12 @@ fn a_holder_leads_only_while_its_last_renewal_is_fresh() {
     let t0 = Instant::now();
     let mut a = candidate("a");
     assert!(!a.leading(t0));
-    a.outcome(t0, Outcome::Held);
+    a.outcome(t0, RoundOutcome::Held);
     assert!(a.leading(t0));
     // It steps down at duration - 2 * renew_every after its last renewal.
     assert!(a.leading(ms(t0, 2999)));
     assert!(!a.leading(ms(t0, 3000)));
-    a.outcome(ms(t0, 2000), Outcome::Held);
+    a.outcome(ms(t0, 2000), RoundOutcome::Held);
     assert!(a.leading(ms(t0, 4000)));
 }
 
@@ -162,7 +164,7 @@ fn a_holder_steps_down_a_full_renewal_before_another_may_take_over() {
     let mut a = candidate("a");
     let mut b = candidate("b");
     // `a` renews at t0; `b` sees that record at once.
-    a.outcome(t0, Outcome::Held);
+    a.outcome(t0, RoundOutcome::Held);
     let lease = held_by("a", "t0", "7");
     assert_eq!(b.decide(t0, Some(&lease)), Decision::Wait);
     // `a` cannot renew any more: it leads until 3 s, `b` may take over at 3.5 s.
@@ -182,8 +184,8 @@ fn a_holder_steps_down_a_full_renewal_before_another_may_take_over() {
 fn a_conflict_or_a_wait_ends_leadership_at_once() {
     let t0 = Instant::now();
     let mut a = candidate("a");
-    a.outcome(t0, Outcome::Held);
-    a.outcome(ms(t0, 500), Outcome::NotHeld);
+    a.outcome(t0, RoundOutcome::Held);
+    a.outcome(ms(t0, 500), RoundOutcome::NotHeld);
     assert!(!a.leading(ms(t0, 500)));
 }
 
@@ -191,9 +193,9 @@ fn a_conflict_or_a_wait_ends_leadership_at_once() {
 fn a_failed_round_keeps_the_last_renewal_until_it_grows_stale() {
     let t0 = Instant::now();
     let mut a = candidate("a");
-    a.outcome(t0, Outcome::Held);
-    a.outcome(ms(t0, 500), Outcome::Failed);
-    a.outcome(ms(t0, 1000), Outcome::Failed);
+    a.outcome(t0, RoundOutcome::Held);
+    a.outcome(ms(t0, 500), RoundOutcome::Failed);
+    a.outcome(ms(t0, 1000), RoundOutcome::Failed);
     assert!(a.leading(ms(t0, 1000)));
     assert!(!a.leading(ms(t0, 3000)));
 }

@@ -28,7 +28,7 @@ pub use oneshot::{
     sync_once, sync_plan, verify, verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
-use planner_task::{PlannerTask, Received};
+use planner_task::{Arrivals, PlannerTask};
 pub use report::Planned;
 use report::{PlanInfo, report};
 use std::sync::Arc;
@@ -329,7 +329,7 @@ pub fn start_with(
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
     let (rtx, rrx) = watch::channel::<Option<Arc<Planned>>>(None);
     let planned_rx = rrx.clone();
-    let received: Received = Arc::default();
+    let received: Arrivals = Arc::default();
     let (ready_tx, ready) = watch::channel(false);
     let with_events = opts.events.is_some();
     tasks.push(tokio::spawn(report(

@@ -3,7 +3,7 @@
 
 use super::planner_task::Arrival;
 use crate::agent::AgentOptions;
-use crate::agent::planner_task::Received;
+use crate::agent::planner_task::Arrivals;
 use crate::agent::report::PlanInfo;
 use crate::config::Config;
 use crate::reconcile::bridge::BridgeStatus;
@@ -96,7 +96,7 @@ pub(super) async fn observe_agent(
     mut nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     opts: AgentOptions,
     mut plans: watch::Receiver<Option<Arc<PlanInfo>>>,
-    received: Received,
+    received: Arrivals,
     ready: watch::Sender<bool>,
     json: watch::Sender<Option<StatusDoc>>,
     mut announce: watch::Receiver<Option<Arc<crate::plan::planner::AnnounceState>>>,

@@ -320,7 +320,7 @@ pub fn pool_ranges(objects: &Objects) -> Vec<crate::plan::exclude::PoolRange> {
 /// would get none. Empty when the file has no pools. The file is read again for the Services
 /// as written (the planner keeps only what flows and rows need).
 pub fn plan_allocations(cfg: &Config, objects: &Objects) -> Result<Vec<String>, AgentError> {
-    use crate::ipam::controller::{Allocations, Seen};
+    use crate::ipam::controller::{Allocations, SeenService};
     use crate::model::ServiceKey;
     use k8s_openapi::api::core::v1 as corev1;
     use serde::Deserialize;
@@ -340,11 +340,11 @@ pub fn plan_allocations(cfg: &Config, objects: &Objects) -> Result<Vec<String>, 
                     s.metadata.name.as_deref().unwrap_or_default(),
                 );
                 match crate::ipam::service::read(&s, cfg.load_balancer_class.as_deref()) {
-                    Ok(Some(ask)) => services.push((key, Seen::Ask(Box::new(ask)))),
+                    Ok(Some(ask)) => services.push((key, SeenService::Ask(Box::new(ask)))),
                     Ok(None) => {}
                     Err(e) => services.push((
                         key,
-                        Seen::Bad {
+                        SeenService::Bad {
                             error: e,
                             current: crate::ipam::service::status_ips(&s),
                             created: s.metadata.creation_timestamp.clone(),

@@ -6,7 +6,9 @@
 use super::{Planned, StopPhase, router_mac};
 use crate::config::Config;
 use crate::model::Loaded;
-use crate::plan::handover::{Action, Event, Handover, Late, PlanRows, Seen, SendRows, Shape};
+use crate::plan::handover::{
+    Handover, HandoverAction, HandoverEvent, Late, PeerReport, PlanRows, SendRows, Shape,
+};
 use crate::plan::planner::{BridgeFlows, Planner};
 use crate::reconcile::bridge::{BridgeStatus, DesiredFlows};
 use crate::reconcile::northbound as nb;
@@ -21,7 +23,7 @@ pub(super) struct PlannerTask {
     pub cfg: Config,
     pub objects: watch::Receiver<Arc<Loaded>>,
     /// When each generation's objects arrived, for the event-to-dataplane metric.
-    pub received: Received,
+    pub received: Arrivals,
     /// One per bridge, in config order.
     pub bridges: Vec<watch::Sender<Arc<DesiredFlows>>>,
     pub northbound: Option<watch::Sender<Arc<nb::DesiredRows>>>,
@@ -129,7 +131,10 @@ impl PlannerTask {
                 .is_some_and(|n| crate::announce::announcements::draining(n));
             // This plan is any replan the machine asked for.
             shell.hold = false;
-            handover.handle(std::time::Instant::now(), Event::Drain(own_draining));
+            handover.handle(
+                std::time::Instant::now(),
+                HandoverEvent::Drain(own_draining),
+            );
             shell.apply_all(&mut handover);
             shell.replan = false;
             p.hold_while_draining(shell.hold);
@@ -236,7 +241,7 @@ impl PlannerTask {
             });
             let now = std::time::Instant::now();
             shell.refresh(&mut handover, now);
-            handover.handle(now, Event::Plan { generation, rows });
+            handover.handle(now, HandoverEvent::Plan { generation, rows });
             shell.settle(&mut handover).await;
             if shell.replan {
                 // The drain hold ended meanwhile: plan again without this node.
@@ -349,15 +354,15 @@ impl Shell<'_> {
     /// last, as its word may start a wait on the others'.
     fn refresh(&mut self, handover: &mut Handover, now: std::time::Instant) {
         if let Some(l) = &self.leader {
-            handover.handle(now, Event::Leader(*l.borrow()));
+            handover.handle(now, HandoverEvent::Leader(*l.borrow()));
         }
         for (bridge, rx) in self.bridges.iter_mut().enumerate() {
             let seen = seen(rx, |s| (s.connected, s.applied_generation));
-            handover.handle(now, Event::Bridge { bridge, seen });
+            handover.handle(now, HandoverEvent::Bridge { bridge, seen });
         }
         if let Some(rx) = &mut self.nb_status {
             let seen = seen(rx, |s| (s.connected, s.applied_step));
-            handover.handle(now, Event::Writer(seen));
+            handover.handle(now, HandoverEvent::Writer(seen));
         }
     }
 
@@ -368,18 +373,20 @@ impl Shell<'_> {
         }
     }
 
-    fn apply(&mut self, action: Action) {
+    fn apply(&mut self, action: HandoverAction) {
         match action {
-            Action::SendRows(r) => self.send_rows(r),
-            Action::SendFlows { generation } => self.send_flows(generation),
-            Action::WaitRows { .. } => self.waiting = Some(Waiting::Writer),
-            Action::WaitFlows { bridge, .. } => self.waiting = Some(Waiting::Bridge(bridge)),
-            Action::HoldDrain { .. } => self.hold = true,
-            Action::Replan => self.replan = true,
-            Action::Warn(Late::Rows { step, waited }) => {
+            HandoverAction::SendRows(r) => self.send_rows(r),
+            HandoverAction::SendFlows { generation } => self.send_flows(generation),
+            HandoverAction::WaitRows { .. } => self.waiting = Some(Waiting::Writer),
+            HandoverAction::WaitFlows { bridge, .. } => {
+                self.waiting = Some(Waiting::Bridge(bridge))
+            }
+            HandoverAction::HoldDrain { .. } => self.hold = true,
+            HandoverAction::Replan => self.replan = true,
+            HandoverAction::Warn(Late::Rows { step, waited }) => {
                 tracing::warn!(step, wait = ?waited, "Northbound rows not confirmed in time; writing the flows anyway");
             }
-            Action::Warn(Late::Flows {
+            HandoverAction::Warn(Late::Flows {
                 generation, waited, ..
             }) => {
                 tracing::warn!(generation, wait = ?waited, "flows not confirmed in time; removing the rows anyway");
@@ -439,12 +446,12 @@ impl Shell<'_> {
 }
 
 /// What a peer's status says, as the machine takes it; a closed channel as disconnected.
-fn seen<T>(rx: &mut watch::Receiver<T>, read: impl Fn(&T) -> (bool, Option<u64>)) -> Seen {
+fn seen<T>(rx: &mut watch::Receiver<T>, read: impl Fn(&T) -> (bool, Option<u64>)) -> PeerReport {
     if rx.has_changed().is_err() {
-        return Seen::disconnected();
+        return PeerReport::disconnected();
     }
     let (connected, applied) = read(&rx.borrow_and_update());
-    Seen { connected, applied }
+    PeerReport { connected, applied }
 }
 
 /// Sleep until `t`, or for ever.
@@ -480,7 +487,7 @@ async fn publish_claims(
 /// When each recent plan generation's objects arrived.
 /// When each recent plan's trigger (a snapshot, or news from the membership) reached the
 /// planner, by generation.
-pub(super) type Received = Arc<std::sync::Mutex<BTreeMap<u64, Arrival>>>;
+pub(super) type Arrivals = Arc<std::sync::Mutex<BTreeMap<u64, Arrival>>>;
 
 /// When a plan's trigger reached the planner, and whether the plan made this node take VIPs.
 #[derive(Debug, Clone, Copy)]

@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use tokio::time::Instant;
 use vipflow_core::events::{ProgrammedVips, Sayings, ServiceEvent, digest, programmed_one};
 
-type Fast = foldhash::fast::RandomState;
+type FastHasher = foldhash::fast::RandomState;
 
 /// Where a due statement is in the newest set; valid until the next set.
 #[derive(Debug, Clone, Copy)]
-enum At {
+enum DueAt {
     Statement(usize),
     Programmed(usize),
 }
@@ -24,7 +24,7 @@ struct Due {
     digest: u64,
     /// The key it first became due under: the same through retries, never another's.
     id: u64,
-    at: At,
+    at: DueAt,
     /// Held back by the rate limit at least once (counted once as deferred).
     held_back: bool,
 }
@@ -37,7 +37,7 @@ pub(super) struct Taken {
     /// Unique to this statement's turn in this sink, the same when it is tried again.
     pub id: u64,
     pub event: ServiceEvent,
-    at: At,
+    at: DueAt,
     held_back: bool,
 }
 
@@ -45,11 +45,11 @@ pub(super) struct Taken {
 #[derive(Default)]
 pub(super) struct Queue {
     /// Published and still holding.
-    said: HashSet<u64, Fast>,
+    said: HashSet<u64, FastHasher>,
     /// Due, by when each first became due (a sequence number: sets arrive in time order).
     due: BTreeMap<u64, Due>,
     /// Each due digest's key in `due`.
-    due_key: HashMap<u64, u64, Fast>,
+    due_key: HashMap<u64, u64, FastHasher>,
     next_key: u64,
     /// Every due statement keyed below this has been held back already.
     held_below: u64,
@@ -86,15 +86,15 @@ impl Queue {
         } = now;
         let statements: Vec<(u64, ServiceEvent)> =
             (statements.into_iter()).map(|e| (digest(&e), e)).collect();
-        let mut holds: HashMap<u64, At, Fast> = HashMap::with_capacity_and_hasher(
+        let mut holds: HashMap<u64, DueAt, FastHasher> = HashMap::with_capacity_and_hasher(
             statements.len() + programmed.services.len(),
-            Fast::default(),
+            FastHasher::default(),
         );
         for (i, (d, _)) in statements.iter().enumerate() {
-            holds.entry(*d).or_insert(At::Statement(i));
+            holds.entry(*d).or_insert(DueAt::Statement(i));
         }
         for (i, s) in programmed.services.iter().enumerate() {
-            holds.entry(s.digest).or_insert(At::Programmed(i));
+            holds.entry(s.digest).or_insert(DueAt::Programmed(i));
         }
         self.said.retain(|d| holds.contains_key(d));
         let mut dropped = 0;
@@ -112,17 +112,17 @@ impl Queue {
         });
         drop(holds);
         for (i, (d, _)) in statements.iter().enumerate() {
-            self.add(*d, At::Statement(i));
+            self.add(*d, DueAt::Statement(i));
         }
         for (i, s) in programmed.services.iter().enumerate() {
-            self.add(s.digest, At::Programmed(i));
+            self.add(s.digest, DueAt::Programmed(i));
         }
         self.statements = statements;
         self.programmed = programmed;
         dropped
     }
 
-    fn add(&mut self, digest: u64, at: At) {
+    fn add(&mut self, digest: u64, at: DueAt) {
         if self.said.contains(&digest) || self.due_key.contains_key(&digest) {
             return;
         }
@@ -154,8 +154,8 @@ impl Queue {
         while let Some((_, due)) = self.due.pop_first() {
             self.due_key.remove(&due.digest);
             let event = match due.at {
-                At::Statement(i) => self.statements.get(i).map(|(_, e)| e.clone()),
-                At::Programmed(i) => (self.programmed.services.get(i))
+                DueAt::Statement(i) => self.statements.get(i).map(|(_, e)| e.clone()),
+                DueAt::Programmed(i) => (self.programmed.services.get(i))
                     .map(|s| programmed_one(&s.key, &s.vips, &self.programmed.node)),
             };
             // Always there: places are set from the set they point into.

@@ -56,7 +56,7 @@ impl StreamedList {
 }
 
 /// The cut a text takes, chosen by its first byte that is not blank: `{` is JSON.
-enum Cut<F> {
+enum TextCut<F> {
     Undecided(Vec<u8>),
     /// The whole text's nesting is checked as it is read, so that a file nested too deep
     /// near its start is refused there, not after every line of it was cut and every item
@@ -89,11 +89,11 @@ pub(super) fn read_list(
     }
     let mut hash = xxhash_rust::xxh3::Xxh3::new();
     let mut known = Some(known);
-    let mut cut = Cut::Undecided(Vec::new());
+    let mut cut = TextCut::Undecided(Vec::new());
     let mut cuttable = true;
     let len = read_pieces(path, max, |data| {
         hash.update(data);
-        if let Cut::Undecided(blank) = &mut cut {
+        if let TextCut::Undecided(blank) = &mut cut {
             let Some(first) = data
                 .iter()
                 .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
@@ -106,9 +106,9 @@ pub(super) fn read_list(
                 return Ok(false);
             };
             cut = if *first == b'{' {
-                Cut::Json(JsonCutter::new(known, MAX_DEPTH))
+                TextCut::Json(JsonCutter::new(known, MAX_DEPTH))
             } else {
-                Cut::Yaml(YamlPieces::new(known), DepthScan::new(MAX_DEPTH, 1))
+                TextCut::Yaml(YamlPieces::new(known), DepthScan::new(MAX_DEPTH, 1))
             };
             if !blank.is_empty() && !cut.piece(&blank)? {
                 cuttable = false;
@@ -125,10 +125,10 @@ pub(super) fn read_list(
         return Ok(None);
     }
     let (syntax, cut) = match cut {
-        Cut::Undecided(_) => return Ok(None),
-        Cut::Yaml(y, _) => (Syntax::Yaml, y.finish().map_err(rd)?),
-        Cut::Json(j) => (Syntax::Json, j.finish().map_err(rd)?),
-        Cut::Refused(detail) => {
+        TextCut::Undecided(_) => return Ok(None),
+        TextCut::Yaml(y, _) => (Syntax::Yaml, y.finish().map_err(rd)?),
+        TextCut::Json(j) => (Syntax::Json, j.finish().map_err(rd)?),
+        TextCut::Refused(detail) => {
             return Ok(Some(StreamedList {
                 syntax: Syntax::Yaml,
                 root: String::new(),
@@ -152,19 +152,19 @@ pub(super) fn read_list(
     }))
 }
 
-impl<F: Fn(&ItemId) -> bool> Cut<F> {
+impl<F: Fn(&ItemId) -> bool> TextCut<F> {
     fn piece(&mut self, data: &[u8]) -> std::io::Result<bool> {
         match self {
-            Cut::Undecided(_) => Ok(false),
-            Cut::Yaml(y, depth) => match depth.piece(data) {
+            TextCut::Undecided(_) => Ok(false),
+            TextCut::Yaml(y, depth) => match depth.piece(data) {
                 Ok(()) => y.piece(data),
                 Err(detail) => {
-                    *self = Cut::Refused(detail);
+                    *self = TextCut::Refused(detail);
                     Ok(true)
                 }
             },
-            Cut::Json(j) => j.piece(data),
-            Cut::Refused(_) => Ok(true),
+            TextCut::Json(j) => j.piece(data),
+            TextCut::Refused(_) => Ok(true),
         }
     }
 }

@@ -30,7 +30,7 @@ impl ItemId {
 }
 
 /// The maps' hasher: their keys are hashes already, so a fast one does.
-type Fast = foldhash::fast::FixedState;
+type PreHashed = foldhash::fast::FixedState;
 
 /// What one item added to a [`Loaded`]: at most one object, and its problems.
 #[derive(Debug, Clone, Default)]
@@ -103,7 +103,7 @@ pub struct ItemCache {
     /// The hash of the root text the items were decoded in.
     root: Option<u128>,
     /// Each item, and the number of the last version that had it.
-    items: HashMap<ItemId, (Decoded, u64), Fast>,
+    items: HashMap<ItemId, (Decoded, u64), PreHashed>,
     /// The number of the version being read.
     version: u64,
     /// Items of the version being read found in the table.

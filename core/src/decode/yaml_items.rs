@@ -28,7 +28,7 @@ pub fn split_block_list(text: &str) -> Option<BlockList<'_>> {
 
 /// Where one line of a block-style List goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cut {
+enum LineCut {
     /// The root's (the splitter keeps it); an item open before it ended.
     Root,
     /// A blank line or comment between `items:` and the first item: part of nothing.
@@ -40,7 +40,7 @@ enum Cut {
 }
 
 #[derive(Debug, Default)]
-enum At {
+enum BlockAt {
     #[default]
     Root,
     ItemsKey,
@@ -58,7 +58,7 @@ enum At {
 /// (tabs, directives, several documents, an item that is not a `- ` entry) is given up on.
 #[derive(Debug, Default)]
 pub struct Splitter {
-    at: At,
+    at: BlockAt,
     seen_content: bool,
     found: bool,
     root: String,
@@ -90,14 +90,14 @@ impl Splitter {
         for end in ends {
             self.lines += 1;
             match self.line(&text[start..end])? {
-                Cut::More => {}
-                Cut::Start => {
+                LineCut::More => {}
+                LineCut::Start => {
                     if let Some(line) = self.item_line.replace(self.lines) {
                         ended(&text[here..start], line);
                     }
                     here = start;
                 }
-                Cut::Root | Cut::Skip => {
+                LineCut::Root | LineCut::Skip => {
                     if let Some(line) = self.item_line.take() {
                         ended(&text[here..start], line);
                     }
@@ -110,26 +110,26 @@ impl Splitter {
 
     /// Where `line` (with its `\n`, unless it is the last) goes; `None` when the text is no
     /// List this can cut.
-    fn line(&mut self, line: &str) -> Option<Cut> {
-        if let At::Items { indent: k } = self.at
+    fn line(&mut self, line: &str) -> Option<LineCut> {
+        if let BlockAt::Items { indent: k } = self.at
             && inside_item(line.as_bytes(), k)
         {
-            return Some(Cut::More);
+            return Some(LineCut::More);
         }
         let body = line.trim_end_matches(['\n', '\r']);
         let content = body.trim_start_matches([' ', '\t']);
         if content.is_empty() || content.starts_with('#') {
             // Part of whatever it sits in; kept only where it cannot be in a block scalar.
             return match self.at {
-                At::Root => {
+                BlockAt::Root => {
                     self.root.push_str(line);
-                    Some(Cut::Root)
+                    Some(LineCut::Root)
                 }
                 // Dropped: it must not hide what would make the whole text fail (a character
                 // YAML refuses, a tab where YAML reads indentation).
-                At::ItemsKey if !printable(line) || line.contains('\t') => None,
-                At::ItemsKey => Some(Cut::Skip),
-                At::Items { .. } => Some(Cut::More),
+                BlockAt::ItemsKey if !printable(line) || line.contains('\t') => None,
+                BlockAt::ItemsKey => Some(LineCut::Skip),
+                BlockAt::Items { .. } => Some(LineCut::More),
             };
         }
         let indent = body.len() - body.trim_start_matches(' ').len();
@@ -145,7 +145,7 @@ impl Splitter {
                 return None;
             }
             self.root.push_str(line);
-            return Some(Cut::Root);
+            return Some(LineCut::Root);
         }
         // The root must be a block mapping; a flow one (`{`), a bare scalar or anything
         // fancier is read whole.
@@ -162,12 +162,12 @@ impl Splitter {
         }
         // A quoted scalar that goes on to the next lines may hold a line that looks like a key
         // or an item at any column: only a whole parse knows where it ends.
-        if matches!(self.at, At::Root) && unclosed_quote(rest) {
+        if matches!(self.at, BlockAt::Root) && unclosed_quote(rest) {
             return None;
         }
         loop {
             match self.at {
-                At::Root => {
+                BlockAt::Root => {
                     // `items:` alone, or followed by a comment (`#` after a space: `items:#x`
                     // is a plain scalar, not a key).
                     let key = body.strip_prefix("items:").is_some_and(|r| {
@@ -179,31 +179,31 @@ impl Splitter {
                             return None;
                         }
                         self.found = true;
-                        self.at = At::ItemsKey;
+                        self.at = BlockAt::ItemsKey;
                     } else {
                         self.root.push_str(line);
                     }
-                    return Some(Cut::Root);
+                    return Some(LineCut::Root);
                 }
-                At::ItemsKey if entry => {
+                BlockAt::ItemsKey if entry => {
                     self.root.push_str("items: []\n");
-                    self.at = At::Items { indent };
-                    return Some(Cut::Start);
+                    self.at = BlockAt::Items { indent };
+                    return Some(LineCut::Start);
                 }
-                At::ItemsKey if indent == 0 => {
+                BlockAt::ItemsKey if indent == 0 => {
                     // `items:` with nothing under it (null): the root says so.
                     self.root.push_str("items:\n");
-                    self.at = At::Root;
+                    self.at = BlockAt::Root;
                 }
-                At::ItemsKey => return None,
-                At::Items { indent: k } => {
+                BlockAt::ItemsKey => return None,
+                BlockAt::Items { indent: k } => {
                     if indent > k {
-                        return Some(Cut::More);
+                        return Some(LineCut::More);
                     } else if indent == k && entry {
-                        return Some(Cut::Start);
+                        return Some(LineCut::Start);
                     } else if indent == 0 {
                         // The item ended; the line is the root's.
-                        self.at = At::Root;
+                        self.at = BlockAt::Root;
                     } else {
                         return None;
                     }
@@ -215,7 +215,7 @@ impl Splitter {
     /// The root's own lines, the items replaced by `items: []`, once every line was given,
     /// and the line the item still open began on; `None` when there was no `items:`.
     pub fn finish(mut self) -> Option<(String, Option<usize>)> {
-        if let At::ItemsKey = self.at {
+        if let BlockAt::ItemsKey = self.at {
             self.root.push_str("items:\n");
         }
         self.found.then_some((self.root, self.item_line))

@@ -42,7 +42,7 @@ pub fn item(text: &str) -> Got<Value> {
     if !plain_ascii(text.as_bytes()) {
         return Err(GiveUp);
     }
-    let mut r = Reader::new(text)?;
+    let mut r = YamlReader::new(text)?;
     let first = r.line.ok_or(GiveUp)?;
     let mut entries = r.seq(first.indent)?;
     if r.line.is_some() || entries.len() != 1 {
@@ -64,23 +64,23 @@ fn plain_ascii(b: &[u8]) -> bool {
 /// One line: its indentation (spaces), the rest of it, where the next begins, and whether a
 /// line feed ends it.
 #[derive(Debug, Clone, Copy)]
-struct Line<'t> {
+struct YamlLine<'t> {
     indent: usize,
     content: &'t str,
     next: usize,
     ended: bool,
 }
 
-struct Reader<'t> {
+struct YamlReader<'t> {
     text: &'t str,
     /// The line not yet taken; `None` at the end of the text.
-    line: Option<Line<'t>>,
+    line: Option<YamlLine<'t>>,
     depth: usize,
 }
 
-impl<'t> Reader<'t> {
+impl<'t> YamlReader<'t> {
     fn new(text: &'t str) -> Got<Self> {
-        let mut r = Reader {
+        let mut r = YamlReader {
             text,
             line: None,
             depth: 0,
@@ -91,7 +91,7 @@ impl<'t> Reader<'t> {
 
     /// The line at `pos`. A blank line or a comment gives up: they are rare in what kubectl
     /// writes, and inside a literal block they would be content.
-    fn line_at(&self, pos: usize) -> Got<Option<Line<'t>>> {
+    fn line_at(&self, pos: usize) -> Got<Option<YamlLine<'t>>> {
         let rest = self.text.get(pos..).ok_or(GiveUp)?;
         if rest.is_empty() {
             return Ok(None);
@@ -106,7 +106,7 @@ impl<'t> Reader<'t> {
         if content.is_empty() || content.starts_with('#') {
             return Err(GiveUp);
         }
-        Ok(Some(Line {
+        Ok(Some(YamlLine {
             indent,
             content,
             next: pos + end + usize::from(ended),

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 /// A Service as last read.
 #[derive(Debug, Clone)]
-pub enum Seen {
+pub enum SeenService {
     Ask(Box<ServiceAsk>),
     /// Its request could not be read; what it holds (and what its status names) stays.
     Bad {
@@ -27,18 +27,18 @@ pub enum Seen {
     },
 }
 
-impl Seen {
+impl SeenService {
     /// What the Service's status names, when it was first seen: to reserve, whatever its
     /// request.
     fn reservation(&self, key: &ServiceKey) -> Reservation {
         match self {
-            Seen::Ask(a) => Reservation {
+            SeenService::Ask(a) => Reservation {
                 created: a.created.as_ref().map(|t| t.0),
                 request: a.request.clone(),
                 current: a.current.clone(),
                 written: a.written.clone(),
             },
-            Seen::Bad {
+            SeenService::Bad {
                 current, created, ..
             } => Reservation {
                 created: created.as_ref().map(|t| t.0),
@@ -78,7 +78,7 @@ pub struct PoolStatuses {
 #[derive(Debug)]
 pub struct Allocations {
     alloc: Allocator,
-    services: BTreeMap<ServiceKey, Seen>,
+    services: BTreeMap<ServiceKey, SeenService>,
     namespaces: HashMap<String, BTreeMap<String, String>>,
     /// Decisions handed out whose write is not confirmed yet.
     pending: HashMap<ServiceKey, Assigned>,
@@ -101,7 +101,7 @@ impl Allocations {
     pub fn start(
         pools: Vec<PoolSpec>,
         namespaces: HashMap<String, BTreeMap<String, String>>,
-        services: Vec<(ServiceKey, Seen)>,
+        services: Vec<(ServiceKey, SeenService)>,
     ) -> (Allocations, Vec<StatusWrite>) {
         let mut a = Allocations {
             alloc: Allocator::new(pools),
@@ -135,7 +135,7 @@ impl Allocations {
 
     /// A Service was added or changed (`None`: it is not a LoadBalancer of vipflow's, or it
     /// went: what it held goes back).
-    pub fn service(&mut self, key: ServiceKey, seen: Option<Seen>) -> Option<StatusWrite> {
+    pub fn service(&mut self, key: ServiceKey, seen: Option<SeenService>) -> Option<StatusWrite> {
         match seen {
             None => {
                 self.services.remove(&key);
@@ -326,11 +326,11 @@ impl Allocations {
             return None;
         }
         let ask = match self.services.get(key)? {
-            Seen::Bad { error: e, .. } => {
+            SeenService::Bad { error: e, .. } => {
                 self.say(key, vec![warning(key, e.reason(), e)]);
                 return None;
             }
-            Seen::Ask(a) => (**a).clone(),
+            SeenService::Ask(a) => (**a).clone(),
         };
         let req = self.with_labels(&ask);
         let result = self.alloc.assign(&req);

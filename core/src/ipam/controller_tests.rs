@@ -9,7 +9,7 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-fn svc(name: &str, status_ips: &[&str], record: Option<&StatusWrite>) -> (ServiceKey, Seen) {
+fn svc(name: &str, status_ips: &[&str], record: Option<&StatusWrite>) -> (ServiceKey, SeenService) {
     let mut v = json!({
         "metadata": {"name": name, "namespace": "ns",
                      "creationTimestamp": format!("2026-11-26T00:00:{:02}Z", name.len())},
@@ -29,9 +29,9 @@ fn svc(name: &str, status_ips: &[&str], record: Option<&StatusWrite>) -> (Servic
     }
     let s: Service = serde_json::from_value(v).unwrap();
     let seen = match service::read(&s, None) {
-        Ok(Some(a)) => Seen::Ask(Box::new(a)),
+        Ok(Some(a)) => SeenService::Ask(Box::new(a)),
         Ok(None) => unreachable!("a LoadBalancer"),
-        Err(e) => Seen::Bad {
+        Err(e) => SeenService::Bad {
             error: e,
             current: service::status_ips(&s),
             created: None,
@@ -170,7 +170,7 @@ fn a_bad_request_is_said_and_holds_what_it_had() {
     }))
     .unwrap();
     let e = service::read(&bad, None).unwrap_err();
-    let seen = Seen::Bad {
+    let seen = SeenService::Bad {
         error: e,
         current: service::status_ips(&bad),
         created: None,
@@ -193,7 +193,7 @@ fn a_service_whose_request_cannot_be_read_keeps_its_address_at_a_start() {
         "status": {"loadBalancer": {"ingress": [{"ip": "10.0.0.0"}]}},
     }))
     .unwrap();
-    let seen = Seen::Bad {
+    let seen = SeenService::Bad {
         error: service::read(&bad, None).unwrap_err(),
         current: service::status_ips(&bad),
         created: None,
@@ -238,7 +238,7 @@ fn a_requested_pool_deleted_under_a_service_leaves_it_its_address_and_says_kept(
         let s: Service = serde_json::from_value(v).unwrap();
         (
             key,
-            Seen::Ask(Box::new(service::read(&s, None).unwrap().unwrap())),
+            SeenService::Ask(Box::new(service::read(&s, None).unwrap().unwrap())),
         )
     };
     let (k, s) = asking(&[], None);
@@ -272,13 +272,13 @@ fn a_requested_pool_deleted_under_a_service_leaves_it_its_address_and_says_kept(
 
     // Asking for another address in the missing pool is still refused for what it names.
     let mut ask = match asking(&["10.0.1.0"], Some(&writes[0])).1 {
-        Seen::Ask(a) => a,
-        Seen::Bad { .. } => unreachable!(),
+        SeenService::Ask(a) => a,
+        SeenService::Bad { .. } => unreachable!(),
     };
     ask.request.requested_ips = vec!["10.0.1.1".parse().unwrap()];
     assert_eq!(b.allocator().held(&k).len(), 1);
     let mut b = b;
-    assert_eq!(b.service(k.clone(), Some(Seen::Ask(ask))), None);
+    assert_eq!(b.service(k.clone(), Some(SeenService::Ask(ask))), None);
     assert!(
         b.statements()
             .iter()

@@ -150,7 +150,7 @@ pub struct Assigned {
     /// For PreferDualStack: why the second family is missing.
     pub partial: Option<AllocError>,
     /// What the Service held before, with its terms, for [`Allocator::undo`].
-    pub(super) before: Vec<(IpAddr, Holder)>,
+    pub(super) before: Vec<(IpAddr, AddressHolder)>,
 }
 
 /// Addresses of one pool and family: assigned, and still available.
@@ -204,14 +204,14 @@ impl Terms {
 
 /// One holder of an address, on the terms its status was written for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Holder {
+pub(super) struct AddressHolder {
     pub(super) service: ServiceKey,
     pub(super) terms: Terms,
 }
 
-impl Holder {
-    pub(super) fn of(r: &AllocRequest) -> Holder {
-        Holder {
+impl AddressHolder {
+    pub(super) fn of(r: &AllocRequest) -> AddressHolder {
+        AddressHolder {
             service: r.service.clone(),
             terms: Terms::of(r),
         }

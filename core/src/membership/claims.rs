@@ -94,7 +94,7 @@ impl ClaimsMessage {
 
     /// Read one datagram's payload.
     pub fn decode(b: &[u8]) -> Result<ClaimsMessage, ClaimsError> {
-        let mut r = Reader { b, at: 0 };
+        let mut r = ClaimsReader { b, at: 0 };
         let version = r.take(1)?[0];
         if version != VERSION {
             return Err(ClaimsError::Version(version));
@@ -127,12 +127,12 @@ impl ClaimsMessage {
 }
 
 /// Reads a datagram front to back.
-struct Reader<'a> {
+struct ClaimsReader<'a> {
     b: &'a [u8],
     at: usize,
 }
 
-impl<'a> Reader<'a> {
+impl<'a> ClaimsReader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], ClaimsError> {
         let s = self
             .b

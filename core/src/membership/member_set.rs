@@ -225,7 +225,7 @@ impl MemberSet {
                 Ok(Received::Membership(out))
             }
             (Channel::Watch, payload) => {
-                let msg = watch::Message::decode(payload)?;
+                let msg = watch::WatchMessage::decode(payload)?;
                 let w = self.watch.receive(now_ms, msg);
                 Ok(Received::Membership(self.watched(now_ms, w)))
             }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-enum Event {
+enum SimEvent {
     Deliver {
         to: usize,
         data: Vec<u8>,
@@ -37,7 +37,7 @@ pub struct SimNetwork {
     /// Cut off: nothing in or out, no timers.
     cut: Vec<bool>,
     by_addr: HashMap<SocketAddr, usize>,
-    queue: BTreeMap<(u64, u64), Event>,
+    queue: BTreeMap<(u64, u64), SimEvent>,
     seq: u64,
     now_ms: u64,
     latency_ms: u64,
@@ -243,7 +243,7 @@ impl SimNetwork {
             let ev = entry.remove();
             self.now_ms = at;
             match ev {
-                Event::Deliver { to, data } => {
+                SimEvent::Deliver { to, data } => {
                     if self.cut[to] {
                         continue;
                     }
@@ -254,14 +254,14 @@ impl SimNetwork {
                         self.apply(to, out);
                     }
                 }
-                Event::Timer { node, timer } => {
+                SimEvent::Timer { node, timer } => {
                     if self.cut[node] {
                         continue;
                     }
                     let out = self.nodes[node].timer(at, timer);
                     self.apply(node, out);
                 }
-                Event::Tick { node } => {
+                SimEvent::Tick { node } => {
                     if self.tick_at[node] != Some(at) {
                         continue;
                     }
@@ -291,7 +291,7 @@ impl SimNetwork {
         }
     }
 
-    fn push(&mut self, at: u64, ev: Event) {
+    fn push(&mut self, at: u64, ev: SimEvent) {
         self.seq += 1;
         self.queue.insert((at, self.seq), ev);
     }
@@ -310,14 +310,14 @@ impl SimNetwork {
             let at = at.max(self.now_ms);
             if self.tick_at[from].is_none_or(|t| at < t) {
                 self.tick_at[from] = Some(at);
-                self.push(at, Event::Tick { node: from });
+                self.push(at, SimEvent::Tick { node: from });
             }
         }
         for (d, t) in out.timers {
             let at = self.now_ms + u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
             self.push(
                 at,
-                Event::Timer {
+                SimEvent::Timer {
                     node: from,
                     timer: t,
                 },
@@ -332,7 +332,10 @@ impl SimNetwork {
             if loss > 0.0 && self.rng.random::<f64>() < loss {
                 continue;
             }
-            self.push(self.now_ms + self.latency_ms, Event::Deliver { to, data });
+            self.push(
+                self.now_ms + self.latency_ms,
+                SimEvent::Deliver { to, data },
+            );
         }
     }
 

@@ -89,7 +89,7 @@ impl WatchSettings {
 
 /// One watch datagram (inside the seal, [`super::seal::Channel::Watch`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Message {
+pub enum WatchMessage {
     /// Owner to successor: alive. `watch: false`: no longer yours to watch.
     Beat {
         from: String,
@@ -122,14 +122,14 @@ pub enum WatchError {
     Decode(#[from] postcard::Error),
 }
 
-impl Message {
+impl WatchMessage {
     pub fn encode(&self) -> Vec<u8> {
         // Serializing these plain fields into a Vec cannot fail; an empty datagram (refused
         // by the receiver) would be the only outcome if it did.
         postcard::to_allocvec(self).unwrap_or_default()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Message, WatchError> {
+    pub fn decode(bytes: &[u8]) -> Result<WatchMessage, WatchError> {
         Ok(postcard::from_bytes(bytes)?)
     }
 }
@@ -167,7 +167,7 @@ pub struct Member {
 /// What a step produced.
 #[derive(Debug, Default)]
 pub struct WatchOutputs {
-    pub sends: Vec<(SocketAddr, Message)>,
+    pub sends: Vec<(SocketAddr, WatchMessage)>,
     pub events: Vec<WatchEvent>,
 }
 
@@ -277,8 +277,8 @@ impl Watch {
         self.watched.remove(node);
     }
 
-    fn beat(&self, watch: bool) -> Message {
-        Message::Beat {
+    fn beat(&self, watch: bool) -> WatchMessage {
+        WatchMessage::Beat {
             from: self.me.to_string(),
             addr: self.addr,
             watch,
@@ -286,16 +286,16 @@ impl Watch {
     }
 
     /// A watch datagram arrived.
-    pub fn receive(&mut self, now: u64, msg: Message) -> WatchOutputs {
+    pub fn receive(&mut self, now: u64, msg: WatchMessage) -> WatchOutputs {
         let out = self.take(now, msg);
         self.due = self.next_wake();
         out
     }
 
-    fn take(&mut self, now: u64, msg: Message) -> WatchOutputs {
+    fn take(&mut self, now: u64, msg: WatchMessage) -> WatchOutputs {
         let mut out = WatchOutputs::default();
         match msg {
-            Message::Beat { from, addr, watch } => {
+            WatchMessage::Beat { from, addr, watch } => {
                 if from == *self.me {
                     return out;
                 }
@@ -329,7 +329,7 @@ impl Watch {
                     });
                 }
             }
-            Message::Check {
+            WatchMessage::Check {
                 addr,
                 nonce,
                 target,
@@ -343,7 +343,7 @@ impl Watch {
                 if fresh {
                     out.sends.push((
                         addr,
-                        Message::Verdict {
+                        WatchMessage::Verdict {
                             from: self.me.to_string(),
                             nonce,
                             alive: true,
@@ -365,20 +365,20 @@ impl Watch {
                 );
                 out.sends.push((
                     target_addr,
-                    Message::Ping {
+                    WatchMessage::Ping {
                         addr: self.addr,
                         nonce: mine,
                     },
                 ));
             }
-            Message::Ping { addr, nonce } => {
-                out.sends.push((addr, Message::Pong { nonce }));
+            WatchMessage::Ping { addr, nonce } => {
+                out.sends.push((addr, WatchMessage::Pong { nonce }));
             }
-            Message::Pong { nonce } => {
+            WatchMessage::Pong { nonce } => {
                 if let Some(p) = self.probes.remove(&nonce) {
                     out.sends.push((
                         p.watcher,
-                        Message::Verdict {
+                        WatchMessage::Verdict {
                             from: self.me.to_string(),
                             nonce: p.watcher_nonce,
                             alive: true,
@@ -386,7 +386,7 @@ impl Watch {
                     ));
                 }
             }
-            Message::Verdict { from, nonce, alive } => {
+            WatchMessage::Verdict { from, nonce, alive } => {
                 let Some((node, w)) = self
                     .watched
                     .iter_mut()
@@ -484,7 +484,7 @@ impl Watch {
                 done.push(*nonce);
                 out.sends.push((
                     p.watcher,
-                    Message::Verdict {
+                    WatchMessage::Verdict {
                         from: self.me.to_string(),
                         nonce: p.watcher_nonce,
                         alive: false,
@@ -494,7 +494,7 @@ impl Watch {
                 p.again_at = None;
                 out.sends.push((
                     p.target,
-                    Message::Ping {
+                    WatchMessage::Ping {
                         addr: self.addr,
                         nonce: *nonce,
                     },
@@ -565,7 +565,7 @@ impl Watch {
         for m in &picked {
             out.sends.push((
                 m.addr,
-                Message::Check {
+                WatchMessage::Check {
                     from: self.me.to_string(),
                     addr: self.addr,
                     nonce,

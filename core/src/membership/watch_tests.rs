@@ -23,8 +23,8 @@ struct Net {
     silent: Vec<bool>,
     /// Not polled (its process stopped); what reaches it waits.
     stopped: Vec<bool>,
-    inbox: Vec<(u64, usize, Message)>,
-    held: Vec<(usize, Message)>,
+    inbox: Vec<(u64, usize, WatchMessage)>,
+    held: Vec<(usize, WatchMessage)>,
     now: u64,
     events: Vec<(u64, usize, WatchEvent)>,
 }
@@ -84,7 +84,7 @@ impl Net {
         let until = self.now + ms;
         while self.now < until {
             self.now += 1;
-            let due: Vec<(u64, usize, Message)> = {
+            let due: Vec<(u64, usize, WatchMessage)> = {
                 let (due, rest) = std::mem::take(&mut self.inbox)
                     .into_iter()
                     .partition(|(t, _, _)| *t <= self.now);
@@ -119,7 +119,7 @@ impl Net {
     /// Resume a stopped node: what reached it meanwhile is read first, then its timers run.
     fn resume(&mut self, i: usize) {
         self.stopped[i] = false;
-        let held: Vec<Message> = {
+        let held: Vec<WatchMessage> = {
             let (mine, rest) = std::mem::take(&mut self.held)
                 .into_iter()
                 .partition(|(to, _)| *to == i);
@@ -271,16 +271,16 @@ fn an_owner_that_drops_a_successor_tells_it() {
 
 #[test]
 fn messages_round_trip_and_garbage_is_refused() {
-    let m = Message::Check {
+    let m = WatchMessage::Check {
         from: "n1".into(),
         addr: peer(1).addr,
         nonce: 7,
         target: "n0".into(),
         target_addr: peer(0).addr,
     };
-    assert_eq!(Message::decode(&m.encode()).unwrap(), m);
-    assert!(Message::decode(&[0xff, 0xff, 0xff]).is_err());
-    assert!(Message::decode(&[]).is_err());
+    assert_eq!(WatchMessage::decode(&m.encode()).unwrap(), m);
+    assert!(WatchMessage::decode(&[0xff, 0xff, 0xff]).is_err());
+    assert!(WatchMessage::decode(&[]).is_err());
 }
 
 #[test]

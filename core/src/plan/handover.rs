@@ -51,32 +51,32 @@ pub struct Shape {
 
 /// What a peer (the Northbound writer, a bridge) last said of itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen {
+pub struct PeerReport {
     pub connected: bool,
     /// The last handover written (the writer) or plan generation applied (a bridge).
     pub applied: Option<u64>,
 }
 
-impl Seen {
+impl PeerReport {
     /// Connected, having applied `n`.
-    pub fn applied(n: u64) -> Seen {
-        Seen {
+    pub fn applied(n: u64) -> PeerReport {
+        PeerReport {
             connected: true,
             applied: Some(n),
         }
     }
 
     /// Connected, having applied nothing yet.
-    pub fn behind() -> Seen {
-        Seen {
+    pub fn behind() -> PeerReport {
+        PeerReport {
             connected: true,
             applied: None,
         }
     }
 
     /// Not connected: it confirms whatever it is waited for, as it will sync in full.
-    pub fn disconnected() -> Seen {
-        Seen {
+    pub fn disconnected() -> PeerReport {
+        PeerReport {
             connected: false,
             applied: None,
         }
@@ -105,17 +105,17 @@ pub enum PlanRows {
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Event {
+pub enum HandoverEvent {
     /// Plan `generation` is to go out. A plan fed while another is under way follows it.
     Plan { generation: u64, rows: PlanRows },
-    /// What the Northbound writer last said ([`Seen::applied`]: the last handover written).
-    Writer(Seen),
+    /// What the Northbound writer last said ([`PeerReport::applied`]: the last handover written).
+    Writer(PeerReport),
     /// Whether this agent leads (writes the Northbound rows); read when a wait for the writer
     /// starts. A writer that stops writing says so itself by disconnecting, which ends a wait
     /// already under way.
     Leader(bool),
-    /// What bridge `bridge` (by index) last said ([`Seen::applied`]: the plan generation).
-    Bridge { bridge: usize, seen: Seen },
+    /// What bridge `bridge` (by index) last said ([`PeerReport::applied`]: the plan generation).
+    Bridge { bridge: usize, seen: PeerReport },
     /// Whether this node's Node carries the drain mark.
     Drain(bool),
 }
@@ -157,15 +157,15 @@ pub enum Late {
 
 /// What the caller is to do, in order.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub enum HandoverAction {
     /// Hand these rows to the Northbound writer.
     SendRows(SendRows),
     /// Hand plan `generation`'s flows to the bridges.
     SendFlows { generation: u64 },
-    /// Nothing goes on until the writer wrote handover `step` (tell it [`Event::Writer`]) or
+    /// Nothing goes on until the writer wrote handover `step` (tell it [`HandoverEvent::Writer`]) or
     /// `until` (tell it [`Handover::handle_timeout`]).
     WaitRows { step: u64, until: Instant },
-    /// Nothing goes on until bridge `bridge` applied `generation` ([`Event::Bridge`]) or
+    /// Nothing goes on until bridge `bridge` applied `generation` ([`HandoverEvent::Bridge`]) or
     /// `until`.
     WaitFlows {
         generation: u64,
@@ -214,12 +214,12 @@ pub struct Handover {
     shape: Shape,
     /// The last handover's number (handovers made so far).
     step: u64,
-    writer: Seen,
+    writer: PeerReport,
     leader: bool,
-    bridges: Vec<Seen>,
+    bridges: Vec<PeerReport>,
     stage: Stage,
     queued: VecDeque<(u64, PlanRows)>,
-    actions: VecDeque<Action>,
+    actions: VecDeque<HandoverAction>,
     /// When this node's drain mark was first seen (since it was last absent).
     drain_since: Option<Instant>,
     /// When the drain hold ends, while it lasts.
@@ -233,9 +233,9 @@ impl Handover {
         Handover {
             shape,
             step: 0,
-            writer: Seen::behind(),
+            writer: PeerReport::behind(),
             leader: true,
-            bridges: vec![Seen::behind(); shape.bridges],
+            bridges: vec![PeerReport::behind(); shape.bridges],
             stage: Stage::Idle,
             queued: VecDeque::new(),
             actions: VecDeque::new(),
@@ -245,15 +245,15 @@ impl Handover {
     }
 
     /// Take in what happened at `now`.
-    pub fn handle(&mut self, now: Instant, event: Event) {
+    pub fn handle(&mut self, now: Instant, event: HandoverEvent) {
         match event {
-            Event::Plan { generation, rows } => {
+            HandoverEvent::Plan { generation, rows } => {
                 self.queued.push_back((generation, rows));
                 if matches!(self.stage, Stage::Idle) {
                     self.next_plan(now);
                 }
             }
-            Event::Writer(seen) => {
+            HandoverEvent::Writer(seen) => {
                 self.writer = seen;
                 match self.stage {
                     Stage::Turn { step, .. } if seen.confirms(step) => self.take_turn(now),
@@ -266,8 +266,8 @@ impl Handover {
                     _ => {}
                 }
             }
-            Event::Leader(leading) => self.leader = leading,
-            Event::Bridge { bridge, seen } => {
+            HandoverEvent::Leader(leading) => self.leader = leading,
+            HandoverEvent::Bridge { bridge, seen } => {
                 // A bridge the shape does not have has nothing to confirm.
                 let Some(b) = self.bridges.get_mut(bridge) else {
                     return;
@@ -284,7 +284,7 @@ impl Handover {
                     self.wait_flows(now, generation, bridge + 1);
                 }
             }
-            Event::Drain(marked) => self.drain(now, marked),
+            HandoverEvent::Drain(marked) => self.drain(now, marked),
         }
     }
 
@@ -292,7 +292,7 @@ impl Handover {
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.drain_until.is_some_and(|t| t <= now) {
             self.drain_until = None;
-            self.actions.push_back(Action::Replan);
+            self.actions.push_back(HandoverAction::Replan);
         }
         match self.stage {
             Stage::Turn { until, .. } if until <= now => self.take_turn(now),
@@ -302,7 +302,7 @@ impl Handover {
                 generation,
                 break_after,
             } if until <= now => {
-                self.actions.push_back(Action::Warn(Late::Rows {
+                self.actions.push_back(HandoverAction::Warn(Late::Rows {
                     step,
                     waited: ORDER_WAIT,
                 }));
@@ -313,7 +313,7 @@ impl Handover {
                 bridge,
                 until,
             } if until <= now => {
-                self.actions.push_back(Action::Warn(Late::Flows {
+                self.actions.push_back(HandoverAction::Warn(Late::Flows {
                     generation,
                     bridge,
                     waited: ORDER_WAIT,
@@ -325,7 +325,7 @@ impl Handover {
     }
 
     /// The next thing to do, oldest first.
-    pub fn poll(&mut self) -> Option<Action> {
+    pub fn poll(&mut self) -> Option<HandoverAction> {
         self.actions.pop_front()
     }
 
@@ -355,7 +355,8 @@ impl Handover {
         while let Some((generation, rows)) = self.queued.pop_front() {
             let kept = match rows {
                 PlanRows::None => {
-                    self.actions.push_back(Action::SendFlows { generation });
+                    self.actions
+                        .push_back(HandoverAction::SendFlows { generation });
                     continue;
                 }
                 PlanRows::Own => None,
@@ -371,7 +372,7 @@ impl Handover {
             };
             if self.step > 0 && self.must_wait_for_rows(self.step) {
                 let until = now + TURN_WAIT;
-                self.actions.push_back(Action::WaitRows {
+                self.actions.push_back(HandoverAction::WaitRows {
                     step: self.step,
                     until,
                 });
@@ -404,7 +405,7 @@ impl Handover {
         self.step += 1;
         let step = self.step;
         let break_after = kept.is_some();
-        self.actions.push_back(Action::SendRows(SendRows {
+        self.actions.push_back(HandoverAction::SendRows(SendRows {
             step,
             generation,
             complete: !break_after,
@@ -414,7 +415,8 @@ impl Handover {
         // as the flows after them break the last plan.
         if (break_after || step > 1) && self.must_wait_for_rows(step) {
             let until = now + ORDER_WAIT;
-            self.actions.push_back(Action::WaitRows { step, until });
+            self.actions
+                .push_back(HandoverAction::WaitRows { step, until });
             self.stage = Stage::Rows {
                 step,
                 until,
@@ -435,7 +437,8 @@ impl Handover {
     /// The rows are written, or their wait ran out: the flows go, then (`break_after`) the
     /// wait for them, else the next plan.
     fn rows_done(&mut self, now: Instant, generation: u64, break_after: bool) {
-        self.actions.push_back(Action::SendFlows { generation });
+        self.actions
+            .push_back(HandoverAction::SendFlows { generation });
         if break_after {
             self.wait_flows(now, generation, 0);
         } else {
@@ -455,7 +458,7 @@ impl Handover {
             .map(|(i, _)| i);
         if let Some(bridge) = waiting {
             let until = now + ORDER_WAIT;
-            self.actions.push_back(Action::WaitFlows {
+            self.actions.push_back(HandoverAction::WaitFlows {
                 generation,
                 bridge,
                 until,
@@ -468,7 +471,7 @@ impl Handover {
             return;
         }
         self.step += 1;
-        self.actions.push_back(Action::SendRows(SendRows {
+        self.actions.push_back(HandoverAction::SendRows(SendRows {
             step: self.step,
             generation,
             complete: true,
@@ -488,7 +491,8 @@ impl Handover {
         let end = since + self.shape.drain_hold;
         if now < end {
             self.drain_until = Some(end);
-            self.actions.push_back(Action::HoldDrain { until: end });
+            self.actions
+                .push_back(HandoverAction::HoldDrain { until: end });
         } else {
             self.drain_until = None;
         }

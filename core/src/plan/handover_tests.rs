@@ -1,5 +1,6 @@
 use super::{
-    Action, Event, Handover, Kept, Late, ORDER_WAIT, PlanRows, Seen, SendRows, Shape, TURN_WAIT,
+    Handover, HandoverAction, HandoverEvent, Kept, Late, ORDER_WAIT, PeerReport, PlanRows,
+    SendRows, Shape, TURN_WAIT,
 };
 use crate::membership::HANDOVER;
 use crate::model::{Protocol, ServiceKey};
@@ -33,12 +34,12 @@ fn machine(bridges: usize) -> Handover {
 }
 
 /// Everything the machine asks for now.
-fn actions(m: &mut Handover) -> Vec<Action> {
+fn actions(m: &mut Handover) -> Vec<HandoverAction> {
     std::iter::from_fn(|| m.poll()).collect()
 }
 
-fn own(step: u64, generation: u64) -> Action {
-    Action::SendRows(SendRows {
+fn own(step: u64, generation: u64) -> HandoverAction {
+    HandoverAction::SendRows(SendRows {
         step,
         generation,
         complete: true,
@@ -46,8 +47,8 @@ fn own(step: u64, generation: u64) -> Action {
     })
 }
 
-fn flows(generation: u64) -> Action {
-    Action::SendFlows { generation }
+fn flows(generation: u64) -> HandoverAction {
+    HandoverAction::SendFlows { generation }
 }
 
 fn key(name: &str) -> ServiceKey {
@@ -81,13 +82,13 @@ fn vips(list: &[&str]) -> imbl::OrdSet<IpAddr> {
 fn after_first_plan(m: &mut Handover, c: &Clock) {
     m.handle(
         c.at(0),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 1,
             rows: PlanRows::Own,
         },
     );
     assert_eq!(actions(m), vec![own(1, 1), flows(1)]);
-    m.handle(c.at(1), Event::Writer(Seen::applied(1)));
+    m.handle(c.at(1), HandoverEvent::Writer(PeerReport::applied(1)));
     assert!(m.is_idle());
 }
 
@@ -114,8 +115,8 @@ fn removed_b() -> (PlanRows, Kept) {
     (rows, kept)
 }
 
-fn kept(step: u64, generation: u64, kept: Kept) -> Action {
-    Action::SendRows(SendRows {
+fn kept(step: u64, generation: u64, kept: Kept) -> HandoverAction {
+    HandoverAction::SendRows(SendRows {
         step,
         generation,
         complete: false,
@@ -130,7 +131,7 @@ fn a_new_service_has_its_rows_written_before_its_flows() {
     after_first_plan(&mut m, &c);
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -139,14 +140,14 @@ fn a_new_service_has_its_rows_written_before_its_flows() {
         actions(&mut m),
         vec![
             own(2, 2),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             }
         ]
     );
     assert_eq!(m.poll_timeout(), Some(c.at(10) + ORDER_WAIT));
-    m.handle(c.at(20), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::applied(2)));
     assert_eq!(actions(&mut m), vec![flows(2)]);
     assert!(m.is_idle());
     assert_eq!(m.poll_timeout(), None);
@@ -160,7 +161,7 @@ fn a_removed_service_loses_its_flows_before_its_rows() {
     let (rows, k) = removed_b();
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows,
         },
@@ -169,18 +170,18 @@ fn a_removed_service_loses_its_flows_before_its_rows() {
         actions(&mut m),
         vec![
             kept(2, 2, k),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             }
         ]
     );
-    m.handle(c.at(20), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::applied(2)));
     assert_eq!(
         actions(&mut m),
         vec![
             flows(2),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 0,
                 until: c.at(20) + ORDER_WAIT
@@ -189,9 +190,9 @@ fn a_removed_service_loses_its_flows_before_its_rows() {
     );
     m.handle(
         c.at(30),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 0,
-            seen: Seen::applied(2),
+            seen: PeerReport::applied(2),
         },
     );
     assert_eq!(actions(&mut m), vec![own(3, 2)]);
@@ -219,7 +220,7 @@ fn a_changed_service_keeps_both_vip_sets_until_the_flows_are_on() {
     assert_eq!(make, both);
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::MakeFirst {
                 rows: make,
@@ -237,18 +238,18 @@ fn a_changed_service_keeps_both_vip_sets_until_the_flows_are_on() {
         actions(&mut m),
         vec![
             kept(2, 2, first),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             }
         ]
     );
-    m.handle(c.at(20), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::applied(2)));
     assert_eq!(
         actions(&mut m),
         vec![
             flows(2),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 0,
                 until: c.at(20) + ORDER_WAIT
@@ -258,17 +259,17 @@ fn a_changed_service_keeps_both_vip_sets_until_the_flows_are_on() {
     // A bridge still on the last plan keeps the old VIP's rows in place.
     m.handle(
         c.at(25),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 0,
-            seen: Seen::applied(1),
+            seen: PeerReport::applied(1),
         },
     );
     assert_eq!(actions(&mut m), vec![]);
     m.handle(
         c.at(30),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 0,
-            seen: Seen::applied(2),
+            seen: PeerReport::applied(2),
         },
     );
     assert_eq!(actions(&mut m), vec![own(3, 2)]);
@@ -282,7 +283,7 @@ fn a_slow_writer_holds_the_flows_back_for_at_most_order_wait_then_they_go_with_a
     after_first_plan(&mut m, &c);
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -290,7 +291,7 @@ fn a_slow_writer_holds_the_flows_back_for_at_most_order_wait_then_they_go_with_a
     let until = c.at(10) + ORDER_WAIT;
     assert_eq!(
         actions(&mut m),
-        vec![own(2, 2), Action::WaitRows { step: 2, until }]
+        vec![own(2, 2), HandoverAction::WaitRows { step: 2, until }]
     );
     m.handle_timeout(until - Duration::from_millis(1));
     assert_eq!(actions(&mut m), vec![]);
@@ -299,7 +300,7 @@ fn a_slow_writer_holds_the_flows_back_for_at_most_order_wait_then_they_go_with_a
     assert_eq!(
         actions(&mut m),
         vec![
-            Action::Warn(Late::Rows {
+            HandoverAction::Warn(Late::Rows {
                 step: 2,
                 waited: ORDER_WAIT
             }),
@@ -314,10 +315,10 @@ fn a_disconnected_writer_holds_nothing_back() {
     let c = clock();
     let mut m = machine(1);
     after_first_plan(&mut m, &c);
-    m.handle(c.at(5), Event::Writer(Seen::disconnected()));
+    m.handle(c.at(5), HandoverEvent::Writer(PeerReport::disconnected()));
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -334,7 +335,7 @@ fn a_writer_that_disconnects_during_a_wait_ends_it_without_a_warning() {
     let (rows, k) = removed_b();
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows,
         },
@@ -343,18 +344,18 @@ fn a_writer_that_disconnects_during_a_wait_ends_it_without_a_warning() {
         actions(&mut m),
         vec![
             kept(2, 2, k),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             }
         ]
     );
-    m.handle(c.at(20), Event::Writer(Seen::disconnected()));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::disconnected()));
     assert_eq!(
         actions(&mut m),
         vec![
             flows(2),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 0,
                 until: c.at(20) + ORDER_WAIT
@@ -374,7 +375,7 @@ fn an_agent_without_a_writer_hands_its_flows_over_at_once() {
     for generation in 1..=3 {
         m.handle(
             c.at(generation),
-            Event::Plan {
+            HandoverEvent::Plan {
                 generation,
                 rows: PlanRows::None,
             },
@@ -385,14 +386,14 @@ fn an_agent_without_a_writer_hands_its_flows_over_at_once() {
     // Rows with no writer to confirm them: nothing waits for them either.
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 4,
             rows: PlanRows::Own,
         },
     );
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 5,
             rows: PlanRows::Own,
         },
@@ -408,11 +409,11 @@ fn an_agent_that_does_not_lead_waits_for_no_rows_but_still_for_the_flows() {
     let c = clock();
     let mut m = machine(1);
     after_first_plan(&mut m, &c);
-    m.handle(c.at(5), Event::Leader(false));
+    m.handle(c.at(5), HandoverEvent::Leader(false));
     let (rows, k) = removed_b();
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows,
         },
@@ -422,7 +423,7 @@ fn an_agent_that_does_not_lead_waits_for_no_rows_but_still_for_the_flows() {
         vec![
             kept(2, 2, k),
             flows(2),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 0,
                 until: c.at(10) + ORDER_WAIT
@@ -431,16 +432,16 @@ fn an_agent_that_does_not_lead_waits_for_no_rows_but_still_for_the_flows() {
     );
     m.handle(
         c.at(20),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 0,
-            seen: Seen::applied(2),
+            seen: PeerReport::applied(2),
         },
     );
     assert_eq!(actions(&mut m), vec![own(3, 2)]);
     // Nor does the next plan wait its turn for the unwritten handover 3.
     m.handle(
         c.at(30),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 3,
             rows: PlanRows::Own,
         },
@@ -456,23 +457,23 @@ fn a_bridge_that_never_confirms_has_the_rows_removed_after_order_wait() {
     let (rows, k) = removed_b();
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows,
         },
     );
-    m.handle(c.at(20), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::applied(2)));
     let until = c.at(20) + ORDER_WAIT;
     assert_eq!(
         actions(&mut m),
         vec![
             kept(2, 2, k),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             },
             flows(2),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 0,
                 until
@@ -484,7 +485,7 @@ fn a_bridge_that_never_confirms_has_the_rows_removed_after_order_wait() {
     assert_eq!(
         actions(&mut m),
         vec![
-            Action::Warn(Late::Flows {
+            HandoverAction::Warn(Late::Flows {
                 generation: 2,
                 bridge: 0,
                 waited: ORDER_WAIT
@@ -503,24 +504,24 @@ fn each_bridge_is_waited_for_in_turn_with_a_bound_of_its_own() {
     // Bridge 1 is not connected: it confirms anything.
     m.handle(
         c.at(5),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 1,
-            seen: Seen::disconnected(),
+            seen: PeerReport::disconnected(),
         },
     );
     let (rows, _) = removed_b();
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows,
         },
     );
-    m.handle(c.at(20), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(20), HandoverEvent::Writer(PeerReport::applied(2)));
     let first = c.at(20) + ORDER_WAIT;
     assert_eq!(
         actions(&mut m).last(),
-        Some(&Action::WaitFlows {
+        Some(&HandoverAction::WaitFlows {
             generation: 2,
             bridge: 0,
             until: first
@@ -531,12 +532,12 @@ fn each_bridge_is_waited_for_in_turn_with_a_bound_of_its_own() {
     assert_eq!(
         actions(&mut m),
         vec![
-            Action::Warn(Late::Flows {
+            HandoverAction::Warn(Late::Flows {
                 generation: 2,
                 bridge: 0,
                 waited: ORDER_WAIT
             }),
-            Action::WaitFlows {
+            HandoverAction::WaitFlows {
                 generation: 2,
                 bridge: 2,
                 until: second
@@ -545,9 +546,9 @@ fn each_bridge_is_waited_for_in_turn_with_a_bound_of_its_own() {
     );
     m.handle(
         c.at(6000),
-        Event::Bridge {
+        HandoverEvent::Bridge {
             bridge: 2,
-            seen: Seen::applied(2),
+            seen: PeerReport::applied(2),
         },
     );
     assert_eq!(actions(&mut m), vec![own(3, 2)]);
@@ -560,7 +561,7 @@ fn the_first_handover_goes_out_beside_the_flows() {
     // The writer has written nothing, yet the flows do not wait for it.
     m.handle(
         c.at(0),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 1,
             rows: PlanRows::Own,
         },
@@ -576,7 +577,7 @@ fn rows_that_keep_the_last_plan_wait_even_as_the_first_handover() {
     let (rows, k) = removed_b();
     m.handle(
         c.at(0),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 1,
             rows,
         },
@@ -585,7 +586,7 @@ fn rows_that_keep_the_last_plan_wait_even_as_the_first_handover() {
         actions(&mut m),
         vec![
             kept(1, 1, k),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 1,
                 until: c.at(0) + ORDER_WAIT
             }
@@ -599,7 +600,7 @@ fn a_plan_that_overtakes_an_unwritten_handover_waits_turn_wait_for_it() {
     let mut m = machine(1);
     m.handle(
         c.at(0),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 1,
             rows: PlanRows::Own,
         },
@@ -607,7 +608,7 @@ fn a_plan_that_overtakes_an_unwritten_handover_waits_turn_wait_for_it() {
     assert_eq!(actions(&mut m), vec![own(1, 1), flows(1)]);
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -615,7 +616,7 @@ fn a_plan_that_overtakes_an_unwritten_handover_waits_turn_wait_for_it() {
     let turn = c.at(10) + TURN_WAIT;
     assert_eq!(
         actions(&mut m),
-        vec![Action::WaitRows {
+        vec![HandoverAction::WaitRows {
             step: 1,
             until: turn
         }]
@@ -627,7 +628,7 @@ fn a_plan_that_overtakes_an_unwritten_handover_waits_turn_wait_for_it() {
         actions(&mut m),
         vec![
             own(2, 2),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: turn + ORDER_WAIT
             }
@@ -641,14 +642,14 @@ fn a_plan_takes_its_turn_as_soon_as_the_last_handover_is_written() {
     let mut m = machine(1);
     m.handle(
         c.at(0),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 1,
             rows: PlanRows::Own,
         },
     );
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -658,18 +659,18 @@ fn a_plan_takes_its_turn_as_soon_as_the_last_handover_is_written() {
         vec![
             own(1, 1),
             flows(1),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 1,
                 until: c.at(10) + TURN_WAIT
             }
         ]
     );
-    m.handle(c.at(50), Event::Writer(Seen::applied(1)));
+    m.handle(c.at(50), HandoverEvent::Writer(PeerReport::applied(1)));
     assert_eq!(
         actions(&mut m),
         vec![
             own(2, 2),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(50) + ORDER_WAIT
             }
@@ -684,14 +685,14 @@ fn a_plan_fed_during_a_handover_goes_out_after_it() {
     after_first_plan(&mut m, &c);
     m.handle(
         c.at(10),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
     );
     m.handle(
         c.at(20),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 3,
             rows: PlanRows::None,
         },
@@ -700,14 +701,14 @@ fn a_plan_fed_during_a_handover_goes_out_after_it() {
         actions(&mut m),
         vec![
             own(2, 2),
-            Action::WaitRows {
+            HandoverAction::WaitRows {
                 step: 2,
                 until: c.at(10) + ORDER_WAIT
             }
         ]
     );
     assert!(!m.is_idle());
-    m.handle(c.at(30), Event::Writer(Seen::applied(2)));
+    m.handle(c.at(30), HandoverEvent::Writer(PeerReport::applied(2)));
     assert_eq!(actions(&mut m), vec![flows(2), flows(3)]);
     assert!(m.is_idle());
 }
@@ -717,19 +718,25 @@ fn a_draining_node_holds_its_vips_for_handover_from_the_first_sight_of_the_mark(
     let c = clock();
     let mut m = machine(1);
     let end = c.at(0) + HANDOVER;
-    m.handle(c.at(0), Event::Drain(true));
-    assert_eq!(actions(&mut m), vec![Action::HoldDrain { until: end }]);
+    m.handle(c.at(0), HandoverEvent::Drain(true));
+    assert_eq!(
+        actions(&mut m),
+        vec![HandoverAction::HoldDrain { until: end }]
+    );
     // Seen again later (another plan): the hold still ends HANDOVER after the first sight.
-    m.handle(c.at(400), Event::Drain(true));
-    assert_eq!(actions(&mut m), vec![Action::HoldDrain { until: end }]);
+    m.handle(c.at(400), HandoverEvent::Drain(true));
+    assert_eq!(
+        actions(&mut m),
+        vec![HandoverAction::HoldDrain { until: end }]
+    );
     assert_eq!(m.poll_timeout(), Some(end));
     m.handle_timeout(end - Duration::from_millis(1));
     assert_eq!(actions(&mut m), vec![]);
     m.handle_timeout(end);
-    assert_eq!(actions(&mut m), vec![Action::Replan]);
+    assert_eq!(actions(&mut m), vec![HandoverAction::Replan]);
     assert_eq!(m.poll_timeout(), None);
     // The replan finds the mark still there and the hold over.
-    m.handle(end, Event::Drain(true));
+    m.handle(end, HandoverEvent::Drain(true));
     assert_eq!(actions(&mut m), vec![]);
     assert_eq!(m.poll_timeout(), None);
 }
@@ -738,14 +745,14 @@ fn a_draining_node_holds_its_vips_for_handover_from_the_first_sight_of_the_mark(
 fn a_cleared_drain_mark_ends_the_hold() {
     let c = clock();
     let mut m = machine(1);
-    m.handle(c.at(0), Event::Drain(true));
+    m.handle(c.at(0), HandoverEvent::Drain(true));
     assert_eq!(
         actions(&mut m),
-        vec![Action::HoldDrain {
+        vec![HandoverAction::HoldDrain {
             until: c.at(0) + HANDOVER
         }]
     );
-    m.handle(c.at(200), Event::Drain(false));
+    m.handle(c.at(200), HandoverEvent::Drain(false));
     assert_eq!(m.poll_timeout(), None);
     m.handle_timeout(c.at(0) + HANDOVER);
     assert_eq!(actions(&mut m), vec![]);
@@ -755,13 +762,13 @@ fn a_cleared_drain_mark_ends_the_hold() {
 fn a_second_drain_mark_restarts_the_hold() {
     let c = clock();
     let mut m = machine(1);
-    m.handle(c.at(0), Event::Drain(true));
-    m.handle(c.at(200), Event::Drain(false));
+    m.handle(c.at(0), HandoverEvent::Drain(true));
+    m.handle(c.at(200), HandoverEvent::Drain(false));
     let _ = actions(&mut m);
-    m.handle(c.at(700), Event::Drain(true));
+    m.handle(c.at(700), HandoverEvent::Drain(true));
     assert_eq!(
         actions(&mut m),
-        vec![Action::HoldDrain {
+        vec![HandoverAction::HoldDrain {
             until: c.at(700) + HANDOVER
         }]
     );
@@ -773,16 +780,16 @@ fn a_drain_hold_that_ends_during_a_wait_asks_for_a_replan_and_the_wait_goes_on()
     let c = clock();
     let mut m = machine(1);
     after_first_plan(&mut m, &c);
-    m.handle(c.at(10), Event::Drain(true));
+    m.handle(c.at(10), HandoverEvent::Drain(true));
     assert_eq!(
         actions(&mut m),
-        vec![Action::HoldDrain {
+        vec![HandoverAction::HoldDrain {
             until: c.at(10) + HANDOVER
         }]
     );
     m.handle(
         c.at(20),
-        Event::Plan {
+        HandoverEvent::Plan {
             generation: 2,
             rows: PlanRows::Own,
         },
@@ -790,7 +797,7 @@ fn a_drain_hold_that_ends_during_a_wait_asks_for_a_replan_and_the_wait_goes_on()
     let _ = actions(&mut m);
     assert_eq!(m.poll_timeout(), Some(c.at(10) + HANDOVER));
     m.handle_timeout(c.at(10) + HANDOVER);
-    assert_eq!(actions(&mut m), vec![Action::Replan]);
+    assert_eq!(actions(&mut m), vec![HandoverAction::Replan]);
     assert_eq!(m.poll_timeout(), Some(c.at(20) + ORDER_WAIT));
     assert!(!m.is_idle());
 }

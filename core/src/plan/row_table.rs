@@ -236,7 +236,7 @@ mod tests {
 
     /// The world: per Service slot an optional Service and two optional slices, and which of
     /// three nodes exist.
-    type Step = (Vec<(Option<Spec>, Vec<Option<SliceSpec>>)>, Vec<bool>);
+    type World = (Vec<(Option<Spec>, Vec<Option<SliceSpec>>)>, Vec<bool>);
 
     /// One edit of the world: most steps change one thing, as a cluster does.
     #[derive(Debug, Clone)]
@@ -255,7 +255,7 @@ mod tests {
         ]
     }
 
-    fn step() -> impl Strategy<Value = Step> {
+    fn step() -> impl Strategy<Value = World> {
         (
             prop::collection::vec(
                 (
@@ -268,7 +268,7 @@ mod tests {
         )
     }
 
-    fn apply(world: &mut Step, e: &Edit) {
+    fn apply(world: &mut World, e: &Edit) {
         match e {
             Edit::Service(i, s) => world.0[*i].0 = s.clone(),
             Edit::Slice(i, n, s) => world.0[*i].1[*n] = s.clone(),
@@ -284,7 +284,7 @@ mod tests {
         nodes: HashMap<u8, Arc<core::Node>>,
     }
 
-    fn snapshot(r: &mut Reuse, step: &Step, shuffle: bool) -> Objects {
+    fn snapshot(r: &mut Reuse, step: &World, shuffle: bool) -> Objects {
         let mut o = Objects::default();
         for (slot, (svc, slices)) in step.0.iter().enumerate() {
             if let Some(s) = svc {

@@ -13,13 +13,13 @@ use std::sync::Arc;
 /// key), then by port, as a model of the same objects lists them; its Services sorted.
 #[derive(Clone, Default)]
 pub struct VipList {
-    from: VipSource,
+    from: VipListSource,
     /// How many VIPs: counted once, it is a metric read after every plan.
     len: usize,
 }
 
 #[derive(Clone, Default)]
-enum VipSource {
+enum VipListSource {
     #[default]
     Nothing,
     /// The planner's claims, shared with it (a persistent map: this copy is a count).
@@ -40,7 +40,7 @@ impl VipList {
             }
         }
         VipList {
-            from: VipSource::Report(report),
+            from: VipListSource::Report(report),
             len,
         }
     }
@@ -56,9 +56,9 @@ impl VipList {
     /// Each VIP's document, made as it is taken.
     pub fn iter(&self) -> Box<dyn Iterator<Item = VipDoc> + '_> {
         match &self.from {
-            VipSource::Nothing => Box::new(std::iter::empty()),
-            VipSource::Docs(d) => Box::new(d.iter().cloned()),
-            VipSource::Report(r) => {
+            VipListSource::Nothing => Box::new(std::iter::empty()),
+            VipListSource::Docs(d) => Box::new(d.iter().cloned()),
+            VipListSource::Report(r) => {
                 let mut won = r.won().peekable();
                 Box::new(std::iter::from_fn(move || {
                     let (first, k) = won.next()?;
@@ -76,11 +76,11 @@ impl VipList {
     /// The Services that won `vip`, sorted, each once.
     pub fn services_of(&self, vip: IpAddr) -> Vec<ServiceKey> {
         match &self.from {
-            VipSource::Nothing => Vec::new(),
-            VipSource::Docs(d) => d
+            VipListSource::Nothing => Vec::new(),
+            VipListSource::Docs(d) => d
                 .binary_search_by(|x| x.vip.cmp(&vip))
                 .map_or_else(|_| Vec::new(), |i| d[i].services.clone()),
-            VipSource::Report(r) => {
+            VipListSource::Report(r) => {
                 let mut out: Vec<ServiceKey> = r
                     .claims_of(vip)
                     .filter_map(|(_, set)| Some(set.first()?.2.clone()))
@@ -113,7 +113,7 @@ impl From<Vec<VipDoc>> for VipList {
     fn from(docs: Vec<VipDoc>) -> VipList {
         VipList {
             len: docs.len(),
-            from: VipSource::Docs(Arc::new(docs)),
+            from: VipListSource::Docs(Arc::new(docs)),
         }
     }
 }

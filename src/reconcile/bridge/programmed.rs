@@ -12,7 +12,7 @@ use openflow::{Connection, Match};
 /// changes, and stay as they were across a restart of ovs-vswitchd. Only a node the database
 /// names an OVN chassis (`external_ids:ovn-remote`) waits; its integration bridge is
 /// `external_ids:ovn-bridge` (`br-int`), reached beside the bridge vipflow writes.
-pub(super) struct Programmed {
+pub(super) struct BrIntFlows {
     /// The directory of the bridge's `unix:` socket; `None` over TCP (no local integration
     /// bridge known).
     rundir: Option<std::path::PathBuf>,
@@ -23,13 +23,13 @@ pub(super) struct Programmed {
     told: bool,
 }
 
-impl Programmed {
-    pub(super) fn new(s: &BridgeSettings) -> Programmed {
+impl BrIntFlows {
+    pub(super) fn new(s: &BridgeSettings) -> BrIntFlows {
         let rundir = s
             .target
             .strip_prefix("unix:")
             .and_then(|path| Some(std::path::Path::new(path).parent()?.to_path_buf()));
-        Programmed {
+        BrIntFlows {
             rundir,
             config: s.openflow.clone(),
             conn: None,

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::BridgeSettings;
 use super::conn::{apply_bundle, apply_each, changed_keys, read_each};
 use super::garp;
-use super::programmed::Programmed;
+use super::programmed::BrIntFlows;
 use vipflow_core::reconcile::bridge::Heard;
 use vipflow_core::reconcile::bridge::*;
 use vipflow_core::reconcile::bridge::{Applied, FullSync, Making};
@@ -149,7 +149,7 @@ const RECHECK_EVERY: Duration = Duration::from_millis(50);
 struct Session {
     conn: Connection,
     /// The node's integration bridge, to see that OVN programmed a VIP before answering for it.
-    programmed: Programmed,
+    programmed: BrIntFlows,
     /// Whether this session may answer at all yet: it started while this node was in doubt
     /// ([`DesiredFlows::doubt`]) and that did not clear yet.
     opened: bool,
@@ -191,7 +191,7 @@ impl Session {
         };
         Ok(Session {
             conn,
-            programmed: Programmed::new(s),
+            programmed: BrIntFlows::new(s),
             opened: false,
             told_doubt: false,
             on_switch: Default::default(),

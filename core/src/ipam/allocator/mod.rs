@@ -18,7 +18,8 @@
 use super::free_space::FreeSpace;
 use super::pool::{Family, Pool, PoolProblem, PoolSpec, addr, num};
 use super::request::{
-    AllocError, AllocRequest, Assigned, Holder, ReserveConflict, ShareRefusal, StackPolicy, Terms,
+    AddressHolder, AllocError, AllocRequest, Assigned, ReserveConflict, ShareRefusal, StackPolicy,
+    Terms,
 };
 use crate::model::ServiceKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -54,7 +55,7 @@ pub struct Allocator {
     pools: BTreeMap<String, Pool>,
     /// The usable ones, with their free addresses.
     usable: BTreeMap<String, PoolState>,
-    holders: BTreeMap<IpAddr, Vec<Holder>>,
+    holders: BTreeMap<IpAddr, Vec<AddressHolder>>,
     held: HashMap<ServiceKey, Vec<IpAddr>>,
     /// Addresses held under each sharing key.
     shared: HashMap<String, BTreeSet<IpAddr>>,
@@ -155,7 +156,7 @@ impl Allocator {
             entries.into_iter().partition(|(_, _, t)| t.is_some());
         let mut out = Vec::new();
         for (req, current, written) in known.into_iter().chain(unknown) {
-            let me = Holder {
+            let me = AddressHolder {
                 service: req.service.clone(),
                 terms: written.cloned().unwrap_or_else(|| Terms::of(req)),
             };
@@ -168,7 +169,7 @@ impl Allocator {
 
     /// Reserve `current` for `me`; an address held by another it cannot share with is not
     /// reserved, and returned.
-    fn reserve(&mut self, me: &Holder, current: &[IpAddr]) -> Vec<ReserveConflict> {
+    fn reserve(&mut self, me: &AddressHolder, current: &[IpAddr]) -> Vec<ReserveConflict> {
         let service = &me.service;
         let mut conflicts = Vec::new();
         let mut reserved = Vec::new();
@@ -220,7 +221,7 @@ impl Allocator {
         // refuses it now: an address moves only when its Service asks.
         let pool_refuses = self.requested_pool(req).err();
         let before: Vec<IpAddr> = self.held(&req.service).to_vec();
-        let me = Holder::of(req);
+        let me = AddressHolder::of(req);
         let mut ips = Vec::new();
         let mut partial = None;
         for (i, &f) in wanted.iter().enumerate() {
@@ -261,7 +262,7 @@ impl Allocator {
             return Err(partial.unwrap_or(AllocError::NoPool(wanted[0])));
         }
         // Decided: move the holdings.
-        let prev: Vec<(IpAddr, Holder)> = before
+        let prev: Vec<(IpAddr, AddressHolder)> = before
             .iter()
             .filter_map(|ip| {
                 let h = self
@@ -380,7 +381,11 @@ impl Allocator {
 
     /// Whether `me` may hold `ip` beside its holders (other than itself), on the terms their
     /// statuses were written for.
-    fn share_check(&self, me: &Holder, ip: IpAddr) -> Result<(), (ServiceKey, ShareRefusal)> {
+    fn share_check(
+        &self,
+        me: &AddressHolder,
+        ip: IpAddr,
+    ) -> Result<(), (ServiceKey, ShareRefusal)> {
         for h in self.holders.get(&ip).into_iter().flatten() {
             if h.service != me.service {
                 me.terms
@@ -394,7 +399,7 @@ impl Allocator {
     fn check_requested(
         &self,
         req: &AllocRequest,
-        me: &Holder,
+        me: &AddressHolder,
         ip: IpAddr,
     ) -> Result<IpAddr, AllocError> {
         let pool = self
@@ -466,7 +471,12 @@ impl Allocator {
     /// A `f` address for a Service that names none: one its sharing key already uses (in a
     /// candidate pool, and shareable), else the lowest free one of the best pool with room.
     /// `taken`: what this decision took already (never the same family).
-    fn pick(&self, req: &AllocRequest, me: &Holder, f: Family) -> Result<IpAddr, AllocError> {
+    fn pick(
+        &self,
+        req: &AllocRequest,
+        me: &AddressHolder,
+        f: Family,
+    ) -> Result<IpAddr, AllocError> {
         let names = self.candidates(req, f)?;
         if let Some(key) = &req.sharing_key
             && let Some(ips) = self.shared.get(key)
@@ -502,7 +512,7 @@ impl Allocator {
         })
     }
 
-    fn hold(&mut self, me: &Holder, ip: IpAddr) {
+    fn hold(&mut self, me: &AddressHolder, ip: IpAddr) {
         if !self.holders.contains_key(&ip)
             && let Some(st) = self.usable.values_mut().find(|s| s.pool.contains(ip))
         {

@@ -194,19 +194,19 @@ impl Applied {
                         }
                         adds.push(FlowOp::Add(key));
                     }
-                    Outcome::On
+                    Landing::On
                 }
                 Some(Err(why)) => {
                     if old.is_some() {
                         d.ops.push(FlowOp::Remove(key));
                     }
-                    Outcome::Skipped(why)
+                    Landing::Skipped(why)
                 }
                 None => {
                     if old.is_some() {
                         d.ops.push(FlowOp::Remove(key));
                     }
-                    Outcome::Gone
+                    Landing::Gone
                 }
             };
             d.changes.push((key, outcome));
@@ -230,15 +230,15 @@ impl Applied {
         for (key, outcome) in d.changes {
             self.skipped.remove(&key);
             match outcome {
-                Outcome::On => {
+                Landing::On => {
                     if let Some(why) = refused.get(&key) {
                         self.skipped.insert(key, (*why).clone());
                     }
                 }
-                Outcome::Skipped(why) => {
+                Landing::Skipped(why) => {
                     self.skipped.insert(key, why);
                 }
-                Outcome::Gone => {}
+                Landing::Gone => {}
             }
         }
         self.planned = d.planned;
@@ -280,7 +280,7 @@ impl Applied {
 
 /// Where a touched key's flow is once a delta lands.
 #[derive(Debug)]
-enum Outcome {
+enum Landing {
     On,
     Skipped(String),
     Gone,
@@ -292,7 +292,7 @@ pub struct DeltaPlan {
     /// Deletes, then adds.
     pub ops: Vec<FlowOp>,
     /// Each touched key and where it ends.
-    changes: Vec<(FlowKey, Outcome)>,
+    changes: Vec<(FlowKey, Landing)>,
     planned: FlowIndex,
     making: Option<Making>,
 }

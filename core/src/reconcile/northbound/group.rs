@@ -16,7 +16,7 @@ use ovsdb::{Atom, Condition, Mutation, Mutator, Transaction, Uuid, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One attachment to make or undo.
-struct Step {
+struct AttachStep {
     table: &'static str,
     uuid: Uuid,
     name: String,
@@ -25,7 +25,7 @@ struct Step {
 
 /// What differs between where the group is and where it should be, and the targets that do
 /// not exist. Nothing when the group itself does not exist ([`ensure`] deals with that).
-fn steps(observed: &Observed, g: &GroupPlan) -> (Option<Uuid>, Vec<Step>, Vec<String>) {
+fn steps(observed: &Observed, g: &GroupPlan) -> (Option<Uuid>, Vec<AttachStep>, Vec<String>) {
     let Some(own) = observed.groups.get(&g.name) else {
         return (None, Vec::new(), Vec::new());
     };
@@ -42,7 +42,7 @@ fn steps(observed: &Observed, g: &GroupPlan) -> (Option<Uuid>, Vec<Step>, Vec<St
                     "{table} {t} does not exist; Load_Balancer_Group {} cannot be attached to it",
                     g.name
                 )),
-                Some(h) if !h.groups.contains(&own.uuid) => steps.push(Step {
+                Some(h) if !h.groups.contains(&own.uuid) => steps.push(AttachStep {
                     table,
                     uuid: h.uuid,
                     name: t.clone(),
@@ -53,7 +53,7 @@ fn steps(observed: &Observed, g: &GroupPlan) -> (Option<Uuid>, Vec<Step>, Vec<St
         }
         for (name, h) in holders {
             if h.groups.contains(&own.uuid) && !targets.contains(name) {
-                steps.push(Step {
+                steps.push(AttachStep {
                     table,
                     uuid: h.uuid,
                     name: name.clone(),

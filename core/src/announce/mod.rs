@@ -8,13 +8,18 @@
 //! - [`nd_answer`]: the same for IPv6: neighbor advertisements built in the switch, and the
 //!   unsolicited advertisement a new owner sends;
 //! - [`record`]: who announces each VIP, on its Service (the
-//!   `vipflow.io/Announced` condition), written by the nodes that announce.
+//!   `vipflow.io/Announced` condition), written by the nodes that announce;
+//! - [`Announcing`]: whether this node announces, on which bridges and by which announcer,
+//!   read from the configuration in one place.
 
 pub mod announcements;
+mod announcing;
 pub mod arp_answer;
 pub mod nd_answer;
 pub mod placement;
 pub mod record;
+
+pub use announcing::{AnnouncerKind, Announcing};
 
 use openflow::Action;
 use openflow::oxm::{MacAddr, OXM_CLASS_OPENFLOW_BASIC, eth_type, oxm_header};

@@ -9,6 +9,7 @@
 //! VIP, port): stable across restarts and port renumbering, distinct for the same port on TCP
 //! and UDP.
 
+use crate::announce::Announcing;
 use crate::announce::nd_answer::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
 use crate::config::{BridgeConfig, GatewayMode, Profile};
 use crate::model::{Model, Protocol};
@@ -255,7 +256,7 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
         // ARP / ND requests for the VIP go to the host, never into OVN. A bridge that
         // announces drops them: only the owner answers, with the flow below, one priority up.
         FlowKey::Arp(ip) => {
-            let actions = if input.bridge.announce {
+            let actions = if Announcing::l2_on(input.bridge) {
                 Vec::new()
             } else {
                 c.to_host()
@@ -274,7 +275,7 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
             f
         }
         FlowKey::Nd(ip) => {
-            let actions = if input.bridge.announce {
+            let actions = if Announcing::l2_on(input.bridge) {
                 Vec::new()
             } else {
                 c.to_host()

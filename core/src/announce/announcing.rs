@@ -7,8 +7,7 @@ use crate::config::{BridgeConfig, Config};
 /// An announcer a node may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum AnnouncerKind {
-    /// One node answers ARP/ND for each VIP from its bridges ([`super::arp_answer`],
-    /// [`super::nd_answer`]).
+    /// One node answers ARP/ND for each VIP from its bridges ([`super::l2`]).
     L2,
 }
 

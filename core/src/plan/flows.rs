@@ -10,7 +10,7 @@
 //! and UDP.
 
 use crate::announce::Announcing;
-use crate::announce::nd_answer::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
+use crate::announce::l2::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
 use crate::config::{BridgeConfig, GatewayMode, Profile};
 use crate::model::{Model, Protocol};
 use openflow::action::port as ofport;
@@ -103,14 +103,14 @@ impl PlannedFlow {
                 PlannedAction::SetEthDst(mac) => {
                     actions.push(Action::SetField(OxmField::eth_dst(*mac)))
                 }
-                PlannedAction::AnswerArp(vip) => actions.extend(
-                    crate::announce::arp_answer::answer_actions(*vip, r.bridge_mac),
-                ),
+                PlannedAction::AnswerArp(vip) => {
+                    actions.extend(crate::announce::l2::arp_answer_actions(*vip, r.bridge_mac))
+                }
                 PlannedAction::AnswerNd(vip) => actions.extend(
-                    crate::announce::nd_answer::answer_actions(*vip, r.bridge_mac, self.table),
+                    crate::announce::l2::nd_answer_actions(*vip, r.bridge_mac, self.table),
                 ),
                 PlannedAction::AdvertNd => {
-                    actions.extend(crate::announce::nd_answer::advert_actions(r.bridge_mac))
+                    actions.extend(crate::announce::l2::nd_advert_actions(r.bridge_mac))
                 }
             }
         }

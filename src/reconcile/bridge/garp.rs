@@ -4,8 +4,7 @@
 //! backoff, so that a neighbor that missed one copy still moves to the new owner at once
 //! instead of waiting for its cache entry to age out.
 
-use crate::announce::arp_answer::gratuitous_arp;
-use crate::announce::nd_answer::unsolicited_na;
+use crate::announce::l2::{gratuitous_arp, unsolicited_na};
 use crate::plan::flows::FlowKey;
 use crate::plan::service_index::FlowIndex;
 use openflow::action::port;

@@ -106,6 +106,7 @@ async fn dispatch(
                 eprintln!("skipped: {p}");
             }
             let router_mac = agent::router_mac(&cfg, &loaded.objects);
+            let announcing = vipflow::announce::Announcing::of(&cfg);
             for (i, b) in cfg.bridges.iter().enumerate() {
                 let (answers, flows): (Vec<_>, Vec<_>) =
                     one.flows(i).into_iter().partition(|f| f.key.is_answer());
@@ -113,11 +114,11 @@ async fn dispatch(
                 for f in &flows {
                     println!("{}", f.display(b));
                 }
-                if b.announce && one.ownership_unknown {
+                if announcing.bridge(&b.name) && one.ownership_unknown {
                     println!(
                         "# answers: the membership places each VIP on one live node; `vipflow status` on a running agent shows which it answers for"
                     );
-                } else if b.announce {
+                } else if announcing.bridge(&b.name) {
                     println!(
                         "# answers node {} puts on {} ({} flows: the VIPs placed on it over the Ready Nodes)",
                         cfg.node_name,

@@ -128,7 +128,7 @@ impl BridgeConfig {
                 self.name
             )));
         }
-        if self.announce && self.priority == u16::MAX {
+        if crate::announce::Announcing::l2_on(self) && self.priority == u16::MAX {
             return Err(ConfigError::Invalid(format!(
                 "bridge {}: announce answers ARP one priority above the flows' priority, so the priority must be below 65535",
                 self.name

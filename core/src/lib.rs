@@ -12,7 +12,8 @@
 //! - [`decode`]: Kubernetes objects from text (the objects file, a watch event's JSON);
 //! - [`plan`]: the flows, the Northbound rows, the exclusions from pod IPAM, and the one
 //!   [`plan::planner::Planner`] every command plans with;
-//! - [`announce`]: who answers ARP/ND for each VIP (placement), and the L2 answers' actions;
+//! - [`announce`]: who announces each VIP (placement), whether and how this node announces,
+//!   the contract an announcer implements, and the L2 (ARP/ND answers) and BGP announcers;
 //! - [`membership`]: the member set (SWIM through foca), the successors' watch, claims, and
 //!   the seal of their datagrams;
 //! - [`ipam`]: the VIP allocator and its pools;

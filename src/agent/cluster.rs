@@ -63,10 +63,11 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         .await
         .map_err(AgentError::Kube)?;
     let writer_possible = cfg.nb_remote.is_some();
+    let announcing = crate::announce::Announcing::of(&cfg);
     let source_cfg = ksrc::KubeSourceConfig {
         node_name: cfg.node_name.clone(),
         // Placing VIPs needs every Node, as the Northbound writer's templates do.
-        all_nodes: writer_possible || cfg.bridges.iter().any(|b| b.announce),
+        all_nodes: writer_possible || announcing.any(),
         ..Default::default()
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
@@ -103,7 +104,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
     let events = sink(crate::event_sink::SinkKind::Node, &client);
     // Who announces each VIP, on its Service: written by the announcing nodes, paced as the
     // Events are.
-    let records = cfg.bridges.iter().any(|b| b.announce).then(|| {
+    let records = announcing.any().then(|| {
         crate::record_writer::RecordWriter::start(
             client.clone(),
             cluster.events_per_second,

@@ -90,10 +90,11 @@ impl FenceTargets {
         {
             return None;
         }
+        let announcing = crate::announce::Announcing::of(cfg);
         let targets: Vec<String> = cfg
             .bridges
             .iter()
-            .filter(|b| b.announce)
+            .filter(|b| announcing.bridge(&b.name))
             .map(|b| b.target(&cfg.ovs_rundir))
             .collect();
         (!targets.is_empty()).then_some(FenceTargets {

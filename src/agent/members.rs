@@ -40,7 +40,7 @@ pub fn start(
     cfg: &Config,
     objects: watch::Receiver<Arc<Loaded>>,
 ) -> Result<Option<Members>, AgentError> {
-    let announcing = cfg.bridges.iter().any(|b| b.announce);
+    let announcing = crate::announce::Announcing::of(cfg).any();
     let Some(path) = cfg.membership.key_file.clone().filter(|_| announcing) else {
         return Ok(None);
     };

@@ -107,6 +107,7 @@ pub(super) async fn observe_agent(
     let mut pools = opts.pools.clone();
     let mut seen_bridges: Vec<Seen> = bridges.iter().map(|_| Seen::default()).collect();
     let mut seen_nb = Seen::default();
+    let announcing = crate::announce::Announcing::of(&cfg);
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed = crate::events::Programmed::default();
     // The plan and applied state the Events were last updated for.
@@ -146,7 +147,7 @@ pub(super) async fn observe_agent(
                     last_sync: s.last_sync,
                     applied: s.applied_generation,
                     error: &s.last_error,
-                    announces: cfg.bridges.iter().any(|b| b.name == *name && b.announce),
+                    announces: announcing.bridge(name),
                 },
                 &arrived,
             );

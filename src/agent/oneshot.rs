@@ -100,7 +100,7 @@ pub fn plan_once(cfg: &Config, objects: &Objects, rows: bool) -> OneShotPlan {
         planner,
         plans,
         ownership_unknown: cfg.membership.key_file.is_some()
-            && cfg.bridges.iter().any(|b| b.announce),
+            && crate::announce::Announcing::of(cfg).any(),
     }
 }
 
@@ -266,13 +266,14 @@ pub async fn verify(cfg: &Config, objects: &Objects) -> Result<Vec<Drift>, Agent
     let plan = plan_once(cfg, objects, false);
     let db = crate::reconcile::ovs::read(&cfg.ovs_db()).await;
     let router_mac = router_mac(cfg, objects);
+    let announcing = crate::announce::Announcing::of(cfg);
     let mut out = Vec::new();
     for (i, b) in cfg.bridges.iter().enumerate() {
         let (conn, ports, mut observed) = observe(cfg, b, &db).await?;
         conn.close();
         let roles = one_shot_roles(b, &ports, router_mac)?;
         let (want, skipped) = bridge::resolve_plan(&plan.flows(i), &roles);
-        let unknown = plan.ownership_unknown && b.announce;
+        let unknown = plan.ownership_unknown && announcing.bridge(&b.name);
         if unknown {
             observed.retain(|id, _| !plan.is_answer_flow(i, &roles, id));
         }

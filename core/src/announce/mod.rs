@@ -1,44 +1,35 @@
-//! L2 announcement: one node answers ARP and neighbor solicitations for each VIP from
-//! its own bridge, and the answer moves when that node goes.
+//! Announcing: who answers for each VIP, and how a node makes the network send a VIP's traffic
+//! to it.
 //! - [`placement`]: which node answers for each VIP (rendezvous hashing over the live nodes);
 //! - [`announcements`]: the placement kept up to date by each snapshot, and the VIPs this node
 //!   took or gave up (the planner turns them into answer flows);
-//! - [`arp_answer`]: the actions that answer ARP in the switch, and the gratuitous ARP a new
-//!   owner sends;
-//! - [`nd_answer`]: the same for IPv6: neighbor advertisements built in the switch, and the
-//!   unsolicited advertisement a new owner sends;
 //! - [`record`]: who announces each VIP, on its Service (the
-//!   `vipflow.io/Announced` condition), written by the nodes that announce.
+//!   `vipflow.io/Announced` condition), written by the nodes that announce;
+//! - [`Announcing`]: whether this node announces, on which bridges and by which announcer,
+//!   read from the configuration in one place;
+//! - [`Announcer`]: the contract an announcer implements;
+//! - [`l2`]: the L2 announcer and its wire: ARP and neighbor solicitations answered in the
+//!   switch, and the gratuitous ARP or unsolicited advertisement a new owner sends;
+//! - [`BgpAnnouncer`]: the BGP announcer, over the prefixes of [`crate::plan::bgp`].
+//!
+//! Placement and the wire are apart because a second announcer shares the one and not the
+//! other. Which nodes may carry a VIP and which are live is the same question for every
+//! announcer; an announcer says how it spreads a VIP over them ([`Spread`]: one owner that
+//! moves when it dies for L2, every eligible node for BGP's ECMP) and what this node emits for
+//! the VIPs it announces (L2: answer flows on each announcing bridge and a gratuitous ARP/NA on
+//! takeover; BGP: host prefixes for FRR). [`L2Announcer`] and [`BgpAnnouncer`] implement
+//! [`Announcer`] by delegating to the existing placement, answer flows and prefixes; the agent
+//! still plans L2 through the planner and [`announcements`], and BGP plugs in at the trait.
 
 pub mod announcements;
-pub mod arp_answer;
-pub mod nd_answer;
+mod announcer;
+mod announcing;
+mod bgp;
+pub mod l2;
 pub mod placement;
 pub mod record;
 
-use openflow::Action;
-use openflow::oxm::{MacAddr, OXM_CLASS_OPENFLOW_BASIC, eth_type, oxm_header};
-
-/// Copy the whole of the basic field `src` (`len` bytes) into `dst` (a Nicira reg move).
-fn copy_field(src: u8, dst: u8, len: u8) -> Action {
-    Action::RegMove {
-        n_bits: u16::from(len) * 8,
-        src_ofs: 0,
-        dst_ofs: 0,
-        src: oxm_header(OXM_CLASS_OPENFLOW_BASIC, src, len),
-        dst: oxm_header(OXM_CLASS_OPENFLOW_BASIC, dst, len),
-    }
-}
-
-/// The Ethernet header of an announcement, with an 802.1Q tag when the uplink has one.
-fn ethernet_header(dst: MacAddr, src: MacAddr, vlan: Option<u16>, ethertype: u16) -> Vec<u8> {
-    let mut f = Vec::with_capacity(90);
-    f.extend_from_slice(&dst);
-    f.extend_from_slice(&src);
-    if let Some(v) = vlan {
-        f.extend_from_slice(&eth_type::VLAN.to_be_bytes());
-        f.extend_from_slice(&(v & 0x0fff).to_be_bytes());
-    }
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f
-}
+pub use announcer::{Announcer, Spread};
+pub use announcing::{AnnouncerKind, Announcing};
+pub use bgp::BgpAnnouncer;
+pub use l2::{L2Announcer, L2Emits};

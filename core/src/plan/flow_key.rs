@@ -20,13 +20,13 @@ pub enum PlannedAction {
     PopVlan,
     SetEthDst(MacAddr),
     /// Turn the ARP request for this VIP into the reply from the bridge's MAC, back out of
-    /// the input port ([`crate::announce::arp_answer::answer_actions`]).
+    /// the input port ([`crate::announce::l2::arp_answer_actions`]).
     AnswerArp(std::net::Ipv4Addr),
     /// Turn the neighbor solicitation for this VIP into the advertisement, marked and looked
-    /// up again in the flow's table ([`crate::announce::nd_answer::answer_actions`]).
+    /// up again in the flow's table ([`crate::announce::l2::nd_answer_actions`]).
     AnswerNd(std::net::Ipv6Addr),
     /// Finish a marked advertisement with the bridge's MAC and send it back out of the input
-    /// port ([`crate::announce::nd_answer::advert_actions`]).
+    /// port ([`crate::announce::l2::nd_advert_actions`]).
     AdvertNd,
 }
 
@@ -42,7 +42,7 @@ pub enum FlowKey {
     /// Neighbor solicitations for an IPv6 VIP to the host (dropped when the bridge announces).
     Nd(std::net::Ipv6Addr),
     /// This node answers neighbor solicitations for an IPv6 VIP it owns: the solicitation made
-    /// into the advertisement ([`crate::announce::nd_answer`], step 1).
+    /// into the advertisement ([`crate::announce::l2::nd_answer_actions`], step 1).
     NdAnswer(std::net::Ipv6Addr),
     /// The advertisement [`FlowKey::NdAnswer`] made, finished and sent back (step 2).
     NdAdvert(std::net::Ipv6Addr),

@@ -1,7 +1,7 @@
 //! A planned flow as `ovs-ofctl add-flow` text with port names, for `vipflow plan`.
 
 use super::flows::{PlannedAction, PlannedFlow, PortRef};
-use crate::announce::{arp_answer, nd_answer};
+use crate::announce::l2;
 use crate::config::{BridgeConfig, format_mac};
 use std::fmt;
 
@@ -62,11 +62,9 @@ impl fmt::Display for PlannedFlowText<'_> {
                 PlannedAction::Output(p) => format!("output:{}", name(*p)),
                 PlannedAction::PopVlan => "pop_vlan".into(),
                 PlannedAction::SetEthDst(m) => format!("mod_dl_dst:{}", format_mac(m)),
-                PlannedAction::AnswerArp(vip) => arp_answer::answer_actions_text(*vip, &mac),
-                PlannedAction::AnswerNd(vip) => {
-                    nd_answer::answer_actions_text(*vip, &mac, fl.table)
-                }
-                PlannedAction::AdvertNd => nd_answer::advert_actions_text(&mac),
+                PlannedAction::AnswerArp(vip) => l2::arp_answer_actions_text(*vip, &mac),
+                PlannedAction::AnswerNd(vip) => l2::nd_answer_actions_text(*vip, &mac, fl.table),
+                PlannedAction::AdvertNd => l2::nd_advert_actions_text(&mac),
             })
             .collect();
         if acts.is_empty() {

@@ -9,7 +9,8 @@
 //! VIP, port): stable across restarts and port renumbering, distinct for the same port on TCP
 //! and UDP.
 
-use crate::announce::nd_answer::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
+use crate::announce::Announcing;
+use crate::announce::l2::{MARK, MARK_REG, NEIGHBOR_ADVERT, NEIGHBOR_SOLICIT};
 use crate::config::{BridgeConfig, GatewayMode, Profile};
 use crate::model::{Model, Protocol};
 use openflow::action::port as ofport;
@@ -102,14 +103,14 @@ impl PlannedFlow {
                 PlannedAction::SetEthDst(mac) => {
                     actions.push(Action::SetField(OxmField::eth_dst(*mac)))
                 }
-                PlannedAction::AnswerArp(vip) => actions.extend(
-                    crate::announce::arp_answer::answer_actions(*vip, r.bridge_mac),
-                ),
+                PlannedAction::AnswerArp(vip) => {
+                    actions.extend(crate::announce::l2::arp_answer_actions(*vip, r.bridge_mac))
+                }
                 PlannedAction::AnswerNd(vip) => actions.extend(
-                    crate::announce::nd_answer::answer_actions(*vip, r.bridge_mac, self.table),
+                    crate::announce::l2::nd_answer_actions(*vip, r.bridge_mac, self.table),
                 ),
                 PlannedAction::AdvertNd => {
-                    actions.extend(crate::announce::nd_answer::advert_actions(r.bridge_mac))
+                    actions.extend(crate::announce::l2::nd_advert_actions(r.bridge_mac))
                 }
             }
         }
@@ -255,7 +256,7 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
         // ARP / ND requests for the VIP go to the host, never into OVN. A bridge that
         // announces drops them: only the owner answers, with the flow below, one priority up.
         FlowKey::Arp(ip) => {
-            let actions = if input.bridge.announce {
+            let actions = if Announcing::l2_on(input.bridge) {
                 Vec::new()
             } else {
                 c.to_host()
@@ -274,7 +275,7 @@ pub fn flow_of(key: FlowKey, input: &PlanInput<'_>) -> PlannedFlow {
             f
         }
         FlowKey::Nd(ip) => {
-            let actions = if input.bridge.announce {
+            let actions = if Announcing::l2_on(input.bridge) {
                 Vec::new()
             } else {
                 c.to_host()

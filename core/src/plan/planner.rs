@@ -11,6 +11,7 @@ use super::order;
 use super::row_table::{NbDelta, RowIndex, RowTable};
 use super::service_index::{FlowDelta, FlowIndex, ServiceIndex};
 use crate::announce::announcements::Announcements;
+use crate::announce::{AnnouncerKind, Announcing};
 use crate::config::{BridgeConfig, Config};
 use crate::model::{ModelOptions, Objects};
 use std::net::IpAddr;
@@ -180,7 +181,8 @@ impl Planner {
             cfg.cookie_prefix,
             rows.then(|| cfg.northbound.clone()),
         );
-        if cfg.bridges.iter().any(|b| b.announce) {
+        // The placement kept here is the L2 announcer's: one owner per VIP.
+        if Announcing::of(cfg).uses(AnnouncerKind::L2) {
             p.announcing_as(&cfg.node_name)
         } else {
             p

@@ -272,7 +272,7 @@ impl ServiceIndex {
 
     /// Whether bridge `i` announces its VIPs.
     pub fn announces(&self, i: usize) -> bool {
-        self.bridges[i].config.announce
+        crate::announce::Announcing::l2_on(&self.bridges[i].config)
     }
 
     /// What makes bridge `i`'s flows from their keys (the same one on every update).

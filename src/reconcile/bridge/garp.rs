@@ -4,8 +4,7 @@
 //! backoff, so that a neighbor that missed one copy still moves to the new owner at once
 //! instead of waiting for its cache entry to age out.
 
-use crate::announce::arp_answer::gratuitous_arp;
-use crate::announce::nd_answer::unsolicited_na;
+use crate::announce::l2::announcement;
 use crate::plan::flows::FlowKey;
 use crate::plan::service_index::FlowIndex;
 use openflow::action::port;
@@ -89,13 +88,7 @@ pub fn spawn(
     }
     let frames: Vec<(IpAddr, Message)> = vips
         .iter()
-        .map(|v| {
-            let frame = match v {
-                IpAddr::V4(v) => gratuitous_arp(*v, mac, vlan),
-                IpAddr::V6(v) => unsolicited_na(*v, mac, vlan),
-            };
-            (*v, packet_out(uplink, frame))
-        })
+        .map(|v| (*v, packet_out(uplink, announcement(*v, mac, vlan))))
         .collect();
     tokio::spawn(async move {
         let start = tokio::time::Instant::now();

@@ -1,6 +1,7 @@
 //! The bridge reconciler's task: the OpenFlow session (connect, port tracking, the flow
 //! monitor, full and incremental writes) and the reconnect loop around it.
 
+use crate::announce::Announcing;
 use crate::plan::flows::FlowKey;
 use crate::reconcile::ovs::DbFeed;
 use openflow::message::PortStatus;
@@ -350,7 +351,8 @@ impl Session {
             }
             // Answers this node may not give yet are left out of what is written; they are
             // checked again shortly.
-            let (plan, held) = if s.bridge.announce {
+            let answers = Announcing::l2_on(&s.bridge);
+            let (plan, held) = if answers {
                 self.gate(s, plan).await
             } else {
                 (plan, false)
@@ -361,7 +363,7 @@ impl Session {
             };
             // What a bridge that announces tells the network once this write is in: every VIP
             // it answers after a full sync, else those the write made it answer.
-            let roles = s.bridge.announce.then(|| making.roles.clone());
+            let roles = answers.then(|| making.roles.clone());
             let mut taken: Vec<std::net::IpAddr> = Vec::new();
             let r = if need_full {
                 if roles.is_some() {

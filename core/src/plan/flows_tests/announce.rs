@@ -92,8 +92,8 @@ fn for_an_ipv6_vip_the_solicitation_is_answered_in_two_marked_steps_and_the_bypa
     // The second step takes only what the first marked: an advertisement from the wire has
     // no mark.
     assert!(advert.match_.fields.contains(&OxmField::reg(
-        crate::announce::nd_answer::MARK_REG,
-        crate::announce::nd_answer::MARK
+        crate::announce::l2::MARK_REG,
+        crate::announce::l2::MARK
     )));
     assert!(advert.match_.fields.contains(&OxmField::icmpv6_type(136)));
     assert!(answer.match_.fields.contains(&OxmField::icmpv6_type(135)));

@@ -33,9 +33,9 @@ pub const NEIGHBOR_SOLICIT: u8 = 135;
 /// ICMPv6 type of a neighbor advertisement.
 pub const NEIGHBOR_ADVERT: u8 = 136;
 /// The flags word of an answer: Solicited and Override.
-pub const SOLICITED_OVERRIDE: u32 = 0x6000_0000;
+const SOLICITED_OVERRIDE: u32 = 0x6000_0000;
 /// The flags word of an announcement: Override only.
-pub const OVERRIDE: u32 = 0x2000_0000;
+const OVERRIDE: u32 = 0x2000_0000;
 /// ND option type of a target link-layer address.
 const OPTION_TARGET_LLA: u8 = 2;
 /// Next header of ICMPv6.
@@ -45,8 +45,8 @@ const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 const ALL_NODES_MAC: MacAddr = [0x33, 0x33, 0, 0, 0, 1];
 
 /// Step 1: the actions that turn a solicitation for `vip` into the advertisement from `mac`,
-/// mark it and look it up again in `table` (where [`advert_actions`] finishes it).
-pub fn answer_actions(vip: Ipv6Addr, mac: MacAddr, table: u8) -> Vec<Action> {
+/// mark it and look it up again in `table` (where [`nd_advert_actions`] finishes it).
+pub fn nd_answer_actions(vip: Ipv6Addr, mac: MacAddr, table: u8) -> Vec<Action> {
     use openflow::oxm::field as f;
     vec![
         copy_field(f::ETH_SRC, f::ETH_DST, 6),
@@ -66,15 +66,15 @@ pub fn answer_actions(vip: Ipv6Addr, mac: MacAddr, table: u8) -> Vec<Action> {
 
 /// Step 2: the marked advertisement gets `mac` as its target link-layer address and goes back
 /// out of the input port.
-pub fn advert_actions(mac: MacAddr) -> Vec<Action> {
+pub fn nd_advert_actions(mac: MacAddr) -> Vec<Action> {
     vec![
         Action::SetField(OxmField::ipv6_nd_tll(mac)),
         Action::output(port::IN_PORT),
     ]
 }
 
-/// [`answer_actions`] in `ovs-ofctl` syntax, for `vipflow plan`.
-pub fn answer_actions_text(vip: Ipv6Addr, mac: &str, table: u8) -> String {
+/// [`nd_answer_actions`] in `ovs-ofctl` syntax, for `vipflow plan`.
+pub fn nd_answer_actions_text(vip: Ipv6Addr, mac: &str, table: u8) -> String {
     format!(
         "move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{mac}->eth_src,\
          move:NXM_NX_IPV6_SRC[]->NXM_NX_IPV6_DST[],set_field:{vip}->ipv6_src,\
@@ -84,8 +84,8 @@ pub fn answer_actions_text(vip: Ipv6Addr, mac: &str, table: u8) -> String {
     )
 }
 
-/// [`advert_actions`] in `ovs-ofctl` syntax.
-pub fn advert_actions_text(mac: &str) -> String {
+/// [`nd_advert_actions`] in `ovs-ofctl` syntax.
+pub fn nd_advert_actions_text(mac: &str) -> String {
     format!("set_field:{mac}->nd_tll,IN_PORT")
 }
 

@@ -15,7 +15,7 @@ use std::net::Ipv4Addr;
 
 /// The actions that turn an ARP request for `vip` into the reply from `mac` and send it back
 /// out of the input port. A VLAN tag, if any, stays as it came.
-pub fn answer_actions(vip: Ipv4Addr, mac: MacAddr) -> Vec<Action> {
+pub fn arp_answer_actions(vip: Ipv4Addr, mac: MacAddr) -> Vec<Action> {
     use openflow::oxm::field as f;
     vec![
         // The requester becomes the destination; the answer comes from the bridge.
@@ -31,7 +31,7 @@ pub fn answer_actions(vip: Ipv4Addr, mac: MacAddr) -> Vec<Action> {
 }
 
 /// The same actions in `ovs-ofctl` syntax, for `vipflow plan`.
-pub fn answer_actions_text(vip: Ipv4Addr, mac: &str) -> String {
+pub fn arp_answer_actions_text(vip: Ipv4Addr, mac: &str) -> String {
     format!(
         "move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:{mac}->eth_src,set_field:2->arp_op,\
          move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:{mac}->arp_sha,\

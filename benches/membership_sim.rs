@@ -17,7 +17,7 @@ use std::time::Instant;
 use vipflow::announce::placement::{Eligible, NodeName, Placement};
 use vipflow::membership::MembershipSettings;
 use vipflow::membership::sim::{SimNetwork, sim_node};
-use vipflow::membership::watch::WatchEvent;
+use vipflow::membership::watch::WatchFinding;
 
 mod support;
 use support::percentile_f64;
@@ -174,11 +174,11 @@ fn main() {
     let watch_events = &lossy.watch_events[events_from..];
     let checks = watch_events
         .iter()
-        .filter(|(_, _, e)| matches!(e, WatchEvent::Checking { .. }))
+        .filter(|(_, _, e)| matches!(e, WatchFinding::Checking { .. }))
         .count();
     let confirmed = watch_events
         .iter()
-        .filter(|(_, _, e)| matches!(e, WatchEvent::Confirmed { .. }))
+        .filter(|(_, _, e)| matches!(e, WatchFinding::Confirmed { .. }))
         .count();
 
     println!();

@@ -9,7 +9,7 @@ use crate::membership::heard::HeardClaims;
 use crate::membership::member_set::{MemberSet, MembershipSettings, Outputs, Received};
 use crate::membership::peer::Peer;
 use crate::membership::seal::Key;
-use crate::membership::watch::WatchEvent;
+use crate::membership::watch::WatchFinding;
 use crate::model::Loaded;
 use foca::Timer;
 use std::collections::BTreeMap;
@@ -406,27 +406,27 @@ impl MembershipTask {
     ) {
         for e in &out.watch {
             match e {
-                WatchEvent::Watching { node, watching } => {
+                WatchFinding::Watching { node, watching } => {
                     if *watching {
                         tracing::info!(owner = %node, "watch: watching an owner (this node takes its VIPs if it goes)")
                     } else {
                         tracing::info!(owner = %node, "watch: no longer watching an owner")
                     }
                 }
-                WatchEvent::Checking {
+                WatchFinding::Checking {
                     node,
                     silent_ms,
                     helpers,
                 } => {
                     tracing::info!(node = %node, silent_ms, helpers = ?helpers, "watch: no heartbeat from the owner; asking others to reach it")
                 }
-                WatchEvent::Cleared { node, by } => {
+                WatchFinding::Cleared { node, by } => {
                     tracing::info!(node = %node, by = %by, "watch: the owner is alive; nothing moves")
                 }
-                WatchEvent::Inconclusive { node, lost } => {
+                WatchFinding::Inconclusive { node, lost } => {
                     tracing::info!(node = %node, unreachable_for = lost, "watch: too few others answered; nothing moves (SWIM decides)")
                 }
-                WatchEvent::Confirmed {
+                WatchFinding::Confirmed {
                     node,
                     silent_ms,
                     by,

@@ -5,7 +5,7 @@
 
 use super::peer::Peer;
 use super::seal::{Channel, Key, SealError};
-use super::watch::{self, Watch, WatchEvent, WatchSettings};
+use super::watch::{self, Watch, WatchFinding, WatchSettings};
 use crate::announce::placement::NodeName;
 use foca::{AccumulatingRuntime, Foca, NoCustomBroadcast, OwnedNotification, PostcardCodec, Timer};
 use rand::SeedableRng;
@@ -126,7 +126,7 @@ pub struct Outputs {
     /// Members this step declared down (or learned were).
     pub down: Vec<String>,
     /// What the watch of the owners found ([`super::watch`]), for the log.
-    pub watch: Vec<WatchEvent>,
+    pub watch: Vec<WatchFinding>,
 }
 
 /// How long after a silence this node still holds its verdicts ([`MemberSet::set_isolated`]):
@@ -296,7 +296,7 @@ impl MemberSet {
             .collect();
         let mut out = Outputs::default();
         for e in &w.events {
-            if let WatchEvent::Confirmed { node, .. } = e {
+            if let WatchFinding::Confirmed { node, .. } = e {
                 let id = self
                     .foca
                     .iter_members()
@@ -313,7 +313,7 @@ impl MemberSet {
         }
         if w.events
             .iter()
-            .any(|e| matches!(e, WatchEvent::Confirmed { .. }))
+            .any(|e| matches!(e, WatchFinding::Confirmed { .. }))
         {
             out = self.drain(now_ms);
         }

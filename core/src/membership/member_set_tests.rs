@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::membership::sim::{SimNetwork, sim_node};
-use crate::membership::watch::WatchEvent;
+use crate::membership::watch::WatchFinding;
 
 fn settings() -> MembershipSettings {
     MembershipSettings {
@@ -129,9 +129,9 @@ fn a_successor_on_a_lossy_link_moves_nothing() {
     net.set_link_loss(4, 0.05);
     net.run_until(602_000);
     let count =
-        |f: fn(&WatchEvent) -> bool| net.watch_events.iter().filter(|(_, _, e)| f(e)).count();
-    let checks = count(|e| matches!(e, WatchEvent::Checking { .. }));
-    let confirmed = count(|e| matches!(e, WatchEvent::Confirmed { .. }));
+        |f: fn(&WatchFinding) -> bool| net.watch_events.iter().filter(|(_, _, e)| f(e)).count();
+    let checks = count(|e| matches!(e, WatchFinding::Checking { .. }));
+    let confirmed = count(|e| matches!(e, WatchFinding::Confirmed { .. }));
     eprintln!(
         "10 min, 5 % loss on two watchers' links: {checks} checks, {confirmed} confirmed, {} downs",
         net.downs.len()
@@ -147,11 +147,11 @@ fn a_successor_on_a_lossy_link_moves_nothing() {
     let events = &net.watch_events[from_checks..];
     let checks = events
         .iter()
-        .filter(|(_, _, e)| matches!(e, WatchEvent::Checking { .. }))
+        .filter(|(_, _, e)| matches!(e, WatchFinding::Checking { .. }))
         .count();
     let confirmed: Vec<_> = events
         .iter()
-        .filter(|(_, _, e)| matches!(e, WatchEvent::Confirmed { .. }))
+        .filter(|(_, _, e)| matches!(e, WatchFinding::Confirmed { .. }))
         .collect();
     eprintln!(
         "5 min more at 20 % loss: {checks} checks, {} confirmed, {} SWIM downs",

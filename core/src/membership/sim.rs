@@ -7,7 +7,7 @@
 use super::member_set::{MemberSet, MembershipSettings, Outputs};
 use super::peer::Peer;
 use super::seal::Key;
-use super::watch::WatchEvent;
+use super::watch::WatchFinding;
 use crate::announce::placement::NodeName;
 use foca::Timer;
 use rand::rngs::StdRng;
@@ -50,7 +50,7 @@ pub struct SimNetwork {
     /// Every (time, observer, node) at which an observer declared a node down.
     pub downs: Vec<(u64, usize, String)>,
     /// Every (time, node, event) of the watch.
-    pub watch_events: Vec<(u64, usize, WatchEvent)>,
+    pub watch_events: Vec<(u64, usize, WatchFinding)>,
     /// When each node's next tick is queued.
     tick_at: Vec<Option<u64>>,
     /// Extra loss on each node's link (in and out), on top of `loss`.

@@ -136,7 +136,7 @@ impl WatchMessage {
 
 /// Something the watch found, for the log (and the caller's action on `Confirmed`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WatchEvent {
+pub enum WatchFinding {
     /// This node is a successor of `node`'s VIPs now (its first heartbeat came), or no longer.
     Watching { node: NodeName, watching: bool },
     /// No heartbeat from `node` for `silent_ms`: the helpers are asked.
@@ -168,7 +168,7 @@ pub struct Member {
 #[derive(Debug, Default)]
 pub struct WatchOutputs {
     pub sends: Vec<(SocketAddr, WatchMessage)>,
-    pub events: Vec<WatchEvent>,
+    pub events: Vec<WatchFinding>,
 }
 
 struct Watched {
@@ -302,7 +302,7 @@ impl Watch {
                 let node: NodeName = Arc::from(from.as_str());
                 if !watch {
                     if self.watched.remove(from.as_str()).is_some() {
-                        out.events.push(WatchEvent::Watching {
+                        out.events.push(WatchFinding::Watching {
                             node,
                             watching: false,
                         });
@@ -310,7 +310,7 @@ impl Watch {
                     return out;
                 }
                 let w = self.watched.entry(node.clone()).or_insert_with(|| {
-                    out.events.push(WatchEvent::Watching {
+                    out.events.push(WatchFinding::Watching {
                         node: node.clone(),
                         watching: true,
                     });
@@ -323,7 +323,7 @@ impl Watch {
                 w.addr = addr;
                 w.heard = now;
                 if w.check.take().is_some() {
-                    out.events.push(WatchEvent::Cleared {
+                    out.events.push(WatchFinding::Cleared {
                         node,
                         by: "its heartbeat".into(),
                     });
@@ -405,7 +405,7 @@ impl Watch {
                     // Alive for others: this node's link or timing is at fault. Stop watching
                     // until its next heartbeat comes (one that stopped on purpose sends none).
                     self.watched.remove(&node);
-                    out.events.push(WatchEvent::Cleared { node, by: from });
+                    out.events.push(WatchFinding::Cleared { node, by: from });
                     return out;
                 }
                 c.lost.insert(Arc::from(from.as_str()));
@@ -472,7 +472,7 @@ impl Watch {
             } else {
                 // Start its clock again: asked again after another miss, SWIM meanwhile.
                 w.heard = now;
-                out.events.push(WatchEvent::Inconclusive {
+                out.events.push(WatchFinding::Inconclusive {
                     node,
                     lost: c.lost.len(),
                 });
@@ -556,7 +556,7 @@ impl Watch {
         if picked.is_empty() {
             // No one to confirm with (two nodes): SWIM decides alone.
             w.heard = now;
-            out.events.push(WatchEvent::Inconclusive {
+            out.events.push(WatchFinding::Inconclusive {
                 node: node.clone(),
                 lost: 0,
             });
@@ -580,7 +580,7 @@ impl Watch {
             asked: picked.iter().map(|m| m.node.clone()).collect(),
             lost: BTreeSet::new(),
         });
-        out.events.push(WatchEvent::Checking {
+        out.events.push(WatchFinding::Checking {
             node: node.clone(),
             silent_ms,
             helpers: picked.iter().map(|m| m.node.clone()).collect(),
@@ -589,7 +589,7 @@ impl Watch {
 
     fn confirm(&mut self, now: u64, node: &NodeName, out: &mut WatchOutputs) {
         if let Some(w) = self.watched.remove(node) {
-            out.events.push(WatchEvent::Confirmed {
+            out.events.push(WatchFinding::Confirmed {
                 node: node.clone(),
                 silent_ms: now.saturating_sub(w.heard),
                 by: w

@@ -26,7 +26,7 @@ struct Net {
     inbox: Vec<(u64, usize, WatchMessage)>,
     held: Vec<(usize, WatchMessage)>,
     now: u64,
-    events: Vec<(u64, usize, WatchEvent)>,
+    events: Vec<(u64, usize, WatchFinding)>,
 }
 
 impl Net {
@@ -136,10 +136,10 @@ impl Net {
     }
 
     /// The events but `Watching`.
-    fn findings(&self) -> Vec<&(u64, usize, WatchEvent)> {
+    fn findings(&self) -> Vec<&(u64, usize, WatchFinding)> {
         self.events
             .iter()
-            .filter(|(_, _, e)| !matches!(e, WatchEvent::Watching { .. }))
+            .filter(|(_, _, e)| !matches!(e, WatchFinding::Watching { .. }))
             .collect()
     }
 
@@ -147,13 +147,13 @@ impl Net {
         self.events
             .iter()
             .filter_map(|(t, i, e)| match e {
-                WatchEvent::Confirmed { node, .. } => Some((*t, *i, node.clone())),
+                WatchFinding::Confirmed { node, .. } => Some((*t, *i, node.clone())),
                 _ => None,
             })
             .collect()
     }
 
-    fn count(&self, f: impl Fn(&WatchEvent) -> bool) -> usize {
+    fn count(&self, f: impl Fn(&WatchFinding) -> bool) -> usize {
         self.events.iter().filter(|(_, _, e)| f(e)).count()
     }
 }
@@ -180,11 +180,11 @@ fn a_dead_owner_is_confirmed_by_its_successor_within_the_budget() {
     // round trip: within 100 + 40 + a few ms of the death.
     assert!((100..=150).contains(&took), "confirmed after {took} ms");
     // Asked three helpers; all said lost.
-    let Some(WatchEvent::Confirmed { by, .. }) = net
+    let Some(WatchFinding::Confirmed { by, .. }) = net
         .events
         .iter()
         .map(|(_, _, e)| e)
-        .find(|e| matches!(e, WatchEvent::Confirmed { .. }))
+        .find(|e| matches!(e, WatchFinding::Confirmed { .. }))
     else {
         unreachable!()
     };
@@ -200,7 +200,7 @@ fn a_successor_cut_off_confirms_nothing() {
     net.silent[1] = true;
     net.run(2_000);
     assert!(net.confirmed().is_empty(), "{:?}", net.events);
-    assert!(net.count(|e| matches!(e, WatchEvent::Inconclusive { .. })) > 5);
+    assert!(net.count(|e| matches!(e, WatchFinding::Inconclusive { .. })) > 5);
 }
 
 #[test]
@@ -214,7 +214,7 @@ fn a_successor_that_misses_heartbeats_is_told_the_owner_lives() {
     net.run(300);
     assert!(net.confirmed().is_empty(), "{:?}", net.events);
     assert_eq!(
-        net.count(|e| matches!(e, WatchEvent::Cleared { .. })),
+        net.count(|e| matches!(e, WatchFinding::Cleared { .. })),
         1,
         "{:?}",
         net.events
@@ -254,7 +254,7 @@ fn two_nodes_leave_it_to_swim() {
     net.silent[0] = true;
     net.run(1_000);
     assert!(net.confirmed().is_empty());
-    assert!(net.count(|e| matches!(e, WatchEvent::Inconclusive { lost: 0, .. })) > 0);
+    assert!(net.count(|e| matches!(e, WatchFinding::Inconclusive { lost: 0, .. })) > 0);
 }
 
 #[test]

@@ -75,7 +75,7 @@ pub(super) fn notification(
     };
     whole(
         text,
-        Notification {
+        SeedNotification {
             schema,
             with_txn,
             format,
@@ -131,14 +131,14 @@ impl<'de> Visitor<'de> for SinceReply<'_> {
 }
 
 #[derive(Clone, Copy)]
-struct Notification<'s> {
+struct SeedNotification<'s> {
     schema: &'s DatabaseSchema,
     with_txn: bool,
     format: Format<'s>,
 }
-seed_visits!(Notification<'_>, deserialize_seq);
+seed_visits!(SeedNotification<'_>, deserialize_seq);
 
-impl<'de> Visitor<'de> for Notification<'_> {
+impl<'de> Visitor<'de> for SeedNotification<'_> {
     type Value = Update;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("update, update2 or update3 params")
@@ -365,7 +365,7 @@ impl<'de> Visitor<'de> for ValueText {
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Value, A::Error> {
         let v = match element(&mut s, std::marker::PhantomData::<String>)?.as_str() {
             "set" => Value::Set(element(&mut s, Atoms)?),
-            "map" => Value::Map(element(&mut s, Pairs)?),
+            "map" => Value::Map(element(&mut s, SeedPairs)?),
             "uuid" => Value::Atom(Atom::Uuid(element(&mut s, UuidText)?)),
             "named-uuid" => Value::Atom(named_uuid(element(&mut s, std::marker::PhantomData)?)),
             _ => return Err(A::Error::custom("unknown tag")),
@@ -441,10 +441,10 @@ impl<'de> Visitor<'de> for Atoms {
 
 /// The pairs of `["map", [...]]`.
 #[derive(Clone, Copy)]
-struct Pairs;
-seed_visits!(Pairs, deserialize_seq);
+struct SeedPairs;
+seed_visits!(SeedPairs, deserialize_seq);
 
-impl<'de> Visitor<'de> for Pairs {
+impl<'de> Visitor<'de> for SeedPairs {
     type Value = AtomMap;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a map's pairs")

@@ -43,7 +43,7 @@ pub async fn run(
     let mut last_warn: Option<std::time::Instant> = None;
     let mut db = DbFeed::new(settings.ovs_db.clone());
     loop {
-        let session = Session::connect(&settings, &mut db).await;
+        let session = BridgeSession::connect(&settings, &mut db).await;
         let mut session = match session {
             Ok(s) => s,
             Err(e) => {
@@ -147,7 +147,7 @@ const PROGRAMMED_WAIT: Duration = Duration::from_secs(10);
 /// How often a held-back answer is checked again.
 const RECHECK_EVERY: Duration = Duration::from_millis(50);
 
-struct Session {
+struct BridgeSession {
     conn: Connection,
     /// The node's integration bridge, to see that OVN programmed a VIP before answering for it.
     programmed: BrIntFlows,
@@ -173,8 +173,8 @@ struct Session {
     applied: Applied,
 }
 
-impl Session {
-    async fn connect(s: &BridgeSettings, db: &mut DbFeed) -> Result<Session, ConnError> {
+impl BridgeSession {
+    async fn connect(s: &BridgeSettings, db: &mut DbFeed) -> Result<BridgeSession, ConnError> {
         let (conn, events) = Connection::connect(&s.target, s.openflow.clone()).await?;
         // Subscribe before reading the ports, so no change falls between the two.
         conn.subscribe_port_status().await?;
@@ -190,7 +190,7 @@ impl Session {
             }
             Err(e) => return Err(e),
         };
-        Ok(Session {
+        Ok(BridgeSession {
             conn,
             programmed: BrIntFlows::new(s),
             opened: false,

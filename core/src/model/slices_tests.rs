@@ -2,6 +2,7 @@
 
 use super::test_support::*;
 use super::*;
+use crate::keys::L3_GATEWAY_CONFIG_ANNOTATION;
 
 // ---- EndpointSlices -------------------------------------------------------------------------
 

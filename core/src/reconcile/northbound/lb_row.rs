@@ -1,12 +1,11 @@
 //! vipflow's Load_Balancer rows as OVSDB columns, both ways: read from a row, written for a
 //! planned row, and the identity a guarded insert waits on.
 
+use crate::keys::{OWNER_KEY, SCOPE_KEY};
 use crate::model::Protocol;
 use crate::model::ServiceKey;
 use crate::plan::northbound::LbKey;
 use crate::plan::northbound::LbRow;
-use crate::plan::northbound::OWNER_KEY;
-use crate::plan::northbound::SCOPE_KEY;
 use crate::plan::northbound::Scope;
 use crate::plan::str_map::StrMap;
 use crate::reconcile::northbound::observed::LbDigest;

@@ -68,9 +68,6 @@ pub const CHASSIS_VARS: &str = "Chassis_Template_Var";
 
 pub const NB_GLOBAL: &str = "NB_Global";
 
-/// `NB_Global` `external_ids` key holding the token of the writer session allowed to write.
-pub const WRITER_KEY: &str = "vipflow.io/writer";
-
 /// Services per transaction in a batched sync. ovsdb-server's cost per row grows with the
 /// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
 /// 120 ms as 100 transactions of 100, sent back to back.

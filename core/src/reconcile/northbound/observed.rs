@@ -1,9 +1,9 @@
 //! What the writer knows of the database: vipflow's rows and the attachment targets, built
 //! once from the monitor's cache and its queued events, and kept current from its events.
 
+use crate::keys::EXCLUDE_IPS_KEY;
 use crate::model::ServiceKey;
 use crate::plan::exclude::LogicalSwitchIpam;
-use crate::plan::exclude::OURS_KEY;
 use crate::plan::northbound::LbKey;
 use crate::plan::northbound::LbRow;
 use crate::reconcile::northbound::CHASSIS_VARS;
@@ -312,7 +312,7 @@ impl Observed {
                     name: str_of(row.get("name")).unwrap_or_default(),
                     subnet: other_config.get("subnet").cloned(),
                     exclude_ips: other_config.get("exclude_ips").cloned(),
-                    ours: external_ids.get(OURS_KEY).cloned(),
+                    ours: external_ids.get(EXCLUDE_IPS_KEY).cloned(),
                 },
                 other_config,
                 external_ids,

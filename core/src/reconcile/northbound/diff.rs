@@ -433,7 +433,7 @@ pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec
                     out.push(format!(
                         "~ {}: differs (vips {:?}, want {:?})",
                         d.name,
-                        map_of(have.and_then(|r| r.get("vips"))),
+                        map_of(have.and_then(|r| r.get(lb_row::VIPS))),
                         d.vips
                     ));
                 }
@@ -461,7 +461,7 @@ pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec
             for o in os {
                 let name = cache
                     .row(LB, &o.uuid)
-                    .and_then(|r| lb_row::str_of(r.get("name")))
+                    .and_then(|r| lb_row::str_of(r.get(lb_row::NAME)))
                     .unwrap_or_default();
                 out.push(format!(
                     "- {name}: orphan ({} {})",

@@ -11,5 +11,5 @@ pub use sink::{EventCounters, EventSink, SinkConfig, SinkKind};
 pub use writer::{EventsError, event_object, said_by, statement_of};
 
 #[cfg(test)]
-#[path = "event_sink/statement_tests.rs"]
-mod statement_tests;
+#[path = "event_sink_tests.rs"]
+mod tests;

@@ -426,7 +426,7 @@ pub fn start(
 }
 
 #[cfg(test)]
-mod store_tests {
+mod tests {
     use super::*;
     use crate::model::KeptMeta;
 

@@ -438,16 +438,6 @@ impl fmt::Display for SocketLike {
 mod interned;
 mod validate;
 
-#[cfg(test)]
-mod conflicts_tests;
-#[cfg(test)]
-mod invalid_tests;
-#[cfg(test)]
-mod slices_tests;
-#[cfg(test)]
-mod test_support;
-#[cfg(test)]
-mod vips_tests;
 pub use validate::{Rank, gateway_router_mac, node_gateway_router_mac, slice_problems};
 pub(crate) use validate::{
     build_nodes, build_service, build_slices, cluster_ips_of, meta_key, rank, resolve_conflicts,
@@ -462,3 +452,6 @@ fn not_routable(ip: IpAddr) -> bool {
         IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
     }
 }
+
+#[cfg(test)]
+mod tests;

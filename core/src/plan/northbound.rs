@@ -513,5 +513,5 @@ fn on_node(bs: &[Backend], node: &str) -> Vec<Backend> {
 }
 
 #[cfg(test)]
-#[path = "northbound_tests.rs"]
+#[path = "northbound_tests/mod.rs"]
 mod tests;

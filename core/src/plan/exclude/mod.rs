@@ -35,14 +35,6 @@ mod northd_text;
 mod ovn;
 mod ranges;
 
-#[cfg(test)]
-mod parse_tests;
-#[cfg(test)]
-mod plan_tests;
-#[cfg(test)]
-mod pool_plan_tests;
-#[cfg(test)]
-mod test_support;
 pub use kubeovn::{
     Finding, FindingReason, KubeOvnSubnetIpam, PoolRange, check_kubeovn, check_kubeovn_with_pools,
 };
@@ -56,3 +48,6 @@ pub use ovn::{
 };
 pub use ranges::gaps;
 pub use ranges::{IpRange, RangeError, RangeSet, parse_entry};
+
+#[cfg(test)]
+mod tests;

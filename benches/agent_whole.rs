@@ -48,12 +48,10 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
 use testkit::kube_server::KubeServer;
+use testkit::{COOKIE_PREFIX, Sandbox, our_cookie};
 use vipflow::model::Protocol;
 use vipflow::plan::flows::{FlowKey, cookie};
-
-const COOKIE_PREFIX: u16 = 0x7f1f;
 
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
     testkit::proc_status_kib(pid, field)
@@ -509,9 +507,10 @@ fn add_flows_floor(sb: &Sandbox) -> Duration {
         "--no-stats",
     ]);
     let file = sb.path().join("floor.flows");
+    let prefix = our_cookie();
     let ours: String = flows
         .lines()
-        .filter(|l| l.contains("cookie=0x7f1f"))
+        .filter(|l| l.contains(&prefix))
         .flat_map(|l| [l.trim(), "\n"])
         .collect();
     std::fs::write(&file, &ours).expect("write the flows");

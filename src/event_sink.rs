@@ -8,8 +8,8 @@ mod writer;
 
 pub(crate) use queue::Bucket;
 pub use sink::{EventCounters, EventSink, SinkConfig, SinkKind};
-pub use writer::{EventsError, SAID_BY, STATEMENT, event_object, said_by, statement_of};
+pub use writer::{EventsError, event_object, said_by, statement_of};
 
 #[cfg(test)]
-#[path = "event_sink/statement_tests.rs"]
-mod statement_tests;
+#[path = "event_sink_tests.rs"]
+mod tests;

@@ -28,6 +28,7 @@ pub mod record_writer;
 pub mod source;
 
 pub use vipflow_core::{
-    announce, bgp, config, decode, events, ipam, lease, membership, model, parallel, plan, status,
+    announce, bgp, config, decode, events, ipam, keys, lease, membership, model, parallel, plan,
+    status,
     vec_set,
 };

@@ -134,8 +134,10 @@ async fn dispatch(
                 {
                     let mac = format_mac(&mac);
                     println!(
-                        "# where {}'s own MAC differs from the OVN gateway router's {mac} (Node {}, annotation k8s.ovn.org/l3-gateway-config), the agent puts set_field:{mac}->eth_dst before every output to the patch port into OVN above",
-                        b.name, cfg.node_name
+                        "# where {}'s own MAC differs from the OVN gateway router's {mac} (Node {}, annotation {}), the agent puts set_field:{mac}->eth_dst before every output to the patch port into OVN above",
+                        b.name,
+                        cfg.node_name,
+                        vipflow::keys::L3_GATEWAY_CONFIG_ANNOTATION
                     );
                 }
             }

@@ -4,11 +4,11 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
-use testkit::Sandbox;
+use testkit::{COOKIE_PREFIX, Sandbox, eventually_async, our_cookie, our_cookie_match};
 
 mod common;
 use common::expect::{default_resolved, expected_flows as expected, ofctl_ours};
-use common::{Agent, base_yaml, eventually, write_objects};
+use common::{Agent, base_yaml, write_objects};
 use vipflow::agent;
 use vipflow::config::{BridgeConfig, Config, GatewayMode, Profile};
 use vipflow::plan::flows::Resolved;
@@ -50,7 +50,7 @@ impl Harness {
     fn assert_exact(&self, yaml: &str, r: &Resolved) {
         let b = &self.cfg.bridges[0];
         let want = expected(&self.cfg, b, yaml, r);
-        let have = ofctl_ours(&self.sb, &b.name, "cookie=0x7f1f");
+        let have = ofctl_ours(&self.sb, &b.name);
         assert_eq!(
             have, want,
             "ovs-ofctl dump-flows shows exactly the planned flows"
@@ -138,7 +138,7 @@ async fn service_churn_gives_exactly_the_desired_flows_and_spares_foreign_ones()
     // Delete everything: none of ours left, the foreign flows and the default flow still there.
     let empty = list(&[]);
     h.update(&empty).await;
-    assert!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f").is_empty());
+    assert!(ofctl_ours(&h.sb, "br-ex").is_empty());
     assert_eq!(
         foreign_flows(&h.sb),
         2,
@@ -152,7 +152,7 @@ async fn service_churn_gives_exactly_the_desired_flows_and_spares_foreign_ones()
 
 impl Harness {
     fn ofctl_count(&self) -> usize {
-        ofctl_ours(&self.sb, "br-ex", "cookie=0x7f1f").len()
+        ofctl_ours(&self.sb, "br-ex").len()
     }
 }
 
@@ -182,15 +182,15 @@ async fn recreated_uplink_with_a_new_port_number_takes_the_flows_along() {
     let h = Harness::start(Sandbox::openflow_only(), |_| {}, &y).await;
     h.sb.vsctl(&["del-port", "br-ex", "eth0"]);
     // Without the uplink nothing can be programmed: the stale flows go.
-    eventually("flows removed with the uplink", 10, || h.ofctl_count() == 0).await;
+    eventually_async("flows removed with the uplink", 10, || h.ofctl_count() == 0).await;
     h.sb.add_dummy_port("eth0", 7);
     let moved = Resolved {
         uplink: 7,
         ..default_resolved()
     };
     let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &moved);
-    eventually("flows follow eth0 to port 7", 10, || {
-        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    eventually_async("flows follow eth0 to port 7", 10, || {
+        ofctl_ours(&h.sb, "br-ex") == want
     })
     .await;
     assert!(want.iter().any(|l| l.contains("in_port=7")));
@@ -206,7 +206,9 @@ async fn ofproto_trace_arp_reaches_local_and_vip_tcp_and_fragments_reach_the_pat
         "in_port=eth0,arp,arp_op=1,arp_tpa=172.18.0.100,arp_spa=172.18.0.1,dl_src=02:aa:00:00:00:01,dl_dst=ff:ff:ff:ff:ff:ff",
     ]);
     assert!(
-        arp.contains("arp_tpa=172.18.0.100,arp_op=1, priority 500, cookie 0x7f1f"),
+        arp.contains(&format!(
+            "arp_tpa=172.18.0.100,arp_op=1, priority 500, cookie {COOKIE_PREFIX:#x}"
+        )),
         "{arp}"
     );
     assert!(arp.lines().any(|l| l.trim() == "LOCAL"), "{arp}");
@@ -248,7 +250,10 @@ async fn ofproto_trace_arp_reaches_local_and_vip_tcp_and_fragments_reach_the_pat
         "br-ex",
         "in_port=eth0,tcp,nw_src=198.51.100.7,nw_dst=172.18.0.100,tp_src=40000,tp_dst=22",
     ]);
-    assert!(!other.contains("cookie 0x7f1f"), "{other}");
+    assert!(
+        !other.contains(&format!("cookie {COOKIE_PREFIX:#x}")),
+        "{other}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,12 +295,12 @@ async fn bad_input_is_reported_and_the_rest_applied_without_losing_flows() {
         3,
         "172.18.1.1, .2 and .3 are all programmed"
     );
-    let flows_before = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    let flows_before = ofctl_ours(&h.sb, "br-ex");
 
     // A file that does not parse at all: nothing already programmed is lost.
     write_objects(&h.objects, "items: [ {{{ this is not yaml");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f"), flows_before);
+    assert_eq!(ofctl_ours(&h.sb, "br-ex"), flows_before);
 
     // Fixed again: applied.
     h.update(&good).await;
@@ -366,7 +371,7 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
     .await;
     // br-ex: local gateway mode with a tagged uplink: only bypass flows, matching the tag.
     h.assert_exact(&y, &default_resolved());
-    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    let ours = ofctl_ours(&h.sb, "br-ex");
     assert_eq!(ours.len(), 3, "{ours:?}");
     assert!(
         ours.iter()
@@ -396,7 +401,7 @@ async fn vlan_uplink_and_underlay_bridge_are_programmed_at_once() {
             steer_dst: None,
         },
     );
-    assert_eq!(ofctl_ours(&h.sb, "br-provider", "cookie=0x7f1f"), want);
+    assert_eq!(ofctl_ours(&h.sb, "br-provider"), want);
     let tcp = h.sb.appctl(&[
         "ofproto/trace",
         "br-provider",
@@ -451,7 +456,12 @@ fn cli_once_then_verify_reports_sync_and_drift() {
         "br-ex",
         "priority=500,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.53",
     ]);
-    sb.ofctl(&["add-flow", "br-ex", "cookie=0x7f1f000000000bad,priority=500,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.100 actions=drop"]);
+    let changed = format!("cookie={:#x}", (u64::from(COOKIE_PREFIX) << 48) | 0xbad);
+    sb.ofctl(&[
+        "add-flow",
+        "br-ex",
+        &format!("{changed},priority=500,in_port=1,arp,arp_op=1,arp_tpa=172.18.0.100 actions=drop"),
+    ]);
     let out = run(&["verify"]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -460,7 +470,7 @@ fn cli_once_then_verify_reports_sync_and_drift() {
         text.contains("br-ex: drift (1 missing, 0 unexpected, 1 changed)"),
         "{text}"
     );
-    assert!(text.contains("~ cookie=0x7f1f000000000bad"), "{text}");
+    assert!(text.contains(&format!("~ {changed}")), "{text}");
     assert_eq!(
         text.lines()
             .filter(|l| l.starts_with(['+', '-', '~']))
@@ -505,7 +515,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     )
     .await
     .unwrap();
-    let before = ofctl_ours(&sb, "br-ex", "cookie=0x7f1f");
+    let before = ofctl_ours(&sb, "br-ex");
     assert_eq!(before.len(), 24);
 
     // A restarted agent whose source has not listed anything yet: placeholder plan only.
@@ -518,7 +528,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     ));
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(
-        ofctl_ours(&sb, "br-ex", "cookie=0x7f1f"),
+        ofctl_ours(&sb, "br-ex"),
         before,
         "nothing deleted while there is no plan"
     );
@@ -551,7 +561,7 @@ async fn a_starting_reconciler_touches_nothing_before_the_first_plan() {
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f"), before);
+    assert_eq!(ofctl_ours(&sb, "br-ex"), before);
     task.abort();
 }
 
@@ -653,7 +663,7 @@ async fn without_port_flags_the_long_localnet_patch_port_is_found_in_the_ovs_dat
     assert_eq!(h.cfg.bridges[0].uplink, None);
     // Exactly the planned flows, in from eth0 (1) and out to the patch port (5), and back.
     h.assert_exact(&y, &resolved_with_patch(5));
-    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    let ours = ofctl_ours(&h.sb, "br-ex");
     assert!(
         ours.iter()
             .any(|l| l.contains("in_port=1") && l.ends_with("actions=output:5"))
@@ -729,7 +739,7 @@ async fn an_ambiguous_default_is_reported_with_the_candidates_and_the_flag() {
         .filter(|l| l.ends_with("actions=LOCAL"))
         .collect();
     assert!(!bypass.is_empty());
-    assert_eq!(ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f"), bypass);
+    assert_eq!(ofctl_ours(&h.sb, "br-ex"), bypass);
 }
 
 #[test]
@@ -763,14 +773,14 @@ fn once_without_mappings_fails_with_the_flag_to_set_and_succeeds_with_flags() {
         ),
         "{err}"
     );
-    assert!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f").is_empty());
+    assert!(ofctl_ours(&sb, "br-ex").is_empty());
     let out = run(&["--uplink", "eth0", "--patch", "patch-ex-to-int"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(ofctl_ours(&sb, "br-ex", "cookie=0x7f1f").len(), 24);
+    assert_eq!(ofctl_ours(&sb, "br-ex").len(), 24);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -790,17 +800,17 @@ async fn the_patch_port_made_later_and_recreated_with_a_new_number_is_followed()
     // It appears: every flow is programmed.
     add_patch_br_ex_only(&h.sb, 5);
     let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &resolved_with_patch(5));
-    eventually("flows through the new patch port", 10, || {
-        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    eventually_async("flows through the new patch port", 10, || {
+        ofctl_ours(&h.sb, "br-ex") == want
     })
     .await;
-    eventually("problem cleared", 10, || problems(&h).is_empty()).await;
+    eventually_async("problem cleared", 10, || problems(&h).is_empty()).await;
     // Recreated with another OpenFlow number: the flows follow it.
     h.sb.vsctl(&["del-port", "br-ex", LONG_PATCH]);
     add_patch_br_ex_only(&h.sb, 9);
     let want = expected(&h.cfg, &h.cfg.bridges[0], &y, &resolved_with_patch(9));
-    eventually("flows follow the patch port to 9", 10, || {
-        ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f") == want
+    eventually_async("flows follow the patch port to 9", 10, || {
+        ofctl_ours(&h.sb, "br-ex") == want
     })
     .await;
     assert!(want.iter().any(|l| l.ends_with("actions=output:9")));
@@ -882,7 +892,7 @@ async fn a_gateway_router_mac_other_than_the_bridges_is_reported_and_rewritten_t
         ..default_resolved()
     };
     h.assert_exact(&y, &r);
-    let ours = ofctl_ours(&h.sb, "br-ex", "cookie=0x7f1f");
+    let ours = ofctl_ours(&h.sb, "br-ex");
     let rewritten: Vec<&String> = ours
         .iter()
         .filter(|l| l.contains("set_field:0a:58:64:40:00:05->eth_dst,output:2"))
@@ -948,18 +958,19 @@ async fn a_file_rewritten_in_place_never_drops_a_flow() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s = stop.clone();
     // Count our flows as often as ovs-ofctl can, the whole time.
+    let (ours, ours_match) = (our_cookie(), our_cookie_match());
     let watcher = std::thread::spawn(move || {
         let (mut min, mut reads) = (usize::MAX, 0u32);
         while !s.load(std::sync::atomic::Ordering::Relaxed) {
             let out = std::process::Command::new("ovs-ofctl")
                 .args(["-O", "OpenFlow13", "dump-flows"])
                 .arg(format!("unix:{}", sock.display()))
-                .arg("cookie=0x7f1f000000000000/0xffff000000000000")
+                .arg(&ours_match)
                 .output()
                 .unwrap();
             let n = String::from_utf8_lossy(&out.stdout)
                 .lines()
-                .filter(|l| l.contains("cookie=0x7f1f"))
+                .filter(|l| l.contains(&ours))
                 .count();
             min = min.min(n);
             reads += 1;

@@ -5,10 +5,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{Sandbox, eventually_async, our_cookie};
 
 mod common;
-use common::eventually;
 use testkit::kube_server::KubeServer;
 use vipflow::agent::{self, ClusterOptions};
 use vipflow::config::Config;
@@ -59,10 +58,11 @@ fn slice(endpoints: &[(&str, &str)]) -> Value {
 }
 
 fn flows(sb: &Sandbox) -> Vec<String> {
+    let ours = our_cookie();
     sb.ofctl(&["--no-stats", "dump-flows", "br-ex"])
         .lines()
         .map(|l| l.trim().to_string())
-        .filter(|l| l.starts_with("cookie=0x7f1f"))
+        .filter(|l| l.starts_with(&ours))
         .collect()
 }
 
@@ -133,13 +133,13 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
 
     // The load balancer implementation sets the ingress IP: flows and the row appear.
     kube.apply(service(Some("172.18.0.100")));
-    eventually("ARP bypass for the new VIP", 15, || {
+    eventually_async("ARP bypass for the new VIP", 15, || {
         flows(&sb)
             .iter()
             .any(|f| f.contains("arp_tpa=172.18.0.100"))
     })
     .await;
-    eventually("LB row", 15, || {
+    eventually_async("LB row", 15, || {
         lb_vips(&sb)
             .iter()
             .any(|(_, v)| v.contains("10.244.1.5:8080"))
@@ -148,7 +148,7 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
 
     // Scale the endpoints: the backends follow.
     kube.apply(slice(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")]));
-    eventually("two backends", 15, || {
+    eventually_async("two backends", 15, || {
         lb_vips(&sb)
             .iter()
             .any(|(_, v)| v.contains("10.244.1.5:8080,10.244.2.7:8080"))
@@ -156,7 +156,7 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
     .await;
 
     // Events on the Service, from this node.
-    eventually("VipProgrammed event", 15, || {
+    eventually_async("VipProgrammed event", 15, || {
         kube.events().iter().any(|e| {
             e["reason"] == "VipProgrammed"
                 && e["regarding"]["name"] == "web"
@@ -176,7 +176,7 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
     api["metadata"]["name"] = json!("api");
     api["status"]["loadBalancer"]["ingress"][0]["ip"] = json!("172.18.0.101");
     kube.apply(api);
-    eventually("flows for a Service created across the 410", 20, || {
+    eventually_async("flows for a Service created across the 410", 20, || {
         flows(&sb)
             .iter()
             .any(|f| f.contains("arp_tpa=172.18.0.101"))
@@ -196,8 +196,8 @@ async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {
     // Delete both Services: every flow and row of ours goes.
     kube.delete("v1", "Service", "shop", "web");
     kube.delete("v1", "Service", "shop", "api");
-    eventually("flows gone", 15, || flows(&sb).is_empty()).await;
-    eventually("rows gone", 15, || lb_vips(&sb).is_empty()).await;
+    eventually_async("flows gone", 15, || flows(&sb).is_empty()).await;
+    eventually_async("rows gone", 15, || lb_vips(&sb).is_empty()).await;
     cluster.shutdown().await;
 }
 
@@ -213,13 +213,13 @@ async fn bad_objects_are_skipped_with_a_warning_event_and_the_rest_applied() {
     let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
         .await
         .unwrap();
-    eventually("the good VIP programmed", 15, || {
+    eventually_async("the good VIP programmed", 15, || {
         flows(&sb)
             .iter()
             .any(|f| f.contains("arp_tpa=172.18.0.100"))
     })
     .await;
-    eventually("warnings for the bad VIPs", 15, || {
+    eventually_async("warnings for the bad VIPs", 15, || {
         let ev = kube.events();
         let warn = |s: &str| {
             ev.iter().any(|e| {
@@ -232,7 +232,7 @@ async fn bad_objects_are_skipped_with_a_warning_event_and_the_rest_applied() {
     })
     .await;
     // Everything there is to say has been said: two warnings and VipProgrammed.
-    eventually("VipProgrammed too", 15, || {
+    eventually_async("VipProgrammed too", 15, || {
         kube.events().iter().any(|e| e["reason"] == "VipProgrammed")
     })
     .await;
@@ -385,13 +385,13 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
     let b = spawn_agent(&kube, &sbx, "node-b", &sa, "agent-b");
 
     // Both program their own node's bridge; one holds the Lease and writes the rows.
-    eventually("both bridges programmed", 20, || {
+    eventually_async("both bridges programmed", 20, || {
         flows(&sa).iter().any(|f| f.contains("172.18.0.100"))
             && flows(&sbx).iter().any(|f| f.contains("172.18.0.100"))
     })
     .await;
-    eventually("a lease holder", 20, || holder(&kube).is_some()).await;
-    eventually("rows written", 20, || {
+    eventually_async("a lease holder", 20, || holder(&kube).is_some()).await;
+    eventually_async("rows written", 20, || {
         lb_vips(&sa)
             .iter()
             .any(|(_, v)| v.contains("10.244.1.5:8080"))
@@ -403,7 +403,7 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
     } else {
         (b, a)
     };
-    eventually("both report their role", 10, || {
+    eventually_async("both report their role", 10, || {
         let (l, f) = (status(&leader), status(&follower));
         l.is_some_and(|s| s["northbound"]["writer"] == true)
             && f.is_some_and(|s| s["northbound"]["writer"] == false)
@@ -460,7 +460,7 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
     let killed = Instant::now();
     let _ = leader.child.wait();
     let follower_id = follower.identity.clone();
-    eventually("the follower holds the lease", 10, || {
+    eventually_async("the follower holds the lease", 10, || {
         holder(&kube).as_deref() == Some(follower_id.as_str())
     })
     .await;
@@ -472,7 +472,7 @@ async fn two_agents_one_writer_and_the_other_takes_over_when_it_dies() {
 
     // ... and converges: a change made now reaches the rows through the new writer.
     kube.apply(slice(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")]));
-    eventually("new writer applies the change", 20, || {
+    eventually_async("new writer applies the change", 20, || {
         lb_vips(&sa)
             .iter()
             .any(|(_, v)| v.contains("10.244.1.5:8080,10.244.2.7:8080"))
@@ -498,7 +498,7 @@ async fn graceful_shutdown_hands_the_lease_over_at_once() {
     let a = agent::start_cluster(long.clone(), opts.clone())
         .await
         .unwrap();
-    eventually("a holds the lease", 10, || {
+    eventually_async("a holds the lease", 10, || {
         holder(&kube).as_deref() == Some("agent-a")
     })
     .await;
@@ -508,7 +508,7 @@ async fn graceful_shutdown_hands_the_lease_over_at_once() {
     assert_eq!(holder(&kube).as_deref(), Some("agent-a"));
     let t = Instant::now();
     a.shutdown().await;
-    eventually("b takes over", 10, || {
+    eventually_async("b takes over", 10, || {
         holder(&kube).as_deref() == Some("agent-b")
     })
     .await;
@@ -544,7 +544,7 @@ spec:
     let cluster = agent::start_cluster(config(&sb, "node-a", None), opts)
         .await
         .unwrap();
-    eventually("VipNotExcluded warning on the Service", 15, || {
+    eventually_async("VipNotExcluded warning on the Service", 15, || {
         kube.events().iter().any(|e| {
             e["reason"] == "VipNotExcluded"
                 && e["regarding"]["name"] == "web"
@@ -562,7 +562,7 @@ spec:
         s["metadata"]["name"] = json!(format!("burst-{i}"));
         kube.apply(s);
     }
-    eventually("all 100 VIPs programmed", 20, || {
+    eventually_async("all 100 VIPs programmed", 20, || {
         flows(&sb)
             .iter()
             .filter(|f| f.contains("arp_tpa=172.20.0."))
@@ -592,18 +592,18 @@ async fn the_elected_agent_allocates_an_address_programs_it_and_shows_the_pool()
     cfg.allocate_ips = true;
     let cluster = agent::start_cluster(cfg, opts).await.unwrap();
     // The Service had no address: the elected agent gives it one, then programs it.
-    eventually("an address in the Service's status", 20, || {
+    eventually_async("an address in the Service's status", 20, || {
         kube.get("v1", "Service", "shop", "web")
             .is_some_and(|s| s["status"]["loadBalancer"]["ingress"][0]["ip"] == "172.18.0.200")
     })
     .await;
-    eventually("ARP bypass for the allocated address", 20, || {
+    eventually_async("ARP bypass for the allocated address", 20, || {
         flows(&sb)
             .iter()
             .any(|f| f.contains("arp_tpa=172.18.0.200"))
     })
     .await;
-    eventually("LB row", 20, || {
+    eventually_async("LB row", 20, || {
         lb_vips(&sb)
             .iter()
             .any(|(_, v)| v.contains("172.18.0.200:80") && v.contains("10.244.1.5:8080"))
@@ -659,13 +659,13 @@ async fn the_node_that_takes_a_vip_tells_its_service_with_an_event() {
     let cluster = agent::start_cluster(cfg, cluster_options(&kube, "agent-a"))
         .await
         .unwrap();
-    eventually("the ARP answer on br-ex", 15, || {
+    eventually_async("the ARP answer on br-ex", 15, || {
         flows(&sb)
             .iter()
             .any(|f| f.contains("arp_tpa=172.18.0.100") && f.contains("IN_PORT"))
     })
     .await;
-    eventually("VipAnnounced event", 15, || {
+    eventually_async("VipAnnounced event", 15, || {
         kube.events().iter().any(|e| {
             e["reason"] == "VipAnnounced"
                 && e["type"] == "Normal"
@@ -763,7 +763,7 @@ async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes
 
     // The owner names itself, after its answer is on its switch.
     let first = format!("{VIP} by {owner}");
-    eventually("the owner's record", 20, || {
+    eventually_async("the owner's record", 20, || {
         announced_record(&kube, "web").as_deref() == Some(first.as_str())
     })
     .await;
@@ -773,7 +773,7 @@ async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes
         "recorded before the answer flow was on the switch"
     );
     assert!(!answers(&other));
-    eventually("the owner's VipAnnounced", 15, || {
+    eventually_async("the owner's VipAnnounced", 15, || {
         announced_events(&kube)
             .iter()
             .any(|n| n.contains(VIP) && n.contains(&format!("by node {owner}")))
@@ -792,7 +792,7 @@ async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes
                    "conditions": [{"type": "Ready", "status": "False"}]}
     }));
     let moved = format!("{VIP} by {other} (from {owner})");
-    eventually("the new owner's record", 20, || {
+    eventually_async("the new owner's record", 20, || {
         announced_record(&kube, "web").as_deref() == Some(moved.as_str())
     })
     .await;
@@ -802,7 +802,7 @@ async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes
         "recorded before the new answer was on the switch"
     );
     let said_move = format!("VIPs {VIP} (from node {owner}) announced by node {other}");
-    eventually("the move's VipAnnounced", 15, || {
+    eventually_async("the move's VipAnnounced", 15, || {
         announced_events(&kube)
             .iter()
             .any(|n| n.contains(&said_move))
@@ -857,13 +857,13 @@ async fn the_announcing_node_is_named_on_the_service_and_a_move_names_both_nodes
     .await
     .unwrap();
     let removed_at = Instant::now();
-    eventually("the record removed", 20, || {
+    eventually_async("the record removed", 20, || {
         kube.get("v1", "Service", "shop", "web")
             .is_some_and(|s| announced_record(&kube, "web").is_none() && s["status"].is_object())
     })
     .await;
     let removed_after = removed_at.elapsed();
-    eventually("no answer left", 15, || {
+    eventually_async("no answer left", 15, || {
         !answers("node-a") && !answers("node-b")
     })
     .await;

@@ -5,7 +5,7 @@ use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::Sandbox;
+use testkit::{Sandbox, eventually_async};
 
 mod common;
 use common::expect::{expected_rows as expected, json_map, nbctl_lbs, ours_rows as ours};
@@ -652,7 +652,7 @@ async fn rows_go_in_before_a_new_services_flows_and_go_after_a_removed_ones() {
         flows(&a)
     );
     drop(nb);
-    common::eventually("the rows, then the flows", 10, || {
+    eventually_async("the rows, then the flows", 10, || {
         rows(&a).contains("172.18.0.200:8443") && flows(&a).contains(steer)
     })
     .await;
@@ -675,7 +675,7 @@ async fn rows_go_in_before_a_new_services_flows_and_go_after_a_removed_ones() {
         rows(&a)
     );
     drop(ovs);
-    common::eventually("the flows, then the rows, gone", 10, || {
+    eventually_async("the flows, then the rows, gone", 10, || {
         !flows(&a).contains(steer) && !rows(&a).contains("172.18.0.200:8443")
     })
     .await;
@@ -779,7 +779,7 @@ async fn vipflows_group_follows_the_nodes_routers_and_problems_name_what_is_miss
     // node-b's router appears: the writer attaches the group there, and verify is clean.
     h.sb.nbctl(&["lr-add", "GR_node-b"]);
     let sb = &h.sb;
-    common::eventually("the group on GR_node-b", 10, || {
+    eventually_async("the group on GR_node-b", 10, || {
         router_groups(sb, "GR_node-b") == ["vipflow-cluster"]
     })
     .await;
@@ -798,7 +798,7 @@ async fn vipflows_group_follows_the_nodes_routers_and_problems_name_what_is_miss
     );
     h.update(&y2).await;
     let sb = &h.sb;
-    common::eventually("the group off GR_node-b", 10, || {
+    eventually_async("the group off GR_node-b", 10, || {
         router_groups(sb, "GR_node-b").is_empty()
     })
     .await;

@@ -10,13 +10,14 @@
 mod announce_bed;
 
 use announce_bed::{
-    NODES, VIP, VIP6, answering, answering6, client_neighbor, client_neighbor_of, eventually,
-    objects, write_objects,
+    NODES, VIP, VIP6, answering, answering6, client_neighbor, client_neighbor_of, objects,
+    write_objects,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use testkit::eventually;
 use testkit::netns::{self, PodServer};
 use testkit::testbed::{self, AgentProcess, Testbed};
 

@@ -8,7 +8,7 @@ mod common;
 
 use openflow::{Config, Connection, Message};
 use std::net::{Ipv4Addr, Ipv6Addr};
-use testkit::Sandbox;
+use testkit::{COOKIE_PREFIX, Sandbox};
 use vipflow::config::BridgeConfig;
 use vipflow::plan::flows::{FlowKey, PlanInput, Resolved, flow_of};
 
@@ -31,7 +31,7 @@ async fn install(sb: &Sandbox, keys: &[FlowKey]) -> Connection {
     };
     let input = PlanInput {
         bridge: &bridge,
-        cookie_prefix: 0x7f1f,
+        cookie_prefix: COOKIE_PREFIX,
     };
     // The sandbox's uplink eth0 is OpenFlow port 1.
     let resolved = Resolved {

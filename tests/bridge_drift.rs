@@ -6,16 +6,12 @@ mod common;
 
 use common::{Agent, kubectl_dump};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{Sandbox, our_cookie, our_cookie_match};
 use vipflow::reconcile::bridge::BridgeStatus;
 
 /// The number of vipflow's flows on br-ex, counted by the switch.
 fn ours_on_switch(sb: &Sandbox) -> usize {
-    let out = sb.ofctl(&[
-        "dump-aggregate",
-        "br-ex",
-        "cookie=0x7f1f000000000000/0xffff000000000000",
-    ]);
+    let out = sb.ofctl(&["dump-aggregate", "br-ex", &our_cookie_match()]);
     out.split("flow_count=")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
@@ -74,7 +70,7 @@ async fn drift_at_50000_flows_is_heard_from_the_switch_and_repaired_within_a_sec
         },
         || {
             h.sb.ofctl(&["dump-flows", "br-ex", "arp,arp_tpa=172.16.0.1"])
-                .contains("cookie=0x7f1f")
+                .contains(&our_cookie())
         },
     )
     .await;

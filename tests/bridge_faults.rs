@@ -17,14 +17,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use testkit::{KillOnDrop, Sandbox};
 
-const OURS: &str = "cookie=0x7f1f";
-
 async fn repaired_within(h: &Agent, limit: Duration) -> Duration {
     let b = &h.cfg.bridges[0];
     let want = expected_flows(&h.cfg, b, &base_yaml(), &default_resolved());
     let start = Instant::now();
     while start.elapsed() < limit {
-        if ofctl_ours(&h.sb, "br-ex", OURS) == want {
+        if ofctl_ours(&h.sb, "br-ex") == want {
             return start.elapsed();
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -52,7 +50,7 @@ async fn flows_deleted_or_changed_by_someone_else_are_put_back_within_a_second()
     assert_eq!(drift_repairs(&h), 0, "no drift seen where there is none");
 
     // One of ours deleted.
-    let one = ofctl_ours(&h.sb, "br-ex", OURS)
+    let one = ofctl_ours(&h.sb, "br-ex")
         .into_iter()
         .find(|l| l.contains("arp"))
         .unwrap();

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use testkit::netns::{self, NsUdp, POD_TCP_PORT, POD_UDP_PORT, PodServer};
 use testkit::testbed::{self, AgentProcess, Testbed};
+use testkit::{eventually, our_cookie, our_cookie_match};
 
 const WEB_V4: &str = "172.18.0.100";
 const WEB_V6: &str = "fd00:18::100";
@@ -20,18 +21,6 @@ const LOCAL_ROUTED_V4: &str = "198.51.100.101";
 
 fn vipflow() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
-}
-
-/// Poll `f` every 20 ms for up to `secs` seconds.
-fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out after {secs} s waiting for: {what}");
 }
 
 fn endpoint(ip: &str, node: usize) -> String {
@@ -429,14 +418,7 @@ fn agents_with_no_port_flags_program_the_uplink_and_the_localnet_patch_port() {
             ofport("eth0"),
             ofport(&format!("patch-br-ex_node{i}-to-br-int")),
         );
-        let flows = tb.ofctl(
-            i,
-            &[
-                "dump-flows",
-                "br-ex",
-                "cookie=0x7f1f000000000000/0xffff000000000000",
-            ],
-        );
+        let flows = tb.ofctl(i, &["dump-flows", "br-ex", &our_cookie_match()]);
         let steer = flows
             .lines()
             .find(|l| l.contains(&format!("nw_dst={WEB_V4},tp_dst=80")))
@@ -805,17 +787,11 @@ fn restarting_the_agent_never_interrupts_a_running_probe() {
 
 /// vipflow's flows on node<i>'s br-ex.
 fn our_flows(tb: &Testbed, node: usize) -> usize {
-    tb.ofctl(
-        node,
-        &[
-            "dump-flows",
-            "br-ex",
-            "cookie=0x7f1f000000000000/0xffff000000000000",
-        ],
-    )
-    .lines()
-    .filter(|l| l.contains("cookie=0x7f1f"))
-    .count()
+    let ours = our_cookie();
+    tb.ofctl(node, &["dump-flows", "br-ex", &our_cookie_match()])
+        .lines()
+        .filter(|l| l.contains(&ours))
+        .count()
 }
 
 #[test]

@@ -157,13 +157,13 @@ fn planned_move(
     let start = Instant::now();
     hand_over(&mut bed, owner);
     // Another node answers, and the old owner no longer does (its other flows stay).
-    announce_bed::eventually("another node answering alone", 10, || {
+    testkit::eventually("another node answering alone", 10, || {
         let a = bed.answering();
         a.len() == 1 && a[0] != owner
     });
     let next = bed.answering()[0];
     let mac = testkit::testbed::node_mac(next);
-    announce_bed::eventually("the client on the new owner", 10, || {
+    testkit::eventually("the client on the new owner", 10, || {
         bed.client_neighbor().as_deref() == Some(mac.as_str())
     });
     let end = Instant::now();

@@ -5,7 +5,7 @@
 
 use openflow::{Config, Connection, Message};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use testkit::Sandbox;
+use testkit::{COOKIE_PREFIX, Sandbox};
 use vipflow::config::{BridgeConfig, GatewayMode, Profile};
 use vipflow::model::Protocol;
 use vipflow::plan::flows::{FlowKey, PlanInput, Resolved, flow_of};
@@ -13,7 +13,6 @@ use vipflow::reconcile::bridge::{FlowBody, FlowSet, diff, read_flows};
 
 const V4: Ipv4Addr = Ipv4Addr::new(172, 18, 0, 200);
 const V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x18, 0, 0, 0, 0, 0, 0x200);
-const COOKIE: u16 = 0x7f1f;
 
 fn keys() -> Vec<FlowKey> {
     let mut k = vec![
@@ -75,7 +74,7 @@ async fn every_planned_flow_reads_back_equal_in_every_mode() {
     for (name, bridge) in modes() {
         let input = PlanInput {
             bridge: &bridge,
-            cookie_prefix: COOKIE,
+            cookie_prefix: COOKIE_PREFIX,
         };
         let planned: Vec<openflow::FlowMod> = keys()
             .into_iter()
@@ -96,7 +95,7 @@ async fn every_planned_flow_reads_back_equal_in_every_mode() {
         let _ = sb.ofctl(&["del-flows", "br-ex"]);
         let msgs: Vec<Message> = planned.into_iter().map(Message::FlowMod).collect();
         conn.apply(&msgs).await.expect("flows in");
-        let got = read_flows(&conn, u64::from(COOKIE) << 48, 0xffff << 48)
+        let got = read_flows(&conn, u64::from(COOKIE_PREFIX) << 48, 0xffff << 48)
             .await
             .expect("read back");
         assert_eq!(got.len(), want.len(), "{name}: every flow is on the switch");

@@ -18,7 +18,7 @@ use common::LoggedAgent;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{Sandbox, our_cookie};
 
 const UPLINK: &str = "1";
 const PATCH: &str = "2";
@@ -243,11 +243,12 @@ fn state(sb: &Sandbox) -> String {
 
 /// vipflow's flows on br-ex as ovs-ofctl prints them (port numbers, no statistics).
 fn flows(sb: &Sandbox) -> Vec<String> {
+    let ours = our_cookie();
     let mut v: Vec<String> = sb
         .ofctl(&["--no-stats", "--no-names", "dump-flows", "br-ex"])
         .lines()
         .map(|l| l.trim().to_string())
-        .filter(|l| l.starts_with("cookie=0x7f1f"))
+        .filter(|l| l.starts_with(&ours))
         .collect();
     v.sort_unstable();
     v

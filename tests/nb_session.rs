@@ -8,7 +8,7 @@ use ovsdb::{Client, ClientOptions, Monitor};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
-use testkit::{Options, Sandbox};
+use testkit::{COOKIE_PREFIX, Options, Sandbox};
 use vipflow::model::{KeptService, KeptSlice, ModelOptions, Objects, ServiceKey};
 use vipflow::plan::northbound::NorthboundConfig;
 use vipflow::plan::planner::Planner;
@@ -69,7 +69,7 @@ fn planner() -> Planner {
     Planner::new(
         ModelOptions::default(),
         &[],
-        0x7f1f,
+        COOKIE_PREFIX,
         Some(NorthboundConfig::default()),
     )
 }

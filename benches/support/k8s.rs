@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use vipflow::model::SERVICE_NAME_LABEL;
+use vipflow::keys::SERVICE_NAME_LABEL;
 
 /// VIP `i` of 198.18.0.0/15, the benchmarking range.
 pub fn vip(i: u32) -> Ipv4Addr {

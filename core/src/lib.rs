@@ -21,6 +21,8 @@
 //! - [`reconcile`]: the bridge's and the Northbound writer's pure cores;
 //! - [`config`]: the agent's configuration file;
 //! - [`events`]: what to say on a Service, as a difference;
+//! - [`keys`]: the annotation and label keys on Kubernetes objects, and the `external_ids`
+//!   keys in OVN and Open vSwitch;
 //! - [`status`]: the status documents `vipflow status` and `/status` serve.
 
 pub mod announce;
@@ -29,6 +31,7 @@ pub mod config;
 pub mod decode;
 pub mod events;
 pub mod ipam;
+pub mod keys;
 pub mod lease;
 pub mod membership;
 pub mod model;

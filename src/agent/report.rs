@@ -234,7 +234,7 @@ pub(super) fn kubeovn_findings(
 }
 
 #[cfg(test)]
-mod report_tests {
+mod tests {
     use super::*;
     use crate::agent::build_model_without_slices;
     use crate::model::Model;

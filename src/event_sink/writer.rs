@@ -15,11 +15,8 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::future::Future;
 use vipflow_core::events::ServiceEvent;
+use vipflow_core::keys::{SAID_BY_LABEL, STATEMENT_ANNOTATION};
 
-/// The label naming the sink that said an Event.
-pub const SAID_BY: &str = "vipflow.io/said-by";
-/// The annotation carrying the digest of an Event's statement (16 hex digits).
-pub const STATEMENT: &str = "vipflow.io/statement";
 /// The Events' reportingController.
 pub const CONTROLLER: &str = "vipflow";
 /// The API server's limit on an Event's note, in bytes.
@@ -62,7 +59,7 @@ pub(crate) trait Writer: Send + 'static {
     fn said_by(&self) -> &str;
 }
 
-/// The value of [`SAID_BY`] for a sink: `allocator` for the allocator's (whichever instance
+/// The value of [`SAID_BY_LABEL`] for a sink: `allocator` for the allocator's (whichever instance
 /// leads says the same statements), the node's name for a node's when that is a valid label
 /// value, else a short stable hash of it. A node named `allocator` shares the allocator's
 /// value; the two say statements with different reasons, so each only learns digests that do
@@ -100,9 +97,9 @@ pub fn event_object(
         metadata: ObjectMeta {
             name: Some(format!("{}.{suffix:016x}", ev.service.name)),
             namespace: Some(ev.service.namespace.to_string()),
-            labels: Some(BTreeMap::from([(SAID_BY.into(), said_by.into())])),
+            labels: Some(BTreeMap::from([(SAID_BY_LABEL.into(), said_by.into())])),
             annotations: Some(BTreeMap::from([(
-                STATEMENT.into(),
+                STATEMENT_ANNOTATION.into(),
                 format!("{digest:016x}"),
             )])),
             ..Default::default()
@@ -127,7 +124,11 @@ pub fn event_object(
 
 /// The digest an Event carries, if it carries one.
 pub fn statement_of(ev: &Event) -> Option<u64> {
-    let hex = ev.metadata.annotations.as_ref()?.get(STATEMENT)?;
+    let hex = ev
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(STATEMENT_ANNOTATION)?;
     u64::from_str_radix(hex, 16).ok()
 }
 
@@ -178,7 +179,7 @@ impl KubeWriter {
 impl Writer for KubeWriter {
     async fn said(&mut self) -> Result<Vec<u64>, EventsError> {
         let api: Api<Event> = Api::all(self.client.clone());
-        let selector = format!("{SAID_BY}={}", self.said_by);
+        let selector = format!("{SAID_BY_LABEL}={}", self.said_by);
         let mut params = ListParams::default().labels(&selector).limit(PAGE);
         let mut out = Vec::new();
         loop {

@@ -2,6 +2,7 @@
 //! ([`vipflow_core::reconcile::bridge::ports`]): a monitor of the few columns needed, turned into an [`OvsView`]
 //! on every change. Read-only: vipflow never writes here.
 
+use crate::keys::{OVN_BRIDGE_KEY, OVN_BRIDGE_MAPPINGS_KEY, OVN_LOCALNET_PORT_KEY, OVN_REMOTE_KEY};
 use ovsdb::{Atom, Cache, Client, ClientOptions, MonitorSpec, Row, Uuid, Value};
 use retry::{Backoff, Policy, SharedBackoff};
 use std::collections::BTreeMap;
@@ -67,10 +68,10 @@ pub fn view(cache: &Cache) -> OvsView {
         table("Interface"),
     );
     let root = ovs.values().next();
-    let bridge_mappings = root.and_then(|r| map_get(r, "external_ids", "ovn-bridge-mappings"));
+    let bridge_mappings = root.and_then(|r| map_get(r, "external_ids", OVN_BRIDGE_MAPPINGS_KEY));
     let integration_bridge = root
-        .filter(|r| map_get(r, "external_ids", "ovn-remote").is_some())
-        .map(|r| map_get(r, "external_ids", "ovn-bridge").unwrap_or_else(|| "br-int".into()));
+        .filter(|r| map_get(r, "external_ids", OVN_REMOTE_KEY).is_some())
+        .map(|r| map_get(r, "external_ids", OVN_BRIDGE_KEY).unwrap_or_else(|| "br-int".into()));
     let mut out = OvsView {
         bridge_mappings,
         integration_bridge,
@@ -79,7 +80,7 @@ pub fn view(cache: &Cache) -> OvsView {
     for br in bridges.values() {
         let mut list = Vec::new();
         for p in uuids(br, "ports").iter().filter_map(|u| ports.get(u)) {
-            let port_localnet = map_get(p, "external_ids", "ovn-localnet-port");
+            let port_localnet = map_get(p, "external_ids", OVN_LOCALNET_PORT_KEY);
             for i in uuids(p, "interfaces").iter().filter_map(|u| ifaces.get(u)) {
                 list.push(OvsIface {
                     port: str_of(p, "name"),
@@ -88,7 +89,7 @@ pub fn view(cache: &Cache) -> OvsView {
                     ofport: ofport_of(i),
                     localnet: port_localnet
                         .clone()
-                        .or_else(|| map_get(i, "external_ids", "ovn-localnet-port")),
+                        .or_else(|| map_get(i, "external_ids", OVN_LOCALNET_PORT_KEY)),
                 });
             }
         }

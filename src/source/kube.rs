@@ -301,7 +301,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         // Slices not managed for a Service are of no use: filter on the server.
         stream(
             Api::<discovery::EndpointSlice>::all(client.clone()),
-            list(watcher::Config::default().labels(crate::model::SERVICE_NAME_LABEL)),
+            list(watcher::Config::default().labels(crate::keys::SERVICE_NAME_LABEL)),
             KeptSlice::from,
             |e| Change::Slice(Box::new(e)),
         ),
@@ -426,7 +426,7 @@ pub fn start(
 }
 
 #[cfg(test)]
-mod store_tests {
+mod tests {
     use super::*;
     use crate::model::KeptMeta;
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use testkit::eventually;
 use testkit::netns::{NsUdp, POD_TCP_PORT, POD_UDP_PORT, PodServer};
 use testkit::testbed::{self, AgentProcess, Testbed};
 
@@ -18,18 +19,6 @@ pub const VIP6: &str = "fd00:18::100";
 pub const NODES: usize = 3;
 /// The client probes the VIP this often.
 pub const PROBE_EVERY: Duration = Duration::from_millis(10);
-
-/// Poll `f` every 20 ms for up to `secs` seconds.
-pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("timed out after {secs} s waiting for: {what}");
-}
 
 /// Three Nodes (each Ready or not; one of them maybe marked for drain), and `web`: the VIPs
 /// (IPv4 and IPv6) on TCP 80 and UDP 53, one endpoint per node and family.

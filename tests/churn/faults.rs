@@ -10,7 +10,7 @@ use crate::world::{Rng, World, seed};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{Sandbox, our_cookie};
 use vipflow::config::Config;
 
 const OPENFLOW_BOUND: Duration = Duration::from_secs(10);
@@ -252,9 +252,10 @@ async fn an_objects_file_made_garbage_empty_or_truncated_loses_nothing_and_the_f
 /// vipflow's flows on br-ex, each (without its counters) with its age in seconds: a flow
 /// deleted and added again starts over at zero, one left alone keeps aging.
 fn flow_ages(sb: &Sandbox) -> BTreeMap<String, f64> {
+    let ours = our_cookie();
     sb.ofctl(&["dump-flows", "br-ex"])
         .lines()
-        .filter(|l| l.trim_start().starts_with("cookie=0x7f1f"))
+        .filter(|l| l.trim_start().starts_with(&ours))
         .filter_map(|l| {
             let mut age = None;
             let key: Vec<&str> = l

@@ -9,7 +9,7 @@ use crate::world::POD_SUBNET;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
-use testkit::Sandbox;
+use testkit::{Sandbox, our_cookie};
 use vipflow::config::Config;
 use vipflow::model::Model;
 use vipflow::plan::flows::Resolved;
@@ -30,10 +30,11 @@ pub struct Baseline {
 }
 
 fn foreign_flow_lines(sb: &Sandbox) -> BTreeSet<String> {
+    let ours = our_cookie();
     sb.ofctl(&["--no-stats", "dump-flows", "br-ex"])
         .lines()
         .map(|l| l.trim().to_string())
-        .filter(|l| !l.starts_with("cookie=0x7f1f"))
+        .filter(|l| !l.starts_with(&ours))
         .collect()
 }
 
@@ -90,7 +91,7 @@ pub fn violations(
     let mut out = Vec::new();
     let b = &cfg.bridges[0];
     let want = expected_flows(cfg, b, text, &base.resolved);
-    let have = ofctl_ours(sb, &b.name, "cookie=0x7f1f");
+    let have = ofctl_ours(sb, &b.name);
     if have != want {
         let missing: Vec<_> = want.difference(&have).take(3).collect();
         let extra: Vec<_> = have.difference(&want).take(3).collect();

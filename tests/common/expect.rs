@@ -25,11 +25,12 @@ pub fn default_resolved() -> Resolved {
 }
 
 /// Our flows as ovs-ofctl shows them (`--no-stats`), one trimmed line each.
-pub fn ofctl_ours(sb: &Sandbox, bridge: &str, cookie_prefix: &str) -> BTreeSet<String> {
+pub fn ofctl_ours(sb: &Sandbox, bridge: &str) -> BTreeSet<String> {
+    let ours = testkit::our_cookie();
     sb.ofctl(&["--no-stats", "dump-flows", bridge])
         .lines()
         .map(|l| l.trim().to_string())
-        .filter(|l| l.starts_with(cookie_prefix))
+        .filter(|l| l.starts_with(&ours))
         .collect()
 }
 

@@ -4,11 +4,14 @@
 pub mod expect;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use testkit::Sandbox;
 use vipflow::agent::{self, Running};
 use vipflow::config::Config;
 use vipflow::source::file;
+
+// The tests find the agent's flows by testkit's prefix: it is the agent's default.
+const _: () = assert!(testkit::COOKIE_PREFIX == vipflow::config::DEFAULT_COOKIE_PREFIX);
 
 /// A `vipflow agent` process whose output goes to a log file; killed (SIGKILL: everything it
 /// programmed stays) when dropped.
@@ -65,18 +68,6 @@ where
 pub fn base_yaml() -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/services.yaml"))
         .unwrap()
-}
-
-/// Poll `f` every 50 ms for up to `secs` seconds.
-pub async fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < deadline {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 /// A running agent on `<sandbox>/objects.yaml` (polled every 20 ms), programming the

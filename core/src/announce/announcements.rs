@@ -7,6 +7,7 @@
 //! do not share (a node that was cut off, or restarted, takes the owners it is told).
 
 use super::placement::{Claim, Eligible, Move, NodeName, Placement};
+use crate::keys::DRAIN_ANNOTATION;
 use k8s_openapi::api::core::v1 as core;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -263,10 +264,6 @@ impl Announcements {
         &self.live
     }
 }
-
-/// The Node annotation that moves a node's VIPs to others before it goes away (maintenance):
-/// any value but `false`.
-pub const DRAIN_ANNOTATION: &str = "vipflow.io/drain";
 
 /// Whether `node` is marked for drain ([`DRAIN_ANNOTATION`]).
 pub fn draining(node: &core::Node) -> bool {

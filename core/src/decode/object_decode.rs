@@ -2,6 +2,7 @@
 //! for kind and apiVersion, stripped of what no plan reads, decoded with unknown fields noted.
 //! What cannot be used is a [`Problem`]; the rest of the file still applies.
 
+use crate::keys::LAST_APPLIED_ANNOTATION;
 use crate::model::Loaded;
 use crate::model::{KeptService, KeptSlice, Problem, ProblemKind, Subject};
 use k8s_openapi::api::core::v1 as core;
@@ -114,7 +115,7 @@ fn drop_unread(item: &mut Value, kind: &str) {
     if let Some(meta) = item.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
         if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            a.remove("kubectl.kubernetes.io/last-applied-configuration");
+            a.remove(LAST_APPLIED_ANNOTATION);
         }
     }
     // A pool's status is what vipflow wrote; the plan reads its spec.

@@ -400,3 +400,7 @@ fn warning(key: &ServiceKey, reason: &'static str, e: &dyn std::fmt::Display) ->
         note: Arc::from(format!("no address allocated: {e}")),
     }
 }
+
+#[cfg(test)]
+#[path = "controller_tests.rs"]
+mod tests;

@@ -1,8 +1,8 @@
 //! The allocation loop in memory: Services and pools in, status writes and statements out.
 
-use super::controller::*;
-use super::pool::PoolSpec;
-use super::service::{self, CONDITION};
+use super::*;
+use crate::ipam::pool::PoolSpec;
+use crate::ipam::service::{self, CONDITION};
 use crate::model::ServiceKey;
 use k8s_openapi::api::core::v1::Service;
 use serde_json::json;

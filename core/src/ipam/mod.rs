@@ -8,11 +8,7 @@
 //! ([`Allocator::reserve_all`] before [`Allocator::assign`]).
 
 pub mod allocator;
-#[cfg(test)]
-mod allocator_tests;
 pub mod controller;
-#[cfg(test)]
-mod controller_tests;
 pub mod free_space;
 pub mod pool;
 pub mod pool_object;

@@ -5,6 +5,7 @@
 
 use super::pool::Family;
 use super::request::{AllocRequest, StackPolicy, Terms};
+use crate::keys::{IPS_ANNOTATIONS, POOL_ANNOTATIONS, SHARING_ANNOTATIONS};
 use crate::model::{Protocol, ServiceKey};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,26 +14,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use thiserror::Error;
 
-/// Annotations naming the addresses a Service wants (a comma-separated list, at most one per
-/// family), vipflow's first.
-pub const IPS_ANNOTATIONS: [&str; 3] = [
-    "vipflow.io/load-balancer-ips",
-    "metallb.io/loadBalancerIPs",
-    "metallb.universe.tf/loadBalancerIPs",
-];
-/// Annotations naming the pool a Service wants.
-pub const POOL_ANNOTATIONS: [&str; 4] = [
-    "vipflow.io/address-pool",
-    "metallb.io/address-pool",
-    "metallb.universe.tf/address-pool",
-    "service.antrea.io/external-ip-pool",
-];
-/// Annotations naming a Service's sharing key.
-pub const SHARING_ANNOTATIONS: [&str; 3] = [
-    "vipflow.io/allow-shared-ip",
-    "metallb.io/allow-shared-ip",
-    "metallb.universe.tf/allow-shared-ip",
-];
 /// The Service status condition vipflow writes with the addresses; its message is a
 /// [`Record`] in JSON.
 pub const CONDITION: &str = "vipflow.io/Allocated";

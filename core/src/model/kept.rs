@@ -10,15 +10,13 @@
 //! Only annotations under `vipflow.io/` are kept: no other annotation is read, and some are
 //! large (`kubectl.kubernetes.io/last-applied-configuration` holds the whole object again).
 
+use crate::keys::{SERVICE_NAME_LABEL, VIPFLOW_ANNOTATION_PREFIX};
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::discovery::v1 as discovery;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-
-/// The annotations vipflow reads all start with this.
-const KEPT_ANNOTATIONS: &str = "vipflow.io/";
 
 /// Text that nearly always is one of a few values (a protocol, a Service type, a policy): a
 /// known value is kept as a static string, not one more small allocation per object.
@@ -71,7 +69,7 @@ impl From<ObjectMeta> for KeptMeta {
             .annotations
             .into_iter()
             .flatten()
-            .filter(|(k, _)| k.starts_with(KEPT_ANNOTATIONS))
+            .filter(|(k, _)| k.starts_with(VIPFLOW_ANNOTATION_PREFIX))
             .collect();
         KeptMeta {
             name: text(m.name),
@@ -216,7 +214,7 @@ impl From<discovery::EndpointSlice> for KeptSlice {
         let service_name = s
             .metadata
             .labels
-            .and_then(|mut l| l.remove(super::SERVICE_NAME_LABEL))
+            .and_then(|mut l| l.remove(SERVICE_NAME_LABEL))
             .map(Text::from);
         KeptSlice {
             name: text(s.metadata.name),

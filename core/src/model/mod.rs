@@ -27,11 +27,6 @@ pub use kept::{
 };
 pub use problem::{Problem, ProblemKind, Subject};
 
-/// Annotation that turns on prefer-local for one Service.
-pub const PREFER_LOCAL_ANNOTATION: &str = "vipflow.io/prefer-local";
-/// Label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
 /// A source's snapshot: the objects read (from a file or the API), with what was wrong in them.
 #[derive(Debug, Clone, Default)]
 pub struct Loaded {
@@ -325,7 +320,7 @@ pub struct Node {
     pub name: String,
     pub addresses: Vec<IpAddr>,
     /// Its OVN chassis's name, when a Node annotation gives one
-    /// ([`validate::CHASSIS_ID_ANNOTATION`]); otherwise the chassis is named as the node.
+    /// ([`crate::keys::CHASSIS_ID_ANNOTATION`]); otherwise the chassis is named as the node.
     pub chassis: Option<String>,
 }
 
@@ -443,20 +438,7 @@ impl fmt::Display for SocketLike {
 mod interned;
 mod validate;
 
-#[cfg(test)]
-mod conflicts_tests;
-#[cfg(test)]
-mod invalid_tests;
-#[cfg(test)]
-mod slices_tests;
-#[cfg(test)]
-mod test_support;
-#[cfg(test)]
-mod vips_tests;
-pub use validate::{
-    CHASSIS_ID_ANNOTATION, L3_GATEWAY_CONFIG_ANNOTATION, Rank, gateway_router_mac,
-    node_gateway_router_mac, slice_problems,
-};
+pub use validate::{Rank, gateway_router_mac, node_gateway_router_mac, slice_problems};
 pub(crate) use validate::{
     build_nodes, build_service, build_slices, cluster_ips_of, meta_key, rank, resolve_conflicts,
     slice_service_key,
@@ -470,3 +452,6 @@ fn not_routable(ip: IpAddr) -> bool {
         IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
     }
 }
+
+#[cfg(test)]
+mod tests;

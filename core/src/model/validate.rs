@@ -2,12 +2,12 @@
 //! own (what cannot be used is a [`Problem`], the rest still counts), and VIP:port claims
 //! given to the oldest Service.
 
+use crate::keys::{CHASSIS_ID_ANNOTATION, L3_GATEWAY_CONFIG_ANNOTATION, PREFER_LOCAL_ANNOTATION};
 use crate::model::Endpoint;
 use crate::model::EndpointPort;
 use crate::model::EndpointSlice;
 use crate::model::ModelOptions;
 use crate::model::Node;
-use crate::model::PREFER_LOCAL_ANNOTATION;
 use crate::model::Protocol;
 use crate::model::Service;
 use crate::model::ServiceKey;
@@ -52,12 +52,6 @@ pub(crate) fn meta_key(m: &KeptMeta) -> Option<ServiceKey> {
         m.name.as_deref()?,
     ))
 }
-
-/// OVN-Kubernetes' per-node gateway settings: `{"default": {"mode": ..., "mac-address": ...}}`
-/// (ovn-kubernetes `go-controller/pkg/util/node_annotations.go`).
-pub const L3_GATEWAY_CONFIG_ANNOTATION: &str = "k8s.ovn.org/l3-gateway-config";
-/// The Node annotation OVN-Kubernetes names the node's OVN chassis by (its system-id).
-pub const CHASSIS_ID_ANNOTATION: &str = "k8s.ovn.org/node-chassis-id";
 
 /// The MAC of a node's OVN gateway router as OVN-Kubernetes publishes it. `Ok(None)`: no
 /// annotation, or the gateway is disabled (mode ""). An annotation that does not read is an

@@ -6,7 +6,7 @@
 //!
 //! **Which VIPs a node advertises.** A VIP of a pool that advertises over BGP goes out from
 //! every node that may carry it: a node that is live, not draining, not labelled
-//! `node.kubernetes.io/exclude-from-external-load-balancers`, among the VIP's eligible nodes
+//! [`EXCLUDE_FROM_LOAD_BALANCERS_LABEL`](crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL), among the VIP's eligible nodes
 //! ([`Eligible`]: the pool's node selectors, and for externalTrafficPolicy Local the nodes with
 //! a ready local endpoint, so a Local VIP with no endpoint anywhere goes out from nobody), and
 //! whose dataplane carries it (the VIP's flows confirmed on the bridge, its rows written, the
@@ -32,7 +32,7 @@ pub struct BgpNode {
     pub live: bool,
     /// Marked for drain: its routes go before it stops.
     pub draining: bool,
-    /// Labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
+    /// Labelled [`EXCLUDE_FROM_LOAD_BALANCERS_LABEL`](crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL).
     pub excluded: bool,
 }
 

@@ -55,7 +55,7 @@ pub(crate) fn changed_span(
 }
 
 #[cfg(test)]
-mod span_tests {
+mod tests {
     use super::changed_span;
     use proptest::prelude::*;
 

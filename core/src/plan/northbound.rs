@@ -33,10 +33,11 @@
 use super::node_template;
 use super::northbound_config::template;
 pub use super::northbound_config::{
-    GroupPlan, MANAGED_KEY, NorthboundConfig, OWN_GROUP, OWN_ROUTERS_GROUP, OWN_SWITCHES_GROUP,
-    OWNER_KEY, SCOPE_KEY, own_group, own_groups,
+    GroupPlan, NorthboundConfig, OWN_GROUP, OWN_ROUTERS_GROUP, OWN_SWITCHES_GROUP, own_group,
+    own_groups,
 };
 use super::str_map::StrMap;
+use crate::keys::{MANAGED_KEY, OWNER_KEY, SCOPE_KEY};
 use crate::model::{
     EndpointSlice, Model, Protocol, Service, ServiceKey, Text, TrafficPolicy, VipPort,
 };
@@ -512,5 +513,5 @@ fn on_node(bs: &[Backend], node: &str) -> Vec<Backend> {
 }
 
 #[cfg(test)]
-#[path = "northbound_tests.rs"]
+#[path = "northbound_tests/mod.rs"]
 mod tests;

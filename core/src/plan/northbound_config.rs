@@ -5,12 +5,6 @@ use super::node_template::NodeRows;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
-pub const OWNER_KEY: &str = "vipflow.io/owner";
-pub const SCOPE_KEY: &str = "vipflow.io/scope";
-/// `external_ids` marker on every row vipflow writes (value `true`): one condition selects
-/// them all (owner and scope vary per row), e.g. `ovn-nbctl find Load_Balancer
-/// external_ids:vipflow.io/managed=true`.
-pub const MANAGED_KEY: &str = "vipflow.io/managed";
 /// The Load_Balancer_Group vipflow owns when cluster rows must reach every node's router and
 /// switch and no group is configured. Known by this name: the schema gives groups no
 /// `external_ids`, and keeps names unique.

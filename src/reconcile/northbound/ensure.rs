@@ -6,9 +6,10 @@
 use ovsdb::txn::WaitUntil;
 use ovsdb::{Atom, Client, Mutation, Mutator, OpResult, Row, Transaction, Uuid, Value};
 use std::collections::BTreeSet;
+use vipflow_core::keys::WRITER_KEY;
 use vipflow_core::plan::northbound::GroupPlan;
 use vipflow_core::reconcile::northbound::{
-    CHASSIS_VARS, DB, DesiredRows, GROUP, Holder, NB_GLOBAL, Session, WRITER_KEY, fenced,
+    CHASSIS_VARS, DB, DesiredRows, GROUP, Holder, NB_GLOBAL, Session, fenced,
 };
 
 /// Make `token` the writer token (creating `NB_Global` if missing, as `ovn-nbctl init` does).

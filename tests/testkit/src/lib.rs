@@ -1,4 +1,5 @@
-//! Test helpers: an isolated, real OVS/OVN sandbox per test.
+//! Test helpers: an isolated, real OVS/OVN sandbox per test, and what every test shares:
+//! [`eventually`] (and [`eventually_async`]) and the agent's cookie prefix ([`COOKIE_PREFIX`]).
 //!
 //! Each [`Sandbox`] lives in its own temporary directory with its own sockets, pidfiles and logs,
 //! so tests run in parallel without seeing each other. Daemons are started by
@@ -10,6 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub mod cluster;
 pub mod frr;
@@ -351,5 +353,79 @@ pub fn alive(pid: i32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next())
             .is_some_and(|s| s != "Z"),
         Err(_) => false,
+    }
+}
+
+/// The cookie prefix the agent's flows carry unless configured otherwise (the agent's
+/// `config::DEFAULT_COOKIE_PREFIX`): the top 16 bits of every cookie it writes. The tests find
+/// the agent's flows by it.
+pub const COOKIE_PREFIX: u16 = 0x7f1f;
+
+/// How `ovs-ofctl dump-flows` begins a line of the agent's flows: `cookie=0x7f1f`.
+pub fn our_cookie() -> String {
+    format!("cookie={COOKIE_PREFIX:#x}")
+}
+
+/// The `ovs-ofctl` match for exactly the agent's flows: [`COOKIE_PREFIX`] under its mask.
+pub fn our_cookie_match() -> String {
+    format!(
+        "cookie={:#018x}/{:#018x}",
+        u64::from(COOKIE_PREFIX) << 48,
+        0xffff_u64 << 48
+    )
+}
+
+/// Poll `f` every 20 ms until it holds; fail the test, naming `what`, if it does not within
+/// `secs` seconds.
+pub fn eventually(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let wait = Wait::new(what, secs);
+    while !wait.holds(&mut f) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`eventually`] for async tests, polling every 50 ms: it pauses on the runtime instead of
+/// blocking it, so that an agent running on the test's runtime goes on meanwhile.
+pub async fn eventually_async(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let wait = Wait::new(what, secs);
+    while !wait.holds(&mut f) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One wait for a condition: its deadline, and what to say when it passes.
+struct Wait<'a> {
+    what: &'a str,
+    secs: u64,
+    deadline: Instant,
+}
+
+impl<'a> Wait<'a> {
+    fn new(what: &'a str, secs: u64) -> Wait<'a> {
+        Wait {
+            what,
+            secs,
+            deadline: Instant::now() + Duration::from_secs(secs),
+        }
+    }
+
+    /// Whether `f` holds now; panics instead once the deadline has passed.
+    fn holds(&self, f: &mut impl FnMut() -> bool) -> bool {
+        if Instant::now() >= self.deadline {
+            panic!("timed out after {} s waiting for: {}", self.secs, self.what);
+        }
+        f()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_cookie_texts_are_as_ovs_ofctl_writes_them() {
+        assert_eq!(super::our_cookie(), "cookie=0x7f1f");
+        assert_eq!(
+            super::our_cookie_match(),
+            "cookie=0x7f1f000000000000/0xffff000000000000"
+        );
     }
 }

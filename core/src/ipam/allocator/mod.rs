@@ -572,3 +572,6 @@ impl Allocator {
 fn permits(pool: &Pool, req: &AllocRequest) -> bool {
     pool.permits(&req.service.namespace, &req.namespace_labels, &req.labels)
 }
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@
 //!   `"<ours> <user's text>"`. In front, not behind, because northd stops reading at the first
 //!   syntax error (a comma, a CIDR, a name): anything behind a user typo would be ignored.
 //! - What vipflow added is recorded in the switch's `external_ids:vipflow.io/exclude-ips`
-//!   ([`OURS_KEY`], space-separated IPv4 addresses). The next plan strips exactly those tokens
+//!   ([`EXCLUDE_IPS_KEY`](crate::keys::EXCLUDE_IPS_KEY), space-separated IPv4 addresses). The next plan strips exactly those tokens
 //!   from the front and rebuilds them, so removal never touches a user byte, and add-then-remove
 //!   gives back the original text (an empty result deletes the key).
 //! - A VIP the user's own entries already exclude (single or range) is not added; a VIP that is
@@ -35,14 +35,6 @@ mod northd_text;
 mod ovn;
 mod ranges;
 
-#[cfg(test)]
-mod parse_tests;
-#[cfg(test)]
-mod plan_tests;
-#[cfg(test)]
-mod pool_plan_tests;
-#[cfg(test)]
-mod test_support;
 pub use kubeovn::{
     Finding, FindingReason, KubeOvnSubnetIpam, PoolRange, check_kubeovn, check_kubeovn_with_pools,
 };
@@ -55,4 +47,7 @@ pub use ovn::{
     format_ours, format_record, parse_our_ranges, parse_ours, plan_ovn, plan_ovn_with_pools,
 };
 pub use ranges::gaps;
-pub use ranges::{IpRange, OURS_KEY, RangeError, RangeSet, parse_entry};
+pub use ranges::{IpRange, RangeError, RangeSet, parse_entry};
+
+#[cfg(test)]
+mod tests;

@@ -1,6 +1,7 @@
 //! The OVN-native plan: every IPv4 VIP inside a switch's subnet excluded, the user's text
 //! kept byte for byte.
 
+use crate::keys::EXCLUDE_IPS_KEY;
 use crate::plan::exclude::northd_text::Lexeme;
 use crate::plan::exclude::northd_text::Lexer;
 use crate::plan::exclude::northd_text::OvnTokenError;
@@ -30,7 +31,7 @@ pub struct LogicalSwitchIpam {
     pub subnet: Option<String>,
     /// `other_config:exclude_ips`.
     pub exclude_ips: Option<String>,
-    /// `external_ids:vipflow.io/exclude-ips` (`OURS_KEY`).
+    /// `external_ids` [`EXCLUDE_IPS_KEY`].
     pub ours: Option<String>,
 }
 
@@ -58,11 +59,12 @@ pub enum SwitchProblemKind {
         "other_config:exclude_ips entry `{entry}` lies outside subnet {subnet}; northd skips it"
     )]
     OutsideSubnet { entry: String, subnet: Ipv4Net },
-    #[error("external_ids:vipflow.io/exclude-ips has `{0}`, not an IPv4 address; ignored")]
+    #[error("external_ids:{key} has `{0}`, not an IPv4 address; ignored", key = EXCLUDE_IPS_KEY)]
     BadRecord(String),
     #[error(
-        "external_ids:vipflow.io/exclude-ips lists {0} but exclude_ips does not start with it; \
-         the text is left as it is"
+        "external_ids:{key} lists {0} but exclude_ips does not start with it; \
+         the text is left as it is",
+        key = EXCLUDE_IPS_KEY
     )]
     Lost(Ipv4Addr),
     #[error(
@@ -74,8 +76,9 @@ pub enum SwitchProblemKind {
     #[error("VIP {0} is not covered by the planned exclude_ips (vipflow bug)")]
     NotCovered(Ipv4Addr),
     #[error(
-        "external_ids:vipflow.io/exclude-ips lists {0} but exclude_ips does not start with it; \
-         the text is left as it is"
+        "external_ids:{key} lists {0} but exclude_ips does not start with it; \
+         the text is left as it is",
+        key = EXCLUDE_IPS_KEY
     )]
     LostRange(V4Range),
     #[error(

@@ -6,9 +6,6 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use thiserror::Error;
 
-/// The Logical_Switch `external_ids` key recording what vipflow added to `exclude_ips`.
-pub const OURS_KEY: &str = "vipflow.io/exclude-ips";
-
 /// A bad exclude entry; `token`/`entry` is the text as written.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RangeError {

@@ -14,6 +14,7 @@
 //! candidates) is an error that names the candidates and the flag to set.
 
 use crate::config::BridgeConfig;
+use crate::keys::{OVN_BRIDGE_MAPPINGS_KEY, OVN_LOCALNET_PORT_KEY};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
@@ -112,11 +113,13 @@ pub enum PortError {
         why: String,
     },
     #[error(
-        "{bridge}: no {role} port configured and Open_vSwitch external_ids:ovn-bridge-mappings is not set (not an OVN node?); set --{role}"
+        "{bridge}: no {role} port configured and Open_vSwitch external_ids:{key} is not set (not an OVN node?); set --{role}",
+        key = OVN_BRIDGE_MAPPINGS_KEY
     )]
     NoMappings { bridge: String, role: Role },
     #[error(
-        "{bridge}: no {role} port configured and ovn-bridge-mappings {mappings:?} is not a list of NETWORK:BRIDGE; set --{role}"
+        "{bridge}: no {role} port configured and {key} {mappings:?} is not a list of NETWORK:BRIDGE; set --{role}",
+        key = OVN_BRIDGE_MAPPINGS_KEY
     )]
     BadMappings {
         bridge: String,
@@ -124,7 +127,8 @@ pub enum PortError {
         mappings: String,
     },
     #[error(
-        "{bridge}: no {role} port configured and {bridge} is not in ovn-bridge-mappings {mappings:?}; set --{role}"
+        "{bridge}: no {role} port configured and {bridge} is not in {key} {mappings:?}; set --{role}",
+        key = OVN_BRIDGE_MAPPINGS_KEY
     )]
     NotMapped {
         bridge: String,
@@ -136,8 +140,9 @@ pub enum PortError {
     )]
     NoBridge { bridge: String, role: Role },
     #[error(
-        "{bridge}: no patch port configured and no localnet patch port on it (type patch, Port external_ids:ovn-localnet-port, created by ovn-controller){}; set --patch",
-        list_suffix(" other patch ports", .others)
+        "{bridge}: no patch port configured and no localnet patch port on it (type patch, Port external_ids:{key}, created by ovn-controller){}; set --patch",
+        list_suffix(" other patch ports", .others),
+        key = OVN_LOCALNET_PORT_KEY
     )]
     NoPatch { bridge: String, others: Vec<String> },
     #[error(

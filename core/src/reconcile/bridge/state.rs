@@ -4,6 +4,7 @@
 //! [`super::heard`]. No I/O here: the task ([`super::task`]) feeds it and sends what it returns.
 
 use crate::config::{BridgeConfig, format_mac};
+use crate::keys::L3_GATEWAY_CONFIG_ANNOTATION;
 use crate::plan::flows::{FlowMaker, PlannedFlow, PortRef, Resolved, steer_rewrite};
 use crate::plan::service_index::{FlowDelta, FlowIndex};
 use crate::reconcile::bridge::ports::{self, OvsDb, PortError, Role};
@@ -53,7 +54,8 @@ pub enum BridgeProblem {
         reason: String,
     },
     #[error(
-        "{bridge}: its MAC {bridge_mac} ({mac_from}) differs from the OVN gateway router's {router_mac} (Node annotation k8s.ovn.org/l3-gateway-config): VIP traffic steered into OVN is rewritten to the router's MAC"
+        "{bridge}: its MAC {bridge_mac} ({mac_from}) differs from the OVN gateway router's {router_mac} (Node annotation {annotation}): VIP traffic steered into OVN is rewritten to the router's MAC",
+        annotation = L3_GATEWAY_CONFIG_ANNOTATION
     )]
     RouterMacDiffers {
         bridge: String,

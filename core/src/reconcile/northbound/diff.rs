@@ -1,9 +1,9 @@
 //! The transactions that make the database hold the plan: per Service, for a batched first
 //! sync, for exclude_ips; and the same comparison as text, for `vipflow verify`.
 
+use crate::keys::EXCLUDE_IPS_KEY;
 use crate::model::ServiceKey;
 use crate::plan::exclude::LogicalSwitchIpam;
-use crate::plan::exclude::OURS_KEY;
 use crate::plan::northbound::Attach;
 use crate::plan::northbound::LbKey;
 use crate::plan::northbound::LbRow;
@@ -284,8 +284,8 @@ pub fn diff_exclude(
         };
         let mut ext = sw.external_ids.clone();
         match &ch.ours_value {
-            Some(v) => ext.insert(OURS_KEY.into(), v.clone()),
-            None => ext.remove(OURS_KEY),
+            Some(v) => ext.insert(EXCLUDE_IPS_KEY.into(), v.clone()),
+            None => ext.remove(EXCLUDE_IPS_KEY),
         };
         let mut one = Transaction::new(DB);
         let txn = if batch { &mut batch_txn } else { &mut one };
@@ -433,7 +433,7 @@ pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec
                     out.push(format!(
                         "~ {}: differs (vips {:?}, want {:?})",
                         d.name,
-                        map_of(have.and_then(|r| r.get("vips"))),
+                        map_of(have.and_then(|r| r.get(lb_row::VIPS))),
                         d.vips
                     ));
                 }
@@ -461,7 +461,7 @@ pub fn describe_drift(observed: &Observed, cache: &Cache, rows: &[LbRow]) -> Vec
             for o in os {
                 let name = cache
                     .row(LB, &o.uuid)
-                    .and_then(|r| lb_row::str_of(r.get("name")))
+                    .and_then(|r| lb_row::str_of(r.get(lb_row::NAME)))
                     .unwrap_or_default();
                 out.push(format!(
                     "- {name}: orphan ({} {})",

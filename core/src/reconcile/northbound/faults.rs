@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use ovsdb::Row;
 
+use super::NB_GLOBAL;
 use super::lb_row::map_of;
-use super::{NB_GLOBAL, WRITER_KEY};
+use crate::keys::WRITER_KEY;
 
 /// Who holds the writer token in `NB_Global`, as read after a fence failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

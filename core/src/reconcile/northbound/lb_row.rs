@@ -1,12 +1,11 @@
 //! vipflow's Load_Balancer rows as OVSDB columns, both ways: read from a row, written for a
 //! planned row, and the identity a guarded insert waits on.
 
+use crate::keys::{OWNER_KEY, SCOPE_KEY};
 use crate::model::Protocol;
 use crate::model::ServiceKey;
 use crate::plan::northbound::LbKey;
 use crate::plan::northbound::LbRow;
-use crate::plan::northbound::OWNER_KEY;
-use crate::plan::northbound::SCOPE_KEY;
 use crate::plan::northbound::Scope;
 use crate::plan::str_map::StrMap;
 use crate::reconcile::northbound::observed::LbDigest;
@@ -19,6 +18,27 @@ use ovsdb::Value;
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+// The Load_Balancer columns vipflow reads and writes, each named once: every list of them below
+// and in the writer's monitor is made of these.
+pub const NAME: &str = "name";
+pub const PROTOCOL: &str = "protocol";
+pub const VIPS: &str = "vips";
+pub const OPTIONS: &str = "options";
+pub const EXTERNAL_IDS: &str = "external_ids";
+pub const IP_PORT_MAPPINGS: &str = "ip_port_mappings";
+
+/// Every column vipflow reads: the writer's monitor and snapshot ask for these.
+pub const COLUMNS: [&str; 6] = [
+    NAME,
+    PROTOCOL,
+    VIPS,
+    OPTIONS,
+    EXTERNAL_IDS,
+    IP_PORT_MAPPINGS,
+];
+/// The map columns a row's digest covers (beside its name), in the digest's order.
+pub const DIGESTED: [&str; 4] = [VIPS, OPTIONS, EXTERNAL_IDS, IP_PORT_MAPPINGS];
 
 pub fn str_of(v: Option<&Value>) -> Option<String> {
     match v? {
@@ -71,8 +91,8 @@ pub fn str_pairs(v: Option<&Value>) -> impl Iterator<Item = (&str, &str)> + Clon
 /// One of our rows from its columns; `None` if it is not ours (or ours but unreadable: left
 /// alone).
 pub fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
-    let external_ids = map_of(row.get("external_ids"));
-    let protocol = str_of(row.get("protocol"));
+    let external_ids = map_of(row.get(EXTERNAL_IDS));
+    let protocol = str_of(row.get(PROTOCOL));
     let key = parse_key(&external_ids, protocol.as_deref())?;
     let summarized = match (row.get(&DIGEST_A), row.get(&DIGEST_B)) {
         (Some(Value::Atom(Atom::Integer(a))), Some(Value::Atom(Atom::Integer(b)))) => {
@@ -86,11 +106,11 @@ pub fn read_lb(uuid: Uuid, row: &Row) -> Option<ObservedLb> {
             .iter()
             .filter_map(|a| a.as_str().map(str::to_owned))
             .collect(),
-        (true, _) => super::template_vars::named_in(str_pairs(row.get("vips"))),
+        (true, _) => super::template_vars::named_in(str_pairs(row.get(VIPS))),
     };
     let content = match summarized {
         Some(d) => d,
-        None => LbDigest::observed(&str_of(row.get("name")).unwrap_or_default(), row),
+        None => LbDigest::observed(&str_of(row.get(NAME)).unwrap_or_default(), row),
     };
     Some(ObservedLb {
         uuid,
@@ -124,8 +144,8 @@ pub fn lb_summary(_table: &str, row: Row) -> Row {
     let mut cols: Vec<(Arc<str>, Value)> = Vec::with_capacity(5);
     for (name, v) in row {
         match &*name {
-            "protocol" => cols.push((name, v)),
-            "external_ids" => {
+            PROTOCOL => cols.push((name, v)),
+            EXTERNAL_IDS => {
                 let ours = str_pairs(Some(&v)).filter(|(k, _)| *k == OWNER_KEY || *k == SCOPE_KEY);
                 cols.push((name, Value::map(ours)));
             }
@@ -155,7 +175,7 @@ fn strmap(m: &StrMap) -> Value {
 pub fn lb_columns(d: &LbRow) -> Row {
     let mut row = insert_columns(d);
     // An update must clear mappings that are no longer planned.
-    row.insert("ip_port_mappings".to_string(), strmap(&d.ip_port_mappings));
+    row.insert(IP_PORT_MAPPINGS.to_string(), strmap(&d.ip_port_mappings));
     row
 }
 
@@ -163,17 +183,14 @@ pub fn lb_columns(d: &LbRow) -> Row {
 /// is less for the server to parse and store.
 pub fn insert_columns(d: &LbRow) -> Row {
     let mut row = Row::from([
-        ("name".to_string(), Value::Atom(Atom::string(&d.name))),
-        (
-            "protocol".to_string(),
-            Value::set([d.key.protocol.as_str()]),
-        ),
-        ("vips".to_string(), strmap(&d.vips)),
-        ("options".to_string(), strmap(&d.options)),
-        ("external_ids".to_string(), strmap(&d.external_ids)),
+        (NAME.to_string(), Value::Atom(Atom::string(&d.name))),
+        (PROTOCOL.to_string(), Value::set([d.key.protocol.as_str()])),
+        (VIPS.to_string(), strmap(&d.vips)),
+        (OPTIONS.to_string(), strmap(&d.options)),
+        (EXTERNAL_IDS.to_string(), strmap(&d.external_ids)),
     ]);
     if !d.ip_port_mappings.is_empty() {
-        row.insert("ip_port_mappings".to_string(), strmap(&d.ip_port_mappings));
+        row.insert(IP_PORT_MAPPINGS.to_string(), strmap(&d.ip_port_mappings));
     }
     row
 }
@@ -186,12 +203,12 @@ pub fn same_content(o: &ObservedLb, d: &LbRow) -> bool {
 pub fn identity(key: &LbKey) -> Vec<Condition> {
     vec![
         Condition::includes(
-            "external_ids",
+            EXTERNAL_IDS,
             Value::map([
                 (OWNER_KEY, key.owner.to_string()),
                 (SCOPE_KEY, key.scope.to_string()),
             ]),
         ),
-        Condition::eq("protocol", Value::set([key.protocol.as_str()])),
+        Condition::eq(PROTOCOL, Value::set([key.protocol.as_str()])),
     ]
 }

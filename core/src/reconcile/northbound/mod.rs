@@ -68,9 +68,6 @@ pub const CHASSIS_VARS: &str = "Chassis_Template_Var";
 
 pub const NB_GLOBAL: &str = "NB_Global";
 
-/// `NB_Global` `external_ids` key holding the token of the writer session allowed to write.
-pub const WRITER_KEY: &str = "vipflow.io/writer";
-
 /// Services per transaction in a batched sync. ovsdb-server's cost per row grows with the
 /// size of a transaction: 10,000 inserts take it about 250 ms as one transaction and about
 /// 120 ms as 100 transactions of 100, sent back to back.
@@ -162,16 +159,6 @@ pub struct NorthboundStatus {
     pub last_sync: Duration,
 }
 
-/// The Load_Balancer columns the writer reads.
-const LB_COLUMNS: [&str; 6] = [
-    "name",
-    "protocol",
-    "vips",
-    "options",
-    "external_ids",
-    "ip_port_mappings",
-];
-
 /// The writer's subscription: our tables and the columns we read (with `templates`, the
 /// chassis's template variables too). Load_Balancer rows come whole in every change and are not
 /// kept in the cache ([`ovsdb::monitor::TableSelect::whole_rows`]): each is made into what
@@ -181,14 +168,14 @@ const LB_COLUMNS: [&str; 6] = [
 /// absorbed (`absorb_queued`), not from the cache alone.
 pub fn monitor_spec(templates: bool) -> MonitorSpec {
     let summary = ovsdb::monitor::Projection(lb_row::lb_summary);
-    tables_spec(templates).whole_rows_projected(LB, &LB_COLUMNS, summary)
+    tables_spec(templates).whole_rows_projected(LB, &lb_row::COLUMNS, summary)
 }
 
 /// [`monitor_spec`] with the Load_Balancer rows kept in the cache: for one-shot reads that look
 /// at the rows themselves (`vipflow verify` says what differs) and build their state from the
 /// cache alone.
 pub fn snapshot_spec(templates: bool) -> MonitorSpec {
-    tables_spec(templates).columns(LB, &LB_COLUMNS)
+    tables_spec(templates).columns(LB, &lb_row::COLUMNS)
 }
 
 /// Every table but Load_Balancer.

@@ -1,9 +1,9 @@
 //! What the writer knows of the database: vipflow's rows and the attachment targets, built
 //! once from the monitor's cache and its queued events, and kept current from its events.
 
+use crate::keys::EXCLUDE_IPS_KEY;
 use crate::model::ServiceKey;
 use crate::plan::exclude::LogicalSwitchIpam;
-use crate::plan::exclude::OURS_KEY;
 use crate::plan::northbound::LbKey;
 use crate::plan::northbound::LbRow;
 use crate::reconcile::northbound::CHASSIS_VARS;
@@ -11,6 +11,7 @@ use crate::reconcile::northbound::GROUP;
 use crate::reconcile::northbound::LB;
 use crate::reconcile::northbound::ROUTER;
 use crate::reconcile::northbound::SWITCH;
+use crate::reconcile::northbound::lb_row::DIGESTED;
 use crate::reconcile::northbound::lb_row::map_of;
 use crate::reconcile::northbound::lb_row::read_lb;
 use crate::reconcile::northbound::lb_row::str_of;
@@ -84,7 +85,7 @@ impl LbDigest {
         LbDigest(hash(0), hash(1))
     }
 
-    /// The digest of a planned row.
+    /// The digest of a planned row: its map columns in `lb_row::DIGESTED`'s order.
     pub fn planned(d: &LbRow) -> LbDigest {
         LbDigest::of(
             &d.name,
@@ -99,8 +100,7 @@ impl LbDigest {
 
     /// The digest of a row as the database has it.
     pub fn observed(name: &str, row: &Row) -> LbDigest {
-        let cols = ["vips", "options", "external_ids", "ip_port_mappings"];
-        LbDigest::of(name, cols.map(|c| str_pairs(row.get(c))))
+        LbDigest::of(name, DIGESTED.map(|c| str_pairs(row.get(c))))
     }
 }
 
@@ -312,7 +312,7 @@ impl Observed {
                     name: str_of(row.get("name")).unwrap_or_default(),
                     subnet: other_config.get("subnet").cloned(),
                     exclude_ips: other_config.get("exclude_ips").cloned(),
-                    ours: external_ids.get(OURS_KEY).cloned(),
+                    ours: external_ids.get(EXCLUDE_IPS_KEY).cloned(),
                 },
                 other_config,
                 external_ids,

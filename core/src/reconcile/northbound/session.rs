@@ -1,11 +1,11 @@
 //! The writer's sans-IO core: the fence of a writer session and the [`Session`], which turns
 //! monitor events and a plan into transactions and learns their outcome.
 
+use crate::keys::WRITER_KEY;
 use crate::model::ServiceKey;
 use crate::reconcile::northbound::DB;
 use crate::reconcile::northbound::DesiredRows;
 use crate::reconcile::northbound::NB_GLOBAL;
-use crate::reconcile::northbound::WRITER_KEY;
 use crate::reconcile::northbound::diff::Change;
 use crate::reconcile::northbound::diff::all_owners;
 use crate::reconcile::northbound::diff::diff;

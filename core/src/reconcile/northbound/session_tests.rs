@@ -3,10 +3,10 @@
 //! session's transactions checked operation by operation. No server.
 
 use super::*;
+use crate::keys::{OWNER_KEY, SCOPE_KEY};
 use crate::model::ModelOptions;
 use crate::plan::northbound::LbRow;
 use crate::plan::northbound::NorthboundConfig;
-use crate::plan::northbound::{OWNER_KEY, SCOPE_KEY};
 use crate::plan::planner::Planner;
 use crate::reconcile::northbound::CHASSIS_VARS;
 use crate::reconcile::northbound::LB;

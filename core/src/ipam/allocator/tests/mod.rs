@@ -1,8 +1,8 @@
 //! The allocator's decisions, one rule at a time, and a property test over random histories.
 
-use super::allocator::*;
-use super::pool::{Family, PoolProblem, PoolSpec};
-use super::request::*;
+use super::*;
+use crate::ipam::pool::{Family, PoolProblem, PoolSpec};
+use crate::ipam::request::*;
 use crate::model::{Protocol, ServiceKey};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;

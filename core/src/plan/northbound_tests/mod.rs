@@ -534,5 +534,4 @@ fn options_follow_the_attachment_and_config() {
 }
 
 /// Template rows ([`super::node_template`]).
-#[path = "northbound_template_tests.rs"]
 mod template;

@@ -1,9 +1,10 @@
 //! Tests of [`super`]: what the queue says and when, and the Events it writes.
 
 use super::queue;
-use super::{SAID_BY, SinkKind, event_object, said_by, statement_of};
+use super::{SinkKind, event_object, said_by, statement_of};
 use std::collections::BTreeSet;
 use vipflow_core::events::{ProgrammedVips, Sayings, ServiceEvent, digest};
+use vipflow_core::keys::SAID_BY_LABEL;
 use vipflow_core::model::ServiceKey;
 
 fn ev(reason: &'static str, note: &str) -> ServiceEvent {
@@ -151,7 +152,10 @@ fn events_carry_their_sink_and_statement() {
     assert_eq!(obj.metadata.name.as_deref(), Some("web.0000000000001234"));
     assert_eq!(obj.metadata.namespace.as_deref(), Some("shop"));
     assert_eq!(
-        obj.metadata.labels.as_ref().and_then(|l| l.get(SAID_BY)),
+        obj.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SAID_BY_LABEL)),
         Some(&"allocator".to_string())
     );
     assert_eq!(statement_of(&obj), Some(0xab));

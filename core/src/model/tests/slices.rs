@@ -2,6 +2,7 @@
 
 use super::test_support::*;
 use super::*;
+use crate::keys::L3_GATEWAY_CONFIG_ANNOTATION;
 
 // ---- EndpointSlices -------------------------------------------------------------------------
 
@@ -201,7 +202,7 @@ fn a_model_without_slices_has_the_same_services_and_problems() {
         },
         lean
     );
-    let example = load(include_str!("../../../examples/services.yaml"));
+    let example = load(include_str!("../../../../examples/services.yaml"));
     let whole = Model::build(&example, &ModelOptions::default());
     let lean = Model::build_without_slices(&example, &ModelOptions::default());
     assert!(!whole.endpoint_slices.is_empty());
@@ -216,7 +217,7 @@ fn a_model_without_slices_has_the_same_services_and_problems() {
 
 #[test]
 fn the_example_objects_file_builds_cleanly() {
-    let m = build(include_str!("../../../examples/services.yaml"));
+    let m = build(include_str!("../../../../examples/services.yaml"));
     assert!(m.problems.is_empty(), "{:?}", m.problems);
     assert_eq!(
         vip_ports(&m),

@@ -29,6 +29,5 @@ pub mod source;
 
 pub use vipflow_core::{
     announce, bgp, config, decode, events, ipam, keys, lease, membership, model, parallel, plan,
-    status,
-    vec_set,
+    status, vec_set,
 };

@@ -96,7 +96,7 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> Result<Client, Kube
 
 /// One change from any watcher, keyed by kind.
 // Boxed: objects are large and vary in size; the channel moves pointers.
-enum Change {
+enum WatchChange {
     Service(Box<WatchEvent<KeptService>>),
     Slice(Box<WatchEvent<KeptSlice>>),
     Node(Box<WatchEvent<core::Node>>),
@@ -220,14 +220,14 @@ impl<K: Keyed> Store<K> {
     }
 }
 
-type Boxed = Pin<Box<dyn Stream<Item = Change> + Send>>;
+type Boxed = Pin<Box<dyn Stream<Item = WatchChange> + Send>>;
 
 /// Watch `api`, keeping of each object what `keep` makes of it.
 fn stream<K, T, F>(api: Api<K>, cfg: watcher::Config, keep: fn(K) -> T, wrap: F) -> Boxed
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     T: 'static,
-    F: Fn(WatchEvent<T>) -> Change + Send + Sync + 'static,
+    F: Fn(WatchEvent<T>) -> WatchChange + Send + Sync + 'static,
 {
     watcher::watcher(api, cfg)
         .backoff(crate::source::watch_backoff::WatchBackoff::new())
@@ -296,14 +296,14 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Api::<core::Service>::all(client.clone()),
             list(watcher::Config::default()),
             KeptService::from,
-            |e| Change::Service(Box::new(e)),
+            |e| WatchChange::Service(Box::new(e)),
         ),
         // Slices not managed for a Service are of no use: filter on the server.
         stream(
             Api::<discovery::EndpointSlice>::all(client.clone()),
             list(watcher::Config::default().labels(crate::keys::SERVICE_NAME_LABEL)),
             KeptSlice::from,
-            |e| Change::Slice(Box::new(e)),
+            |e| WatchChange::Slice(Box::new(e)),
         ),
     ];
     let nodes = if cfg.all_nodes || cfg.node_name.is_empty() {
@@ -315,7 +315,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         Api::<core::Node>::all(client.clone()),
         list(nodes),
         |n| n,
-        |e| Change::Node(Box::new(e)),
+        |e| WatchChange::Node(Box::new(e)),
     ));
     let subnets = has_subnets(&client).await;
     if subnets {
@@ -324,7 +324,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Api::<DynamicObject>::all_with(client.clone(), &subnet_resource()),
             list(watcher::Config::default()),
             |o| o,
-            |e| Change::Subnet(Box::new(e)),
+            |e| WatchChange::Subnet(Box::new(e)),
         ));
     }
 
@@ -335,11 +335,11 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             Api::<DynamicObject>::all_with(client.clone(), &pool_resource),
             list(watcher::Config::default()),
             |o| o,
-            |e| Change::Pool(Box::new(e)),
+            |e| WatchChange::Pool(Box::new(e)),
         ));
     }
 
-    let (ctx, mut crx) = mpsc::channel::<Change>(1024);
+    let (ctx, mut crx) = mpsc::channel::<WatchChange>(1024);
     let mut tasks = Vec::new();
     for mut s in streams {
         let ctx = ctx.clone();
@@ -365,12 +365,12 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     let mut last_sent = None;
     loop {
         let Some(first) = crx.recv().await else { break };
-        let mut apply = |c: Change| match c {
-            Change::Service(e) => services.apply(*e),
-            Change::Slice(e) => slices.apply(*e),
-            Change::Node(e) => nodes.apply(*e),
-            Change::Subnet(e) => subnet_store.apply(*e),
-            Change::Pool(e) => pool_store.apply(*e),
+        let mut apply = |c: WatchChange| match c {
+            WatchChange::Service(e) => services.apply(*e),
+            WatchChange::Slice(e) => slices.apply(*e),
+            WatchChange::Node(e) => nodes.apply(*e),
+            WatchChange::Subnet(e) => subnet_store.apply(*e),
+            WatchChange::Pool(e) => pool_store.apply(*e),
         };
         gather(&mut crx, first, last_sent, gathering, &mut apply).await;
         let all_ready = services.ready

@@ -1,6 +1,6 @@
 //! The elected instance's allocation loop, without I/O: it takes what the watches see
 //! (Services as [`super::service::read`] reads them, pools, namespace labels) and says what to write
-//! (a Service's addresses with the [`Record`] of what they were decided on), what to tell (one
+//! (a Service's addresses with the [`AllocationRecord`] of what they were decided on), what to tell (one
 //! statement per Service, for Events) and each pool's status. The shell (`ipam::task`) does
 //! the writes and reports each outcome back ([`Allocations::written`]).
 
@@ -8,7 +8,7 @@ use super::allocator::Allocator;
 use super::pool::PoolSpec;
 use super::pool_object::VipPoolStatus;
 use super::request::{AllocError, Assigned, Terms};
-use super::service::{AskError, Record, ServiceAsk};
+use super::service::{AllocationRecord, AskError, ServiceAsk};
 use crate::events::ServiceEvent;
 use crate::model::ServiceKey;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -64,7 +64,7 @@ struct Reservation {
 pub struct StatusWrite {
     pub service: ServiceKey,
     pub ips: Vec<IpAddr>,
-    pub record: Record,
+    pub record: AllocationRecord,
 }
 
 /// What [`Allocations::pool_statuses`] hands out.
@@ -353,7 +353,7 @@ impl Allocations {
         let write = StatusWrite {
             service: key.clone(),
             ips: a.ips.clone(),
-            record: Record::of(&a.ips, &terms),
+            record: AllocationRecord::of(&a.ips, &terms),
         };
         self.pending.insert(key.clone(), a);
         Some(write)
@@ -379,7 +379,7 @@ impl Allocations {
 /// The write that clears a Service's addresses (and vipflow's record) from its status.
 fn clearing(service: ServiceKey) -> StatusWrite {
     StatusWrite {
-        record: Record::of(
+        record: AllocationRecord::of(
             &[],
             &Terms::of(&super::request::AllocRequest::holding(service.clone())),
         ),

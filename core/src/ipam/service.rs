@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use thiserror::Error;
 
 /// The Service status condition vipflow writes with the addresses; its message is a
-/// [`Record`] in JSON.
+/// [`AllocationRecord`] in JSON.
 pub const CONDITION: &str = "vipflow.io/Allocated";
 
 /// What a Service asks, and what it has.
@@ -164,7 +164,7 @@ pub fn read(svc: &Service, class: Option<&str>) -> Result<Option<ServiceAsk>, As
         .into_iter()
         .flatten()
         .find(|c| c.type_ == CONDITION)
-        .and_then(|c| serde_json::from_str::<Record>(&c.message).ok())
+        .and_then(|c| serde_json::from_str::<AllocationRecord>(&c.message).ok())
         .and_then(|r| r.terms().ok());
 
     Ok(Some(ServiceAsk {
@@ -229,7 +229,7 @@ fn agreed(
 /// they came from, and the terms they were decided on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Record {
+pub struct AllocationRecord {
     pub ips: Vec<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
@@ -244,9 +244,9 @@ pub struct Record {
     pub selector: String,
 }
 
-impl Record {
-    pub fn of(ips: &[IpAddr], t: &Terms) -> Record {
-        Record {
+impl AllocationRecord {
+    pub fn of(ips: &[IpAddr], t: &Terms) -> AllocationRecord {
+        AllocationRecord {
             ips: ips.to_vec(),
             pool: t.pool.clone(),
             sharing_key: t.sharing_key.clone(),
@@ -410,7 +410,7 @@ mod tests {
         let ask = read(&s, None).unwrap().unwrap();
         let terms = Terms::of(&ask.request);
         let ips = ["10.0.0.9".parse::<IpAddr>().unwrap()];
-        let record = serde_json::to_string(&Record::of(&ips, &terms)).unwrap();
+        let record = serde_json::to_string(&AllocationRecord::of(&ips, &terms)).unwrap();
         let mut with_status = serde_json::to_value(&s).unwrap();
         with_status["status"] = json!({
             "loadBalancer": {"ingress": [{"ip": "10.0.0.9", "ipMode": "VIP"}]},

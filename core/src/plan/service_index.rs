@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// A VIP:port/protocol.
-pub type Claim = (IpAddr, u16, Protocol);
+pub type PortClaim = (IpAddr, u16, Protocol);
 
 /// The keys of a bridge's planned flows (a persistent ordered set: handing it on is O(1), and
 /// two versions are compared without visiting what they share). Each flow is made from its
@@ -90,7 +90,7 @@ pub struct ServiceIndex {
     /// The claimants of each claim, best first: the first one wins it. A claim without
     /// claimants has no entry, so the claims in the flow index are exactly its keys.
     /// Persistent, like the validation problems: the report takes both in O(1).
-    claimants: imbl::OrdMap<Claim, Claimants>,
+    claimants: imbl::OrdMap<PortClaim, Claimants>,
     /// Each Service's validation problems, for the Services that have any.
     invalid: imbl::OrdMap<ServiceKey, Arc<[Problem]>>,
     /// The Nodes' problems, as of the last change of Nodes.
@@ -105,8 +105,8 @@ pub struct ServiceIndex {
 }
 
 /// The distinct claims of a validated Service, sorted.
-fn claims_of(svc: &Service) -> Vec<Claim> {
-    let mut claims: Vec<Claim> = (svc.vip_ports.iter())
+fn claims_of(svc: &Service) -> Vec<PortClaim> {
+    let mut claims: Vec<PortClaim> = (svc.vip_ports.iter())
         .map(|vp| (vp.vip, vp.port, vp.protocol))
         .collect();
     claims.sort();
@@ -207,7 +207,7 @@ impl ServiceIndex {
     }
 
     /// The Service that wins a claim.
-    pub fn winner(&self, claim: &Claim) -> Option<&ServiceKey> {
+    pub fn winner(&self, claim: &PortClaim) -> Option<&ServiceKey> {
         self.claimants.get(claim)?.first().map(|r| &r.2)
     }
 
@@ -403,7 +403,7 @@ impl ServiceIndex {
 
         // Re-validate the changed Services and move their claims, noting each touched claim's
         // winner before the move.
-        let mut winner_before: KeyMap<Claim, Option<ServiceKey>> = KeyMap::default();
+        let mut winner_before: KeyMap<PortClaim, Option<ServiceKey>> = KeyMap::default();
         let dirty: Vec<ServiceKey> = dirty.into_iter().collect();
         let mut validated = self.validate(&dirty).into_iter();
         for k in &dirty {
@@ -464,8 +464,8 @@ impl ServiceIndex {
     /// their first or lost their last claim.
     fn apply_claims(
         &mut self,
-        added: Vec<Claim>,
-        removed: Vec<Claim>,
+        added: Vec<PortClaim>,
+        removed: Vec<PortClaim>,
         changes: &mut Changes,
     ) -> Vec<FlowDelta> {
         let affected: BTreeSet<IpAddr> = added.iter().chain(&removed).map(|c| c.0).collect();

@@ -129,9 +129,9 @@ proptest! {
             // The report: the model's problems (there are no slices here) and winners.
             let report = planner.report();
             prop_assert_eq!(report.problems(), model.problems.clone());
-            let won: Vec<(Claim, ServiceKey)> =
+            let won: Vec<(PortClaim, ServiceKey)> =
                 report.won().map(|(c, k)| (*c, k.clone())).collect();
-            let mut want_won: Vec<(Claim, ServiceKey)> = model
+            let mut want_won: Vec<(PortClaim, ServiceKey)> = model
                 .vip_ports()
                 .map(|(k, vp)| ((vp.vip, vp.port, vp.protocol), k.clone()))
                 .collect();

@@ -3,7 +3,7 @@
 //! over as persistent maps in O(1) after each update. Reports are derived from these at their
 //! own pace, off the planning path; nothing rebuilds a model of every Service for them.
 
-use super::service_index::Claim;
+use super::service_index::PortClaim;
 use crate::model::{Problem, ProblemKind, Rank, ServiceKey, SocketLike, Subject};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub(super) fn without_rank(set: &Claimants, r: &Rank) -> Option<Claimants> {
 #[derive(Debug, Clone, Default)]
 pub struct ServiceReport {
     /// Every claim with a claimant, in claim order (so in VIP order), its claimants best first.
-    pub claimants: imbl::OrdMap<Claim, Claimants>,
+    pub claimants: imbl::OrdMap<PortClaim, Claimants>,
     /// The validation problems of each Service that has any.
     pub invalid: imbl::OrdMap<ServiceKey, Arc<[Problem]>>,
     /// The Nodes' problems, keys listed twice, a Service without a name.
@@ -40,12 +40,12 @@ pub struct ServiceReport {
 
 impl ServiceReport {
     /// Every won claim with its winner, in claim order.
-    pub fn won(&self) -> impl Iterator<Item = (&Claim, &ServiceKey)> {
+    pub fn won(&self) -> impl Iterator<Item = (&PortClaim, &ServiceKey)> {
         (self.claimants.iter()).filter_map(|(c, set)| Some((c, &set.first()?.2)))
     }
 
     /// The claims on `vip` with their claimants, in claim order.
-    pub fn claims_of(&self, vip: IpAddr) -> impl Iterator<Item = (&Claim, &Claimants)> {
+    pub fn claims_of(&self, vip: IpAddr) -> impl Iterator<Item = (&PortClaim, &Claimants)> {
         use std::ops::Bound;
         let from = (vip, 0, crate::model::Protocol::Tcp);
         (self

@@ -66,7 +66,7 @@ pub struct PortDoc {
 
 impl PortDoc {
     /// A claim's port and protocol.
-    pub fn of(claim: &crate::plan::service_index::Claim) -> PortDoc {
+    pub fn of(claim: &crate::plan::service_index::PortClaim) -> PortDoc {
         PortDoc {
             port: claim.1,
             protocol: claim.2,

@@ -524,6 +524,9 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("", "namespaces", &[], &read),
         grant("vipflow.io", "vippools", &[], &read),
         grant("vipflow.io", "vippools/status", &[], &["patch"]),
+        grant("vipflow.io", "bgppeers", &[], &read),
+        grant("vipflow.io", "bgpadvertisements", &[], &read),
+        grant("vipflow.io", "bfdprofiles", &[], &read),
         grant("events.k8s.io", "events", &[], &["create", "list", "patch"]),
         grant("", "events", &[], &["create", "patch"]),
     ]

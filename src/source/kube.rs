@@ -102,6 +102,43 @@ enum WatchChange {
     Node(Box<WatchEvent<core::Node>>),
     Subnet(Box<WatchEvent<DynamicObject>>),
     Pool(Box<WatchEvent<DynamicObject>>),
+    /// One of vipflow's BGP kinds, by its place in [`BGP_KINDS`].
+    Bgp(usize, Box<WatchEvent<DynamicObject>>),
+}
+
+/// vipflow's BGP kinds and their plurals, as deploy/*-crd.yaml serve them. Each is watched
+/// where the API server serves it; a cluster without them has no BGP objects.
+const BGP_KINDS: [(&str, &str); 3] = [
+    ("BGPPeer", "bgppeers"),
+    ("BGPAdvertisement", "bgpadvertisements"),
+    ("BFDProfile", "bfdprofiles"),
+];
+
+/// The resource of one of [`BGP_KINDS`].
+fn bgp_resource(kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = crate::bgp::objects::API_VERSION
+        .split_once('/')
+        .unwrap_or(("vipflow.io", "v1alpha1"));
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Decode the watched BGP objects into `loaded` the way the objects file's are: a bad object is
+/// a problem and the rest still apply.
+fn add_bgp_objects<'a>(
+    kind: &str,
+    objects: impl Iterator<Item = &'a DynamicObject>,
+    loaded: &mut Loaded,
+) {
+    for o in objects {
+        let Ok(mut item) = serde_json::to_value(o) else {
+            continue;
+        };
+        if let Some(m) = item.as_object_mut() {
+            m.insert("apiVersion".into(), crate::bgp::objects::API_VERSION.into());
+            m.insert("kind".into(), kind.into());
+        }
+        crate::decode::add_item(item, loaded);
+    }
 }
 
 enum WatchEvent<K> {
@@ -339,6 +376,20 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         ));
     }
 
+    let mut bgp_served = [false; BGP_KINDS.len()];
+    for (i, (kind, plural)) in BGP_KINDS.iter().enumerate() {
+        let resource = bgp_resource(kind, plural);
+        if served(&client, &resource).await {
+            bgp_served[i] = true;
+            streams.push(stream(
+                Api::<DynamicObject>::all_with(client.clone(), &resource),
+                list(watcher::Config::default()),
+                |o| o,
+                move |e| WatchChange::Bgp(i, Box::new(e)),
+            ));
+        }
+    }
+
     let (ctx, mut crx) = mpsc::channel::<WatchChange>(1024);
     let mut tasks = Vec::new();
     for mut s in streams {
@@ -358,6 +409,8 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     let mut nodes = Store::<core::Node>::new();
     let mut subnet_store = Store::<DynamicObject>::new();
     let mut pool_store = Store::<DynamicObject>::new();
+    let mut bgp_stores: [Store<DynamicObject>; BGP_KINDS.len()] =
+        std::array::from_fn(|_| Store::new());
     let gathering = Gathering {
         debounce: cfg.debounce,
         max_delay: cfg.max_delay,
@@ -371,13 +424,22 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             WatchChange::Node(e) => nodes.apply(*e),
             WatchChange::Subnet(e) => subnet_store.apply(*e),
             WatchChange::Pool(e) => pool_store.apply(*e),
+            WatchChange::Bgp(i, e) => {
+                if let Some(store) = bgp_stores.get_mut(i) {
+                    store.apply(*e);
+                }
+            }
         };
         gather(&mut crx, first, last_sent, gathering, &mut apply).await;
         let all_ready = services.ready
             && slices.ready
             && nodes.ready
             && (!subnets || subnet_store.ready)
-            && (!pools || pool_store.ready);
+            && (!pools || pool_store.ready)
+            && bgp_stores
+                .iter()
+                .zip(bgp_served)
+                .all(|(store, served)| !served || store.ready);
         if !all_ready {
             continue;
         }
@@ -392,20 +454,22 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
                 .collect(),
             bgp: Default::default(),
         };
+        let mut loaded = Loaded {
+            objects,
+            problems: Vec::new(),
+            complete: true,
+        };
+        for (store, (kind, _)) in bgp_stores.iter().zip(BGP_KINDS) {
+            add_bgp_objects(kind, store.iter(), &mut loaded);
+        }
+        let objects = &loaded.objects;
         tracing::debug!(
             services = objects.services.len(),
             slices = objects.endpoint_slices.len(),
             nodes = objects.nodes.len(),
             "objects from the API server"
         );
-        if tx
-            .send(Arc::new(Loaded {
-                objects,
-                problems: Vec::new(),
-                complete: true,
-            }))
-            .is_err()
-        {
+        if tx.send(Arc::new(loaded)).is_err() {
             break;
         }
         last_sent = Some(tokio::time::Instant::now());

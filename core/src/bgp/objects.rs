@@ -163,4 +163,54 @@ mod tests {
         .expect("a BFDProfile");
         assert_eq!(bfd.spec.detect_multiplier, Some(3));
     }
+
+    /// Each CRD's schema and the type name the same fields, and the CRD requires what the type
+    /// cannot do without.
+    #[test]
+    fn the_crd_schemas_name_these_fields() {
+        use std::collections::BTreeSet;
+        let schema = |file: &str| -> serde_json::Value {
+            let path = format!("{}/../deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+            let crd: serde_json::Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(&path).expect("the CRD"))
+                    .expect("YAML");
+            crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].clone()
+        };
+        let keys = |v: &serde_json::Value| -> BTreeSet<String> {
+            v.as_object().expect("an object").keys().cloned().collect()
+        };
+        let required = |v: &serde_json::Value| -> BTreeSet<String> {
+            v["required"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let peer = schema("bgppeer-crd.yaml");
+        let ours = serde_json::to_value(BgpPeerSpec::default()).expect("JSON");
+        assert_eq!(keys(&peer["properties"]), keys(&ours));
+        assert_eq!(
+            required(&peer),
+            ["myASN", "peerASN", "peerAddress"].map(String::from).into()
+        );
+        for field in required(&peer) {
+            let mut partial = ours.clone();
+            partial.as_object_mut().expect("an object").remove(&field);
+            assert!(
+                serde_json::from_value::<BgpPeerSpec>(partial).is_err(),
+                "{field} is required by the CRD, and by the type"
+            );
+        }
+        let adv = schema("bgpadvertisement-crd.yaml");
+        let ours = serde_json::to_value(BgpAdvertisementSpec::default()).expect("JSON");
+        assert_eq!(keys(&adv["properties"]), keys(&ours));
+        assert!(required(&adv).is_empty());
+        let bfd = schema("bfdprofile-crd.yaml");
+        let ours = serde_json::to_value(BfdProfileSpec::default()).expect("JSON");
+        assert_eq!(keys(&bfd["properties"]), keys(&ours));
+        assert!(required(&bfd).is_empty());
+    }
 }

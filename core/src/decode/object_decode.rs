@@ -33,6 +33,10 @@ fn describe(item: &Value, kind: &str) -> String {
     }
 }
 
+/// Decode one Kubernetes object (as JSON) into `out`: a kind of vipflow's is typed and added,
+/// with each unknown field reported; a bad one is a problem and skipped; other kinds are not
+/// vipflow's and are passed over. The objects file and the Kubernetes source's custom kinds
+/// both come through here, so both read an object alike.
 pub fn add_item(item: Value, out: &mut Loaded) {
     let kind = item
         .get("kind")

@@ -1,7 +1,9 @@
 //! BGP: vipflow decides what each node advertises and FRR speaks BGP. The objects users write
 //! ([`objects`]), and the node's FRR configuration made from them ([`frr_config`]); what a
-//! node advertises is planned in [`crate::plan::bgp`], and FRR is driven by
-//! the agent crate's `reconcile::frr`.
+//! node advertises is planned in [`crate::plan::bgp`] (which VIPs, from which nodes, as which
+//! prefixes: [`crate::plan::bgp_selection`]); what FRR is told and when is the [`speaker`]'s,
+//! and the agent crate's `reconcile::frr` runs `vtysh` for it.
 
 pub mod frr_config;
 pub mod objects;
+pub mod speaker;

@@ -1,7 +1,9 @@
 //! FRR takes the batches vipflow makes ([`vipflow::plan::bgp::frr_batch`]): applied by the
 //! agent's own driver ([`vipflow::reconcile::frr::Vtysh`], `vtysh -f`) to a real bgpd, what
 //! bgpd originates, read back by the driver from FRR's JSON, is exactly the planned networks,
-//! after additions, withdrawals and a batch with a stale withdrawal in it.
+//! after additions, withdrawals and a batch with a stale withdrawal in it; and the agent's FRR
+//! task ([`vipflow::reconcile::frr::run`]) reads FRR back before it writes, so a restart
+//! changes nothing in bgpd.
 
 use std::collections::BTreeSet;
 use testkit::frr::Frr;
@@ -151,4 +153,136 @@ async fn a_node_configured_from_its_bgp_peer_puts_a_vip_in_the_routers_fib_over_
         "one batch to the router's FIB: advertised in {advertised:?}, withdrawn in {:?}",
         start.elapsed()
     );
+}
+
+/// bgpd's table version for `family`: it moves on every change to the table.
+async fn table_version(frr: &Frr, family: &str) -> u64 {
+    let out = std::process::Command::new("vtysh")
+        .arg("--vty_socket")
+        .arg(frr.path())
+        .args(["-c", &format!("show bgp {family} unicast json")])
+        .output()
+        .expect("vtysh");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("FRR's JSON");
+    v["tableVersion"].as_u64().unwrap_or(0)
+}
+
+/// Wait until bgpd originates exactly `want` (it takes a batch in the background).
+async fn frr_holds(vtysh: &Vtysh, want: &BTreeSet<ipnet::IpNet>) {
+    let start = std::time::Instant::now();
+    loop {
+        let held = vtysh.originated().await.expect("read back");
+        if &held == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "FRR holds {held:?}, wanted {want:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// The FRR task's status once it says FRR holds `want`.
+async fn current(
+    rx: &mut tokio::sync::watch::Receiver<vipflow::reconcile::frr::FrrStatus>,
+    want: &BTreeSet<ipnet::IpNet>,
+) -> vipflow::reconcile::frr::FrrStatus {
+    let wait = async {
+        loop {
+            {
+                let s = rx.borrow_and_update().clone();
+                if s.current && &s.originated == want {
+                    return s;
+                }
+            }
+            rx.changed().await.expect("the task runs");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), wait)
+        .await
+        .unwrap_or_else(|_| panic!("FRR never held {want:?}: {:?}", rx.borrow()))
+}
+
+/// The agent's FRR task reads FRR back before it writes: a restarted agent that wants what FRR
+/// holds writes nothing (bgpd's table does not move), a change is one batch, and a prefix
+/// FRR holds that is not wanted is withdrawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
+    use std::sync::Arc;
+    use tokio::sync::watch;
+    use vipflow::reconcile::frr::{FrrStatus, run};
+    let ns = format!("vf-frrt-{}", std::process::id());
+    let config = format!(
+        "frr defaults datacenter\nrouter bgp {ASN}\n bgp router-id 10.255.0.1\n no bgp network import-check\n"
+    );
+    let Some(frr) = Frr::start(&ns, &config) else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let vtysh = Vtysh::new(frr.path());
+    let start = |want: BTreeSet<ipnet::IpNet>| {
+        let (tx, rx) = watch::channel(Arc::new(want));
+        let (stx, srx) = watch::channel(FrrStatus::default());
+        let task = tokio::spawn(run(vtysh.clone(), ASN, rx, stx));
+        (tx, srx, task)
+    };
+    let ab = nets(&["198.51.100.1/32", "198.51.100.2/32", "2001:db8::1/128"]);
+    let (_tx, mut status, task) = start(ab.clone());
+    let s = current(&mut status, &ab).await;
+    assert_eq!(s.batches, 1, "one batch from an empty FRR");
+    frr_holds(&vtysh, &ab).await;
+    task.abort();
+    let _ = task.await;
+
+    // The agent restarts wanting the same: FRR is read, nothing is written.
+    let before = (
+        table_version(&frr, "ipv4").await,
+        table_version(&frr, "ipv6").await,
+    );
+    let (tx, mut status, task) = start(ab.clone());
+    let s = current(&mut status, &ab).await;
+    assert_eq!(s.batches, 0, "a restart writes nothing");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let after = (
+        table_version(&frr, "ipv4").await,
+        table_version(&frr, "ipv6").await,
+    );
+    assert_eq!(
+        before, after,
+        "bgpd's tables did not move across the restart"
+    );
+
+    // A change is one batch.
+    let bc = nets(&["198.51.100.2/32", "198.51.100.3/32"]);
+    tx.send_replace(Arc::new(bc.clone()));
+    let s = current(&mut status, &bc).await;
+    assert_eq!(s.batches, 1);
+    frr_holds(&vtysh, &bc).await;
+    task.abort();
+    let _ = task.await;
+
+    // Someone added a network behind the agent's back while it was down: the agent that comes
+    // back withdraws it and keeps the rest.
+    vtysh
+        .apply(
+            &frr_batch(
+                ASN,
+                &bc,
+                &nets(&["198.51.100.2/32", "198.51.100.3/32", "198.51.100.9/32"]),
+            )
+            .expect("a change"),
+        )
+        .await
+        .expect("FRR takes it");
+    frr_holds(
+        &vtysh,
+        &nets(&["198.51.100.2/32", "198.51.100.3/32", "198.51.100.9/32"]),
+    )
+    .await;
+    let (_tx, mut status, task) = start(bc.clone());
+    let s = current(&mut status, &bc).await;
+    assert_eq!(s.batches, 1);
+    frr_holds(&vtysh, &bc).await;
+    task.abort();
 }

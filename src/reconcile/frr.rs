@@ -10,6 +10,7 @@ use ipnet::IpNet;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use vipflow_core::bgp::speaker::{Speaker, SpeakerAction, SpeakerPhase};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FrrError {
@@ -108,7 +109,7 @@ impl Vtysh {
         ] {
             let mut c = self.command();
             c.args(["-c", &format!("show bgp {family} unicast json")]);
-            out.extend(originated(&run(c, what).await?)?);
+            out.extend(originated(&output_of(c, what).await?)?);
         }
         Ok(out)
     }
@@ -121,7 +122,7 @@ impl Vtysh {
     }
 }
 
-async fn run(mut c: tokio::process::Command, what: &'static str) -> Result<String, FrrError> {
+async fn output_of(mut c: tokio::process::Command, what: &'static str) -> Result<String, FrrError> {
     let out = c
         .output()
         .await
@@ -145,6 +146,77 @@ fn failed_output(out: &std::process::Output) -> String {
     )
     .trim()
     .to_string()
+}
+
+/// What the FRR task reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrrStatus {
+    /// FRR was told what the plan wants (it takes a batch in the background: its tables
+    /// follow within moments).
+    pub current: bool,
+    /// What FRR originates, as last read or written.
+    pub originated: BTreeSet<IpNet>,
+    /// Batches applied since the start.
+    pub batches: u64,
+    /// The last failure, in FRR's words or vtysh's.
+    pub last_error: Option<String>,
+}
+
+/// How long to wait before asking FRR again after it could not be reached.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Keep what the node's FRR originates equal to `wanted`, as [`Speaker`] decides: FRR is read
+/// back before anything is written, then each change goes in as one batch. Ends when `wanted`'s
+/// sender is gone.
+pub async fn run(
+    vtysh: Vtysh,
+    asn: u32,
+    mut wanted: tokio::sync::watch::Receiver<std::sync::Arc<BTreeSet<IpNet>>>,
+    status: tokio::sync::watch::Sender<FrrStatus>,
+) {
+    let mut speaker = Speaker::new(asn);
+    let mut next = speaker.want(wanted.borrow_and_update().as_ref().clone());
+    loop {
+        match next.take() {
+            Some(SpeakerAction::ReadBack) => match vtysh.originated().await {
+                Ok(held) => next = speaker.read(held),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read what FRR originates; trying again");
+                    status.send_modify(|s| s.last_error = Some(e.to_string()));
+                    tokio::time::sleep(RETRY).await;
+                    next = Some(SpeakerAction::ReadBack);
+                }
+            },
+            Some(SpeakerAction::Apply(batch)) => match vtysh.apply(&batch).await {
+                Ok(()) => {
+                    next = speaker.applied();
+                    status.send_modify(|s| {
+                        s.batches += 1;
+                        s.last_error = None;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "FRR refused part of a batch; reading back what it holds");
+                    status.send_modify(|s| s.last_error = Some(e.to_string()));
+                    next = speaker.failed();
+                }
+            },
+            None => {
+                let held = speaker.held().cloned().unwrap_or_default();
+                let current = speaker.phase() == SpeakerPhase::Current;
+                status.send_if_modified(|s| {
+                    let changed = s.current != current || s.originated != held;
+                    s.current = current;
+                    s.originated = held;
+                    changed
+                });
+                if wanted.changed().await.is_err() {
+                    return;
+                }
+                next = speaker.want(wanted.borrow_and_update().as_ref().clone());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

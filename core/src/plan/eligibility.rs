@@ -171,6 +171,12 @@ impl Eligibility {
 
     /// The nodes with a ready endpoint of the Services on `vip`, when all of them are Local
     /// (`None`: any node can serve it).
+    /// Whether only externalTrafficPolicy Local Services serve `vip`: only the nodes with one
+    /// of their endpoints may carry it, and it goes out as its own route.
+    pub fn is_local(&self, vip: IpAddr) -> bool {
+        self.serving(vip).is_some()
+    }
+
     fn serving(&self, vip: IpAddr) -> Option<BTreeSet<NodeName>> {
         let keys = self.by_vip.get(&vip)?;
         let mut nodes: BTreeSet<NodeName> = BTreeSet::new();

@@ -2,6 +2,7 @@
 //! [`planner::Planner`] that keeps them up to date.
 
 pub mod bgp;
+pub mod bgp_node;
 pub mod bgp_selection;
 pub mod eligibility;
 pub mod exclude;

@@ -4,6 +4,7 @@
 //! The agent's planner task, the one-shot commands' tests and the benchmarks all plan through
 //! [`Planner::update`], so what they measure and check is what the agent does.
 
+use super::bgp_node::BgpAdvertiser;
 use super::eligibility::Eligibility;
 use super::flows::{FlowMaker, answer_keys};
 use super::northbound::{GroupPlan, NorthboundConfig};
@@ -24,6 +25,8 @@ pub struct Planner {
     /// Which VIPs this node announces, when a bridge announces, and which nodes may announce
     /// each VIP.
     announcements: Option<(Announcements, Eligibility)>,
+    /// What this node advertises over BGP, when it speaks BGP.
+    bgp: Option<BgpAdvertiser>,
     /// What the membership says, when one runs.
     members: Membership,
     /// The agent is stopping: this node takes nothing more and announces nothing again.
@@ -113,6 +116,9 @@ pub struct Plans {
     /// This node's claims (VIP and epoch), for the membership to tell the others; `None` when
     /// unchanged or not announcing.
     pub claims: Option<Arc<std::collections::BTreeMap<IpAddr, u64>>>,
+    /// The prefixes this node advertises over BGP (the same `Arc` while unchanged); `None`
+    /// when it speaks no BGP.
+    pub bgp: Option<Arc<std::collections::BTreeSet<ipnet::IpNet>>>,
 }
 
 impl Planner {
@@ -127,6 +133,7 @@ impl Planner {
             services: ServiceIndex::new(opts, bridges, cookie_prefix),
             rows: northbound.map(RowTable::new),
             announcements: None,
+            bgp: None,
             members: Membership::Off,
             stopping: false,
             withdrawn: false,
@@ -164,6 +171,12 @@ impl Planner {
     /// Plan the ARP answers of the bridges that announce, as node `node`.
     pub fn announcing_as(mut self, node: &str) -> Planner {
         self.announcements = Some((Announcements::new(node), Eligibility::default()));
+        self
+    }
+
+    /// Plan what this node advertises over BGP, as node `node`.
+    pub fn advertising_as(mut self, node: &str) -> Planner {
+        self.bgp = Some(BgpAdvertiser::new(node));
         self
     }
 
@@ -329,6 +342,14 @@ impl Planner {
                 template_chassis: table.template_chassis(),
             }
         });
+        let view = match &self.members {
+            Membership::View(v) => Some(v.as_ref()),
+            _ => None,
+        };
+        let bgp = self
+            .bgp
+            .as_mut()
+            .map(|b| b.update(objects, &self.services, view));
         Plans {
             generation: self.generation,
             bridges,
@@ -336,6 +357,7 @@ impl Planner {
             announce: self.announce_state.clone(),
             taken,
             claims,
+            bgp,
         }
     }
 

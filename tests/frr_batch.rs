@@ -286,3 +286,96 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     frr_holds(&vtysh, &bc).await;
     task.abort();
 }
+
+/// `show running-config` of `frr`.
+fn running(frr: &Frr) -> String {
+    let out = std::process::Command::new("vtysh")
+        .arg("--vty_socket")
+        .arg(frr.path())
+        .args(["-c", "show running-config"])
+        .output()
+        .expect("vtysh");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A change of the node's peers goes in as one batch FRR takes without refusing a line: a peer
+/// that goes (and the BFD profile only it used) is gone from FRR's running configuration, the
+/// other stays, and the networks FRR originates are untouched.
+#[tokio::test]
+async fn a_peer_that_goes_leaves_frr_and_the_rest_of_its_configuration_stays() {
+    use vipflow::bgp::frr_config::{config_batch, node_config};
+    use vipflow::bgp::objects::{BfdProfile, BgpPeer};
+    let ns = format!("vf-frrc-{}", std::process::id());
+    let Some(frr) = Frr::start(&ns, "frr defaults datacenter\n") else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let peer = |yaml: &str| -> BgpPeer { serde_yaml_ng::from_str(yaml).expect("a BGPPeer") };
+    let tor4 = peer(
+        "kind: BGPPeer\nmetadata: {name: tor4}\nspec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, holdTime: 9s, keepaliveTime: 3s, bfdProfile: fast}\n",
+    );
+    let tor6 = peer(
+        "kind: BGPPeer\nmetadata: {name: tor6}\nspec: {myASN: 64513, peerASN: 64512, peerAddress: 'fd00:9::1', connectTime: 2s}\n",
+    );
+    let fast: BfdProfile = serde_yaml_ng::from_str(
+        "kind: BFDProfile\nmetadata: {name: fast}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n",
+    )
+    .expect("a BFDProfile");
+    let labels = std::collections::BTreeMap::new();
+    let two = node_config(&labels, &[tor4, tor6.clone()], std::slice::from_ref(&fast))
+        .0
+        .expect("a configuration");
+    let one = node_config(&labels, &[tor6], &[fast])
+        .0
+        .expect("a configuration");
+    let vtysh = Vtysh::new(frr.path());
+    vtysh
+        .apply(&config_batch(None, Some(&two)).expect("a first configuration"))
+        .await
+        .expect("FRR takes the configuration");
+    let networks = nets(&["198.51.100.1/32"]);
+    vtysh
+        .apply(&frr_batch(64513, &BTreeSet::new(), &networks).expect("a change"))
+        .await
+        .expect("FRR takes the network");
+    frr_holds(&vtysh, &networks).await;
+    let before = running(&frr);
+    assert!(
+        before.contains("neighbor 10.9.0.1 remote-as 64512"),
+        "{before}"
+    );
+    assert!(before.contains("profile fast"), "{before}");
+
+    let batch = config_batch(Some(&two), Some(&one)).expect("a change");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    let after = running(&frr);
+    assert!(!after.contains("10.9.0.1"), "{after}");
+    assert!(!after.contains("profile fast"), "{after}");
+    assert!(
+        after.contains("neighbor fd00:9::1 remote-as 64512"),
+        "{after}"
+    );
+    assert!(
+        after.contains("neighbor fd00:9::1 timers connect 2"),
+        "{after}"
+    );
+    frr_holds(&vtysh, &networks).await;
+
+    // A setting that goes (the connect timer) is undone, the neighbor stays.
+    let plain = one.replace(" neighbor fd00:9::1 timers connect 2\n", "");
+    let batch = config_batch(Some(&one), Some(&plain)).expect("a change");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    let last = running(&frr);
+    assert!(!last.contains("timers connect"), "{last}");
+    assert!(
+        last.contains("neighbor fd00:9::1 remote-as 64512"),
+        "{last}"
+    );
+    frr_holds(&vtysh, &networks).await;
+}

@@ -200,6 +200,190 @@ pub fn node_config(
     (Some(out), problems)
 }
 
+/// The `vtysh -f` batch that takes FRR from node configuration `old` to `new` (both as
+/// [`node_config`] writes them; `None`: no BGP on the node). Configuration lines only add, so
+/// every line `old` has and `new` has not is undone first with `no <line>` in its own context
+/// (`router bgp`, `bfd`, a profile, an address family); then `new` is applied whole, which
+/// changes nothing where it already holds. A BGP instance of another AS is removed whole (its
+/// networks with it: the caller reads back what FRR originates after). `None` when the two are
+/// the same.
+pub fn config_batch(old: Option<&str>, new: Option<&str>) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    let mut out = String::new();
+    let old_tree = old.map(ConfigTree::of).unwrap_or_default();
+    let new_tree = new.map(ConfigTree::of).unwrap_or_default();
+    for (head, lines) in &old_tree.blocks {
+        match new_tree.blocks.get(head) {
+            None if head.starts_with("router bgp ") => {
+                let _ = writeln!(out, "no {head}");
+            }
+            None => {
+                // A `bfd` block that goes: each profile in it goes.
+                let _ = writeln!(out, "{head}");
+                for l in lines.iter().filter(|l| l.depth == 1 && l.opens) {
+                    let _ = writeln!(out, " no {}", l.text);
+                }
+                out.push_str(
+                    "exit
+",
+                );
+            }
+            Some(kept) => {
+                let gone = undo(lines, kept);
+                if !gone.is_empty() {
+                    let _ = writeln!(out, "{head}");
+                    out.push_str(&gone);
+                    out.push_str(
+                        "exit
+",
+                    );
+                }
+            }
+        }
+    }
+    if let Some(new) = new {
+        out.push_str(new);
+    }
+    Some(out)
+}
+
+/// The `no` lines that undo what `old` (one block's lines) has and `new` has not, each inside
+/// the sub-block it belongs to.
+fn undo(old: &[ConfigLine], new: &[ConfigLine]) -> String {
+    let mut out = String::new();
+    let has = |l: &ConfigLine| {
+        new.iter()
+            .any(|n| n.text == l.text && n.depth == l.depth && n.parent == l.parent)
+    };
+    // A neighbor that goes is removed whole by `no neighbor ADDR remote-as ...`; its other
+    // lines go with it and are not undone one by one (FRR would refuse them).
+    let gone_neighbors: Vec<String> = old
+        .iter()
+        .filter(|l| l.depth == 1 && !has(l))
+        .filter_map(|l| {
+            let rest = l.text.strip_prefix("neighbor ")?;
+            let (addr, what) = rest.split_once(' ')?;
+            what.starts_with("remote-as ")
+                .then(|| format!("neighbor {addr} "))
+        })
+        .collect();
+    let of_gone_neighbor = |l: &ConfigLine| {
+        gone_neighbors
+            .iter()
+            .any(|n| l.text.starts_with(n.as_str()))
+            && !l.text.contains(" remote-as ")
+    };
+    // A BFD profile that goes is removed whole by `no profile NAME`.
+    let mut gone_profiles: Vec<&str> = Vec::new();
+    for l in old.iter().filter(|l| l.depth == 1) {
+        if has(l) || of_gone_neighbor(l) {
+            continue;
+        }
+        if l.opens {
+            // An address family is undone line by line below; it has no `no` of its own.
+            if l.text.starts_with("profile ") {
+                gone_profiles.push(&l.text);
+                let _ = writeln!(out, " no {}", l.text);
+            }
+            continue;
+        }
+        let _ = writeln!(out, " no {}", l.text);
+    }
+    let mut open: Option<&str> = None;
+    for l in old.iter().filter(|l| l.depth == 2) {
+        let parent = l.parent.as_deref().unwrap_or_default();
+        if has(l) || of_gone_neighbor(l) || gone_profiles.contains(&parent) {
+            continue;
+        }
+        if open != Some(parent) {
+            if open.is_some() {
+                out.push_str(exit_of(open));
+            }
+            let _ = writeln!(out, " {parent}");
+            open = Some(parent);
+        }
+        let _ = writeln!(out, "  no {}", l.text);
+    }
+    if open.is_some() {
+        out.push_str(exit_of(open));
+    }
+    out
+}
+
+/// How the sub-block `open` is left.
+fn exit_of(open: Option<&str>) -> &'static str {
+    match open {
+        Some(o) if o.starts_with("address-family") => " exit-address-family\n",
+        _ => " exit\n",
+    }
+}
+
+/// One line of a configuration block, with where it sits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ConfigLine {
+    text: String,
+    /// 1: in a top-level block; 2: in a sub-block (an address family, a BFD profile).
+    depth: usize,
+    /// The sub-block's opening line, for depth 2.
+    parent: Option<String>,
+    /// The line opens a sub-block.
+    opens: bool,
+}
+
+/// A configuration as [`node_config`] writes it: top-level blocks by their opening line.
+#[derive(Debug, Default)]
+struct ConfigTree {
+    blocks: BTreeMap<String, Vec<ConfigLine>>,
+}
+
+impl ConfigTree {
+    fn of(text: &str) -> ConfigTree {
+        let mut blocks: BTreeMap<String, Vec<ConfigLine>> = BTreeMap::new();
+        let mut head: Option<String> = None;
+        let mut sub: Option<String> = None;
+        for raw in text.lines() {
+            let depth = raw.len() - raw.trim_start().len();
+            let line = raw.trim();
+            if line.is_empty() || line == "!" || line.starts_with("frr ") {
+                continue;
+            }
+            match depth {
+                0 if line == "exit" => head = None,
+                0 => head = Some(line.to_string()),
+                _ if line == "exit" || line == "exit-address-family" => sub = None,
+                1 => {
+                    let opens = line.starts_with("address-family ") || line.starts_with("profile ");
+                    if let Some(h) = &head {
+                        blocks.entry(h.clone()).or_default().push(ConfigLine {
+                            text: line.to_string(),
+                            depth: 1,
+                            parent: None,
+                            opens,
+                        });
+                    }
+                    sub = opens.then(|| line.to_string());
+                }
+                _ => {
+                    if let (Some(h), Some(s)) = (&head, &sub) {
+                        blocks.entry(h.clone()).or_default().push(ConfigLine {
+                            text: line.to_string(),
+                            depth: 2,
+                            parent: Some(s.clone()),
+                            opens: false,
+                        });
+                    }
+                }
+            }
+            if depth == 0 && line != "exit" {
+                blocks.entry(line.to_string()).or_default();
+            }
+        }
+        ConfigTree { blocks }
+    }
+}
+
 /// Whole seconds of a Go duration as Kubernetes objects write them (`90s`, `1m30s`, `2h`,
 /// `500ms` rounds down); `None` when it is not one.
 fn go_duration_secs(v: &str) -> Option<u64> {
@@ -329,5 +513,94 @@ mod tests {
         for v in ["", "s", "10", "1x", "-1s"] {
             assert_eq!(go_duration_secs(v), None, "{v}");
         }
+    }
+
+    /// Two peers (one with BFD and timers) and one of them alone, as [`node_config`] writes them.
+    fn two_and_one() -> (String, String) {
+        let fast: BfdProfile = serde_yaml_ng::from_str(
+            "kind: BFDProfile\nmetadata: {name: fast}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n",
+        )
+        .expect("a BFDProfile");
+        let tor4 = peer(
+            "tor4",
+            "{myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, holdTime: 9s, keepaliveTime: 3s, bfdProfile: fast}",
+        );
+        let tor6 = peer(
+            "tor6",
+            "{myASN: 64513, peerASN: 64512, peerAddress: 'fd00:9::1', connectTime: 2s}",
+        );
+        let none = BTreeMap::new();
+        let two = node_config(&none, &[tor4, tor6.clone()], std::slice::from_ref(&fast))
+            .0
+            .expect("a configuration");
+        let one = node_config(&none, &[tor6], &[fast])
+            .0
+            .expect("a configuration");
+        (two, one)
+    }
+
+    #[test]
+    fn the_same_configuration_is_no_batch_and_a_first_one_is_itself() {
+        let (two, _) = two_and_one();
+        assert_eq!(config_batch(Some(&two), Some(&two)), None);
+        assert_eq!(config_batch(None, None), None);
+        assert_eq!(
+            config_batch(None, Some(&two)).as_deref(),
+            Some(two.as_str())
+        );
+    }
+
+    #[test]
+    fn a_peer_that_goes_is_removed_whole_and_its_unused_profile_with_it() {
+        let (two, one) = two_and_one();
+        let batch = config_batch(Some(&two), Some(&one)).expect("a change");
+        let undo: String = batch
+            .split("frr defaults")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        assert_eq!(
+            undo,
+            "bfd\n no profile fast\nexit\nrouter bgp 64513\n no neighbor 10.9.0.1 remote-as 64512\nexit\n",
+            "{batch}"
+        );
+        assert!(
+            batch.ends_with(&one),
+            "then the new configuration whole:\n{batch}"
+        );
+    }
+
+    #[test]
+    fn a_setting_that_goes_is_undone_in_its_own_block() {
+        let (_, one) = two_and_one();
+        let without_timer = one.replace(" neighbor fd00:9::1 timers connect 2\n", "");
+        let batch = config_batch(Some(&one), Some(&without_timer)).expect("a change");
+        assert!(
+            batch.starts_with("router bgp 64513\n no neighbor fd00:9::1 timers connect 2\nexit\n"),
+            "{batch}"
+        );
+        // An activation that goes is undone inside its address family.
+        let v4_off = one.replace(
+            " address-family ipv4 unicast\n  neighbor fd00:9::1 activate\n exit-address-family\n",
+            "",
+        );
+        let batch = config_batch(Some(&one), Some(&v4_off)).expect("a change");
+        assert!(
+            batch.starts_with("router bgp 64513\n address-family ipv4 unicast\n  no neighbor fd00:9::1 activate\n exit-address-family\nexit\n"),
+            "{batch}"
+        );
+    }
+
+    #[test]
+    fn another_as_or_no_bgp_at_all_removes_the_bgp_instance() {
+        let (_, one) = two_and_one();
+        let other_as = one.replace("router bgp 64513", "router bgp 64600");
+        let batch = config_batch(Some(&one), Some(&other_as)).expect("a change");
+        assert!(batch.starts_with("no router bgp 64513\n"), "{batch}");
+        assert!(batch.ends_with(&other_as));
+        assert_eq!(
+            config_batch(Some(&one), None).as_deref(),
+            Some("no router bgp 64513\n")
+        );
     }
 }

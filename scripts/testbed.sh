@@ -2,10 +2,12 @@
 # A real-traffic OVN testbed: nodes, pods and a client as network namespaces on one machine,
 # shaped as OVN-Kubernetes builds a cluster in shared gateway mode.
 #
-#   scripts/testbed.sh start DIR [NODES]  build it under DIR (NODES nodes, default 2, at most 9)
+#   scripts/testbed.sh start DIR [NODES] [bgp]
+#                                         build it under DIR (NODES nodes, default 2, at most 9);
+#                                         `bgp`: the LAN's router and a remote client, below
 #   scripts/testbed.sh stop DIR           stop every daemon and delete every namespace it made
 #   scripts/testbed.sh env DIR NODE       `export ...` lines so ovs-vsctl/ovs-ofctl use NODE's OVS
-#   scripts/testbed.sh ns DIR NAME        the namespace of NAME (client, wire, node1, pod1a, ...)
+#   scripts/testbed.sh ns DIR NAME        the namespace of NAME (client, wire, node1, pod1a, router, ...)
 #   scripts/testbed.sh node-flows DIR I   put node<I>'s stand-in OVN-Kubernetes flows on br-ex again
 #                                         (after its ovs-vswitchd restarted)
 #
@@ -30,6 +32,16 @@
 #             switch ext_node<i> (localnet port br-ex_node<i>, network physnet), and the default
 #             routes OVN-Kubernetes gives it: 0.0.0.0/0 and ::/0 via the gateway on rtoe-GR_node<i>
 #
+# With `bgp`, the gateway is a router of its own instead of the wire's bridge, and a client sits
+# behind it, so that only routes the router learns reach a VIP off every on-link subnet:
+#   router    eth0 on the wire (wire port r) holds the gateway 172.18.0.1/24, fd00:18::1/64 (so
+#             every node's and gateway router's default route goes through it); eth1 towards
+#             remote holds 172.19.0.1/24, fd00:19::1/64; it forwards, and hashes multipath
+#             routes on the L4 ports (fib_multipath_hash_policy=1, both families), so one
+#             client's connections spread over the next hops. Its BGP speaker is the caller's
+#             (testkit's BgpTestbed starts FRR in it and in every node's namespace).
+#   remote    172.19.0.2/24, fd00:19::2/64 on eth0, default routes via the router
+#
 # Needs root (namespaces, veths), Debian's openvswitch-switch, ovn-central, ovn-host, iproute2,
 # ethtool. Daemons are stopped by the pids kept in DIR, namespaces by the names kept in DIR.
 # Facts it relies on (measured):
@@ -41,7 +53,7 @@
 #   connection after a GR learns a peer MAC with it on).
 set -euo pipefail
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 2 ] || usage
 cmd=$1
 dir=$2
@@ -247,8 +259,35 @@ logical_node() {
     nb --policy=src-ip lr-route-add ovn_cluster_router "fd00:244:$i::/64" "fd98::$((i + 1))"
 }
 
+# The LAN's router in a namespace of its own and a client behind it (the header's `bgp`).
+start_router() {
+    add_ns router
+    add_ns remote
+    veth router eth0 wire r
+    veth router eth1 remote eth0
+    no_offload router eth0
+    no_offload router eth1
+    no_offload wire r
+    no_offload remote eth0
+    in_ns wire ip link set r master br0 up
+    in_ns router ip addr add "$GW4/24" dev eth0
+    in_ns router ip -6 addr add "$GW6/64" dev eth0 nodad
+    in_ns router ip addr add 172.19.0.1/24 dev eth1
+    in_ns router ip -6 addr add fd00:19::1/64 dev eth1 nodad
+    in_ns router ip link set eth0 up
+    in_ns router ip link set eth1 up
+    in_ns router sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1 \
+        net.ipv4.fib_multipath_hash_policy=1 net.ipv6.fib_multipath_hash_policy=1
+    in_ns remote ip addr add 172.19.0.2/24 dev eth0
+    in_ns remote ip -6 addr add fd00:19::2/64 dev eth0 nodad
+    in_ns remote ip link set eth0 up
+    in_ns remote ip route add default via 172.19.0.1
+    in_ns remote ip -6 route add default via fd00:19::1
+}
+
 start() {
-    local nodes=${3:-2}
+    local nodes=${3:-2} shape=${4:-l2}
+    [ "$shape" = l2 ] || [ "$shape" = bgp ] || die "the only option after NODES is bgp"
     [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces)"
     [ "$nodes" -ge 1 ] && [ "$nodes" -le 9 ] || die "NODES must be 1..9"
     mkdir -p "$dir"
@@ -264,10 +303,14 @@ start() {
     add_ns wire
     in_ns wire ip link add br0 type bridge
     in_ns wire ip link set br0 up
-    # The LAN's router, every node's default gateway.
-    in_ns wire ip addr add "$GW4/24" dev br0
-    in_ns wire ip -6 addr add "$GW6/64" dev br0 nodad
-    in_ns wire sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+    if [ "$shape" = bgp ]; then
+        start_router
+    else
+        # The LAN's router, every node's default gateway.
+        in_ns wire ip addr add "$GW4/24" dev br0
+        in_ns wire ip -6 addr add "$GW6/64" dev br0 nodad
+        in_ns wire sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+    fi
     add_ns client
     veth client eth0 wire c
     no_offload client eth0

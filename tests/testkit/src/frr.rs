@@ -1,8 +1,9 @@
-//! FRR (Debian's package) for tests: `zebra`, `bgpd` and `bfdd` in a network namespace of the test's,
-//! with every socket, pid file and log in the instance's own directory (FRR's control sockets
-//! live in the filesystem, not in the namespace), driven through `vtysh --vty_socket`. The
-//! daemons run as FRR's own user, which vtysh's group requires. Stopped by their pids, and the
-//! namespace removed, on drop.
+//! FRR (Debian's package) for tests: `zebra`, `bgpd` and `bfdd` in a network namespace, a new one
+//! of the instance's own ([`Frr::start`]) or one that exists already ([`Frr::start_in`], a
+//! testbed node's), with every socket, pid file and log in the instance's own directory (FRR's
+//! control sockets live in the filesystem, not in the namespace), driven through `vtysh
+//! --vty_socket`. The daemons run as FRR's own user, which vtysh's group requires. Stopped by
+//! their pids on drop, and a namespace the instance made removed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,10 +16,12 @@ pub fn installed() -> bool {
         .all(|p| Path::new(p).exists())
 }
 
-/// One FRR instance in a namespace of its own.
+/// One FRR instance.
 pub struct Frr {
     dir: tempfile::TempDir,
     ns: String,
+    /// The namespace is the instance's, removed with it.
+    owns_ns: bool,
 }
 
 impl Frr {
@@ -29,6 +32,25 @@ impl Frr {
         if !crate::netns::can_make_namespaces() {
             return None;
         }
+        let mut frr = Frr::new(ns, false);
+        run("ip", &["netns", "add", ns]);
+        // Only a namespace this call made is removed on drop, never one whose name was taken.
+        frr.owns_ns = true;
+        run("ip", &["-n", ns, "link", "set", "lo", "up"]);
+        frr.launch(config);
+        Some(frr)
+    }
+
+    /// Start zebra, bgpd and bfdd in the namespace `ns`, which exists and stays when the
+    /// instance goes (a testbed node's), with `config`. Panics where FRR cannot run: the
+    /// caller made the namespace, so it can.
+    pub fn start_in(ns: &str, config: &str) -> Frr {
+        let frr = Frr::new(ns, false);
+        frr.launch(config);
+        frr
+    }
+
+    fn new(ns: &str, owns_ns: bool) -> Frr {
         assert!(
             installed(),
             "FRR is not installed: run scripts/install-deps.sh"
@@ -37,19 +59,23 @@ impl Frr {
             .prefix("vf-frr-")
             .tempdir_in("/tmp")
             .expect("FRR's directory");
-        run("ip", &["netns", "add", ns]);
-        let frr = Frr {
+        Frr {
             dir,
             ns: ns.to_string(),
-        };
-        run("ip", &["-n", ns, "link", "set", "lo", "up"]);
-        let conf = frr.path().join("frr.conf");
+            owns_ns,
+        }
+    }
+
+    /// The daemons, then `config` through vtysh.
+    fn launch(&self, config: &str) {
+        let ns = self.ns.as_str();
+        let conf = self.path().join("frr.conf");
         std::fs::write(&conf, config).expect("FRR's configuration");
         run(
             "chown",
-            &["-R", "frr:frr", &frr.path().display().to_string()],
+            &["-R", "frr:frr", &self.path().display().to_string()],
         );
-        let d = frr.path().display().to_string();
+        let d = self.path().display().to_string();
         for daemon in ["zebra", "bfdd", "bgpd"] {
             let mut args = vec![
                 "netns".to_string(),
@@ -82,20 +108,19 @@ impl Frr {
             run("ip", &a);
         }
         let start = Instant::now();
-        while frr.vtysh(&["show version"]).is_err() {
+        while self.vtysh(&["show version"]).is_err() {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "FRR did not come up in {}",
-                frr.path().display()
+                self.path().display()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
         let mut c = Command::new("vtysh");
-        c.arg("--vty_socket").arg(frr.path()).arg("-f").arg(&conf);
+        c.arg("--vty_socket").arg(self.path()).arg("-f").arg(&conf);
         if let Err(e) = output(c) {
             panic!("FRR refused its configuration:\n{config}\n{e}");
         }
-        Some(frr)
     }
 
     pub fn path(&self) -> &Path {
@@ -104,6 +129,11 @@ impl Frr {
 
     pub fn ns(&self) -> &str {
         &self.ns
+    }
+
+    /// The log of `daemon` (`zebra`, `bgpd`, `bfdd`), for a failure's message.
+    pub fn log(&self, daemon: &str) -> String {
+        std::fs::read_to_string(self.path().join(format!("{daemon}.log"))).unwrap_or_default()
     }
 
     /// `vtysh -c` for each command, in order; its output, or its error output.
@@ -183,7 +213,9 @@ impl Drop for Frr {
                 }
             }
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        if self.owns_ns {
+            let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        }
     }
 }
 

@@ -143,6 +143,24 @@ pub fn tcp_request(ns: &str, addr: SocketAddr, timeout: Duration) -> io::Result<
     read_line(stream, timeout)
 }
 
+/// [`tcp_request`] from the local address `from` (a chosen source port), so that each of many
+/// connections is a flow the caller can name afterwards (in a conntrack dump).
+pub fn tcp_request_from(
+    ns: &str,
+    from: SocketAddr,
+    to: SocketAddr,
+    timeout: Duration,
+) -> io::Result<String> {
+    let stream = in_netns(ns, move || {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let s = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))?;
+        s.bind(&from.into())?;
+        s.connect_timeout(&to.into(), timeout)?;
+        Ok(TcpStream::from(s))
+    })?;
+    read_line(stream, timeout)
+}
+
 fn read_line(mut stream: TcpStream, timeout: Duration) -> io::Result<String> {
     stream.set_read_timeout(Some(timeout))?;
     let mut out = String::new();

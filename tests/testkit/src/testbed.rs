@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 /// Addresses the testbed gives (see the script's header).
 pub const CLIENT_V4: &str = "172.18.0.2";
 pub const CLIENT_V6: &str = "fd00:18::2";
-/// The LAN's gateway (the wire's bridge; it forwards): every node's and gateway router's
-/// default route.
+/// The LAN's gateway (the wire's bridge, or in the BGP shape the router): every node's and
+/// gateway router's default route.
 pub const GATEWAY_V4: &str = "172.18.0.1";
 pub const GATEWAY_V6: &str = "fd00:18::1";
+/// The BGP shape's client behind the router (namespace `remote`).
+pub const REMOTE_V4: &str = "172.19.0.2";
+pub const REMOTE_V6: &str = "fd00:19::2";
 
 /// node *i*'s IPv4 and IPv6 address (on br-ex, shared with its gateway router).
 pub fn node_ip(i: usize) -> String {
@@ -28,6 +31,13 @@ pub fn node_ip6(i: usize) -> String {
 pub fn node_mac(i: usize) -> String {
     format!("0a:58:ac:12:00:{:02x}", 0x10 + i)
 }
+/// node *i*'s IPv6 link-local address on br-ex, the kernel's EUI-64 of [`node_mac`] (its gateway
+/// router's external port has the same one): the next hop FRR gives IPv6 routes learned over a
+/// session on the link.
+pub fn node_link_local6(i: usize) -> String {
+    let low = u16::try_from(0x10 + i).expect("a node index");
+    std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, 0x0858, 0xacff, 0xfe12, low).to_string()
+}
 /// The pod addresses: pod *i* a is .10, pod *i* b is .11.
 pub fn pod_ip(i: usize, pod: char) -> String {
     format!("10.244.{i}.1{}", pod_index(pod))
@@ -37,6 +47,15 @@ pub fn pod_ip6(i: usize, pod: char) -> String {
 }
 fn pod_index(pod: char) -> u8 {
     if pod == 'a' { 0 } else { 1 }
+}
+
+/// Which network the testbed's nodes sit in (the script's header says what each builds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// One L2 segment with the client on it; the wire's bridge is the gateway.
+    L2,
+    /// The gateway is a router of its own on the wire, with a client behind it.
+    Bgp,
 }
 
 pub struct Testbed {
@@ -50,6 +69,11 @@ impl Testbed {
     /// Start a testbed of `nodes` nodes, or `None` (with a loud message) where this process
     /// cannot make network namespaces: the caller skips.
     pub fn start(nodes: usize) -> Option<Testbed> {
+        Testbed::start_shaped(nodes, Shape::L2)
+    }
+
+    /// [`Testbed::start`] in the given shape.
+    pub fn start_shaped(nodes: usize, shape: Shape) -> Option<Testbed> {
         if !netns::can_make_namespaces() {
             eprintln!(
                 "SKIPPED: the real-packet testbed needs root and network namespaces (run as root, as CI does)"
@@ -68,6 +92,7 @@ impl Testbed {
             .arg("start")
             .arg(dir.path())
             .arg(nodes.to_string())
+            .args((shape == Shape::Bgp).then_some("bgp"))
             .output()
             .expect("run scripts/testbed.sh");
         if !out.status.success() {
@@ -138,7 +163,8 @@ impl Testbed {
         self.dir.path()
     }
 
-    /// Namespace of `client`, `wire`, `node *i*` or `pod<i><a|b>`.
+    /// Namespace of `client`, `wire`, `node *i*`, `pod<i><a|b>`, or in the BGP shape `router`
+    /// and `remote`.
     pub fn ns(&self, name: &str) -> String {
         format!("{}-{name}", self.tag)
     }

@@ -1,0 +1,393 @@
+//! BGP with real packets: three OVN-Kubernetes-shaped nodes, each with FRR in its namespace
+//! configured as the agent configures it (`node_config` from the `BGPPeer` and `BFDProfile`
+//! objects), peer over eBGP and BFD with a router on the wire; a client sits behind the router,
+//! and the Service's VIPs are off every on-link subnet, so only the routes the router learns
+//! bring the client's packets to a node. The agents run in the nodes' namespaces without
+//! `--announce` (no node answers ARP/ND for the VIPs: BGP draws the traffic) and keep the steer
+//! flows on each br-ex and the rows in OVN. The advertisement is driven through vipflow's own
+//! pieces: `frr_batch` applied by `Vtysh` to each node's FRR, and read back. The topology is
+//! `scripts/testbed.sh`'s BGP shape (testkit's `BgpTestbed`). Without root it says `SKIPPED`;
+//! under `CI` it fails instead.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use testkit::bgp_testbed::{self, Bfd, BgpTestbed};
+use testkit::eventually;
+use testkit::netns::{self, POD_TCP_PORT, POD_UDP_PORT, PodServer};
+use testkit::testbed::{self, AgentProcess};
+use vipflow::plan::bgp::frr_batch;
+use vipflow::reconcile::frr::Vtysh;
+
+const NODES: usize = 3;
+/// The Service's VIPs, off every subnet the router, the nodes and the client are on: only a
+/// route the router learned brings the client's packets to a node.
+const VIP4: &str = "198.51.100.10";
+const VIP6: &str = "2001:db8:100::10";
+/// Connections per round, each from a source port of its own: with three next hops, the chance
+/// that the hash leaves a node without one is 3 × (2/3)^60, about 10^-10.
+const FLOWS: u16 = 60;
+/// The time from a batch to the router's FIB the test expects (about 0.15 s measured; FRR's
+/// update timers allow up to a second); waits are bounded at ten times it, only to catch a hang.
+const FIB_TARGET: Duration = Duration::from_secs(2);
+
+fn vipflow() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
+}
+
+/// The objects file: three Nodes, `web` (LoadBalancer, externalTrafficPolicy Cluster, both VIPs
+/// on TCP 80 and UDP 53, an endpoint on every node's pod a) and the BGP objects every node's
+/// FRR is configured from.
+fn objects(bfd: Bfd) -> String {
+    let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    for i in 1..=NODES {
+        y += &format!(
+            "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+            testbed::node_ip(i)
+        );
+    }
+    y += &format!(
+        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: web, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    externalTrafficPolicy: Cluster\n    ipFamilies: [IPv4, IPv6]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{VIP4}\", ipMode: VIP}}, {{ip: \"{VIP6}\", ipMode: VIP}}]}}}}\n"
+    );
+    for (slice, family) in [("web-4", "IPv4"), ("web-6", "IPv6")] {
+        let eps: String = (1..=NODES)
+            .map(|i| {
+                let ip = if family == "IPv4" {
+                    testbed::pod_ip(i, 'a')
+                } else {
+                    testbed::pod_ip6(i, 'a')
+                };
+                format!(
+                    "  - {{addresses: [\"{ip}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n"
+                )
+            })
+            .collect();
+        y += &format!(
+            "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {slice}, namespace: demo, labels: {{kubernetes.io/service-name: web}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n  endpoints:\n{eps}"
+        );
+    }
+    y + &bgp_testbed::peer_objects(bfd)
+}
+
+/// A node's FRR configuration as the agent makes it: `node_config` over the BGP objects of the
+/// objects file, decoded as the agent decodes the file.
+fn node_frr_config(objects: &str) -> String {
+    let loaded = vipflow::decode::parse(objects).expect("the objects file parses");
+    assert!(loaded.problems.is_empty(), "{:?}", loaded.problems);
+    let bgp = &loaded.objects.bgp;
+    let (config, problems) =
+        vipflow::bgp::frr_config::node_config(&BTreeMap::new(), &bgp.peers, &bgp.bfd_profiles);
+    assert!(problems.is_empty(), "{problems:?}");
+    config.expect("every node peers with the router")
+}
+
+/// As on an OVN-Kubernetes node: no port flags; node1's agent also writes the rows, attached
+/// through the node templates. No `--announce`: BGP draws the traffic, not ARP/ND answers.
+fn agent_args(bed: &BgpTestbed, node: usize) -> Vec<String> {
+    if node != 1 {
+        return Vec::new();
+    }
+    [
+        "--nb-remote",
+        &bed.tb.nb_remote(),
+        "--node-router",
+        "GR_{node}",
+        "--node-switch",
+        "{node}",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn host_prefixes() -> BTreeSet<ipnet::IpNet> {
+    [VIP4, VIP6]
+        .iter()
+        .map(|v| ipnet::IpNet::from(v.parse::<IpAddr>().expect("a VIP")))
+        .collect()
+}
+
+/// Apply the batch that turns node `node`'s originated prefixes from `old` into `new`, with the
+/// agent's driver; how long vtysh took.
+fn apply(
+    rt: &tokio::runtime::Runtime,
+    bed: &BgpTestbed,
+    node: usize,
+    old: &BTreeSet<ipnet::IpNet>,
+    new: &BTreeSet<ipnet::IpNet>,
+) -> Duration {
+    let batch = frr_batch(bgp_testbed::NODE_ASN, old, new).expect("a change");
+    let vtysh = Vtysh::new(bed.speaker(node).path());
+    let start = Instant::now();
+    rt.block_on(vtysh.apply(&batch))
+        .unwrap_or_else(|e| panic!("node{node}'s FRR refused {batch}: {e}"));
+    start.elapsed()
+}
+
+/// What node `node`'s FRR originates, read back by the agent's driver.
+fn originated(
+    rt: &tokio::runtime::Runtime,
+    bed: &BgpTestbed,
+    node: usize,
+) -> BTreeSet<ipnet::IpNet> {
+    rt.block_on(Vtysh::new(bed.speaker(node).path()).originated())
+        .expect("FRR's JSON")
+}
+
+/// Wait until the router forwards both VIPs to exactly `nodes`; how long each family took.
+fn wait_fib(bed: &BgpTestbed, nodes: &BTreeSet<usize>, since: Instant) -> [Duration; 2] {
+    let mut took = [None, None];
+    loop {
+        for (k, vip) in [VIP4, VIP6].iter().enumerate() {
+            if took[k].is_none() && bed.next_hop_nodes(vip) == *nodes {
+                took[k] = Some(since.elapsed());
+            }
+        }
+        if let [Some(a), Some(b)] = took {
+            return [a, b];
+        }
+        assert!(
+            since.elapsed() < FIB_TARGET * 10,
+            "the router's FIB never held {nodes:?}: {VIP4} via {:?}, {VIP6} via {:?}\n{}",
+            bed.next_hops(VIP4),
+            bed.next_hops(VIP6),
+            bed.router()
+                .vtysh(&["show bgp ipv4 unicast", "show bgp ipv6 unicast"])
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The steer flow's packets for `vip` (TCP 80) on every node.
+fn steered(bed: &BgpTestbed, vip: &str) -> Vec<u64> {
+    (1..=NODES)
+        .map(|i| bed.tb.flow_packets(i, &[&format!("{vip},tp_dst=80")]))
+        .collect()
+}
+
+/// The client's source ports among `ports` that node `node`'s connection tracking saw towards
+/// `vip`: the flows the router's hash gave that node.
+fn tracked_ports(bed: &BgpTestbed, node: usize, vip: &str, ports: &BTreeSet<u16>) -> BTreeSet<u16> {
+    let client = if vip.contains(':') {
+        testbed::REMOTE_V6
+    } else {
+        testbed::REMOTE_V4
+    };
+    let head = format!("orig=(src={client},dst={vip},sport=");
+    bed.tb
+        .appctl(node, &["dpctl/dump-conntrack"])
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(&head)? + head.len()..];
+            rest[..rest.find(',')?].parse::<u16>().ok()
+        })
+        .filter(|p| ports.contains(p))
+        .collect()
+}
+
+/// What one round saw, per node (index *i* - 1 for node *i*).
+struct Round {
+    /// The steer flow's packets during the round.
+    steered: Vec<u64>,
+    /// The round's source ports the node's connection tracking holds.
+    flows: Vec<BTreeSet<u16>>,
+    /// Connections answered, by pod.
+    pods: BTreeMap<String, usize>,
+    /// The longest a connection took, from connect to the pod's answer.
+    slowest: Duration,
+}
+
+/// One round: [`FLOWS`] TCP connections from the remote client to `vip`:80, from source ports
+/// `first_port..`, every one answered by a pod.
+fn round(bed: &BgpTestbed, vip: &str, first_port: u16) -> Round {
+    let remote = bed.tb.ns("remote");
+    let to = SocketAddr::new(vip.parse().expect("a VIP"), 80);
+    let any: IpAddr = if vip.contains(':') {
+        "::".parse().expect("any")
+    } else {
+        "0.0.0.0".parse().expect("any")
+    };
+    let before = steered(bed, vip);
+    let ports: BTreeSet<u16> = (first_port..first_port + FLOWS).collect();
+    let mut pods = BTreeMap::new();
+    let mut slowest = Duration::ZERO;
+    for &port in &ports {
+        let start = Instant::now();
+        let got = netns::tcp_request_from(
+            &remote,
+            SocketAddr::new(any, port),
+            to,
+            Duration::from_secs(5),
+        )
+        .unwrap_or_else(|e| panic!("TCP {vip}:80 from the client's port {port}: {e}"));
+        let pod = got.split(' ').next().unwrap_or_default().to_string();
+        assert!(
+            (1..=NODES).any(|i| pod == format!("pod{i}a")),
+            "{vip}:80 from port {port} answered {got:?}"
+        );
+        *pods.entry(pod).or_default() += 1;
+        slowest = slowest.max(start.elapsed());
+    }
+    let after = steered(bed, vip);
+    let steered = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let flows = (1..=NODES)
+        .map(|i| tracked_ports(bed, i, vip, &ports))
+        .collect();
+    Round {
+        steered,
+        flows,
+        pods,
+        slowest,
+    }
+}
+
+#[test]
+fn ecmp_spreads_client_flows_over_every_node_and_a_withdrawal_moves_them() {
+    let bfd = Bfd::default();
+    let objects_text = objects(bfd);
+    let node_config = node_frr_config(&objects_text);
+    let Some(bed) = BgpTestbed::start(NODES, bfd, |_| node_config.clone()) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let _pods: Vec<PodServer> = (1..=NODES)
+        .map(|i| {
+            let name = format!("pod{i}a");
+            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
+        })
+        .collect();
+    let objects_path = bed.tb.path().join("objects.yaml");
+    std::fs::write(&objects_path, &objects_text).expect("the objects file");
+    let _agents: Vec<AgentProcess> = (1..=NODES)
+        .map(|i| {
+            bed.tb
+                .agent_in_node(&vipflow(), i, &objects_path, &agent_args(&bed, i))
+        })
+        .collect();
+    for i in 1..=NODES {
+        eventually(&format!("node{i}'s steer flows"), 30, || {
+            let f = bed.tb.ofctl(i, &["dump-flows", "br-ex"]);
+            f.contains(&format!("{VIP4},tp_dst=80")) && f.contains(&format!("{VIP6},tp_dst=80"))
+        });
+    }
+    eventually("the Northbound rows", 30, || {
+        let l = bed.tb.nbctl(&["lb-list"]);
+        l.contains(&format!("{VIP4}:80")) && l.contains(&format!("[{VIP6}]:80"))
+    });
+    bed.tb.nbctl(&["--timeout=30", "--wait=hv", "sync"]);
+
+    // Nothing advertised: the router has no route to the VIPs, and the client's packets go
+    // nowhere.
+    for vip in [VIP4, VIP6] {
+        assert!(
+            bed.next_hops(vip).is_empty(),
+            "{vip} via {:?}",
+            bed.next_hops(vip)
+        );
+        let to = SocketAddr::new(vip.parse().expect("a VIP"), 80);
+        assert!(
+            netns::tcp_request(&bed.tb.ns("remote"), to, Duration::from_secs(1)).is_err(),
+            "{vip} answered before any node advertised it"
+        );
+    }
+
+    // Every node advertises one host prefix per family, one batch each.
+    let want = host_prefixes();
+    let none = BTreeSet::new();
+    let mut fib: BTreeSet<usize> = BTreeSet::new();
+    for i in 1..=NODES {
+        let start = Instant::now();
+        let vtysh = apply(&rt, &bed, i, &none, &want);
+        fib.insert(i);
+        let [v4, v6] = wait_fib(&bed, &fib, start);
+        println!(
+            "node{i}'s batch to the router's FIB: {VIP4} {v4:?}, {VIP6} {v6:?} (vtysh took {vtysh:?})"
+        );
+        assert_eq!(originated(&rt, &bed, i), want, "node{i} originates");
+    }
+    assert_eq!(
+        bed.next_hops(VIP4).len(),
+        NODES,
+        "{:?}",
+        bed.next_hops(VIP4)
+    );
+    assert_eq!(
+        bed.next_hops(VIP6).len(),
+        NODES,
+        "{:?}",
+        bed.next_hops(VIP6)
+    );
+
+    // Many flows of one client spread over every node, and every one is answered.
+    for (vip, ports) in [(VIP4, 20000), (VIP6, 21000)] {
+        let r = round(&bed, vip, ports);
+        let per_node: Vec<usize> = r.flows.iter().map(BTreeSet::len).collect();
+        println!(
+            "{vip}: {FLOWS}/{FLOWS} answered (pods {:?}); flows per node {per_node:?}, steer packets per node {:?}, slowest {:?}",
+            r.pods, r.steered, r.slowest
+        );
+        for i in 1..=NODES {
+            assert!(
+                r.steered[i - 1] > 0,
+                "node{i}'s steer flow for {vip} counted nothing: {:?}",
+                r.steered
+            );
+        }
+        // The router hashes each flow to one node: each connection is tracked on one node only.
+        assert_eq!(
+            per_node.iter().sum::<usize>(),
+            usize::from(FLOWS),
+            "{:?}",
+            r.flows
+        );
+        let all: BTreeSet<u16> = r.flows.iter().flatten().copied().collect();
+        assert_eq!(all.len(), usize::from(FLOWS), "{:?}", r.flows);
+    }
+
+    // node3 withdraws: its next hop leaves the router's FIB, and new flows go to the others.
+    let start = Instant::now();
+    let vtysh = apply(&rt, &bed, NODES, &want, &none);
+    let rest: BTreeSet<usize> = (1..NODES).collect();
+    let [v4, v6] = wait_fib(&bed, &rest, start);
+    println!(
+        "node{NODES}'s withdrawal to the router's FIB: {VIP4} {v4:?}, {VIP6} {v6:?} (vtysh took {vtysh:?})"
+    );
+    assert!(originated(&rt, &bed, NODES).is_empty());
+    for (vip, ports) in [(VIP4, 22000), (VIP6, 23000)] {
+        let r = round(&bed, vip, ports);
+        let per_node: Vec<usize> = r.flows.iter().map(BTreeSet::len).collect();
+        println!(
+            "{vip} after node{NODES} withdrew: {FLOWS}/{FLOWS} answered (pods {:?}); flows per node {per_node:?}, steer packets per node {:?}, slowest {:?}",
+            r.pods, r.steered, r.slowest
+        );
+        assert_eq!(
+            r.steered[NODES - 1],
+            0,
+            "node{NODES} still steered {vip}: {:?}",
+            r.steered
+        );
+        assert!(
+            r.flows[NODES - 1].is_empty(),
+            "node{NODES} tracked {:?}",
+            r.flows[NODES - 1]
+        );
+        for i in 1..NODES {
+            assert!(
+                r.steered[i - 1] > 0,
+                "node{i}'s steer flow for {vip} counted nothing: {:?}",
+                r.steered
+            );
+        }
+        assert_eq!(
+            per_node.iter().sum::<usize>(),
+            usize::from(FLOWS),
+            "{:?}",
+            r.flows
+        );
+    }
+}

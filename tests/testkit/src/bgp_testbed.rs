@@ -1,0 +1,246 @@
+//! The BGP testbed: the real-packet testbed in its BGP shape (`scripts/testbed.sh start DIR N
+//! bgp`: the LAN's router in a namespace of its own on the wire, a client behind it) with FRR as
+//! the router's BGP speaker and one in every node's namespace, peering over eBGP (one IPv4
+//! session per node carries both families) with BFD. A VIP off every on-link subnet reaches the
+//! client only through the routes the router learns.
+//!
+//! The router's configuration is here: every node a neighbor, ECMP over up to 64 paths in both
+//! families. A node's is the caller's, as the agent makes it from the `BGPPeer` and `BFDProfile`
+//! objects [`peer_objects`] writes, so the node speaks as vipflow will have it speak.
+//!
+//! Dropped in order: the FRR instances by their pids, then the testbed (its daemons by pid, its
+//! namespaces by their recorded names).
+
+use crate::frr::Frr;
+use crate::testbed::{self, Shape, Testbed};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+/// The router's AS.
+pub const ROUTER_ASN: u32 = 64512;
+/// Every node's AS (one AS for the cluster, as MetalLB and frr-k8s deployments mostly have it).
+pub const NODE_ASN: u32 = 64513;
+/// The BFD profile's name, on the router and in the nodes' `BFDProfile`.
+pub const BFD_PROFILE: &str = "ci";
+
+/// BFD's timers on both ends of every session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bfd {
+    pub receive_ms: u32,
+    pub transmit_ms: u32,
+    pub multiplier: u8,
+}
+
+impl Default for Bfd {
+    /// 300 ms × 3: a dead node is noticed within a second, and a busy two-core CI machine that
+    /// pauses a daemon for a fraction of that does not take a session down.
+    fn default() -> Bfd {
+        Bfd {
+            receive_ms: 300,
+            transmit_ms: 300,
+            multiplier: 3,
+        }
+    }
+}
+
+/// Items of an objects file's List: the `BGPPeer` every node peers with the router by (its
+/// address on the wire, both families over the one session) and the `BFDProfile` it names.
+pub fn peer_objects(bfd: Bfd) -> String {
+    let api = "vipflow.io/v1alpha1";
+    format!(
+        "- apiVersion: {api}\n  kind: BGPPeer\n  metadata: {{name: router}}\n  spec: {{myASN: {NODE_ASN}, peerASN: {ROUTER_ASN}, peerAddress: \"{}\", bfdProfile: {BFD_PROFILE}}}\n\
+         - apiVersion: {api}\n  kind: BFDProfile\n  metadata: {{name: {BFD_PROFILE}}}\n  spec: {{receiveInterval: {}, transmitInterval: {}, detectMultiplier: {}}}\n",
+        testbed::GATEWAY_V4,
+        bfd.receive_ms,
+        bfd.transmit_ms,
+        bfd.multiplier
+    )
+}
+
+/// The router's FRR configuration for `nodes` nodes.
+fn router_config(nodes: usize, bfd: Bfd) -> String {
+    let mut c = format!(
+        "frr defaults datacenter\n!\nbfd\n profile {BFD_PROFILE}\n  receive-interval {}\n  transmit-interval {}\n  detect-multiplier {}\n exit\nexit\n!\n",
+        bfd.receive_ms, bfd.transmit_ms, bfd.multiplier
+    );
+    c += &format!(
+        "router bgp {ROUTER_ASN}\n bgp router-id {}\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n",
+        testbed::GATEWAY_V4
+    );
+    c += &format!(
+        " neighbor nodes peer-group\n neighbor nodes remote-as {NODE_ASN}\n neighbor nodes bfd profile {BFD_PROFILE}\n"
+    );
+    for i in 1..=nodes {
+        c += &format!(" neighbor {} peer-group nodes\n", testbed::node_ip(i));
+    }
+    for family in ["ipv4", "ipv6"] {
+        c += &format!(
+            " address-family {family} unicast\n  neighbor nodes activate\n  maximum-paths 64\n exit-address-family\n"
+        );
+    }
+    c + "exit\n"
+}
+
+pub struct BgpTestbed {
+    /// The router's FRR, then node *i*'s at *i*.
+    frr: Vec<Frr>,
+    bfd: Bfd,
+    /// Last: the FRR instances in its namespaces stop first.
+    pub tb: Testbed,
+}
+
+impl BgpTestbed {
+    /// Start the testbed in its BGP shape with `nodes` nodes, FRR on the router and FRR on node
+    /// *i* with `node_config(i)`, and wait until every session is established in both families
+    /// and its BFD is up. `None` where namespaces cannot be made (the caller skips).
+    pub fn start(nodes: usize, bfd: Bfd, node_config: impl Fn(usize) -> String) -> Option<Self> {
+        let tb = Testbed::start_shaped(nodes, Shape::Bgp)?;
+        // Declared after `tb`, so a failure below stops them before the testbed goes.
+        let mut frr = vec![Frr::start_in(&tb.ns("router"), &router_config(nodes, bfd))];
+        for i in 1..=nodes {
+            frr.push(Frr::start_in(&tb.ns(&format!("node{i}")), &node_config(i)));
+        }
+        let bed = BgpTestbed { frr, bfd, tb };
+        bed.wait_sessions(Duration::from_secs(60));
+        bed.check_bfd_timers();
+        Some(bed)
+    }
+
+    /// The router's FRR.
+    pub fn router(&self) -> &Frr {
+        &self.frr[0]
+    }
+
+    /// Node *i*'s FRR (its `path()` is the `--vty_socket` directory).
+    pub fn speaker(&self, node: usize) -> &Frr {
+        &self.frr[node]
+    }
+
+    /// Every session Established in both families on the router, and every BFD peer up.
+    fn wait_sessions(&self, bound: Duration) {
+        let start = Instant::now();
+        loop {
+            let (bgp, bfd) = self.sessions();
+            if bgp.len() == self.tb.nodes && bfd.len() == self.tb.nodes {
+                eprintln!(
+                    "BGP testbed: {} sessions established and BFD up {:?} after FRR started",
+                    self.tb.nodes,
+                    start.elapsed()
+                );
+                return;
+            }
+            assert!(
+                start.elapsed() < bound,
+                "BGP sessions up: {bgp:?}, BFD up: {bfd:?}\nrouter's bgpd:\n{}\nnode1's bgpd:\n{}",
+                self.router().log("bgpd"),
+                self.speaker(1).log("bgpd")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Both ends of every BFD session run the profile's timers: the router's own, and the
+    /// node's as the router heard them (so the node's FRR took its `BFDProfile`).
+    fn check_bfd_timers(&self) {
+        let text = self
+            .router()
+            .vtysh(&["show bfd peers json"])
+            .unwrap_or_default();
+        let peers: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let b = self.bfd;
+        for p in peers.as_array().into_iter().flatten() {
+            for side in ["", "remote-"] {
+                let got = |k: &str| p[format!("{side}{k}")].as_u64();
+                assert_eq!(
+                    (
+                        got("receive-interval"),
+                        got("transmit-interval"),
+                        got("detect-multiplier")
+                    ),
+                    (
+                        Some(u64::from(b.receive_ms)),
+                        Some(u64::from(b.transmit_ms)),
+                        Some(u64::from(b.multiplier))
+                    ),
+                    "BFD timers ({side}) of {}: {text}",
+                    p["peer"]
+                );
+            }
+        }
+    }
+
+    /// The router's neighbors Established in both families, and its BFD peers up.
+    pub fn sessions(&self) -> (BTreeSet<String>, BTreeSet<String>) {
+        let json = |cmd: &str| -> Value {
+            self.router()
+                .vtysh(&[cmd])
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(Value::Null)
+        };
+        let established = |family: &str| -> BTreeSet<String> {
+            let v = json(&format!("show bgp {family} unicast summary json"));
+            v["peers"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, p)| p["state"] == "Established")
+                .map(|(a, _)| a.clone())
+                .collect()
+        };
+        let v4 = established("ipv4");
+        let bgp = established("ipv6").intersection(&v4).cloned().collect();
+        let bfd = json("show bfd peers json")
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["status"] == "up")
+            .filter_map(|p| p["peer"].as_str().map(str::to_string))
+            .collect();
+        (bgp, bfd)
+    }
+
+    /// The next hops of the router's kernel route to `prefix` (either family), as `ip route`
+    /// prints them: what the router forwards by. None when it has no such route.
+    pub fn next_hops(&self, prefix: &str) -> Vec<String> {
+        let family = if prefix.contains(':') { "-6" } else { "-4" };
+        let out = self.tb.ip("router", &[family, "route", "show", prefix]);
+        let words: Vec<&str> = out.split_whitespace().collect();
+        words
+            .windows(2)
+            .filter(|w| w[0] == "via")
+            .map(|w| w[1].to_string())
+            .collect()
+    }
+
+    /// The nodes the router forwards `prefix` to, by its next hops (a node's address, or for
+    /// IPv6 its link-local one). A next hop that is no node's panics.
+    pub fn next_hop_nodes(&self, prefix: &str) -> BTreeSet<usize> {
+        self.next_hops(prefix)
+            .iter()
+            .map(|hop| {
+                (1..=self.tb.nodes)
+                    .find(|&i| {
+                        *hop == testbed::node_ip(i)
+                            || *hop == testbed::node_ip6(i)
+                            || *hop == testbed::node_link_local6(i)
+                    })
+                    .unwrap_or_else(|| panic!("the router's next hop {hop} is no node's"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for BgpTestbed {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("VIPFLOW_TESTBED_HOLD").is_some() {
+            // Left running with the testbed for a look: `scripts/testbed.sh stop` ends every
+            // process in its namespaces, FRR's too; FRR's directories stay.
+            for f in std::mem::take(&mut self.frr) {
+                eprintln!("FRR held in {} (namespace {})", f.path().display(), f.ns());
+                std::mem::forget(f);
+            }
+        }
+    }
+}

@@ -101,19 +101,26 @@ async fn a_node_configured_from_its_bgp_peer_puts_a_vip_in_the_routers_fib_over_
     let node = Frr::start(&format!("vf-nd-{tag}"), &conf).expect("the node's FRR");
     testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
 
-    // The session and its BFD come up.
+    // The session and its BFD come up, as the agent's driver reads them from FRR's JSON.
+    let vtysh = Vtysh::new(node.path());
     let start = std::time::Instant::now();
     loop {
-        let bfd = node.vtysh(&["show bfd peers json"]).unwrap_or_default();
-        let bgp = node
-            .vtysh(&["show bgp ipv4 unicast summary json"])
-            .unwrap_or_default();
-        if bfd.contains("\"status\":\"up\"") && bgp.contains("\"state\":\"Established\"") {
+        let bgp = vtysh.bgp_sessions().await.unwrap_or_default();
+        let bfd = vtysh.bfd_sessions().await.unwrap_or_default();
+        let peer: std::net::IpAddr = "10.9.0.1".parse().expect("an address");
+        let bgp_up = bgp.iter().any(|s| s.peer == peer && s.established());
+        let bfd_up = bfd.iter().find(|s| s.peer == peer && s.up());
+        if let (true, Some(b)) = (bgp_up, bfd_up) {
+            assert_eq!(
+                (b.receive_ms, b.transmit_ms, b.multiplier),
+                (Some(300), Some(300), Some(3)),
+                "the BFD profile's timers"
+            );
             break;
         }
         assert!(
             start.elapsed() < std::time::Duration::from_secs(60),
-            "no session: {bgp}\n{bfd}\n{}\n{}",
+            "no session: {bgp:?}\n{bfd:?}\n{}\n{}",
             node.vtysh(&["show running-config"]).unwrap_or_default(),
             std::fs::read_to_string(node.path().join("bgpd.log")).unwrap_or_default()
         );
@@ -125,7 +132,6 @@ async fn a_node_configured_from_its_bgp_peer_puts_a_vip_in_the_routers_fib_over_
     );
 
     // One batch: the VIP in the router's kernel FIB, via the node.
-    let vtysh = Vtysh::new(node.path());
     let want = nets(&["198.51.100.7/32"]);
     let batch = frr_batch(64513, &BTreeSet::new(), &want).expect("a change");
     let start = std::time::Instant::now();

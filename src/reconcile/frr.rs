@@ -1,5 +1,6 @@
 //! FRR as the node's BGP speaker, driven through `vtysh`: a change goes in as one `vtysh -f`
-//! batch ([`crate::plan::bgp::frr_batch`]), and what FRR holds is read back as its own JSON.
+//! batch ([`crate::plan::bgp::frr_batch`]), and what FRR holds is read back as its own JSON
+//! (read by the core's [`vipflow_core::bgp::frr_state`]: the prefixes, the BGP and BFD sessions).
 //!
 //! What bgpd originates itself is read from `show bgp <family> unicast json`: the prefixes with
 //! a path of its own (no peer: `peerId` `(unspec)`), not the routes it learned. An agent that
@@ -7,9 +8,11 @@
 //! still planned (FRR outlives the agent).
 
 use ipnet::IpNet;
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use vipflow_core::bgp::frr_state::{
+    BfdSession, BgpSession, FrrAnswerError, bfd_sessions, bgp_sessions, originated,
+};
 use vipflow_core::bgp::speaker::{Speaker, SpeakerAction, SpeakerPhase};
 
 #[derive(Debug, thiserror::Error)]
@@ -21,38 +24,8 @@ pub enum FrrError {
     },
     #[error("vtysh ({what}) failed: {output}")]
     Failed { what: &'static str, output: String },
-    #[error("FRR's answer to {what} is not what vipflow reads: {detail}")]
-    Answer { what: &'static str, detail: String },
-}
-
-/// The prefixes bgpd originates itself in one `show bgp <family> unicast json` answer.
-pub fn originated(json: &str) -> Result<BTreeSet<IpNet>, FrrError> {
-    let bad = |detail: String| FrrError::Answer {
-        what: "show bgp unicast json",
-        detail,
-    };
-    let v: Value = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
-    let Some(routes) = v.get("routes") else {
-        // An address family with nothing in it is answered without `routes`.
-        return Ok(BTreeSet::new());
-    };
-    let routes = routes
-        .as_object()
-        .ok_or_else(|| bad("`routes` is not an object".into()))?;
-    let mut out = BTreeSet::new();
-    for (prefix, paths) in routes {
-        let own = paths
-            .as_array()
-            .is_some_and(|p| p.iter().any(|p| p["peerId"] == "(unspec)"));
-        if own {
-            out.insert(
-                prefix
-                    .parse()
-                    .map_err(|_| bad(format!("{prefix:?} is not a prefix")))?,
-            );
-        }
-    }
-    Ok(out)
+    #[error(transparent)]
+    Answer(#[from] FrrAnswerError),
 }
 
 /// One FRR instance, reached through the directory of its vty sockets.
@@ -112,6 +85,22 @@ impl Vtysh {
             out.extend(originated(&output_of(c, what).await?)?);
         }
         Ok(out)
+    }
+
+    /// Every BGP session, every family (`show bgp summary json`).
+    pub async fn bgp_sessions(&self) -> Result<Vec<BgpSession>, FrrError> {
+        const WHAT: &str = "show bgp summary json";
+        let mut c = self.command();
+        c.args(["-c", WHAT]);
+        Ok(bgp_sessions(&output_of(c, WHAT).await?)?)
+    }
+
+    /// Every BFD session (`show bfd peers json`).
+    pub async fn bfd_sessions(&self) -> Result<Vec<BfdSession>, FrrError> {
+        const WHAT: &str = "show bfd peers json";
+        let mut c = self.command();
+        c.args(["-c", WHAT]);
+        Ok(bfd_sessions(&output_of(c, WHAT).await?)?)
     }
 
     fn command(&self) -> tokio::process::Command {
@@ -216,47 +205,5 @@ pub async fn run(
                 next = speaker.want(wanted.borrow_and_update().as_ref().clone());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn what_bgpd_originates_is_read_from_its_json_and_learned_routes_are_not() {
-        // As FRR 8.4 answers `show bgp ipv4 unicast json` with one network of its own and
-        // one route learned from a peer.
-        let json = r#"{"vrfId": 0, "localAS": 64513, "routes": {
-            "198.51.100.1/32": [{"valid":true,"bestpath":true,"pathFrom":"external",
-                "network":"198.51.100.1/32","weight":32768,"peerId":"(unspec)","path":""}],
-            "0.0.0.0/0": [{"valid":true,"bestpath":true,"pathFrom":"external",
-                "network":"0.0.0.0/0","weight":0,"peerId":"10.9.0.1","path":"64512"}]
-        }}"#;
-        let got = originated(json).expect("FRR's JSON");
-        assert_eq!(
-            got.into_iter().map(|n| n.to_string()).collect::<Vec<_>>(),
-            ["198.51.100.1/32"]
-        );
-        // An empty family has no `routes`.
-        assert!(originated(r#"{"vrfId": 0}"#).expect("empty").is_empty());
-    }
-
-    #[test]
-    fn an_answer_vipflow_cannot_read_is_an_error_not_a_panic() {
-        for bad in [
-            "",
-            "not json",
-            r#"{"routes": []}"#,
-            r#"{"routes": {"nope": [{"peerId": "(unspec)"}]}}"#,
-        ] {
-            assert!(originated(bad).is_err(), "{bad:?}");
-        }
-        // A path list of another shape names no path of bgpd's own.
-        assert!(
-            originated(r#"{"routes": {"198.51.100.1/32": {"x": 1}}}"#)
-                .expect("read")
-                .is_empty()
-        );
     }
 }

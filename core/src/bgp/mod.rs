@@ -5,5 +5,6 @@
 //! and the agent crate's `reconcile::frr` runs `vtysh` for it.
 
 pub mod frr_config;
+pub mod frr_state;
 pub mod objects;
 pub mod speaker;

@@ -17,7 +17,7 @@ use crate::model::ServiceKey;
 use crate::plan::exclude::KubeOvnSubnetIpam;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
@@ -123,10 +123,7 @@ pub async fn run_with(
 
 /// The `VipPool` resource.
 pub(crate) fn pool_resource() -> ApiResource {
-    let (group, version) = API_VERSION
-        .split_once('/')
-        .unwrap_or(("vipflow.io", "v1alpha1"));
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, KIND), PLURAL)
+    crate::source::kube::custom_resource(API_VERSION, KIND, PLURAL)
 }
 
 /// What one watch saw.

@@ -114,11 +114,9 @@ const BGP_KINDS: [(&str, &str); 3] = [
     ("BFDProfile", "bfdprofiles"),
 ];
 
-/// The resource of one of [`BGP_KINDS`].
-fn bgp_resource(kind: &str, plural: &str) -> ApiResource {
-    let (group, version) = crate::bgp::objects::API_VERSION
-        .split_once('/')
-        .unwrap_or(("vipflow.io", "v1alpha1"));
+/// The resource of a custom kind, from its `group/version`, kind and plural.
+pub(crate) fn custom_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
@@ -378,7 +376,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
 
     let mut bgp_served = [false; BGP_KINDS.len()];
     for (i, (kind, plural)) in BGP_KINDS.iter().enumerate() {
-        let resource = bgp_resource(kind, plural);
+        let resource = custom_resource(crate::bgp::objects::API_VERSION, kind, plural);
         if served(&client, &resource).await {
             bgp_served[i] = true;
             streams.push(stream(

@@ -75,21 +75,19 @@ impl BgpPools {
             .iter()
             .map(|a| (a, Arc::new(terms_of(a, &objects.nodes))))
             .collect();
+        let no_labels = BTreeMap::new();
         let pools = objects
             .pools
             .iter()
-            .map(|p| Pool::of(p.to_spec()))
-            .filter(|p| p.problem.is_none())
-            .filter_map(|pool| {
-                let labels = objects
-                    .pools
-                    .iter()
-                    .find(|p| p.metadata.name.as_deref() == Some(pool.name()))
-                    .and_then(|p| p.metadata.labels.clone())
-                    .unwrap_or_default();
+            .filter_map(|object| {
+                let pool = Pool::of(object.to_spec());
+                if pool.problem.is_some() {
+                    return None;
+                }
+                let labels = object.metadata.labels.as_ref().unwrap_or(&no_labels);
                 let selected: Vec<Arc<AdvertisementTerms>> = terms
                     .iter()
-                    .filter(|(a, _)| selects(a, pool.name(), &labels))
+                    .filter(|(a, _)| selects(a, pool.name(), labels))
                     .map(|(_, t)| Arc::clone(t))
                     .collect();
                 (!selected.is_empty()).then_some((pool, selected))

@@ -87,6 +87,16 @@ pub enum Membership {
     View(Arc<crate::announce::announcements::MembershipView>),
 }
 
+impl Membership {
+    /// What the membership says, once it has settled.
+    pub fn view(&self) -> Option<&crate::announce::announcements::MembershipView> {
+        match self {
+            Membership::View(v) => Some(v.as_ref()),
+            _ => None,
+        }
+    }
+}
+
 /// What this node announces after an update, when a bridge announces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnnounceState {
@@ -236,10 +246,7 @@ impl Planner {
                     false,
                 )
             } else {
-                let view = match &self.members {
-                    Membership::View(v) => Some(v.as_ref()),
-                    _ => None,
-                };
+                let view = self.members.view();
                 let c = a.update_eligible(
                     &self.services.vips(),
                     &objects.nodes,
@@ -342,10 +349,7 @@ impl Planner {
                 template_chassis: table.template_chassis(),
             }
         });
-        let view = match &self.members {
-            Membership::View(v) => Some(v.as_ref()),
-            _ => None,
-        };
+        let view = self.members.view();
         let bgp = self
             .bgp
             .as_mut()

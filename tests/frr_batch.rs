@@ -32,7 +32,6 @@ async fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
         nets(&[]),
     ];
     let vtysh = Vtysh::new(frr.path());
-    let networks = || async { vtysh.originated().await.expect("read back") };
     let mut held = BTreeSet::new();
     for want in steps {
         let batch = frr_batch(ASN, &held, &want).expect("a change");
@@ -40,15 +39,7 @@ async fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
             .apply(&batch)
             .await
             .unwrap_or_else(|e| panic!("FRR refused {batch}: {e}"));
-        let start = std::time::Instant::now();
-        while networks().await != want {
-            assert!(
-                start.elapsed() < std::time::Duration::from_secs(10),
-                "FRR holds {:?}, planned {want:?}",
-                networks().await
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        frr_holds(&vtysh, &want).await;
         held = want;
     }
     // A withdrawal of a network FRR does not have (a stale view) does not hold back the rest.
@@ -57,15 +48,7 @@ async fn frr_takes_every_batch_and_holds_exactly_the_planned_networks() {
     let batch = frr_batch(ASN, &stale, &want).expect("a change");
     let refused = vtysh.apply(&batch).await;
     println!("a batch with a stale withdrawal: {refused:?}");
-    let start = std::time::Instant::now();
-    while networks().await != want {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(10),
-            "after a stale withdrawal FRR holds {:?}",
-            networks().await
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    frr_holds(&vtysh, &want).await;
 }
 
 /// The kernel routes of `frr`'s namespace to `prefix`, as `ip route` prints them.
@@ -162,14 +145,11 @@ async fn a_node_configured_from_its_bgp_peer_puts_a_vip_in_the_routers_fib_over_
 }
 
 /// bgpd's table version for `family`: it moves on every change to the table.
-async fn table_version(frr: &Frr, family: &str) -> u64 {
-    let out = std::process::Command::new("vtysh")
-        .arg("--vty_socket")
-        .arg(frr.path())
-        .args(["-c", &format!("show bgp {family} unicast json")])
-        .output()
+fn table_version(frr: &Frr, family: &str) -> u64 {
+    let out = frr
+        .vtysh(&[&format!("show bgp {family} unicast json")])
         .expect("vtysh");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("FRR's JSON");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("FRR's JSON");
     v["tableVersion"].as_u64().unwrap_or(0)
 }
 
@@ -242,18 +222,12 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     let _ = task.await;
 
     // The agent restarts wanting the same: FRR is read, nothing is written.
-    let before = (
-        table_version(&frr, "ipv4").await,
-        table_version(&frr, "ipv6").await,
-    );
+    let before = (table_version(&frr, "ipv4"), table_version(&frr, "ipv6"));
     let (tx, mut status, task) = start(ab.clone());
     let s = current(&mut status, &ab).await;
     assert_eq!(s.batches, 0, "a restart writes nothing");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let after = (
-        table_version(&frr, "ipv4").await,
-        table_version(&frr, "ipv6").await,
-    );
+    let after = (table_version(&frr, "ipv4"), table_version(&frr, "ipv6"));
     assert_eq!(
         before, after,
         "bgpd's tables did not move across the restart"
@@ -295,13 +269,7 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
 
 /// `show running-config` of `frr`.
 fn running(frr: &Frr) -> String {
-    let out = std::process::Command::new("vtysh")
-        .arg("--vty_socket")
-        .arg(frr.path())
-        .args(["-c", "show running-config"])
-        .output()
-        .expect("vtysh");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    frr.vtysh(&["show running-config"]).expect("vtysh")
 }
 
 /// A change of the node's peers goes in as one batch FRR takes without refusing a line: a peer

@@ -274,20 +274,22 @@ pub fn draining(node: &core::Node) -> bool {
         .is_some_and(|v| v != "false")
 }
 
-/// The Nodes that may announce: every named Node whose Ready condition is True, or that has
-/// none (a Node written by hand in an objects file), and that is not marked for drain.
+/// Whether `node` may announce: its Ready condition is True, or it has none (a Node written
+/// by hand in an objects file), and it is not marked for drain.
+pub fn is_live(node: &core::Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    !draining(node) && ready.is_none_or(|c| c.status == "True")
+}
+
+/// The named Nodes that may announce ([`is_live`]).
 pub fn live_nodes(nodes: &[Arc<core::Node>]) -> BTreeSet<NodeName> {
     nodes
         .iter()
-        .filter(|n| !draining(n))
-        .filter(|n| {
-            let ready = n
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-            ready.is_none_or(|c| c.status == "True")
-        })
+        .filter(|n| is_live(n))
         .filter_map(|n| n.metadata.name.as_deref().map(Arc::from))
         .collect()
 }

@@ -9,7 +9,7 @@ use super::bgp::BgpNode;
 use super::bgp_selection::BgpPools;
 use super::eligibility::Eligibility;
 use super::service_index::ServiceIndex;
-use crate::announce::announcements::{MembershipView, draining, live_nodes};
+use crate::announce::announcements::{MembershipView, draining, is_live};
 use crate::announce::placement::NodeName;
 use crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL;
 use crate::model::Objects;
@@ -52,7 +52,7 @@ impl BgpAdvertiser {
             .find(|n| n.metadata.name.as_deref() == Some(self.node.as_str()));
         let live = match members {
             Some(view) => view.live.contains(&NodeName::from(self.node.as_str())),
-            None => live_nodes(&objects.nodes).contains(&NodeName::from(self.node.as_str())),
+            None => me.is_some_and(|n| is_live(n)),
         };
         let node = BgpNode {
             name: self.node.clone(),

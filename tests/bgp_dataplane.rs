@@ -4,8 +4,9 @@
 //! and the Service's VIPs are off every on-link subnet, so only the routes the router learns
 //! bring the client's packets to a node. The agents run in the nodes' namespaces without
 //! `--announce` (no node answers ARP/ND for the VIPs: BGP draws the traffic) and keep the steer
-//! flows on each br-ex and the rows in OVN. The advertisement is driven through vipflow's own
-//! pieces: `frr_batch` applied by `Vtysh` to each node's FRR, and read back. The topology is
+//! flows on each br-ex and the rows in OVN. One test drives the advertisement through vipflow's
+//! own pieces by hand (`frr_batch` applied by `Vtysh` to each node's FRR, and read back); the
+//! other lets the agents (`--frr-socket-dir`) configure their empty FRR and advertise. The topology is
 //! `scripts/testbed.sh`'s BGP shape (testkit's `BgpTestbed`). Without root it says `SKIPPED`;
 //! under `CI` it fails instead.
 
@@ -31,6 +32,14 @@ const FLOWS: u16 = 60;
 /// The time from a batch to the router's FIB the test expects (about 0.15 s measured; FRR's
 /// update timers allow up to a second); waits are bounded at ten times it, only to catch a hang.
 const FIB_TARGET: Duration = Duration::from_secs(2);
+
+/// One BGP testbed at a time: two at once on a two-core machine would make each other's BFD
+/// sessions and timings the test of load, not of vipflow.
+static ONE_TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_testbed() -> std::sync::MutexGuard<'static, ()> {
+    ONE_TESTBED.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn vipflow() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_vipflow"))
@@ -245,6 +254,7 @@ fn round(bed: &BgpTestbed, vip: &str, first_port: u16) -> Round {
 
 #[test]
 fn ecmp_spreads_client_flows_over_every_node_and_a_withdrawal_moves_them() {
+    let _one = one_testbed();
     let bfd = Bfd::default();
     let objects_text = objects(bfd);
     let node_config = node_frr_config(&objects_text);
@@ -390,4 +400,192 @@ fn ecmp_spreads_client_flows_over_every_node_and_a_withdrawal_moves_them() {
             r.flows
         );
     }
+}
+
+/// The Local Service's VIPs.
+const API4: &str = "198.51.100.11";
+const API6: &str = "2001:db8:100::11";
+
+/// The objects file of the agent-driven test: [`objects`] plus the pool the VIPs are in, a
+/// `BGPAdvertisement` of every pool, and `api` (LoadBalancer, externalTrafficPolicy Local, both
+/// families on TCP 80) with its one endpoint on node `api_on`'s pod a.
+fn agent_objects(bfd: Bfd, api_on: usize) -> String {
+    let api = "vipflow.io/v1alpha1";
+    let mut y = objects(bfd);
+    y += &format!(
+        "- apiVersion: {api}\n  kind: VipPool\n  metadata: {{name: bgp}}\n  spec: {{addresses: [198.51.100.0/24, '2001:db8:100::/64']}}\n\
+         - apiVersion: {api}\n  kind: BGPAdvertisement\n  metadata: {{name: all}}\n  spec: {{}}\n\
+         - apiVersion: v1\n  kind: Service\n  metadata: {{name: api, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    externalTrafficPolicy: Local\n    ipFamilies: [IPv4, IPv6]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{API4}\", ipMode: VIP}}, {{ip: \"{API6}\", ipMode: VIP}}]}}}}\n"
+    );
+    for (slice, family, ip) in [
+        ("api-4", "IPv4", testbed::pod_ip(api_on, 'a')),
+        ("api-6", "IPv6", testbed::pod_ip6(api_on, 'a')),
+    ] {
+        y += &format!(
+            "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {slice}, namespace: demo, labels: {{kubernetes.io/service-name: api}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  endpoints:\n  - {{addresses: [\"{ip}\"], nodeName: node{api_on}, conditions: {{ready: true}}}}\n"
+        );
+    }
+    y
+}
+
+/// Wait until the router forwards `vips` to exactly `nodes`; how long it took.
+fn wait_routes(
+    bed: &BgpTestbed,
+    vips: &[&str],
+    nodes: &BTreeSet<usize>,
+    since: Instant,
+) -> Duration {
+    loop {
+        if vips.iter().all(|v| bed.next_hop_nodes(v) == *nodes) {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < FIB_TARGET * 10,
+            "the router's FIB never held {vips:?} via {nodes:?}: {:?}\n{}",
+            vips.iter()
+                .map(|v| (v, bed.next_hops(v)))
+                .collect::<Vec<_>>(),
+            bed.router()
+                .vtysh(&["show bgp ipv4 unicast", "show bgp ipv6 unicast"])
+                .unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The router's BGP table versions (IPv4, IPv6): each moves on every change to the table.
+fn router_table_versions(bed: &BgpTestbed) -> [u64; 2] {
+    ["ipv4", "ipv6"].map(|family| {
+        let out = bed
+            .router()
+            .vtysh(&[&format!("show bgp {family} unicast json")])
+            .unwrap_or_default();
+        serde_json::from_str::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|v| v["tableVersion"].as_u64())
+            .unwrap_or(0)
+    })
+}
+
+/// The agents drive FRR themselves: each node's FRR starts empty, the agent configures it from
+/// the `BGPPeer` and `BFDProfile` objects and advertises what the plan says once its bridge
+/// carries it. A Cluster VIP goes out from every node and a client's flows spread over all of
+/// them; a Local VIP only from the node with its endpoint, and it follows the endpoint; an
+/// agent restart changes nothing in the router's table.
+#[test]
+fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_from_their_endpoints()
+{
+    let _one = one_testbed();
+    let bfd = Bfd::default();
+    let Some(bed) = BgpTestbed::start_unconfigured(NODES, bfd) else {
+        return;
+    };
+    let _pods: Vec<PodServer> = (1..=NODES)
+        .map(|i| {
+            let name = format!("pod{i}a");
+            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
+        })
+        .collect();
+    let objects_path = bed.tb.path().join("objects.yaml");
+    std::fs::write(&objects_path, agent_objects(bfd, 2)).expect("the objects file");
+    let args = |i: usize| -> Vec<String> {
+        let mut a = agent_args(&bed, i);
+        a.push("--frr-socket-dir".into());
+        a.push(bed.speaker(i).path().display().to_string());
+        a
+    };
+    let start = Instant::now();
+    let mut agents: Vec<AgentProcess> = (1..=NODES)
+        .map(|i| bed.tb.agent_in_node(&vipflow(), i, &objects_path, &args(i)))
+        .collect();
+    bed.wait_sessions(Duration::from_secs(60));
+    let all: BTreeSet<usize> = (1..=NODES).collect();
+    let took = wait_routes(&bed, &[VIP4, VIP6], &all, start);
+    println!("agents started: web's VIPs via every node {took:?} later");
+    let only2 = BTreeSet::from([2]);
+    wait_routes(&bed, &[API4, API6], &only2, start);
+    for i in 1..=NODES {
+        let want: BTreeSet<ipnet::IpNet> = if i == 2 {
+            [VIP4, VIP6, API4, API6]
+                .iter()
+                .map(|v| ipnet::IpNet::from(v.parse::<IpAddr>().expect("a VIP")))
+                .collect()
+        } else {
+            host_prefixes()
+        };
+        assert_eq!(originated(&tokio_rt(), &bed, i), want, "node{i} originates");
+    }
+
+    // A client's flows to the Cluster VIP spread over every node, each answered.
+    for (vip, ports) in [(VIP4, 24000), (VIP6, 25000)] {
+        let r = round(&bed, vip, ports);
+        println!(
+            "{vip}: {FLOWS}/{FLOWS} answered (pods {:?}); steer packets per node {:?}",
+            r.pods, r.steered
+        );
+        for i in 1..=NODES {
+            assert!(
+                r.steered[i - 1] > 0,
+                "node{i}'s steer flow for {vip} counted nothing: {:?}",
+                r.steered
+            );
+        }
+    }
+    // The Local VIP only through node2, to its endpoint there.
+    for (vip, ports) in [(API4, 26000), (API6, 27000)] {
+        let r = round(&bed, vip, ports);
+        assert_eq!(
+            r.pods,
+            BTreeMap::from([("pod2a".to_string(), usize::from(FLOWS))]),
+            "{vip}"
+        );
+        assert_eq!(r.steered[0] + r.steered[2], 0, "{vip}: {:?}", r.steered);
+    }
+
+    // node1's agent restarts: the router's table does not move.
+    let before = router_table_versions(&bed);
+    let hops_before: Vec<Vec<String>> = [VIP4, VIP6, API4, API6]
+        .iter()
+        .map(|v| bed.next_hops(v))
+        .collect();
+    agents[0].terminate();
+    agents[0] = bed.tb.agent_in_node(&vipflow(), 1, &objects_path, &args(1));
+    let watch_until = Instant::now() + Duration::from_secs(6);
+    while Instant::now() < watch_until {
+        let hops: Vec<Vec<String>> = [VIP4, VIP6, API4, API6]
+            .iter()
+            .map(|v| bed.next_hops(v))
+            .collect();
+        assert_eq!(hops, hops_before, "the router's FIB moved during a restart");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        router_table_versions(&bed),
+        before,
+        "the router's BGP table changed across node1's agent restart"
+    );
+    println!("node1's agent restarted: router table versions {before:?} unchanged");
+
+    // The Local Service's endpoint moves to node1: its VIPs follow, through the restarted
+    // agent.
+    std::fs::write(&objects_path, agent_objects(bfd, 1)).expect("the objects file");
+    let moved = Instant::now();
+    let took = wait_routes(&bed, &[API4, API6], &BTreeSet::from([1]), moved);
+    println!("api's endpoint moved to node1: its VIPs via node1 only {took:?} after the change");
+    for (vip, ports) in [(API4, 28000), (API6, 29000)] {
+        let r = round(&bed, vip, ports);
+        assert_eq!(
+            r.pods,
+            BTreeMap::from([("pod1a".to_string(), usize::from(FLOWS))]),
+            "{vip}"
+        );
+    }
+    drop(agents);
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
 }

@@ -197,7 +197,7 @@ async fn current(
 async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     use std::sync::Arc;
     use tokio::sync::watch;
-    use vipflow::reconcile::frr::{FrrStatus, run};
+    use vipflow::reconcile::frr::{FrrInputs, FrrStatus, run};
     let ns = format!("vf-frrt-{}", std::process::id());
     let config = format!(
         "frr defaults datacenter\nrouter bgp {ASN}\n bgp router-id 10.255.0.1\n no bgp network import-check\n"
@@ -207,11 +207,15 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
         return;
     };
     let vtysh = Vtysh::new(frr.path());
+    // The agent's configuration for the node: what FRR already holds.
+    let node = Arc::new(Some(format!("{config}exit\n")));
     let start = |want: BTreeSet<ipnet::IpNet>| {
-        let (tx, rx) = watch::channel(Arc::new(want));
+        let (tx, rx) = watch::channel(Some(Arc::new(want)));
+        let (config_tx, config) = watch::channel(Some(Arc::clone(&node)));
         let (stx, srx) = watch::channel(FrrStatus::default());
-        let task = tokio::spawn(run(vtysh.clone(), ASN, rx, stx));
-        (tx, srx, task)
+        let inputs = FrrInputs { config, wanted: rx };
+        let task = tokio::spawn(run(vtysh.clone(), inputs, stx));
+        ((tx, config_tx), srx, task)
     };
     let ab = nets(&["198.51.100.1/32", "198.51.100.2/32", "2001:db8::1/128"]);
     let (_tx, mut status, task) = start(ab.clone());
@@ -225,7 +229,11 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     let before = (table_version(&frr, "ipv4"), table_version(&frr, "ipv6"));
     let (tx, mut status, task) = start(ab.clone());
     let s = current(&mut status, &ab).await;
-    assert_eq!(s.batches, 0, "a restart writes nothing");
+    assert_eq!(s.batches, 0, "a restart writes no network");
+    assert_eq!(
+        s.config_batches, 1,
+        "a restart gives FRR its configuration whole, which it already holds"
+    );
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let after = (table_version(&frr, "ipv4"), table_version(&frr, "ipv6"));
     assert_eq!(
@@ -235,7 +243,7 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
 
     // A change is one batch.
     let bc = nets(&["198.51.100.2/32", "198.51.100.3/32"]);
-    tx.send_replace(Arc::new(bc.clone()));
+    tx.0.send_replace(Some(Arc::new(bc.clone())));
     let s = current(&mut status, &bc).await;
     assert_eq!(s.batches, 1);
     frr_holds(&vtysh, &bc).await;

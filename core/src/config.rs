@@ -203,6 +203,8 @@ pub struct Config {
     pub lease: LeaseConfig,
     /// Who is alive among the nodes that announce (see `bridges[].announce`).
     pub membership: crate::membership::config::MembershipConfig,
+    /// The node's BGP speaker, when VIPs are advertised over BGP.
+    pub bgp: BgpConfig,
     /// Give up on an OpenFlow request (a bundle commit, a BARRIER, a flow dump) after this
     /// many milliseconds without a reply: WARN, drop the connection and resync on a new one.
     pub openflow_timeout_ms: u64,
@@ -218,6 +220,27 @@ pub struct Config {
     /// Largest objects file read, in bytes: a larger one is refused (and not read again until
     /// it changes), keeping the last good objects.
     pub objects_max_bytes: u64,
+}
+
+/// The node's FRR, through which this node advertises VIPs over BGP.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", default)]
+pub struct BgpConfig {
+    /// Directory of the node's FRR vty sockets (`vtysh --vty_socket`, e.g. `/var/run/frr`):
+    /// when set, this node advertises the VIPs of the pools a `BGPAdvertisement` selects
+    /// through that FRR, configured from the `BGPPeer` and `BFDProfile` objects. Unset: no BGP.
+    pub frr_socket_dir: Option<PathBuf>,
+    /// The `vtysh` program that drives it.
+    pub vtysh: PathBuf,
+}
+
+impl Default for BgpConfig {
+    fn default() -> Self {
+        BgpConfig {
+            frr_socket_dir: None,
+            vtysh: PathBuf::from("vtysh"),
+        }
+    }
 }
 
 /// Default [`Config::nb_timeout_ms`].
@@ -269,6 +292,7 @@ impl Default for Config {
             http_addr: None,
             lease: LeaseConfig::default(),
             membership: Default::default(),
+            bgp: BgpConfig::default(),
             openflow_timeout_ms: DEFAULT_OPENFLOW_TIMEOUT_MS,
             flow_audit_ms: DEFAULT_FLOW_AUDIT_MS,
             nb_timeout_ms: DEFAULT_NB_TIMEOUT_MS,

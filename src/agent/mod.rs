@@ -9,6 +9,7 @@ use crate::config::{BridgeConfig, Config};
 use crate::model::Model;
 use crate::model::{Objects, Problem};
 
+mod advertising;
 mod cluster;
 pub mod fence;
 pub mod members;
@@ -227,6 +228,8 @@ pub struct Running {
     /// The agent's state (`/status`, `vipflow status`); `None` before the first plan.
     pub status_doc: watch::Receiver<Option<StatusDoc>>,
     leader: Option<watch::Receiver<bool>>,
+    /// The node's FRR task, when this node speaks BGP.
+    pub frr_status: Option<watch::Receiver<crate::reconcile::frr::FrrStatus>>,
     stop: watch::Sender<StopPhase>,
     silent: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -324,6 +327,23 @@ pub fn start_with(
         nb_tx = Some(dtx);
         nb_status = Some(srx);
     }
+    let mut frr_status = None;
+    let advertising = cfg.bgp.frr_socket_dir.clone().map(|dir| {
+        let (stx, srx) = watch::channel(crate::reconcile::frr::FrrStatus::default());
+        let (a, inputs) = advertising::Advertising::start(
+            &cfg.node_name,
+            status.iter().map(|(_, rx)| rx.clone()).collect(),
+            srx.clone(),
+            &mut tasks,
+        );
+        let vtysh = crate::reconcile::frr::Vtysh {
+            socket_dir: dir,
+            program: cfg.bgp.vtysh.clone(),
+        };
+        tasks.push(tokio::spawn(crate::reconcile::frr::run(vtysh, inputs, stx)));
+        frr_status = Some(srx);
+        a
+    });
     let (gtx, grx) = watch::channel(0u64);
     let (announce_tx, announce_rx) = watch::channel(None);
     let (ptx, prx) = watch::channel::<Option<Arc<PlanInfo>>>(None);
@@ -358,6 +378,7 @@ pub fn start_with(
             announce: announce_tx,
             metrics: opts.metrics.clone(),
             fence: fence::FenceTargets::of(&cfg).map(fence::FenceKeeper::start),
+            advertising,
         }
         .run(),
     ));
@@ -376,6 +397,7 @@ pub fn start_with(
     Running {
         status,
         nb_status,
+        frr_status,
         generation: grx,
         planned: planned_rx,
         ready,

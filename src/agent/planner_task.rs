@@ -46,6 +46,8 @@ pub(super) struct PlannerTask {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Told what this node answers for before the bridges are ([`super::fence`]).
     pub fence: Option<super::fence::FenceKeeper>,
+    /// What this node advertises over BGP goes to its FRR through this, when it speaks BGP.
+    pub advertising: Option<super::advertising::Advertising>,
 }
 
 impl PlannerTask {
@@ -68,6 +70,7 @@ impl PlannerTask {
             announce,
             metrics,
             fence,
+            mut advertising,
         } = self;
         let mut planner = Some(Planner::for_config(&cfg));
         // This node's claims go to the others once the flows that carry them are on the
@@ -224,6 +227,11 @@ impl PlannerTask {
                 }
                 _ => (PlanRows::None, None),
             };
+            // BGP withdrawals before the flows change: traffic leaves this node first.
+            if let (Some(a), Some(bgp)) = (&mut advertising, &plans.bgp) {
+                let withdrawn = a.plan(&loaded.objects, generation, bgp);
+                a.withdrawn(&withdrawn).await;
+            }
             // Problems, Events and status: reported at their own pace.
             let _ = rtx.send(Some(Arc::new(Planned {
                 generation,

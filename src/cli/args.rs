@@ -174,6 +174,19 @@ pub(crate) struct ClusterFlags {
     /// InternalIP].
     #[arg(long, global = true, value_name = "IP")]
     pub(crate) membership_address: Option<std::net::IpAddr>,
+    /// Directory of the node's FRR vty sockets (e.g. /var/run/frr, shared with an FRR
+    /// sidecar): this node then advertises the VIPs of the pools a BGPAdvertisement selects
+    /// through that FRR, configured from the BGPPeer and BFDProfile objects. Unset: no BGP.
+    #[arg(
+        long,
+        env = "VIPFLOW_FRR_SOCKET_DIR",
+        global = true,
+        value_name = "DIR"
+    )]
+    pub(crate) frr_socket_dir: Option<PathBuf>,
+    /// The vtysh program that drives the node's FRR [default: vtysh].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) vtysh: Option<PathBuf>,
     /// Identity in the Lease [default: POD_NAME, else the node name].
     #[arg(long, env = "POD_NAME", global = true)]
     pub(crate) identity: Option<String>,

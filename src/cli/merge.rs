@@ -100,6 +100,8 @@ impl ClusterFlags {
         set_some(&mut cfg.membership.key_file, &self.membership_key_file);
         set(&mut cfg.membership.port, &self.membership_port);
         set_some(&mut cfg.membership.address, &self.membership_address);
+        set_some(&mut cfg.bgp.frr_socket_dir, &self.frr_socket_dir);
+        set(&mut cfg.bgp.vtysh, &self.vtysh);
         if self.no_leader_election {
             cfg.lease.enabled = false;
         }

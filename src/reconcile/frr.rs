@@ -10,8 +10,10 @@
 use ipnet::IpNet;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 use vipflow_core::bgp::frr_state::{
-    BfdSession, BgpSession, FrrAnswerError, bfd_sessions, bgp_sessions, originated,
+    BfdSession, BgpSession, BgpTable, FrrAnswerError, bfd_sessions, bgp_sessions, bgp_table,
 };
 use vipflow_core::bgp::speaker::{Speaker, SpeakerAction, SpeakerPhase};
 
@@ -73,18 +75,25 @@ impl Vtysh {
         }
     }
 
-    /// Every prefix bgpd originates itself, both families.
-    pub async fn originated(&self) -> Result<BTreeSet<IpNet>, FrrError> {
-        let mut out = BTreeSet::new();
+    /// bgpd's default instance and what it originates, both families.
+    pub async fn bgp_table(&self) -> Result<BgpTable, FrrError> {
+        let mut out = BgpTable::default();
         for (family, what) in [
             ("ipv4", "show bgp ipv4 unicast json"),
             ("ipv6", "show bgp ipv6 unicast json"),
         ] {
             let mut c = self.command();
             c.args(["-c", &format!("show bgp {family} unicast json")]);
-            out.extend(originated(&output_of(c, what).await?)?);
+            let t = bgp_table(&output_of(c, what).await?)?;
+            out.local_as = out.local_as.or(t.local_as);
+            out.originated.extend(t.originated);
         }
         Ok(out)
+    }
+
+    /// Every prefix bgpd originates itself, both families.
+    pub async fn originated(&self) -> Result<BTreeSet<IpNet>, FrrError> {
+        Ok(self.bgp_table().await?.originated)
     }
 
     /// Every BGP session, every family (`show bgp summary json`).
@@ -140,70 +149,196 @@ fn failed_output(out: &std::process::Output) -> String {
 /// What the FRR task reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FrrStatus {
-    /// FRR was told what the plan wants (it takes a batch in the background: its tables
-    /// follow within moments).
+    /// FRR was told the configuration and the prefixes the plan wants (it takes a batch in
+    /// the background: its tables follow within moments).
     pub current: bool,
+    /// The AS of the BGP instance FRR was given; `None` when it was given none (no peer
+    /// selects this node) or not yet.
+    pub asn: Option<u32>,
     /// What FRR originates, as last read or written.
     pub originated: BTreeSet<IpNet>,
-    /// Batches applied since the start.
+    /// The BGP sessions and BFD sessions, as last read.
+    pub sessions: Vec<BgpSession>,
+    pub bfd: Vec<BfdSession>,
+    /// Batches of `network` lines applied since the start.
     pub batches: u64,
+    /// Batches of configuration (peers, BFD profiles) applied since the start.
+    pub config_batches: u64,
     /// The last failure, in FRR's words or vtysh's.
     pub last_error: Option<String>,
 }
 
-/// How long to wait before asking FRR again after it could not be reached.
-const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+/// What the FRR task is fed: this node's configuration (`Some(None)`: no peer selects the
+/// node), and the prefixes the plan wants once the dataplane carries them. `None` until known:
+/// nothing is written before.
+#[derive(Debug)]
+pub struct FrrInputs {
+    pub config: tokio::sync::watch::Receiver<Option<Arc<Option<String>>>>,
+    pub wanted: tokio::sync::watch::Receiver<Option<Arc<BTreeSet<IpNet>>>>,
+}
 
-/// Keep what the node's FRR originates equal to `wanted`, as [`Speaker`] decides: FRR is read
-/// back before anything is written, then each change goes in as one batch. Ends when `wanted`'s
-/// sender is gone.
+/// How long to wait before asking FRR again after it could not be reached, at first and at
+/// most.
+const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How often FRR's sessions are read, and its BGP instance checked against what it was given.
+pub const FRR_POLL: Duration = Duration::from_secs(2);
+
+/// Keep the node's FRR configured as the objects say and originating what the plan wants, as
+/// [`Speaker`] decides: configuration first, FRR read back before any prefix is written, then
+/// each change as one batch. Every [`FRR_POLL`] the sessions are read for the status, and a
+/// bgpd that lost its instance (restarted) is given everything again. Ends when both inputs'
+/// senders are gone.
 pub async fn run(
     vtysh: Vtysh,
-    asn: u32,
-    mut wanted: tokio::sync::watch::Receiver<std::sync::Arc<BTreeSet<IpNet>>>,
+    mut inputs: FrrInputs,
     status: tokio::sync::watch::Sender<FrrStatus>,
 ) {
-    let mut speaker = Speaker::new(asn);
-    let mut next = speaker.want(wanted.borrow_and_update().as_ref().clone());
+    let mut speaker = Speaker::new();
+    // What the inputs hold already (the configuration first: the prefixes live in it).
+    let mut next = None;
+    if let Some(c) = inputs.config.borrow_and_update().clone() {
+        next = speaker.configure(c.as_ref().clone());
+    }
+    if let Some(w) = inputs.wanted.borrow_and_update().clone() {
+        next = next.or(speaker.want(w.as_ref().clone()));
+    }
+    let mut retry = RETRY;
+    let mut poll = tokio::time::interval(FRR_POLL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What a poll saw differ from what the speaker holds: drift is acted on when two polls in
+    // a row see it (a batch FRR is still taking in the background is not drift).
+    let mut drift: Option<BTreeSet<IpNet>> = None;
     loop {
         match next.take() {
             Some(SpeakerAction::ReadBack) => match vtysh.originated().await {
-                Ok(held) => next = speaker.read(held),
+                Ok(held) => {
+                    retry = RETRY;
+                    next = speaker.read(held);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read what FRR originates; trying again");
                     status.send_modify(|s| s.last_error = Some(e.to_string()));
-                    tokio::time::sleep(RETRY).await;
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
                     next = Some(SpeakerAction::ReadBack);
                 }
             },
-            Some(SpeakerAction::Apply(batch)) => match vtysh.apply(&batch).await {
-                Ok(()) => {
-                    next = speaker.applied();
-                    status.send_modify(|s| {
-                        s.batches += 1;
-                        s.last_error = None;
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "FRR refused part of a batch; reading back what it holds");
-                    status.send_modify(|s| s.last_error = Some(e.to_string()));
-                    next = speaker.failed();
-                }
-            },
+            Some(SpeakerAction::Configure(batch)) => {
+                next = apply(&vtysh, &mut speaker, &batch, true, &status, &mut retry).await;
+            }
+            Some(SpeakerAction::Apply(batch)) => {
+                next = apply(&vtysh, &mut speaker, &batch, false, &status, &mut retry).await;
+            }
             None => {
                 let held = speaker.held().cloned().unwrap_or_default();
                 let current = speaker.phase() == SpeakerPhase::Current;
+                let asn = speaker.asn();
                 status.send_if_modified(|s| {
-                    let changed = s.current != current || s.originated != held;
+                    let changed = s.current != current || s.originated != held || s.asn != asn;
                     s.current = current;
                     s.originated = held;
+                    s.asn = asn;
                     changed
                 });
-                if wanted.changed().await.is_err() {
-                    return;
+                tokio::select! {
+                    r = inputs.config.changed() => {
+                        if r.is_err() { return; }
+                        if let Some(c) = inputs.config.borrow_and_update().clone() {
+                            next = speaker.configure(c.as_ref().clone());
+                        }
+                    }
+                    r = inputs.wanted.changed() => {
+                        if r.is_err() { return; }
+                        if let Some(w) = inputs.wanted.borrow_and_update().clone() {
+                            next = speaker.want(w.as_ref().clone());
+                        }
+                    }
+                    _ = poll.tick() => next = watch_frr(&vtysh, &mut speaker, &mut drift, &status).await,
                 }
-                next = speaker.want(wanted.borrow_and_update().as_ref().clone());
             }
         }
     }
+}
+
+/// Apply one batch (configuration when `config`, else `network` lines) and tell the speaker.
+async fn apply(
+    vtysh: &Vtysh,
+    speaker: &mut Speaker,
+    batch: &str,
+    config: bool,
+    status: &tokio::sync::watch::Sender<FrrStatus>,
+    retry: &mut Duration,
+) -> Option<SpeakerAction> {
+    match vtysh.apply(batch).await {
+        Ok(()) => {
+            *retry = RETRY;
+            status.send_modify(|s| {
+                if config {
+                    s.config_batches += 1;
+                } else {
+                    s.batches += 1;
+                }
+                s.last_error = None;
+            });
+            speaker.applied()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "FRR refused part of a batch; reading back what it holds");
+            status.send_modify(|s| s.last_error = Some(e.to_string()));
+            tokio::time::sleep(*retry).await;
+            *retry = (*retry * 2).min(RETRY_MAX);
+            speaker.failed()
+        }
+    }
+}
+
+/// One poll: the sessions for the status, and FRR's BGP instance against what the speaker
+/// gave it.
+async fn watch_frr(
+    vtysh: &Vtysh,
+    speaker: &mut Speaker,
+    drift: &mut Option<BTreeSet<IpNet>>,
+    status: &tokio::sync::watch::Sender<FrrStatus>,
+) -> Option<SpeakerAction> {
+    let (sessions, bfd) = (vtysh.bgp_sessions().await, vtysh.bfd_sessions().await);
+    status.send_if_modified(|s| {
+        let before = (s.sessions.clone(), s.bfd.clone());
+        if let Ok(v) = &sessions {
+            s.sessions.clone_from(v);
+        }
+        if let Ok(v) = &bfd {
+            s.bfd.clone_from(v);
+        }
+        before != (s.sessions.clone(), s.bfd.clone())
+    });
+    let asn = speaker.asn()?;
+    let held = speaker.held()?.clone();
+    let table = match vtysh.bgp_table().await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read FRR's BGP table");
+            return None;
+        }
+    };
+    if table.local_as != Some(asn) {
+        tracing::warn!(
+            asn,
+            found = ?table.local_as,
+            "FRR lost its BGP instance (a daemon restarted?); configuring it again"
+        );
+        *drift = None;
+        return speaker.lost();
+    }
+    if table.originated == held {
+        *drift = None;
+        return None;
+    }
+    if drift.as_ref() == Some(&table.originated) {
+        tracing::warn!("FRR originates other prefixes than vipflow gave it; writing them again");
+        *drift = None;
+        return speaker.read(table.originated);
+    }
+    *drift = Some(table.originated);
+    None
 }

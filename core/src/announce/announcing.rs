@@ -9,6 +9,9 @@ use crate::config::{BridgeConfig, Config};
 pub enum AnnouncerKind {
     /// One node answers ARP/ND for each VIP from its bridges ([`super::l2`]).
     L2,
+    /// Every node that may carry a VIP advertises it to its BGP peers through the node's FRR
+    /// ([`super::bgp`]).
+    Bgp,
 }
 
 /// Whether and how this node announces its VIPs, from its [`Config`].
@@ -16,6 +19,8 @@ pub enum AnnouncerKind {
 pub struct Announcing {
     /// The bridges that answer ARP/ND for the VIPs placed on this node, in config order.
     l2: Vec<String>,
+    /// The node drives an FRR (`bgp.frr-socket-dir`).
+    bgp: bool,
 }
 
 impl Announcing {
@@ -28,6 +33,7 @@ impl Announcing {
                 .filter(|b| Announcing::l2_on(b))
                 .map(|b| b.name.clone())
                 .collect(),
+            bgp: cfg.bgp.frr_socket_dir.is_some(),
         }
     }
 
@@ -38,8 +44,9 @@ impl Announcing {
         b.announce
     }
 
-    /// Whether this node announces at all: it places VIPs, and its Services carry the record
-    /// of who announces them.
+    /// Whether this node places each VIP on one owner (the L2 announcer): it runs the
+    /// membership, and its Services carry the record of who announces them. BGP places
+    /// nothing (every node that may carry a VIP advertises it) and does not count here.
     pub fn any(&self) -> bool {
         !self.l2.is_empty()
     }
@@ -48,6 +55,7 @@ impl Announcing {
     pub fn uses(&self, kind: AnnouncerKind) -> bool {
         match kind {
             AnnouncerKind::L2 => !self.l2.is_empty(),
+            AnnouncerKind::Bgp => self.bgp,
         }
     }
 
@@ -98,7 +106,19 @@ mod tests {
             let a = Announcing::of(&cfg);
             assert!(!a.any());
             assert!(!a.uses(AnnouncerKind::L2));
+            assert!(!a.uses(AnnouncerKind::Bgp));
             assert_eq!(a.l2_bridges().count(), 0);
         }
+    }
+
+    #[test]
+    fn a_node_with_an_frr_advertises_over_bgp_whatever_its_bridges_do() {
+        let mut cfg = config(&[("br-ex", false)]);
+        cfg.bgp.frr_socket_dir = Some("/var/run/frr".into());
+        let a = Announcing::of(&cfg);
+        assert!(a.uses(AnnouncerKind::Bgp));
+        assert!(!a.uses(AnnouncerKind::L2));
+        // BGP places nothing: no membership, no record of who answers.
+        assert!(!a.any());
     }
 }

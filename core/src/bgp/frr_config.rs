@@ -38,6 +38,21 @@ pub enum FrrConfigProblem {
     NoProfile { peer: String, profile: String },
 }
 
+/// Node `node`'s configuration from a snapshot's `BGPPeer`s and `BFDProfile`s (its labels pick
+/// the peers), and what was left out of it: [`node_config`].
+pub fn for_node(
+    objects: &crate::model::Objects,
+    node: &str,
+) -> (Option<String>, Vec<FrrConfigProblem>) {
+    let labels: BTreeMap<String, String> = objects
+        .nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(node))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    node_config(&labels, &objects.bgp.peers, &objects.bgp.bfd_profiles)
+}
+
 /// The node's configuration, and what was left out of it. `None` when no peer selects the
 /// node (it speaks no BGP).
 pub fn node_config(
@@ -247,6 +262,15 @@ pub fn config_batch(old: Option<&str>, new: Option<&str>) -> Option<String> {
         out.push_str(new);
     }
     Some(out)
+}
+
+/// The AS of the BGP instance a configuration (as [`node_config`] writes it) opens; `None`
+/// when it opens none.
+pub fn bgp_asn(config: &str) -> Option<u32> {
+    ConfigTree::of(config)
+        .blocks
+        .keys()
+        .find_map(|h| h.strip_prefix("router bgp ")?.trim().parse().ok())
 }
 
 /// The `no` lines that undo what `old` (one block's lines) has and `new` has not, each inside
@@ -602,5 +626,12 @@ mod tests {
             config_batch(Some(&one), None).as_deref(),
             Some("no router bgp 64513\n")
         );
+    }
+
+    #[test]
+    fn the_as_is_read_from_the_instance_a_configuration_opens() {
+        let (_, one) = two_and_one();
+        assert_eq!(bgp_asn(&one), Some(64513));
+        assert_eq!(bgp_asn("frr defaults datacenter\n"), None);
     }
 }

@@ -22,15 +22,32 @@ fn parse(json: &str, what: &'static str) -> Result<Value, FrrAnswerError> {
     })
 }
 
-/// The prefixes bgpd originates itself in one `show bgp <family> unicast json` answer: those
-/// with a path of its own (no peer: `peerId` `(unspec)`), not the routes it learned.
-pub fn originated(json: &str) -> Result<BTreeSet<IpNet>, FrrAnswerError> {
+/// What one `show bgp <family> unicast json` answer says of bgpd's default BGP instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BgpTable {
+    /// The instance's AS; `None` when bgpd has no default instance (it was never configured,
+    /// or a restarted bgpd lost its configuration).
+    pub local_as: Option<u32>,
+    /// The prefixes bgpd originates itself: those with a path of its own (no peer: `peerId`
+    /// `(unspec)`), not the routes it learned.
+    pub originated: BTreeSet<IpNet>,
+}
+
+/// The BGP instance and what it originates, from one `show bgp <family> unicast json` answer.
+pub fn bgp_table(json: &str) -> Result<BgpTable, FrrAnswerError> {
     const WHAT: &str = "show bgp unicast json";
     let bad = |detail: String| FrrAnswerError { what: WHAT, detail };
     let v = parse(json, WHAT)?;
+    let local_as = v
+        .get("localAS")
+        .and_then(Value::as_u64)
+        .and_then(|a| u32::try_from(a).ok());
     let Some(routes) = v.get("routes") else {
         // An address family with nothing in it is answered without `routes`.
-        return Ok(BTreeSet::new());
+        return Ok(BgpTable {
+            local_as,
+            originated: BTreeSet::new(),
+        });
     };
     let routes = routes
         .as_object()
@@ -48,7 +65,10 @@ pub fn originated(json: &str) -> Result<BTreeSet<IpNet>, FrrAnswerError> {
             );
         }
     }
-    Ok(out)
+    Ok(BgpTable {
+        local_as,
+        originated: out,
+    })
 }
 
 /// One BGP session, in one address family.

@@ -12,13 +12,27 @@ fn what_bgpd_originates_is_read_from_its_json_and_learned_routes_are_not() {
         "0.0.0.0/0": [{"valid":true,"bestpath":true,"pathFrom":"external",
             "network":"0.0.0.0/0","weight":0,"peerId":"10.9.0.1","path":"64512"}]
     }}"#;
-    let got = originated(json).expect("FRR's JSON");
+    let got = bgp_table(json).expect("FRR's JSON");
+    assert_eq!(got.local_as, Some(64513));
     assert_eq!(
-        got.into_iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        got.originated
+            .into_iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>(),
         ["198.51.100.1/32"]
     );
     // An empty family has no `routes`.
-    assert!(originated(r#"{"vrfId": 0}"#).expect("empty").is_empty());
+    assert!(
+        bgp_table(r#"{"vrfId": 0}"#)
+            .expect("empty")
+            .originated
+            .is_empty()
+    );
+    // bgpd without a default instance (never configured, or restarted without it).
+    assert_eq!(
+        bgp_table(r#"{"warning":"Default BGP instance not found"}"#).expect("read"),
+        BgpTable::default()
+    );
 }
 
 #[test]
@@ -29,12 +43,13 @@ fn an_answer_vipflow_cannot_read_is_an_error_not_a_panic() {
         r#"{"routes": []}"#,
         r#"{"routes": {"nope": [{"peerId": "(unspec)"}]}}"#,
     ] {
-        assert!(originated(bad).is_err(), "{bad:?}");
+        assert!(bgp_table(bad).is_err(), "{bad:?}");
     }
     // A path list of another shape names no path of bgpd's own.
     assert!(
-        originated(r#"{"routes": {"198.51.100.1/32": {"x": 1}}}"#)
+        bgp_table(r#"{"routes": {"198.51.100.1/32": {"x": 1}}}"#)
             .expect("read")
+            .originated
             .is_empty()
     );
 }

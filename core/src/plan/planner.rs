@@ -204,9 +204,15 @@ impl Planner {
             cfg.cookie_prefix,
             rows.then(|| cfg.northbound.clone()),
         );
+        let announcing = Announcing::of(cfg);
         // The placement kept here is the L2 announcer's: one owner per VIP.
-        if Announcing::of(cfg).uses(AnnouncerKind::L2) {
+        let p = if announcing.uses(AnnouncerKind::L2) {
             p.announcing_as(&cfg.node_name)
+        } else {
+            p
+        };
+        if announcing.uses(AnnouncerKind::Bgp) {
+            p.advertising_as(&cfg.node_name)
         } else {
             p
         }

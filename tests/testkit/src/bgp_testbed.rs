@@ -95,16 +95,26 @@ impl BgpTestbed {
     /// *i* with `node_config(i)`, and wait until every session is established in both families
     /// and its BFD is up. `None` where namespaces cannot be made (the caller skips).
     pub fn start(nodes: usize, bfd: Bfd, node_config: impl Fn(usize) -> String) -> Option<Self> {
+        let bed = BgpTestbed::launch(nodes, bfd, node_config)?;
+        bed.wait_sessions(Duration::from_secs(60));
+        Some(bed)
+    }
+
+    /// Start the testbed with the nodes' FRR daemons running and configured with nothing, as
+    /// an FRR sidecar starts before the agent configures it. No session comes up until the
+    /// agents configure their FRR (then [`BgpTestbed::wait_sessions`]).
+    pub fn start_unconfigured(nodes: usize, bfd: Bfd) -> Option<Self> {
+        BgpTestbed::launch(nodes, bfd, |_| String::new())
+    }
+
+    fn launch(nodes: usize, bfd: Bfd, node_config: impl Fn(usize) -> String) -> Option<Self> {
         let tb = Testbed::start_shaped(nodes, Shape::Bgp)?;
         // Declared after `tb`, so a failure below stops them before the testbed goes.
         let mut frr = vec![Frr::start_in(&tb.ns("router"), &router_config(nodes, bfd))];
         for i in 1..=nodes {
             frr.push(Frr::start_in(&tb.ns(&format!("node{i}")), &node_config(i)));
         }
-        let bed = BgpTestbed { frr, bfd, tb };
-        bed.wait_sessions(Duration::from_secs(60));
-        bed.check_bfd_timers();
-        Some(bed)
+        Some(BgpTestbed { frr, bfd, tb })
     }
 
     /// The router's FRR.
@@ -117,8 +127,9 @@ impl BgpTestbed {
         &self.frr[node]
     }
 
-    /// Every session Established in both families on the router, and every BFD peer up.
-    fn wait_sessions(&self, bound: Duration) {
+    /// Wait until every session is Established in both families on the router and every BFD
+    /// peer is up, running the profile's timers on both ends (panics after `bound`).
+    pub fn wait_sessions(&self, bound: Duration) {
         let start = Instant::now();
         loop {
             let (bgp, bfd) = self.sessions();
@@ -128,6 +139,7 @@ impl BgpTestbed {
                     self.tb.nodes,
                     start.elapsed()
                 );
+                self.check_bfd_timers();
                 return;
             }
             assert!(

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TargetLabel {
-    /// `bridge/<name>` or `northbound`.
+    /// `bridge/<name>`, `northbound` or `frr` (the node's BGP speaker).
     pub target: String,
 }
 
@@ -47,6 +47,18 @@ pub struct PoolLabel {
     pub state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BgpSessionLabel {
+    pub peer: String,
+    /// FRR's name of the address family (`ipv4Unicast`).
+    pub family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BfdLabel {
+    pub peer: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 0.5 ms .. ~16 s.
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
@@ -70,6 +82,9 @@ pub struct Metrics {
     pub announce_takeover_seconds: Family<TargetLabel, Histogram, fn() -> Histogram>,
     pub live_nodes: Gauge,
     pub announce_records: Family<KindLabel, Counter>,
+    pub bgp_session_up: Family<BgpSessionLabel, Gauge>,
+    pub bfd_up: Family<BfdLabel, Gauge>,
+    pub bgp_advertised_prefixes: Gauge,
 }
 
 impl Default for Metrics {
@@ -98,6 +113,9 @@ impl Metrics {
             announce_takeover_seconds: Family::new_with_constructor(latency_histogram),
             live_nodes: Gauge::default(),
             announce_records: Family::default(),
+            bgp_session_up: Family::default(),
+            bfd_up: Family::default(),
+            bgp_advertised_prefixes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -123,7 +141,8 @@ impl Metrics {
         );
         registry.register(
             "event_to_dataplane_seconds",
-            "From a change of the objects to the switch or database having it",
+            "From a change of the objects to the switch, the database or the node's FRR \
+             (target frr: its prefixes, after the bridges carry them) having it",
             m.event_to_dataplane_seconds.clone(),
         );
         registry.register(
@@ -176,6 +195,22 @@ impl Metrics {
             "Writes of the vipflow.io/Announced condition on Services by this node: written, \
              removed, failed (tried again) (announce, cluster mode)",
             m.announce_records.clone(),
+        );
+        registry.register(
+            "bgp_session_up",
+            "1 while the node's FRR has its BGP session with the peer Established in the family \
+             (bgp)",
+            m.bgp_session_up.clone(),
+        );
+        registry.register(
+            "bfd_up",
+            "1 while the node's FRR has its BFD session with the peer up (bgp)",
+            m.bfd_up.clone(),
+        );
+        registry.register(
+            "bgp_advertised_prefixes",
+            "Prefixes the node's FRR originates (bgp)",
+            m.bgp_advertised_prefixes.clone(),
         );
         Metrics { registry, ..m }
     }

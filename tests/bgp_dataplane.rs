@@ -488,10 +488,13 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
         .collect();
     let objects_path = bed.tb.path().join("objects.yaml");
     std::fs::write(&objects_path, agent_objects(bfd, 2)).expect("the objects file");
+    // Each agent serves /status and /metrics on its namespace's loopback.
     let args = |i: usize| -> Vec<String> {
         let mut a = agent_args(&bed, i);
         a.push("--frr-socket-dir".into());
         a.push(bed.speaker(i).path().display().to_string());
+        a.push("--http-addr".into());
+        a.push(HTTP.into());
         a
     };
     let start = Instant::now();
@@ -515,6 +518,57 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
         };
         assert_eq!(originated(&tokio_rt(), &bed, i), want, "node{i} originates");
     }
+
+    // `vipflow status` and /metrics say what node1 advertises, why it does not advertise
+    // the Local VIPs, and its session with the router.
+    let router = testbed::GATEWAY_V4;
+    eventually(
+        "node1's status showing its BGP session and VIPs",
+        20,
+        || {
+            let text = in_node(
+                &bed,
+                1,
+                &[
+                    &vipflow().display().to_string(),
+                    "status",
+                    "--http-addr",
+                    HTTP,
+                ],
+            );
+            let want = [
+                "bgp: AS 64513  current true  advertises 2 prefixes".to_string(),
+                format!("  peer {router:<28} ipv4Unicast  Established  bfd up"),
+                format!("  {VIP4:<28} advertised"),
+                format!("  {VIP6:<28} advertised"),
+                format!("  {API4:<28} no ready local endpoint (externalTrafficPolicy Local)"),
+            ];
+            let ok = want.iter().all(|w| text.contains(w.as_str()));
+            if !ok {
+                println!("{text}");
+            }
+            ok
+        },
+    );
+    let metrics = in_node(&bed, 1, &["curl", "-sS", &format!("http://{HTTP}/metrics")]);
+    for m in [
+        format!("vipflow_bgp_session_up{{peer=\"{router}\",family=\"ipv4Unicast\"}} 1"),
+        format!("vipflow_bfd_up{{peer=\"{router}\"}} 1"),
+        "vipflow_bgp_advertised_prefixes 2".to_string(),
+    ] {
+        assert!(
+            metrics.contains(&m),
+            "{m} not in node1's metrics:\n{metrics}"
+        );
+    }
+    let frr_applied = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("vipflow_event_to_dataplane_seconds_count{target=\"frr\"} "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(
+        frr_applied.is_some_and(|n| n >= 1),
+        "no change to FRR measured: {frr_applied:?}"
+    );
 
     // A client's flows to the Cluster VIP spread over every node, each answered.
     for (vip, ports) in [(VIP4, 24000), (VIP6, 25000)] {
@@ -581,6 +635,19 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
         );
     }
     drop(agents);
+}
+
+/// Where each agent of the agent-driven test serves HTTP, on its node's loopback.
+const HTTP: &str = "127.0.0.1:9475";
+
+/// What `args` prints run in node `node`'s namespace.
+fn in_node(bed: &BgpTestbed, node: usize, args: &[&str]) -> String {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", &bed.tb.ns(&format!("node{node}"))])
+        .args(args)
+        .output()
+        .expect("ip netns exec");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {

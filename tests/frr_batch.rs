@@ -210,7 +210,7 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     // The agent's configuration for the node: what FRR already holds.
     let node = Arc::new(Some(format!("{config}exit\n")));
     let start = |want: BTreeSet<ipnet::IpNet>| {
-        let (tx, rx) = watch::channel(Some(Arc::new(want)));
+        let (tx, rx) = watch::channel(Some((1, Arc::new(want))));
         let (config_tx, config) = watch::channel(Some(Arc::clone(&node)));
         let (stx, srx) = watch::channel(FrrStatus::default());
         let inputs = FrrInputs { config, wanted: rx };
@@ -243,7 +243,7 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
 
     // A change is one batch.
     let bc = nets(&["198.51.100.2/32", "198.51.100.3/32"]);
-    tx.0.send_replace(Some(Arc::new(bc.clone())));
+    tx.0.send_replace(Some((2, Arc::new(bc.clone()))));
     let s = current(&mut status, &bc).await;
     assert_eq!(s.batches, 1);
     frr_holds(&vtysh, &bc).await;

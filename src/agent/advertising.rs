@@ -14,7 +14,7 @@ use super::planner_task::ORDER_WAIT;
 use crate::bgp::frr_config::{FrrConfigProblem, for_node};
 use crate::model::Objects;
 use crate::reconcile::bridge::BridgeStatus;
-use crate::reconcile::frr::{FrrInputs, FrrStatus};
+use crate::reconcile::frr::{FrrInputs, FrrStatus, WantedPrefixes};
 use ipnet::IpNet;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -28,8 +28,8 @@ pub(super) struct Advertising {
     config: watch::Sender<Option<Arc<Option<String>>>>,
     /// The newest plan's prefixes, by generation, for the gate.
     pending: watch::Sender<Option<(u64, Prefixes)>>,
-    /// What the gate let through to FRR.
-    published: watch::Receiver<Option<Prefixes>>,
+    /// What the gate let through to FRR, and the plan it came with.
+    published: watch::Receiver<Option<WantedPrefixes>>,
     frr: watch::Receiver<FrrStatus>,
     /// What was last said to be wrong with the node's configuration.
     problems: Vec<FrrConfigProblem>,
@@ -89,8 +89,8 @@ impl Advertising {
         let withdrawn = self
             .published
             .borrow()
-            .as_deref()
-            .map(|now| now.difference(prefixes).copied().collect())
+            .as_ref()
+            .map(|(_, now)| now.difference(prefixes).copied().collect())
             .unwrap_or_default();
         self.pending
             .send_replace(Some((generation, Arc::clone(prefixes))));
@@ -120,7 +120,7 @@ impl Advertising {
 /// applied that plan (a newer plan replaces one still waiting).
 async fn gate(
     mut pending: watch::Receiver<Option<(u64, Prefixes)>>,
-    published: watch::Sender<Option<Prefixes>>,
+    published: watch::Sender<Option<WantedPrefixes>>,
     bridges: Vec<watch::Receiver<BridgeStatus>>,
 ) {
     let mut due = false;
@@ -133,11 +133,11 @@ async fn gate(
             continue;
         };
         published.send_if_modified(|cur| {
-            let Some(now) = cur else { return false };
+            let Some((_, now)) = cur else { return false };
             let kept: BTreeSet<IpNet> = now.intersection(&want).copied().collect();
             let changed = kept.len() != now.len();
             if changed {
-                *cur = Some(Arc::new(kept));
+                *cur = Some((generation, Arc::new(kept)));
             }
             changed
         });
@@ -152,9 +152,9 @@ async fn gate(
         tokio::select! {
             () = carried => {
                 published.send_if_modified(|cur| {
-                    let same = cur.as_ref().is_some_and(|c| **c == *want);
+                    let same = cur.as_ref().is_some_and(|(_, c)| **c == *want);
                     if !same {
-                        *cur = Some(want);
+                        *cur = Some((generation, want));
                     }
                     !same
                 });

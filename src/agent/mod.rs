@@ -393,6 +393,7 @@ pub fn start_with(
         ready_tx,
         json_tx,
         announce_rx,
+        frr_status.clone(),
     )));
     Running {
         status,

@@ -100,6 +100,7 @@ pub(super) async fn observe_agent(
     ready: watch::Sender<bool>,
     json: watch::Sender<Option<StatusDoc>>,
     mut announce: watch::Receiver<Option<Arc<crate::plan::planner::AnnounceState>>>,
+    mut frr: Option<watch::Receiver<crate::reconcile::frr::FrrStatus>>,
 ) {
     use crate::metrics::Metrics;
     let m = &opts.metrics;
@@ -107,6 +108,8 @@ pub(super) async fn observe_agent(
     let mut pools = opts.pools.clone();
     let mut seen_bridges: Vec<Seen> = bridges.iter().map(|_| Seen::default()).collect();
     let mut seen_nb = Seen::default();
+    let mut seen_frr = Seen::default();
+    let mut frr_error: Option<String> = None;
     let announcing = crate::announce::Announcing::of(&cfg);
     // The VipProgrammed statements of the last plan every bridge applied.
     let mut programmed = crate::events::Programmed::default();
@@ -201,6 +204,10 @@ pub(super) async fn observe_agent(
                 transactions: s.transactions,
             });
         }
+        let frr_now = frr.as_mut().map(|rx| rx.borrow_and_update().clone());
+        if let Some(s) = &frr_now {
+            follow_frr(m, s, &mut seen_frr, &mut frr_error, &arrived);
+        }
         ready.send_if_modified(|r| {
             let changed = *r != all_applied;
             *r = all_applied;
@@ -254,6 +261,20 @@ pub(super) async fn observe_agent(
                     live: a.live.iter().map(|n| n.to_string()).collect(),
                     here: a.here.clone(),
                 }),
+                bgp: frr_now.as_ref().map(|s| {
+                    let vips = p.bgp.as_ref().map(|b| b.vips.as_ref());
+                    let mut doc = crate::status::BgpDoc::with(
+                        vips.unwrap_or(&Default::default()),
+                        &s.originated,
+                        &s.sessions,
+                        &s.bfd,
+                    );
+                    doc.asn = s.asn;
+                    doc.current = s.current;
+                    doc.batches = s.batches;
+                    doc.last_error.clone_from(&s.last_error);
+                    doc
+                }),
             }));
         }
         // Wait for any change.
@@ -287,8 +308,15 @@ pub(super) async fn observe_agent(
                 None => std::future::pending().await,
             }
         };
+        let frr_changed = async {
+            match &mut frr {
+                Some(f) => f.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         let plans_changed = plans.changed();
         tokio::select! {
+            r = frr_changed => if r.is_err() { frr = None },
             r = plans_changed => if r.is_err() { return },
             _ = announce.changed() => {}
             _ = bridge_changed => {}
@@ -296,5 +324,52 @@ pub(super) async fn observe_agent(
             _ = leader_changed => {}
             _ = pools_changed => {}
         }
+    }
+}
+
+/// The FRR task's metrics: its sessions, what it advertises, each batch, and the time from a
+/// plan's trigger to FRR having its prefixes.
+fn follow_frr(
+    m: &crate::metrics::Metrics,
+    s: &crate::reconcile::frr::FrrStatus,
+    seen: &mut Seen,
+    error: &mut Option<String>,
+    arrived: &dyn Fn(Option<u64>) -> Option<Arrival>,
+) {
+    use crate::metrics::{BfdLabel, BgpSessionLabel};
+    for b in &s.sessions {
+        m.bgp_session_up
+            .get_or_create(&BgpSessionLabel {
+                peer: b.peer.to_string(),
+                family: b.family.clone(),
+            })
+            .set(i64::from(b.established()));
+    }
+    for b in &s.bfd {
+        m.bfd_up
+            .get_or_create(&BfdLabel {
+                peer: b.peer.to_string(),
+            })
+            .set(i64::from(b.up()));
+    }
+    m.bgp_advertised_prefixes
+        .set(i64::try_from(s.originated.len()).unwrap_or(i64::MAX));
+    seen.follow(
+        m,
+        &crate::metrics::Metrics::target("frr"),
+        Report {
+            syncs: s.batches,
+            last_sync: s.last_batch,
+            applied: s.applied_generation,
+            error: &None,
+            announces: false,
+        },
+        arrived,
+    );
+    if s.last_error != *error {
+        if s.last_error.is_some() {
+            m.error("frr");
+        }
+        error.clone_from(&s.last_error);
     }
 }

@@ -229,7 +229,7 @@ impl PlannerTask {
             };
             // BGP withdrawals before the flows change: traffic leaves this node first.
             if let (Some(a), Some(bgp)) = (&mut advertising, &plans.bgp) {
-                let withdrawn = a.plan(&loaded.objects, generation, bgp);
+                let withdrawn = a.plan(&loaded.objects, generation, &bgp.prefixes);
                 a.withdrawn(&withdrawn).await;
             }
             // Problems, Events and status: reported at their own pace.
@@ -238,6 +238,7 @@ impl PlannerTask {
                 loaded,
                 services,
                 announce: plans.announce.clone(),
+                bgp: plans.bgp.clone(),
             })));
             let _ = gtx.send(generation);
             // Flows and rows, make before break, as the machine orders them.

@@ -26,6 +26,8 @@ pub(super) struct PlanInfo {
     /// The records of who announces what this node owes the Services (once this plan is
     /// applied here).
     pub records: Vec<crate::announce::record::Want>,
+    /// Whether this node advertises each VIP of a BGP pool, and why, when it speaks BGP.
+    pub bgp: Option<crate::plan::bgp_node::NodeBgp>,
 }
 
 /// One plan as the report task takes it: the objects it was made from and the planner's
@@ -37,6 +39,8 @@ pub struct Planned {
     pub services: crate::plan::service_report::ServiceReport,
     /// Where every VIP is announced, when a bridge announces.
     pub announce: Option<Arc<crate::plan::planner::AnnounceState>>,
+    /// What this node advertises over BGP and why, when it speaks BGP.
+    pub bgp: Option<crate::plan::bgp_node::NodeBgp>,
 }
 
 impl PlanInfo {
@@ -49,6 +53,7 @@ impl PlanInfo {
             loaded,
             services,
             announce,
+            bgp,
         } = planned;
         let problems = report_problems(cfg, loaded, services);
         let vips = crate::status::VipList::of(services.clone());
@@ -79,6 +84,7 @@ impl PlanInfo {
             warnings,
             announced,
             records,
+            bgp: bgp.clone(),
         }
     }
 }

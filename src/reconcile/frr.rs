@@ -160,13 +160,20 @@ pub struct FrrStatus {
     /// The BGP sessions and BFD sessions, as last read.
     pub sessions: Vec<BgpSession>,
     pub bfd: Vec<BfdSession>,
-    /// Batches of `network` lines applied since the start.
+    /// The plan whose prefixes FRR was last told in full.
+    pub applied_generation: Option<u64>,
+    /// Batches of `network` lines applied since the start, and how long vtysh took for the
+    /// last.
     pub batches: u64,
+    pub last_batch: Duration,
     /// Batches of configuration (peers, BFD profiles) applied since the start.
     pub config_batches: u64,
     /// The last failure, in FRR's words or vtysh's.
     pub last_error: Option<String>,
 }
+
+/// The prefixes a plan wants FRR to originate, and that plan's generation.
+pub type WantedPrefixes = (u64, Arc<BTreeSet<IpNet>>);
 
 /// What the FRR task is fed: this node's configuration (`Some(None)`: no peer selects the
 /// node), and the prefixes the plan wants once the dataplane carries them. `None` until known:
@@ -174,7 +181,7 @@ pub struct FrrStatus {
 #[derive(Debug)]
 pub struct FrrInputs {
     pub config: tokio::sync::watch::Receiver<Option<Arc<Option<String>>>>,
-    pub wanted: tokio::sync::watch::Receiver<Option<Arc<BTreeSet<IpNet>>>>,
+    pub wanted: tokio::sync::watch::Receiver<Option<WantedPrefixes>>,
 }
 
 /// How long to wait before asking FRR again after it could not be reached, at first and at
@@ -200,7 +207,9 @@ pub async fn run(
     if let Some(c) = inputs.config.borrow_and_update().clone() {
         next = speaker.configure(c.as_ref().clone());
     }
-    if let Some(w) = inputs.wanted.borrow_and_update().clone() {
+    let mut generation = None;
+    if let Some((g, w)) = inputs.wanted.borrow_and_update().clone() {
+        generation = Some(g);
         next = next.or(speaker.want(w.as_ref().clone()));
     }
     let mut retry = RETRY;
@@ -235,10 +244,19 @@ pub async fn run(
                 let current = speaker.phase() == SpeakerPhase::Current;
                 let asn = speaker.asn();
                 status.send_if_modified(|s| {
-                    let changed = s.current != current || s.originated != held || s.asn != asn;
+                    let applied = if current {
+                        generation
+                    } else {
+                        s.applied_generation
+                    };
+                    let changed = s.current != current
+                        || s.originated != held
+                        || s.asn != asn
+                        || s.applied_generation != applied;
                     s.current = current;
                     s.originated = held;
                     s.asn = asn;
+                    s.applied_generation = applied;
                     changed
                 });
                 tokio::select! {
@@ -250,7 +268,8 @@ pub async fn run(
                     }
                     r = inputs.wanted.changed() => {
                         if r.is_err() { return; }
-                        if let Some(w) = inputs.wanted.borrow_and_update().clone() {
+                        if let Some((g, w)) = inputs.wanted.borrow_and_update().clone() {
+                            generation = Some(g);
                             next = speaker.want(w.as_ref().clone());
                         }
                     }
@@ -270,6 +289,7 @@ async fn apply(
     status: &tokio::sync::watch::Sender<FrrStatus>,
     retry: &mut Duration,
 ) -> Option<SpeakerAction> {
+    let began = std::time::Instant::now();
     match vtysh.apply(batch).await {
         Ok(()) => {
             *retry = RETRY;
@@ -278,6 +298,7 @@ async fn apply(
                     s.config_batches += 1;
                 } else {
                     s.batches += 1;
+                    s.last_batch = began.elapsed();
                 }
                 s.last_error = None;
             });

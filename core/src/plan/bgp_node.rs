@@ -14,8 +14,56 @@ use crate::announce::placement::NodeName;
 use crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL;
 use crate::model::Objects;
 use ipnet::IpNet;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::Arc;
+
+/// Why this node advertises a VIP of a BGP pool, or why not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BgpReason {
+    /// Advertised (once the node's bridges carry it).
+    Advertised,
+    /// externalTrafficPolicy Local, and no ready endpoint on this node.
+    NoLocalEndpoint,
+    /// The pool's or the advertisement's node selectors leave this node out.
+    NotSelected,
+    /// This node is not live (its agent or its Ready condition says so).
+    NodeNotLive,
+    /// This node is marked for drain.
+    NodeDraining,
+    /// This node is labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
+    NodeExcluded,
+}
+
+impl BgpReason {
+    /// As the status document and `vipflow plan` write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BgpReason::Advertised => "advertised",
+            BgpReason::NoLocalEndpoint => "no ready local endpoint (externalTrafficPolicy Local)",
+            BgpReason::NotSelected => "node selectors leave this node out",
+            BgpReason::NodeNotLive => "this node is not live",
+            BgpReason::NodeDraining => "this node is draining",
+            BgpReason::NodeExcluded => "this node is excluded from external load balancers",
+        }
+    }
+}
+
+impl std::fmt::Display for BgpReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What this node advertises after one snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeBgp {
+    /// The prefixes (the same `Arc` while unchanged).
+    pub prefixes: Arc<BTreeSet<IpNet>>,
+    /// Every VIP of a pool a `BGPAdvertisement` selects, and whether this node advertises it
+    /// (the same `Arc` while unchanged).
+    pub vips: Arc<BTreeMap<IpAddr, BgpReason>>,
+}
 
 /// This node's BGP advertisement, kept up to date one snapshot at a time.
 pub struct BgpAdvertiser {
@@ -24,7 +72,7 @@ pub struct BgpAdvertiser {
     /// time, like the L2 announcer's.
     eligibility: Eligibility,
     /// The last set handed on, shared while it stands.
-    last: Arc<BTreeSet<IpNet>>,
+    last: NodeBgp,
 }
 
 impl BgpAdvertiser {
@@ -32,19 +80,19 @@ impl BgpAdvertiser {
         BgpAdvertiser {
             node: node.into(),
             eligibility: Eligibility::default(),
-            last: Arc::default(),
+            last: NodeBgp::default(),
         }
     }
 
     /// Take the snapshot `services` was just updated with, and what the membership says (who
-    /// is live; without a membership, the Nodes' Ready condition). Returns the prefixes this
-    /// node advertises (the same `Arc` when they did not change).
+    /// is live; without a membership, the Nodes' Ready condition). Returns what this node
+    /// advertises and why (the same `Arc`s when they did not change).
     pub fn update(
         &mut self,
         objects: &Objects,
         services: &ServiceIndex,
         members: Option<&MembershipView>,
-    ) -> Arc<BTreeSet<IpNet>> {
+    ) -> NodeBgp {
         self.eligibility.update(objects, services);
         let me = objects
             .nodes
@@ -66,20 +114,49 @@ impl BgpAdvertiser {
             }),
         };
         let pools = BgpPools::of(objects);
+        // The most telling first: a draining node is also not live.
+        let node_reason = if node.draining {
+            Some(BgpReason::NodeDraining)
+        } else if node.excluded {
+            Some(BgpReason::NodeExcluded)
+        } else if !node.live {
+            Some(BgpReason::NodeNotLive)
+        } else {
+            None
+        };
         let mut now = BTreeSet::new();
-        if node.live && !node.draining && !node.excluded {
-            for vip in services.vips() {
-                if !pools.advertises(vip) || !self.eligibility.of(vip).allows(&node.name) {
-                    continue;
-                }
-                let local = self.eligibility.is_local(vip);
-                now.extend(pools.prefixes(vip, local, &node.name));
+        let mut vips = BTreeMap::new();
+        for vip in services.vips() {
+            if !pools.advertises(vip) {
+                continue;
             }
+            let local = self.eligibility.is_local(vip);
+            let reason = if let Some(r) = node_reason {
+                r
+            } else if !self.eligibility.of(vip).allows(&node.name) {
+                if local {
+                    BgpReason::NoLocalEndpoint
+                } else {
+                    BgpReason::NotSelected
+                }
+            } else {
+                let prefixes = pools.prefixes(vip, local, &node.name);
+                if prefixes.is_empty() {
+                    BgpReason::NotSelected
+                } else {
+                    now.extend(prefixes);
+                    BgpReason::Advertised
+                }
+            };
+            vips.insert(vip, reason);
         }
-        if *self.last != now {
-            self.last = Arc::new(now);
+        if *self.last.prefixes != now {
+            self.last.prefixes = Arc::new(now);
         }
-        Arc::clone(&self.last)
+        if *self.last.vips != vips {
+            self.last.vips = Arc::new(vips);
+        }
+        self.last.clone()
     }
 }
 

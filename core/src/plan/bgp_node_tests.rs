@@ -49,7 +49,12 @@ items:
 fn advertised(node: &str, objects: &Objects) -> BTreeSet<IpNet> {
     let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as(node);
     let plans = p.update(objects);
-    plans.bgp.expect("the planner advertises").as_ref().clone()
+    plans
+        .bgp
+        .expect("the planner advertises")
+        .prefixes
+        .as_ref()
+        .clone()
 }
 
 fn nets(v: &[&str]) -> BTreeSet<IpNet> {
@@ -129,5 +134,54 @@ fn an_unchanged_set_is_handed_on_as_the_same_arc() {
     let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as("n1");
     let first = p.update(&o).bgp.expect("advertising");
     let second = p.update(&o).bgp.expect("advertising");
-    assert!(std::sync::Arc::ptr_eq(&first, &second));
+    assert!(std::sync::Arc::ptr_eq(&first.prefixes, &second.prefixes));
+    assert!(std::sync::Arc::ptr_eq(&first.vips, &second.vips));
+}
+
+#[test]
+fn each_vip_of_a_bgp_pool_says_why_it_is_or_is_not_advertised() {
+    use super::BgpReason;
+    use std::collections::BTreeMap;
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().expect("an address");
+    let reasons = |node: &str, o: &Objects| -> BTreeMap<std::net::IpAddr, BgpReason> {
+        let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as(node);
+        p.update(o).bgp.expect("advertising").vips.as_ref().clone()
+    };
+    let o = objects("{}", "n2", "");
+    assert_eq!(
+        reasons("n1", &o),
+        BTreeMap::from([
+            (ip("198.51.100.10"), BgpReason::Advertised),
+            (ip("2001:db8:100::10"), BgpReason::Advertised),
+            (ip("198.51.100.11"), BgpReason::NoLocalEndpoint),
+        ])
+    );
+    assert_eq!(
+        reasons("n2", &o)[&ip("198.51.100.11")],
+        BgpReason::Advertised
+    );
+    let selected = objects("{nodeSelectors: [{matchLabels: {rack: r2}}]}", "n1", "");
+    assert!(
+        reasons("n1", &selected)
+            .values()
+            .all(|r| *r == BgpReason::NotSelected)
+    );
+    let draining = objects("{}", "n2", ", annotations: {vipflow.io/drain: 'true'}");
+    assert!(
+        reasons("n2", &draining)
+            .values()
+            .all(|r| *r == BgpReason::NodeDraining),
+        "{:?}",
+        reasons("n2", &draining)
+    );
+    let excluded = objects(
+        "{}",
+        "n2",
+        ", labels: {node.kubernetes.io/exclude-from-external-load-balancers: ''}",
+    );
+    assert!(
+        reasons("n2", &excluded)
+            .values()
+            .all(|r| *r == BgpReason::NodeExcluded)
+    );
 }

@@ -126,9 +126,9 @@ pub struct Plans {
     /// This node's claims (VIP and epoch), for the membership to tell the others; `None` when
     /// unchanged or not announcing.
     pub claims: Option<Arc<std::collections::BTreeMap<IpAddr, u64>>>,
-    /// The prefixes this node advertises over BGP (the same `Arc` while unchanged); `None`
-    /// when it speaks no BGP.
-    pub bgp: Option<Arc<std::collections::BTreeSet<ipnet::IpNet>>>,
+    /// What this node advertises over BGP, and why each VIP is or is not; `None` when it
+    /// speaks no BGP.
+    pub bgp: Option<super::bgp_node::NodeBgp>,
 }
 
 impl Planner {

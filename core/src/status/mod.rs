@@ -31,6 +31,92 @@ pub struct StatusDoc {
     /// What this node announces, when a bridge announces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub announce: Option<AnnounceDoc>,
+    /// What this node advertises over BGP, when it drives an FRR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<BgpDoc>,
+}
+
+/// This node's BGP speaker: its sessions, what it advertises, and why each VIP of a BGP pool
+/// is or is not advertised here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BgpDoc {
+    /// The AS this node speaks as; absent when no `BGPPeer` selects it (or FRR was not
+    /// configured yet).
+    pub asn: Option<u32>,
+    /// FRR holds the configuration and every prefix the node's dataplane carries.
+    pub current: bool,
+    pub sessions: Vec<BgpSessionDoc>,
+    /// The prefixes FRR originates.
+    pub advertised: Vec<ipnet::IpNet>,
+    /// Every VIP of a pool a `BGPAdvertisement` selects.
+    pub vips: Vec<BgpVipDoc>,
+    /// Batches of `network` lines applied since the agent started.
+    pub batches: u64,
+    pub last_error: Option<String>,
+}
+
+/// One BGP session, one address family, with its BFD session's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BgpSessionDoc {
+    pub peer: std::net::IpAddr,
+    /// FRR's name of the family (`ipv4Unicast`).
+    pub family: String,
+    /// FRR's word for the state (`Established`, `Active`, ...).
+    pub state: String,
+    /// The BFD session's state (`up`, `down`, `init`); absent without BFD.
+    pub bfd: Option<String>,
+}
+
+/// One VIP of a BGP pool: `advertised`, `waiting` (planned here, not yet in FRR: the bridges
+/// or FRR have not taken it yet), or why this node does not advertise it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BgpVipDoc {
+    pub vip: std::net::IpAddr,
+    pub state: String,
+}
+
+impl BgpDoc {
+    /// The document's sessions and VIPs from what the plan says of each VIP, what FRR
+    /// originates and its sessions.
+    pub fn with(
+        vips: &std::collections::BTreeMap<std::net::IpAddr, crate::plan::bgp_node::BgpReason>,
+        originated: &std::collections::BTreeSet<ipnet::IpNet>,
+        bgp: &[crate::bgp::frr_state::BgpSession],
+        bfd: &[crate::bgp::frr_state::BfdSession],
+    ) -> BgpDoc {
+        use crate::plan::bgp_node::BgpReason;
+        let vips = vips
+            .iter()
+            .map(|(vip, reason)| {
+                let state = match reason {
+                    BgpReason::Advertised if originated.iter().any(|n| n.contains(vip)) => {
+                        "advertised".to_string()
+                    }
+                    BgpReason::Advertised => "waiting for the bridges or FRR".to_string(),
+                    other => other.to_string(),
+                };
+                BgpVipDoc { vip: *vip, state }
+            })
+            .collect();
+        let sessions = bgp
+            .iter()
+            .map(|s| BgpSessionDoc {
+                peer: s.peer,
+                family: s.family.clone(),
+                state: s.state.clone(),
+                bfd: bfd
+                    .iter()
+                    .find(|b| b.peer == s.peer)
+                    .map(|b| b.status.clone()),
+            })
+            .collect();
+        BgpDoc {
+            sessions,
+            advertised: originated.iter().copied().collect(),
+            vips,
+            ..BgpDoc::default()
+        }
+    }
 }
 
 /// The VIPs this node answers ARP for and the nodes it sees as live ([`crate::announce`]).
@@ -239,6 +325,30 @@ impl fmt::Display for StatusDoc {
                 a.live.join(" ")
             )?;
         }
+        if let Some(b) = &self.bgp {
+            writeln!(
+                f,
+                "\nbgp: AS {}  current {}  advertises {} prefixes  batches {}{}",
+                or_none(&b.asn),
+                b.current,
+                b.advertised.len(),
+                b.batches,
+                error_suffix(&b.last_error)
+            )?;
+            for s in &b.sessions {
+                writeln!(
+                    f,
+                    "  peer {:<28} {:<12} {:<12} bfd {}",
+                    s.peer.to_string(),
+                    s.family,
+                    s.state,
+                    s.bfd.as_deref().unwrap_or("-")
+                )?;
+            }
+            for v in &b.vips {
+                writeln!(f, "  {:<28} {}", v.vip.to_string(), v.state)?;
+            }
+        }
         if !self.problems.is_empty() {
             writeln!(f, "\nproblems ({})", self.problems.len())?;
             for p in &self.problems {
@@ -284,6 +394,7 @@ mod tests {
             }),
             pools: Vec::new(),
             announce: None,
+            bgp: None,
         };
         let json = serde_json::to_value(&doc).unwrap();
         // No pools: no key (documents of agents that do not allocate stay as they were).
@@ -332,6 +443,7 @@ mod tests {
                 live: vec!["node-a".into(), "node-b".into()],
                 here: vec!["172.18.0.100".parse().unwrap()],
             }),
+            bgp: None,
         };
         let json = serde_json::to_value(&doc).unwrap();
         assert_eq!(json["pools"][0]["status"]["availableIPv4"], 4);
@@ -344,6 +456,69 @@ mod tests {
         );
         assert!(
             text.contains("  blue             IPv4 0 assigned 4 available  IPv6 0 assigned 0 available  usable"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_bgp_section_says_each_vips_state_and_each_sessions_bfd() {
+        use crate::bgp::frr_state::{BfdSession, BgpSession};
+        use crate::plan::bgp_node::BgpReason;
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let vips = std::collections::BTreeMap::from([
+            (ip("198.51.100.10"), BgpReason::Advertised),
+            (ip("198.51.100.11"), BgpReason::Advertised),
+            (ip("198.51.100.12"), BgpReason::NoLocalEndpoint),
+        ]);
+        let originated = std::collections::BTreeSet::from(["198.51.100.10/32".parse().unwrap()]);
+        let sessions = [BgpSession {
+            peer: ip("172.18.0.1"),
+            family: "ipv4Unicast".into(),
+            remote_as: Some(64512),
+            state: "Established".into(),
+            prefixes_sent: Some(1),
+            prefixes_received: Some(0),
+        }];
+        let bfd = [BfdSession {
+            peer: ip("172.18.0.1"),
+            status: "up".into(),
+            receive_ms: Some(300),
+            transmit_ms: Some(300),
+            multiplier: Some(3),
+        }];
+        let mut b = BgpDoc::with(&vips, &originated, &sessions, &bfd);
+        b.asn = Some(64513);
+        b.current = true;
+        let states: Vec<&str> = b.vips.iter().map(|v| v.state.as_str()).collect();
+        assert_eq!(
+            states,
+            [
+                "advertised",
+                "waiting for the bridges or FRR",
+                "no ready local endpoint (externalTrafficPolicy Local)"
+            ]
+        );
+        assert_eq!(b.sessions[0].bfd.as_deref(), Some("up"));
+        let doc = StatusDoc {
+            node: "node-a".into(),
+            bgp: Some(b),
+            ..StatusDoc::default()
+        };
+        let json = serde_json::to_value(&doc).unwrap();
+        assert_eq!(json["bgp"]["advertised"][0], "198.51.100.10/32");
+        assert_eq!(json["bgp"]["sessions"][0]["state"], "Established");
+        assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
+        let text = doc.to_string();
+        assert!(
+            text.contains("bgp: AS 64513  current true  advertises 1 prefixes  batches 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  peer 172.18.0.1                   ipv4Unicast  Established  bfd up\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  198.51.100.11                waiting for the bridges or FRR\n"),
             "{text}"
         );
     }

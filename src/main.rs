@@ -157,6 +157,9 @@ async fn dispatch(
             for r in &rows {
                 println!("{r}");
             }
+            if let Some(bgp) = one.bgp(&cfg, &loaded.objects) {
+                print_bgp_plan(&cfg, &bgp);
+            }
             let allocations =
                 agent::plan_allocations(&cfg, &loaded.objects).map_err(|e| e.to_string())?;
             if !allocations.is_empty() {
@@ -244,6 +247,20 @@ async fn dispatch(
                     println!("~ {have}  # planned: {want}");
                 }
             }
+            if let Some(lines) = agent::verify_frr(&cfg, &loaded.objects)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                if lines.is_empty() {
+                    println!("frr: in sync");
+                } else {
+                    drift = true;
+                    println!("frr: drift ({} differences)", lines.len());
+                    for l in &lines {
+                        println!("{l}");
+                    }
+                }
+            }
             let nb = agent::verify_northbound(&cfg, &loaded.objects)
                 .await
                 .map_err(|e| e.to_string())?;
@@ -282,6 +299,17 @@ async fn dispatch(
                     tracing::warn!(bridge = %r.bridge, "not programmed: {s}");
                 }
                 tracing::info!(bridge = %r.bridge, changes = r.changes, flows = r.flows, "synced once");
+            }
+            if let Some(f) = agent::sync_frr_once(&cfg, &loaded.objects, &one)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                tracing::info!(
+                    config_batches = f.config_batches,
+                    batches = f.batches,
+                    prefixes = f.originated.len(),
+                    "FRR synced once"
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -324,5 +352,45 @@ async fn dispatch(
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `vipflow plan`'s BGP part: the node's FRR configuration, the prefixes it advertises, and
+/// why each VIP of a BGP pool is or is not advertised.
+fn print_bgp_plan(cfg: &Config, bgp: &agent::OneShotBgp) {
+    match &bgp.config {
+        Some(c) => {
+            println!(
+                "# bgp: node {}'s FRR configuration (from the BGPPeers and BFDProfiles)",
+                cfg.node_name
+            );
+            for l in c.lines() {
+                println!("#   {l}");
+            }
+        }
+        None => println!(
+            "# bgp: no BGPPeer selects node {}: it advertises nothing",
+            cfg.node_name
+        ),
+    }
+    for p in &bgp.problems {
+        eprintln!("skipped: {p}");
+    }
+    let prefixes = if bgp.config.is_some() {
+        bgp.node.prefixes.len()
+    } else {
+        0
+    };
+    println!(
+        "# bgp: prefixes node {} advertises ({prefixes}), each once its bridges carry it",
+        cfg.node_name
+    );
+    if bgp.config.is_some() {
+        for p in bgp.node.prefixes.iter() {
+            println!("network {p}");
+        }
+    }
+    for (vip, reason) in bgp.node.vips.iter() {
+        println!("#   {vip}: {reason}");
     }
 }

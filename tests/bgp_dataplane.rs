@@ -634,6 +634,71 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
             "{vip}"
         );
     }
+
+    // The one-shot commands agree with the running agents: `plan` prints what node3
+    // advertises, `verify` finds its FRR in sync. With node3's agent stopped and a network
+    // removed from its FRR behind its back, `verify` shows the drift and `--once` repairs it.
+    let node3 = |cmd: &[&str]| -> (String, bool) {
+        let mut args: Vec<String> = vec![vipflow().display().to_string()];
+        args.extend(cmd.iter().map(|s| s.to_string()));
+        args.extend(
+            [
+                "--objects",
+                &objects_path.display().to_string(),
+                "--node-name",
+                "node3",
+                "--ovs-rundir",
+                &bed.tb.node_dir(3).display().to_string(),
+                "--frr-socket-dir",
+                &bed.speaker(3).path().display().to_string(),
+            ]
+            .map(String::from),
+        );
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &bed.tb.ns("node3")])
+            .args(&args)
+            .output()
+            .expect("vipflow");
+        (
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            out.status.success(),
+        )
+    };
+    let (plan, ok) = node3(&["plan"]);
+    assert!(ok, "{plan}");
+    for want in [
+        format!("network {VIP4}/32"),
+        format!("network {VIP6}/128"),
+        format!("#   {API4}: no ready local endpoint (externalTrafficPolicy Local)"),
+        "#   router bgp 64513".to_string(),
+    ] {
+        assert!(plan.contains(&want), "{want} not in vipflow plan:\n{plan}");
+    }
+    let (verify, ok) = node3(&["verify"]);
+    assert!(ok && verify.contains("frr: in sync"), "{verify}");
+    agents[2].terminate();
+    let v4: BTreeSet<ipnet::IpNet> =
+        [ipnet::IpNet::from(VIP4.parse::<IpAddr>().expect("a VIP"))].into();
+    let rt = tokio_rt();
+    apply(&rt, &bed, 3, &v4, &BTreeSet::new());
+    // bgpd takes a batch in the background.
+    eventually("node3's FRR without the IPv4 VIP", 10, || {
+        !originated(&rt, &bed, 3).contains(&v4.iter().next().copied().expect("one"))
+    });
+    let (verify, ok) = node3(&["verify"]);
+    assert!(
+        !ok && verify.contains(&format!("+ network {VIP4}/32")),
+        "{verify}"
+    );
+    let (once, ok) = node3(&["agent", "--once"]);
+    assert!(ok, "{once}");
+    let (verify, ok) = node3(&["verify"]);
+    assert!(ok && verify.contains("frr: in sync"), "{verify}");
+    assert_eq!(originated(&rt, &bed, 3), host_prefixes());
     drop(agents);
 }
 

@@ -25,8 +25,8 @@ use crate::status::StatusDoc;
 pub use cluster::{Cluster, ClusterOptions, run_cluster, start_cluster};
 use observer::observe_agent;
 pub use oneshot::{
-    Drift, OneShotPlan, SyncReport, check, objects_path, plan_allocations, plan_once, pool_ranges,
-    sync_once, sync_plan, verify, verify_northbound,
+    Drift, OneShotBgp, OneShotPlan, SyncReport, check, objects_path, plan_allocations, plan_once,
+    pool_ranges, sync_frr_once, sync_once, sync_plan, verify, verify_frr, verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
 use planner_task::{Arrivals, PlannerTask};
@@ -58,6 +58,8 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Members(#[from] members::MembersError),
+    #[error("the node's FRR: {0}")]
+    Frr(crate::reconcile::frr::FrrError),
     #[error("the plan has no Northbound rows although a Northbound database is set")]
     NoRows,
     #[error("Northbound database {remotes}: {source}")]

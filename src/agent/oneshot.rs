@@ -127,6 +127,19 @@ impl OneShotPlan {
         Some(d)
     }
 
+    /// What this node's FRR is to hold, when it speaks BGP (`bgp.frr-socket-dir`): its
+    /// configuration (`None`: no peer selects it) and what was left out of it, and what it
+    /// advertises and why. The running agent advertises each prefix once its bridges carry it.
+    pub fn bgp(&self, cfg: &Config, objects: &Objects) -> Option<OneShotBgp> {
+        let node = self.plans.bgp.clone()?;
+        let (config, problems) = crate::bgp::frr_config::for_node(objects, &cfg.node_name);
+        Some(OneShotBgp {
+            config,
+            problems,
+            node,
+        })
+    }
+
     /// Every VIP of the plan.
     pub fn vips(&self) -> BTreeSet<std::net::IpAddr> {
         self.planner.services().vips().into_iter().collect()
@@ -147,6 +160,76 @@ impl OneShotPlan {
                     .is_ok_and(|(made, _)| made == *id)
             })
     }
+}
+
+/// What the node's FRR is to hold after one plan ([`OneShotPlan::bgp`]).
+#[derive(Debug, Clone)]
+pub struct OneShotBgp {
+    pub config: Option<String>,
+    pub problems: Vec<crate::bgp::frr_config::FrrConfigProblem>,
+    pub node: crate::plan::bgp_node::NodeBgp,
+}
+
+/// The node's FRR, as `bgp.frr-socket-dir` and `bgp.vtysh` name it.
+pub fn vtysh_of(cfg: &Config) -> Option<crate::reconcile::frr::Vtysh> {
+    Some(crate::reconcile::frr::Vtysh {
+        socket_dir: cfg.bgp.frr_socket_dir.clone()?,
+        program: cfg.bgp.vtysh.clone(),
+    })
+}
+
+/// Bring the node's FRR to the plan once (`vipflow agent --once`, after the bridges: they
+/// carry what it advertises). `None` when the node speaks no BGP.
+pub async fn sync_frr_once(
+    cfg: &Config,
+    objects: &Objects,
+    one: &OneShotPlan,
+) -> Result<Option<crate::reconcile::frr::FrrOnce>, AgentError> {
+    let (Some(vtysh), Some(bgp)) = (vtysh_of(cfg), one.bgp(cfg, objects)) else {
+        return Ok(None);
+    };
+    crate::reconcile::frr::run_once(&vtysh, bgp.config, bgp.node.prefixes.as_ref().clone())
+        .await
+        .map(Some)
+        .map_err(AgentError::Frr)
+}
+
+/// How the node's FRR differs from the plan (`vipflow verify`): a prefix planned and not
+/// originated (`+`), originated and not planned (`-`), and a BGP instance of another AS or
+/// none. `None` when the node speaks no BGP.
+pub async fn verify_frr(
+    cfg: &Config,
+    objects: &Objects,
+) -> Result<Option<Vec<String>>, AgentError> {
+    let one = plan_once(cfg, objects, false);
+    let (Some(vtysh), Some(bgp)) = (vtysh_of(cfg), one.bgp(cfg, objects)) else {
+        return Ok(None);
+    };
+    let table = vtysh.bgp_table().await.map_err(AgentError::Frr)?;
+    let mut out = Vec::new();
+    let asn = bgp
+        .config
+        .as_deref()
+        .and_then(crate::bgp::frr_config::bgp_asn);
+    if table.local_as != asn {
+        out.push(format!(
+            "~ BGP instance: FRR has {}, planned {}",
+            table.local_as.map_or("none".into(), |a| format!("AS {a}")),
+            asn.map_or("none".into(), |a| format!("AS {a}"))
+        ));
+    }
+    let planned = if asn.is_some() {
+        bgp.node.prefixes.as_ref().clone()
+    } else {
+        BTreeSet::new()
+    };
+    for p in planned.difference(&table.originated) {
+        out.push(format!("+ network {p}"));
+    }
+    for p in table.originated.difference(&planned) {
+        out.push(format!("- network {p}"));
+    }
+    Ok(Some(out))
 }
 
 /// One full sync of every bridge to `objects` (`vipflow agent --once`).

@@ -280,6 +280,45 @@ pub async fn run(
     }
 }
 
+/// What one pass over FRR did (`vipflow agent --once`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FrrOnce {
+    pub config_batches: u64,
+    pub batches: u64,
+    /// What FRR originates at the end.
+    pub originated: BTreeSet<IpNet>,
+}
+
+/// Give FRR `config` and make it originate `wanted`, as the running agent would, once: the
+/// configuration whole, FRR read back, the difference written. The first failure ends it.
+pub async fn run_once(
+    vtysh: &Vtysh,
+    config: Option<String>,
+    wanted: BTreeSet<IpNet>,
+) -> Result<FrrOnce, FrrError> {
+    let mut speaker = Speaker::new();
+    let mut once = FrrOnce::default();
+    let mut next = speaker.configure(config);
+    next = next.or(speaker.want(wanted));
+    while let Some(action) = next {
+        next = match action {
+            SpeakerAction::ReadBack => speaker.read(vtysh.originated().await?),
+            SpeakerAction::Configure(batch) => {
+                vtysh.apply(&batch).await?;
+                once.config_batches += 1;
+                speaker.applied()
+            }
+            SpeakerAction::Apply(batch) => {
+                vtysh.apply(&batch).await?;
+                once.batches += 1;
+                speaker.applied()
+            }
+        };
+    }
+    once.originated = speaker.held().cloned().unwrap_or_default();
+    Ok(once)
+}
+
 /// Apply one batch (configuration when `config`, else `network` lines) and tell the speaker.
 async fn apply(
     vtysh: &Vtysh,

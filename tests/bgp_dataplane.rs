@@ -702,6 +702,294 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
     drop(agents);
 }
 
+/// A Service added while the agents run.
+const NEW4: &str = "198.51.100.20";
+const NEW6: &str = "2001:db8:100::20";
+
+/// [`agent_objects`] plus `new` (Cluster, both families, an endpoint on every node's pod a)
+/// when `with_new`, and node `drained` marked for drain.
+fn gate_objects(bfd: Bfd, with_new: bool, drained: Option<usize>) -> String {
+    let mut y = agent_objects(bfd, 2);
+    if with_new {
+        y += &format!(
+            "- apiVersion: v1\n  kind: Service\n  metadata: {{name: new, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    externalTrafficPolicy: Cluster\n    ipFamilies: [IPv4, IPv6]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{NEW4}\", ipMode: VIP}}, {{ip: \"{NEW6}\", ipMode: VIP}}]}}}}\n"
+        );
+        for (slice, family) in [("new-4", "IPv4"), ("new-6", "IPv6")] {
+            let eps: String = (1..=NODES)
+                .map(|i| {
+                    let ip = if family == "IPv4" {
+                        testbed::pod_ip(i, 'a')
+                    } else {
+                        testbed::pod_ip6(i, 'a')
+                    };
+                    format!("  - {{addresses: [\"{ip}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n")
+                })
+                .collect();
+            y += &format!(
+                "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {slice}, namespace: demo, labels: {{kubernetes.io/service-name: new}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  endpoints:\n{eps}"
+            );
+        }
+    }
+    if let Some(d) = drained {
+        let node = format!("  metadata: {{name: node{d}}}\n");
+        let marked =
+            format!("  metadata: {{name: node{d}, annotations: {{vipflow.io/drain: 'true'}}}}\n");
+        assert!(y.contains(&node), "node{d} in the objects");
+        y = y.replacen(&node, &marked, 1);
+    }
+    y
+}
+
+/// One probe: a new TCP connection from the client to a VIP, and whether a pod answered.
+struct Probe {
+    sent: Instant,
+    /// When it was answered or given up.
+    done: Instant,
+    vip: &'static str,
+    answered: bool,
+}
+
+/// New connections from the client to `vips` in turn (each from a port of the kernel's, so
+/// they hash over every next hop), until `stop`.
+fn probe_until(
+    bed: &BgpTestbed,
+    vips: &[&'static str],
+    stop: &std::sync::atomic::AtomicBool,
+) -> Vec<Probe> {
+    let remote = bed.tb.ns("remote");
+    let mut out = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for vip in vips {
+            let to = SocketAddr::new(vip.parse().expect("a VIP"), 80);
+            let sent = Instant::now();
+            let answered = netns::tcp_request(&remote, to, Duration::from_millis(300))
+                .is_ok_and(|a| a.starts_with("pod"));
+            out.push(Probe {
+                sent,
+                done: Instant::now(),
+                vip,
+                answered,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    out
+}
+
+/// A Service added while a client probes its VIPs: no probe sent after the router first had a
+/// route to a VIP goes unanswered (each node advertises only once its bridge and OVN carry the
+/// VIP). Then a node marked for drain: its next hop leaves the router, the others carry every
+/// new connection, none lost; the mark cleared, it comes back, none lost.
+#[test]
+fn a_route_goes_out_only_once_the_node_carries_the_vip_and_a_drain_loses_no_new_connection() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let _one = one_testbed();
+    let bfd = Bfd::default();
+    let Some(bed) = BgpTestbed::start_unconfigured(NODES, bfd) else {
+        return;
+    };
+    let _pods: Vec<PodServer> = (1..=NODES)
+        .map(|i| {
+            let name = format!("pod{i}a");
+            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
+        })
+        .collect();
+    let objects_path = bed.tb.path().join("objects.yaml");
+    std::fs::write(&objects_path, gate_objects(bfd, false, None)).expect("the objects file");
+    let args = |i: usize| -> Vec<String> {
+        let mut a = agent_args(&bed, i);
+        a.push("--frr-socket-dir".into());
+        a.push(bed.speaker(i).path().display().to_string());
+        a
+    };
+    let _agents: Vec<AgentProcess> = (1..=NODES)
+        .map(|i| bed.tb.agent_in_node(&vipflow(), i, &objects_path, &args(i)))
+        .collect();
+    bed.wait_sessions(Duration::from_secs(60));
+    let all: BTreeSet<usize> = (1..=NODES).collect();
+    wait_routes(&bed, &[VIP4, VIP6], &all, Instant::now());
+
+    // The new Service, probed from before it exists until every node carries it, while
+    // node2's ovn-controller is paused: node2's bridge takes the steer flows at once, but OVN
+    // there has not programmed the VIP, so node2 must not draw the VIP's traffic yet.
+    let stop = AtomicBool::new(false);
+    let paused = Paused::ovn_controller(&bed, 2);
+    let (probes, first_route, added) = std::thread::scope(|s| {
+        let prober = s.spawn(|| probe_until(&bed, &[NEW4, NEW6], &stop));
+        let _stop = StopOnDrop(&stop);
+        std::thread::sleep(Duration::from_millis(300));
+        let added = Instant::now();
+        std::fs::write(&objects_path, gate_objects(bfd, true, None)).expect("the objects file");
+        let mut first_route: BTreeMap<&str, Instant> = BTreeMap::new();
+        let one_three = BTreeSet::from([1, 3]);
+        let mut resumed = None;
+        let mut paused = Some(paused);
+        while first_route.len() < 2 || [NEW4, NEW6].iter().any(|v| bed.next_hop_nodes(v) != all) {
+            for v in [NEW4, NEW6] {
+                let hops = bed.next_hop_nodes(v);
+                if !hops.is_empty() {
+                    first_route.entry(v).or_insert_with(Instant::now);
+                }
+                assert!(
+                    resumed.is_some() || !hops.contains(&2),
+                    "node2 advertised {v} before OVN there programmed it"
+                );
+            }
+            // Both VIPs out from the others for a second, node2 still holding back: OVN on
+            // node2 resumes.
+            let settled = first_route.len() == 2
+                && [NEW4, NEW6]
+                    .iter()
+                    .all(|v| bed.next_hop_nodes(v) == one_three);
+            if settled && resumed.is_none() {
+                std::thread::sleep(Duration::from_secs(1));
+                assert!(
+                    [NEW4, NEW6]
+                        .iter()
+                        .all(|v| bed.next_hop_nodes(v) == one_three),
+                    "node2 advertised while its ovn-controller was paused"
+                );
+                drop(paused.take());
+                resumed = Some(Instant::now());
+            }
+            assert!(
+                added.elapsed() < FIB_TARGET * 10 + PROGRAMMED_BOUND,
+                "the new VIPs never went out from every node: {:?} {:?}",
+                bed.next_hops(NEW4),
+                bed.next_hops(NEW6)
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(r) = resumed {
+            println!(
+                "node2's ovn-controller resumed: node2 advertises the new VIPs {:?} later",
+                r.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        (prober.join().expect("the prober"), first_route, added)
+    });
+    for v in [NEW4, NEW6] {
+        let route = first_route[v];
+        let after: Vec<&Probe> = probes
+            .iter()
+            .filter(|p| p.vip == v && p.sent >= route)
+            .collect();
+        let lost = after.iter().filter(|p| !p.answered).count();
+        let before = probes
+            .iter()
+            .filter(|p| p.vip == v && p.sent < route)
+            .count();
+        println!(
+            "{v}: first route {:?} after the Service was written; {} probes after it, {lost} unanswered ({before} before it)",
+            route - added,
+            after.len()
+        );
+        assert!(
+            after.len() >= 10,
+            "too few probes after the route: {}",
+            after.len()
+        );
+        assert_eq!(lost, 0, "{v}: probes lost after the route appeared");
+    }
+
+    // node3 is marked for drain, then the mark is cleared, while the client keeps opening
+    // connections to the web VIPs. A connection under way when the router's next hops change
+    // may be hashed to another node halfway (the kernel's ECMP moves some flows among the
+    // survivors too), where no connection state knows it: such a connection is not a new one,
+    // and is counted apart.
+    stop.store(false, Ordering::Relaxed);
+    let (probes, changes) = std::thread::scope(|s| {
+        let prober = s.spawn(|| probe_until(&bed, &[VIP4, VIP6], &stop));
+        let _stop = StopOnDrop(&stop);
+        std::thread::sleep(Duration::from_millis(300));
+        let marked = Instant::now();
+        std::fs::write(&objects_path, gate_objects(bfd, true, Some(NODES)))
+            .expect("the objects file");
+        let rest: BTreeSet<usize> = (1..NODES).collect();
+        let took = wait_routes(&bed, &[VIP4, VIP6], &rest, marked);
+        println!("node{NODES} marked for drain: its next hop gone {took:?} later");
+        let gone = marked + took;
+        std::thread::sleep(Duration::from_secs(1));
+        let cleared = Instant::now();
+        std::fs::write(&objects_path, gate_objects(bfd, true, None)).expect("the objects file");
+        let took = wait_routes(&bed, &[VIP4, VIP6], &all, cleared);
+        println!("node{NODES}'s drain mark cleared: its next hop back {took:?} later");
+        let back = cleared + took;
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::Relaxed);
+        (
+            prober.join().expect("the prober"),
+            [(marked, gone), (cleared, back)],
+        )
+    });
+    // The router's FIB changed between the last poll that saw it unchanged and the first that
+    // saw it changed: a few milliseconds before `to`, widened for the poll's own time.
+    let straddles = |p: &Probe| {
+        changes.iter().any(|(_, to)| {
+            p.sent <= *to + Duration::from_millis(10) && p.done >= *to - Duration::from_millis(30)
+        })
+    };
+    let (across, new): (Vec<&Probe>, Vec<&Probe>) = probes.iter().partition(|p| straddles(p));
+    let lost_new: Vec<&str> = new.iter().filter(|p| !p.answered).map(|p| p.vip).collect();
+    let lost_across = across.iter().filter(|p| !p.answered).count();
+    println!(
+        "drain and back: {} new connections, {} unanswered; {} under way while the next hops changed, {lost_across} of them unanswered",
+        new.len(),
+        lost_new.len(),
+        across.len()
+    );
+    assert!(new.len() >= 50, "too few probes: {}", new.len());
+    assert!(
+        lost_new.is_empty(),
+        "new connections lost during the drain: {lost_new:?}"
+    );
+}
+
+/// Stops a prober when dropped: a failed assertion in a thread scope must not leave the scope
+/// waiting for a prober that never stops.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// How long a node holds a VIP back for OVN at most (the agent's bound), for a wait's limit.
+const PROGRAMMED_BOUND: Duration = Duration::from_secs(10);
+
+/// A node's ovn-controller stopped (SIGSTOP) until dropped (SIGCONT), even on failure.
+struct Paused(u32);
+
+impl Paused {
+    fn ovn_controller(bed: &BgpTestbed, node: usize) -> Paused {
+        let pidfile = bed.tb.node_dir(node).join("ovn-controller.pid");
+        let pid: u32 = std::fs::read_to_string(&pidfile)
+            .expect("ovn-controller's pid file")
+            .trim()
+            .parse()
+            .expect("a pid");
+        signal(pid, "-STOP");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(self.0, "-CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok || std::thread::panicking(), "kill {sig} {pid}");
+}
+
 /// Where each agent of the agent-driven test serves HTTP, on its node's loopback.
 const HTTP: &str = "127.0.0.1:9475";
 

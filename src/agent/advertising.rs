@@ -4,8 +4,9 @@
 //! - **The configuration** (peers, BFD profiles) follows every snapshot as
 //!   [`for_node`] makes it; a problem in it is logged once per change of what is wrong.
 //! - **The dataplane gate.** A prefix goes to FRR only once every bridge has applied the plan
-//!   that added it: a route must not draw traffic the node would drop. A withdrawal goes at
-//!   once, and the planner waits (up to [`ORDER_WAIT`]) for FRR to have taken it before the
+//!   that added it and OVN has programmed its VIP on the node's integration bridge (as the L2
+//!   answers wait for it): a route must not draw traffic the node would drop. A withdrawal goes
+//!   at once, and the planner waits (up to [`ORDER_WAIT`]) for FRR to have taken it before the
 //!   plan's flows are handed over: traffic leaves a node before the node stops carrying it.
 //! - **Nothing is written before the first plan is carried**, so an agent that restarts while
 //!   the bridges still hold the flows (and FRR still holds the routes) changes nothing.
@@ -13,11 +14,13 @@
 use super::planner_task::ORDER_WAIT;
 use crate::bgp::frr_config::{FrrConfigProblem, for_node};
 use crate::model::Objects;
-use crate::reconcile::bridge::BridgeStatus;
+use crate::reconcile::bridge::{BrIntFlows, BridgeStatus, PROGRAMMED_WAIT};
 use crate::reconcile::frr::{FrrInputs, FrrStatus, WantedPrefixes};
 use ipnet::IpNet;
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
 
 type Prefixes = Arc<BTreeSet<IpNet>>;
@@ -37,17 +40,17 @@ pub(super) struct Advertising {
 
 impl Advertising {
     /// The planner's handle and the FRR task's inputs; the gate runs as a task of its own,
-    /// watching `bridges`.
+    /// watching the bridges and what OVN programmed.
     pub(super) fn start(
         node: &str,
-        bridges: Vec<watch::Receiver<BridgeStatus>>,
-        frr: watch::Receiver<FrrStatus>,
+        gate_inputs: GateInputs,
         tasks: &mut Vec<tokio::task::JoinHandle<()>>,
     ) -> (Advertising, FrrInputs) {
         let (config, config_rx) = watch::channel(None);
         let (pending, pending_rx) = watch::channel(None);
         let (published_tx, published) = watch::channel(None);
-        tasks.push(tokio::spawn(gate(pending_rx, published_tx, bridges)));
+        let frr = gate_inputs.frr.clone();
+        tasks.push(tokio::spawn(gate(pending_rx, published_tx, gate_inputs)));
         (
             Advertising {
                 node: node.to_string(),
@@ -116,14 +119,32 @@ impl Advertising {
     }
 }
 
-/// Hand each plan's prefixes on to FRR: withdrawals at once, additions once every bridge
-/// applied that plan (a newer plan replaces one still waiting).
+/// How long the first hand-over waits for the FRR task to have read what FRR originates: what
+/// FRR already advertises is not held back for OVN (it carries it already).
+const FIRST_READ_WAIT: Duration = Duration::from_secs(5);
+/// How often a prefix held back for OVN is checked again.
+const PROGRAMMED_POLL: Duration = Duration::from_millis(50);
+
+/// What the gate reads to know a VIP's dataplane is ready on this node.
+pub(super) struct GateInputs {
+    pub bridges: Vec<watch::Receiver<BridgeStatus>>,
+    /// The node's integration bridge, read over OpenFlow beside the first bridge; `None`
+    /// without a bridge.
+    pub programmed: Option<BrIntFlows>,
+    pub frr: watch::Receiver<FrrStatus>,
+}
+
+/// Hand each plan's prefixes on to FRR: withdrawals at once; additions once every bridge
+/// applied that plan and OVN has programmed the VIP on the node's integration bridge (at most
+/// [`PROGRAMMED_WAIT`], then with a warning), except what FRR already originates (a restarted
+/// agent holds nothing back). A newer plan replaces one still waiting.
 async fn gate(
     mut pending: watch::Receiver<Option<(u64, Prefixes)>>,
     published: watch::Sender<Option<WantedPrefixes>>,
-    bridges: Vec<watch::Receiver<BridgeStatus>>,
+    mut inputs: GateInputs,
 ) {
     let mut due = false;
+    let mut first = true;
     loop {
         if !due && pending.changed().await.is_err() {
             return;
@@ -141,6 +162,8 @@ async fn gate(
             }
             changed
         });
+        let bridges = inputs.bridges.clone();
+        let mut frr = inputs.frr.clone();
         let carried = async {
             for rx in &bridges {
                 let mut rx = rx.clone();
@@ -148,23 +171,92 @@ async fn gate(
                     .wait_for(|s| s.applied_generation.is_some_and(|g| g >= generation))
                     .await;
             }
+            if first {
+                let _ = tokio::time::timeout(FIRST_READ_WAIT, frr.wait_for(|s| s.known)).await;
+            }
         };
         tokio::select! {
-            () = carried => {
-                published.send_if_modified(|cur| {
-                    let same = cur.as_ref().is_some_and(|(_, c)| **c == *want);
-                    if !same {
-                        *cur = Some((generation, want));
-                    }
-                    !same
-                });
-            }
+            () = carried => {}
             r = pending.changed() => {
                 if r.is_err() {
                     return;
                 }
                 due = true;
+                continue;
+            }
+        }
+        first = false;
+        let since = tokio::time::Instant::now();
+        loop {
+            let held = held_for_ovn(&mut inputs, &published, &want).await;
+            let late = since.elapsed() >= PROGRAMMED_WAIT;
+            if late && !held.is_empty() {
+                tracing::warn!(
+                    vips = held.len(),
+                    waited = ?PROGRAMMED_WAIT,
+                    "OVN has not programmed these VIPs on the integration bridge; advertising them anyway"
+                );
+            }
+            let out: BTreeSet<IpNet> = if late {
+                want.as_ref().clone()
+            } else {
+                want.iter()
+                    .filter(|p| !held.contains(&p.addr()) || p.prefix_len() != p.max_prefix_len())
+                    .copied()
+                    .collect()
+            };
+            published.send_if_modified(|cur| {
+                let same = cur.as_ref().is_some_and(|(_, c)| **c == out);
+                if !same {
+                    *cur = Some((generation, Arc::new(out.clone())));
+                }
+                !same
+            });
+            if late || held.is_empty() {
+                break;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PROGRAMMED_POLL) => {}
+                r = pending.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    due = true;
+                    break;
+                }
             }
         }
     }
+}
+
+/// The VIPs of `want`'s host routes that FRR is not told yet, does not originate already, and
+/// OVN has not programmed on the node's integration bridge. An aggregate covers many VIPs and
+/// is not held back.
+async fn held_for_ovn(
+    inputs: &mut GateInputs,
+    published: &watch::Sender<Option<WantedPrefixes>>,
+    want: &BTreeSet<IpNet>,
+) -> BTreeSet<IpAddr> {
+    let Some(programmed) = &mut inputs.programmed else {
+        return BTreeSet::new();
+    };
+    let new: Vec<IpAddr> = {
+        let told = published.borrow();
+        let frr = inputs.frr.borrow();
+        want.iter()
+            .filter(|p| p.prefix_len() == p.max_prefix_len())
+            .filter(|p| !told.as_ref().is_some_and(|(_, t)| t.contains(p)))
+            .filter(|p| !frr.originated.contains(p))
+            .map(IpNet::addr)
+            .collect()
+    };
+    if new.is_empty() {
+        return BTreeSet::new();
+    }
+    let integration = inputs
+        .bridges
+        .first()
+        .and_then(|b| b.borrow().integration_bridge.clone());
+    let ready = programmed.ready(integration.as_deref(), &new).await;
+    new.into_iter().filter(|v| !ready.contains(v)).collect()
 }

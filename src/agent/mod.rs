@@ -332,12 +332,15 @@ pub fn start_with(
     let mut frr_status = None;
     let advertising = cfg.bgp.frr_socket_dir.clone().map(|dir| {
         let (stx, srx) = watch::channel(crate::reconcile::frr::FrrStatus::default());
-        let (a, inputs) = advertising::Advertising::start(
-            &cfg.node_name,
-            status.iter().map(|(_, rx)| rx.clone()).collect(),
-            srx.clone(),
-            &mut tasks,
-        );
+        let gate = advertising::GateInputs {
+            bridges: status.iter().map(|(_, rx)| rx.clone()).collect(),
+            programmed: cfg
+                .bridges
+                .first()
+                .map(|b| bridge::BrIntFlows::new(&settings(&cfg, b))),
+            frr: srx.clone(),
+        };
+        let (a, inputs) = advertising::Advertising::start(&cfg.node_name, gate, &mut tasks);
         let vtysh = crate::reconcile::frr::Vtysh {
             socket_dir: dir,
             program: cfg.bgp.vtysh.clone(),

@@ -157,6 +157,8 @@ pub struct FrrStatus {
     pub asn: Option<u32>,
     /// What FRR originates, as last read or written.
     pub originated: BTreeSet<IpNet>,
+    /// `originated` is known: read back from FRR (or there is no BGP instance to read).
+    pub known: bool,
     /// The BGP sessions and BFD sessions, as last read.
     pub sessions: Vec<BgpSession>,
     pub bfd: Vec<BfdSession>,

@@ -142,6 +142,12 @@ impl Speaker {
         self.held.as_ref()
     }
 
+    /// Whether what FRR originates is known: read back, or nothing to read (no peer selects
+    /// the node, so it has no BGP instance of vipflow's).
+    pub fn knows_frr(&self) -> bool {
+        self.held.is_some() || matches!(self.config_held, Some(None))
+    }
+
     /// The AS of the BGP instance FRR was given, when it was given one.
     pub fn asn(&self) -> Option<u32> {
         self.config_held

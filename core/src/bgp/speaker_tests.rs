@@ -45,6 +45,18 @@ fn nothing_is_done_before_the_configuration_is_known() {
     assert_eq!(s.want(nets(&["198.51.100.1/32"])), None);
     assert_eq!(s.phase(), SpeakerPhase::Waiting);
     assert_eq!(s.asn(), None);
+    assert!(!s.knows_frr());
+}
+
+#[test]
+fn what_frr_originates_is_known_once_read_or_when_there_is_no_instance() {
+    let mut s = configured();
+    assert!(!s.knows_frr());
+    s.read(BTreeSet::new());
+    assert!(s.knows_frr());
+    let mut none = Speaker::new();
+    none.configure(None);
+    assert!(none.knows_frr());
 }
 
 #[test]

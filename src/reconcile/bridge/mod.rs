@@ -27,6 +27,8 @@
 mod conn;
 mod garp;
 mod programmed;
+pub use programmed::BrIntFlows;
+pub use task::PROGRAMMED_WAIT;
 mod task;
 
 pub use conn::{apply_bundle, apply_each, read_flows};

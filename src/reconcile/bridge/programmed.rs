@@ -12,7 +12,7 @@ use openflow::{Connection, Match};
 /// changes, and stay as they were across a restart of ovs-vswitchd. Only a node the database
 /// names an OVN chassis (`external_ids:ovn-remote`) waits; its integration bridge is
 /// `external_ids:ovn-bridge` (`br-int`), reached beside the bridge vipflow writes.
-pub(super) struct BrIntFlows {
+pub struct BrIntFlows {
     /// The directory of the bridge's `unix:` socket; `None` over TCP (no local integration
     /// bridge known).
     rundir: Option<std::path::PathBuf>,
@@ -24,7 +24,7 @@ pub(super) struct BrIntFlows {
 }
 
 impl BrIntFlows {
-    pub(super) fn new(s: &BridgeSettings) -> BrIntFlows {
+    pub fn new(s: &BridgeSettings) -> BrIntFlows {
         let rundir = s
             .target
             .strip_prefix("unix:")
@@ -39,7 +39,7 @@ impl BrIntFlows {
 
     /// Those of `vips` that OVN has programmed on `bridge` (the integration bridge; `None`:
     /// this node is no OVN chassis, nothing to wait for).
-    pub(super) async fn ready(
+    pub async fn ready(
         &mut self,
         bridge: Option<&str>,
         vips: &[std::net::IpAddr],

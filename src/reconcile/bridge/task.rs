@@ -142,7 +142,7 @@ fn monitor_request(s: &BridgeSettings) -> openflow::monitor::FlowMonitorRequest 
 /// How long a VIP's answer waits for OVN to program the VIP on the integration bridge before
 /// it goes on the switch anyway (with a warning): a sign the integration bridge holds the VIP
 /// in a form this does not recognise.
-const PROGRAMMED_WAIT: Duration = Duration::from_secs(10);
+pub const PROGRAMMED_WAIT: Duration = Duration::from_secs(10);
 
 /// How often a held-back answer is checked again.
 const RECHECK_EVERY: Duration = Duration::from_millis(50);
@@ -605,8 +605,13 @@ impl BridgeSession {
         if full || changes > 0 {
             tracing::info!(bridge = %s.bridge.name, generation = plan.generation, full, changes, flows, skipped = skipped.len(), "synced");
         }
+        let integration = match &self.ports.db {
+            vipflow_core::reconcile::bridge::ports::OvsDb::Known(v) => v.integration_bridge.clone(),
+            _ => None,
+        };
         status.send_modify(|st| {
             st.connected = true;
+            st.integration_bridge = integration;
             st.applied_generation = Some(plan.generation);
             st.flows = flows;
             st.skipped = skipped;

@@ -85,6 +85,9 @@ pub struct BridgeStatus {
     /// What keeps the bridge's flows from working as planned (ports not found, the OVS
     /// database unreachable, a gateway router MAC that differs from the bridge's).
     pub problems: Vec<BridgeProblem>,
+    /// The node's OVN integration bridge (`br-int`), as the OVS database names it; `None`
+    /// where the node is no OVN chassis (or the database was not read yet).
+    pub integration_bridge: Option<String>,
 }
 
 /// (table, priority, normalized match): how OpenFlow identifies a flow.

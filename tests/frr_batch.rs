@@ -221,6 +221,7 @@ async fn the_frr_task_adopts_what_frr_holds_so_a_restart_changes_nothing() {
     let (_tx, mut status, task) = start(ab.clone());
     let s = current(&mut status, &ab).await;
     assert_eq!(s.batches, 1, "one batch from an empty FRR");
+    assert!(s.known, "what FRR originates is known once read");
     frr_holds(&vtysh, &ab).await;
     task.abort();
     let _ = task.await;

@@ -245,6 +245,7 @@ pub async fn run(
                 let held = speaker.held().cloned().unwrap_or_default();
                 let current = speaker.phase() == SpeakerPhase::Current;
                 let asn = speaker.asn();
+                let known = speaker.knows_frr();
                 status.send_if_modified(|s| {
                     let applied = if current {
                         generation
@@ -254,7 +255,9 @@ pub async fn run(
                     let changed = s.current != current
                         || s.originated != held
                         || s.asn != asn
+                        || s.known != known
                         || s.applied_generation != applied;
+                    s.known = known;
                     s.current = current;
                     s.originated = held;
                     s.asn = asn;

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub mod bgp_objects;
 pub mod bgp_testbed;
 pub mod cluster;
 pub mod frr;

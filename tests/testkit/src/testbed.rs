@@ -364,7 +364,14 @@ impl Testbed {
             .arg(format!("node{node}"))
             .arg("--ovs-rundir")
             .arg(&d)
-            .args(["--poll-interval-ms", "50"])
+            .args(
+                // The caller's poll interval, else 50 ms.
+                if args.iter().any(|a| a == "--poll-interval-ms") {
+                    &[][..]
+                } else {
+                    &["--poll-interval-ms", "50"][..]
+                },
+            )
             .args(args)
             .env("VIPFLOW_LOG", "info")
             .stdin(Stdio::null())

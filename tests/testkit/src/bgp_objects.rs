@@ -1,0 +1,130 @@
+//! The objects file of a BGP testbed: its Nodes, the `BGPPeer` and `BFDProfile` every node
+//! peers with the router by ([`crate::bgp_testbed::peer_objects`]), one pool (198.51.100.0/24
+//! and 2001:db8:100::/64, off every on-link subnet) that a `BGPAdvertisement` selects, and
+//! LoadBalancer Services with both families on TCP 80 (and UDP 53) to the testbed's pods.
+
+use crate::bgp_testbed::{Bfd, peer_objects};
+use crate::netns::{POD_TCP_PORT, POD_UDP_PORT};
+use crate::testbed;
+
+/// One Service: its VIPs, its traffic policy, and the nodes whose pod a is its endpoint.
+#[derive(Debug, Clone)]
+pub struct BgpService {
+    pub name: String,
+    pub v4: String,
+    pub v6: String,
+    /// externalTrafficPolicy Local.
+    pub local: bool,
+    pub endpoints: Vec<usize>,
+}
+
+impl BgpService {
+    /// `name` with VIPs 198.51.100.`host` and 2001:db8:100::`host` (hex), Cluster, an
+    /// endpoint on every node of `nodes`.
+    pub fn cluster(name: &str, host: u8, nodes: usize) -> BgpService {
+        BgpService {
+            name: name.into(),
+            v4: format!("198.51.100.{host}"),
+            v6: format!("2001:db8:100::{host:x}"),
+            local: false,
+            endpoints: (1..=nodes).collect(),
+        }
+    }
+
+    /// As [`BgpService::cluster`], externalTrafficPolicy Local with endpoints on `endpoints`.
+    pub fn local(name: &str, host: u8, endpoints: &[usize]) -> BgpService {
+        BgpService {
+            local: true,
+            endpoints: endpoints.to_vec(),
+            ..BgpService::cluster(name, host, 0)
+        }
+    }
+}
+
+/// The objects file's text.
+#[derive(Debug, Clone)]
+pub struct BgpObjects {
+    pub nodes: usize,
+    pub bfd: Bfd,
+    pub services: Vec<BgpService>,
+    /// Nodes marked for drain.
+    pub drained: Vec<usize>,
+    /// The `BGPPeer`'s `connectTime` (how soon a node tries its session again), if set.
+    pub connect_time: Option<&'static str>,
+}
+
+impl BgpObjects {
+    pub fn new(nodes: usize, bfd: Bfd) -> BgpObjects {
+        BgpObjects {
+            nodes,
+            bfd,
+            services: Vec::new(),
+            drained: Vec::new(),
+            connect_time: None,
+        }
+    }
+
+    pub fn yaml(&self) -> String {
+        let api = "vipflow.io/v1alpha1";
+        let mut y = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for i in 1..=self.nodes {
+            let drain = if self.drained.contains(&i) {
+                ", annotations: {vipflow.io/drain: 'true'}"
+            } else {
+                ""
+            };
+            y += &format!(
+                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{drain}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+                testbed::node_ip(i)
+            );
+        }
+        let peers = peer_objects(self.bfd);
+        y += &match self.connect_time {
+            Some(t) => peers.replacen("bfdProfile:", &format!("connectTime: {t}, bfdProfile:"), 1),
+            None => peers,
+        };
+        y += &format!(
+            "- apiVersion: {api}\n  kind: VipPool\n  metadata: {{name: bgp}}\n  spec: {{addresses: [198.51.100.0/24, '2001:db8:100::/64']}}\n\
+             - apiVersion: {api}\n  kind: BGPAdvertisement\n  metadata: {{name: all}}\n  spec: {{}}\n"
+        );
+        for s in &self.services {
+            y += &service_yaml(s);
+        }
+        y
+    }
+}
+
+fn service_yaml(s: &BgpService) -> String {
+    let policy = if s.local { "Local" } else { "Cluster" };
+    let mut y = format!(
+        "- apiVersion: v1\n  kind: Service\n  metadata: {{name: {name}, namespace: demo, creationTimestamp: \"2026-01-10T08:00:00Z\"}}\n  spec:\n    type: LoadBalancer\n    externalTrafficPolicy: {policy}\n    ipFamilies: [IPv4, IPv6]\n    ports:\n    - {{name: http, port: 80, protocol: TCP, targetPort: {POD_TCP_PORT}}}\n    - {{name: dns, port: 53, protocol: UDP, targetPort: {POD_UDP_PORT}}}\n  status: {{loadBalancer: {{ingress: [{{ip: \"{v4}\", ipMode: VIP}}, {{ip: \"{v6}\", ipMode: VIP}}]}}}}\n",
+        name = s.name,
+        v4 = s.v4,
+        v6 = s.v6
+    );
+    for (family, v6) in [("IPv4", false), ("IPv6", true)] {
+        let eps: String = s
+            .endpoints
+            .iter()
+            .map(|&i| {
+                let ip = if v6 {
+                    testbed::pod_ip6(i, 'a')
+                } else {
+                    testbed::pod_ip(i, 'a')
+                };
+                format!("  - {{addresses: [\"{ip}\"], nodeName: node{i}, conditions: {{ready: true}}}}\n")
+            })
+            .collect();
+        let eps = if eps.is_empty() {
+            "  endpoints: []\n".to_string()
+        } else {
+            format!("  endpoints:\n{eps}")
+        };
+        y += &format!(
+            "- apiVersion: discovery.k8s.io/v1\n  kind: EndpointSlice\n  metadata: {{name: {name}-{f}, namespace: demo, labels: {{kubernetes.io/service-name: {name}}}}}\n  addressType: {family}\n  ports:\n  - {{name: http, port: {POD_TCP_PORT}, protocol: TCP}}\n  - {{name: dns, port: {POD_UDP_PORT}, protocol: UDP}}\n{eps}",
+            name = s.name,
+            f = if v6 { 6 } else { 4 },
+        );
+    }
+    y
+}

@@ -21,6 +21,7 @@
 #   nb_scale_2000        --bench nb_scale -- 2000 10000 template,per-node
 #   nb_scale_100         --bench nb_scale -- 100 10000 template,per-node (per-node rows fit)
 #   failover             --bench failover: L2 failover on the real-packet testbed (needs root)
+#   bgp                  --bench bgp: BGP through FRR on the real-packet testbed (needs root)
 #   membership_sim       --bench membership_sim: the membership at 2,000 simulated nodes
 #   ipam_alloc           --bench ipam_alloc: allocating addresses for 10,000 Services
 #
@@ -58,6 +59,7 @@ benches=(
     "nb_scale_2000|--bench nb_scale -- 2000 10000 template,per-node"
     "nb_scale_100|--bench nb_scale -- 100 10000 template,per-node"
     "failover|--bench failover"
+    "bgp|--bench bgp"
     "membership_sim|--bench membership_sim"
     "ipam_alloc|--bench ipam_alloc"
 )

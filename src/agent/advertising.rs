@@ -123,7 +123,7 @@ impl Advertising {
 /// FRR already advertises is not held back for OVN (it carries it already).
 const FIRST_READ_WAIT: Duration = Duration::from_secs(5);
 /// How often a prefix held back for OVN is checked again.
-const PROGRAMMED_POLL: Duration = Duration::from_millis(50);
+const PROGRAMMED_POLL: Duration = Duration::from_millis(10);
 
 /// What the gate reads to know a VIP's dataplane is ready on this node.
 pub(super) struct GateInputs {

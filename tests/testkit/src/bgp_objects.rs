@@ -19,13 +19,13 @@ pub struct BgpService {
 }
 
 impl BgpService {
-    /// `name` with VIPs 198.51.100.`host` and 2001:db8:100::`host` (hex), Cluster, an
-    /// endpoint on every node of `nodes`.
+    /// `name` with VIPs 198.51.100.`host` and 2001:db8:100::`host` (the same digits), Cluster,
+    /// an endpoint on every node of `nodes`.
     pub fn cluster(name: &str, host: u8, nodes: usize) -> BgpService {
         BgpService {
             name: name.into(),
             v4: format!("198.51.100.{host}"),
-            v6: format!("2001:db8:100::{host:x}"),
+            v6: format!("2001:db8:100::{host}"),
             local: false,
             endpoints: (1..=nodes).collect(),
         }

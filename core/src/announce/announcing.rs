@@ -10,7 +10,7 @@ pub enum AnnouncerKind {
     /// One node answers ARP/ND for each VIP from its bridges ([`super::l2`]).
     L2,
     /// Every node that may carry a VIP advertises it to its BGP peers through the node's FRR
-    /// ([`super::bgp`]).
+    /// ([`super::BgpAnnouncer`]).
     Bgp,
 }
 

@@ -341,10 +341,7 @@ pub fn start_with(
             frr: srx.clone(),
         };
         let (a, inputs) = advertising::Advertising::start(&cfg.node_name, gate, &mut tasks);
-        let vtysh = crate::reconcile::frr::Vtysh {
-            socket_dir: dir,
-            program: cfg.bgp.vtysh.clone(),
-        };
+        let vtysh = crate::reconcile::frr::Vtysh::new(dir).with_program(cfg.bgp.vtysh.clone());
         tasks.push(tokio::spawn(crate::reconcile::frr::run(vtysh, inputs, stx)));
         frr_status = Some(srx);
         a

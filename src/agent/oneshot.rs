@@ -172,10 +172,10 @@ pub struct OneShotBgp {
 
 /// The node's FRR, as `bgp.frr-socket-dir` and `bgp.vtysh` name it.
 pub fn vtysh_of(cfg: &Config) -> Option<crate::reconcile::frr::Vtysh> {
-    Some(crate::reconcile::frr::Vtysh {
-        socket_dir: cfg.bgp.frr_socket_dir.clone()?,
-        program: cfg.bgp.vtysh.clone(),
-    })
+    Some(
+        crate::reconcile::frr::Vtysh::new(cfg.bgp.frr_socket_dir.clone()?)
+            .with_program(cfg.bgp.vtysh.clone()),
+    )
 }
 
 /// Bring the node's FRR to the plan once (`vipflow agent --once`, after the bridges: they

@@ -1,6 +1,8 @@
-//! FRR as the node's BGP speaker, driven through `vtysh`: a change goes in as one `vtysh -f`
-//! batch ([`crate::plan::bgp::frr_batch`]), and what FRR holds is read back as its own JSON
-//! (read by the core's [`vipflow_core::bgp::frr_state`]: the prefixes, the BGP and BFD sessions).
+//! FRR as the node's BGP speaker: a change of the prefixes goes in as one batch
+//! ([`crate::plan::bgp::frr_batch`]) over bgpd's own vty socket ([`vipflow_core::bgp::vty`];
+//! `vtysh -f` where that socket cannot be reached), the node's configuration through `vtysh -f`
+//! (it spans bgpd and bfdd), and what FRR holds is read back as its own JSON (read by the
+//! core's [`vipflow_core::bgp::frr_state`]: the prefixes, the BGP and BFD sessions).
 //!
 //! What bgpd originates itself is read from `show bgp <family> unicast json`: the prefixes with
 //! a path of its own (no peer: `peerId` `(unspec)`), not the routes it learned. An agent that
@@ -30,21 +32,118 @@ pub enum FrrError {
     Answer(#[from] FrrAnswerError),
 }
 
-/// One FRR instance, reached through the directory of its vty sockets.
+/// One FRR instance, reached through the directory of its vty sockets: bgpd's own vty socket
+/// for what is bgpd's alone (the `network` lines, its tables: a call costs well under a
+/// millisecond), `vtysh` for the rest (the configuration, which spans bgpd and bfdd) and
+/// where bgpd's socket cannot be reached.
 #[derive(Debug, Clone)]
 pub struct Vtysh {
     /// `vtysh --vty_socket`: where bgpd's and zebra's vty sockets are.
     pub socket_dir: PathBuf,
     /// The vtysh program.
     pub program: PathBuf,
+    /// A session with bgpd's vty socket, opened on first use and dropped on any error.
+    bgpd: Arc<tokio::sync::Mutex<Option<tokio::net::UnixStream>>>,
 }
+
+/// Commands written to bgpd's vty before their answers are read.
+const VTY_PIPELINE: usize = 256;
 
 impl Vtysh {
     pub fn new(socket_dir: impl Into<PathBuf>) -> Vtysh {
         Vtysh {
             socket_dir: socket_dir.into(),
             program: PathBuf::from("vtysh"),
+            bgpd: Arc::default(),
         }
+    }
+
+    /// The same FRR, driven by the vtysh program at `program`.
+    pub fn with_program(mut self, program: impl Into<PathBuf>) -> Vtysh {
+        self.program = program.into();
+        self
+    }
+
+    /// Run `commands` on bgpd's own vty socket: each one's output and status (0: done).
+    async fn on_bgpd(&self, commands: &[&str]) -> std::io::Result<Vec<(String, u8)>> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use vipflow_core::bgp::vty;
+        let mut session = self.bgpd.lock().await;
+        let mut stream = match session.take() {
+            Some(s) => s,
+            None => tokio::net::UnixStream::connect(self.socket_dir.join("bgpd.vty")).await?,
+        };
+        let mut out = Vec::with_capacity(commands.len());
+        let mut buf: Vec<u8> = Vec::new();
+        let mut chunk = vec![0u8; 64 * 1024];
+        for group in commands.chunks(VTY_PIPELINE) {
+            let mut wire = Vec::new();
+            for c in group {
+                wire.extend_from_slice(&vty::command(c));
+            }
+            stream.write_all(&wire).await?;
+            let want = out.len() + group.len();
+            while out.len() < want {
+                if let Some((text, status, used)) = vty::answer(&buf) {
+                    buf.drain(..used);
+                    out.push((text, status));
+                    continue;
+                }
+                let n = stream.read(&mut chunk).await?;
+                if n == 0 {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "bgpd closed its vty socket",
+                    ));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+        // Kept for the next call only once every answer was read.
+        *session = Some(stream);
+        Ok(out)
+    }
+
+    /// Apply `batch`, configuration lines that are bgpd's alone (the `network` lines), over
+    /// bgpd's own vty socket, every line even past one FRR refuses (as `vtysh -f` does); the
+    /// refused lines are reported with FRR's words. Where bgpd's socket cannot be reached, with
+    /// `vtysh -f` ([`Vtysh::apply`]).
+    pub async fn apply_bgpd(&self, batch: &str) -> Result<(), FrrError> {
+        const WHAT: &str = "apply a batch on bgpd's vty";
+        let commands = vipflow_core::bgp::vty::batch_commands(batch);
+        let answers = match self.on_bgpd(&commands).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "bgpd's vty socket not usable; applying with vtysh");
+                return self.apply(batch).await;
+            }
+        };
+        let refused: Vec<String> = commands
+            .iter()
+            .zip(&answers)
+            .filter(|(_, (_, status))| *status != 0)
+            .map(|(c, (text, _))| format!("{c}: {}", text.trim()))
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(FrrError::Failed {
+                what: WHAT,
+                output: refused.join("; "),
+            })
+        }
+    }
+
+    /// One `show ... json` of bgpd's: over its vty socket, else through vtysh.
+    async fn bgpd_show(&self, what: &'static str) -> Result<String, FrrError> {
+        if let Ok(mut a) = self.on_bgpd(&[what]).await
+            && let Some((text, 0)) = a.pop()
+        {
+            return Ok(text);
+        }
+        let mut c = self.command();
+        c.args(["-c", what]);
+        output_of(c, what).await
     }
 
     /// Apply `batch` (configuration lines) with `vtysh -f`. vtysh goes on past a line FRR
@@ -78,13 +177,8 @@ impl Vtysh {
     /// bgpd's default instance and what it originates, both families.
     pub async fn bgp_table(&self) -> Result<BgpTable, FrrError> {
         let mut out = BgpTable::default();
-        for (family, what) in [
-            ("ipv4", "show bgp ipv4 unicast json"),
-            ("ipv6", "show bgp ipv6 unicast json"),
-        ] {
-            let mut c = self.command();
-            c.args(["-c", &format!("show bgp {family} unicast json")]);
-            let t = bgp_table(&output_of(c, what).await?)?;
+        for what in ["show bgp ipv4 unicast json", "show bgp ipv6 unicast json"] {
+            let t = bgp_table(&self.bgpd_show(what).await?)?;
             out.local_as = out.local_as.or(t.local_as);
             out.originated.extend(t.originated);
         }
@@ -314,7 +408,7 @@ pub async fn run_once(
                 speaker.applied()
             }
             SpeakerAction::Apply(batch) => {
-                vtysh.apply(&batch).await?;
+                vtysh.apply_bgpd(&batch).await?;
                 once.batches += 1;
                 speaker.applied()
             }
@@ -334,7 +428,12 @@ async fn apply(
     retry: &mut Duration,
 ) -> Option<SpeakerAction> {
     let began = std::time::Instant::now();
-    match vtysh.apply(batch).await {
+    let applied = if config {
+        vtysh.apply(batch).await
+    } else {
+        vtysh.apply_bgpd(batch).await
+    };
+    match applied {
         Ok(()) => {
             *retry = RETRY;
             status.send_modify(|s| {

@@ -2,9 +2,11 @@
 //! ([`objects`]), and the node's FRR configuration made from them ([`frr_config`]); what a
 //! node advertises is planned in [`crate::plan::bgp`] (which VIPs, from which nodes, as which
 //! prefixes: [`crate::plan::bgp_selection`]); what FRR is told and when is the [`speaker`]'s,
-//! and the agent crate's `reconcile::frr` runs `vtysh` for it.
+//! and the agent crate's `reconcile::frr` runs it, over bgpd's own vty socket ([`vty`]) or
+//! `vtysh`.
 
 pub mod frr_config;
 pub mod frr_state;
 pub mod objects;
 pub mod speaker;
+pub mod vty;

@@ -230,7 +230,8 @@ pub struct BgpConfig {
     /// when set, this node advertises the VIPs of the pools a `BGPAdvertisement` selects
     /// through that FRR, configured from the `BGPPeer` and `BFDProfile` objects. Unset: no BGP.
     pub frr_socket_dir: Option<PathBuf>,
-    /// The `vtysh` program that drives it.
+    /// The `vtysh` program that gives it its configuration (the prefixes go over bgpd's own
+    /// vty socket in `frr_socket_dir`; vtysh is the fallback).
     pub vtysh: PathBuf,
 }
 

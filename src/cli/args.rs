@@ -184,7 +184,8 @@ pub(crate) struct ClusterFlags {
         value_name = "DIR"
     )]
     pub(crate) frr_socket_dir: Option<PathBuf>,
-    /// The vtysh program that drives the node's FRR [default: vtysh].
+    /// The vtysh program that gives the node's FRR its configuration (the prefixes go over
+    /// bgpd's own vty socket in --frr-socket-dir) [default: vtysh].
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) vtysh: Option<PathBuf>,
     /// Identity in the Lease [default: POD_NAME, else the node name].

@@ -48,6 +48,9 @@ pub struct Vtysh {
 
 /// Commands written to bgpd's vty before their answers are read.
 const VTY_PIPELINE: usize = 256;
+/// The longest one call on FRR (a vtysh run, an exchange on bgpd's vty) may take: past it the
+/// call fails (vtysh is killed, the vty session dropped) and the task goes on.
+pub const FRR_CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl Vtysh {
     pub fn new(socket_dir: impl Into<PathBuf>) -> Vtysh {
@@ -64,11 +67,30 @@ impl Vtysh {
         self
     }
 
-    /// Run `commands` on bgpd's own vty socket: each one's output and status (0: done).
+    /// Run `commands` on bgpd's own vty socket: each one's output and status (0: done). A
+    /// session that does not answer within [`FRR_CALL_TIMEOUT`] is dropped (the next call opens
+    /// a new one).
     async fn on_bgpd(&self, commands: &[&str]) -> std::io::Result<Vec<(String, u8)>> {
+        let mut session = self.bgpd.lock().await;
+        match tokio::time::timeout(FRR_CALL_TIMEOUT, self.exchange(&mut session, commands)).await {
+            Ok(r) => r,
+            Err(_) => {
+                *session = None;
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "bgpd did not answer on its vty socket",
+                ))
+            }
+        }
+    }
+
+    async fn exchange(
+        &self,
+        session: &mut Option<tokio::net::UnixStream>,
+        commands: &[&str],
+    ) -> std::io::Result<Vec<(String, u8)>> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         use vipflow_core::bgp::vty;
-        let mut session = self.bgpd.lock().await;
         let mut stream = match session.take() {
             Some(s) => s,
             None => tokio::net::UnixStream::connect(self.socket_dir.join("bgpd.vty")).await?,
@@ -118,6 +140,12 @@ impl Vtysh {
                 return self.apply(batch).await;
             }
         };
+        // Not let into configuration mode (another client holds FRR's configuration): the
+        // lines went nowhere, and vtysh queues behind that client instead.
+        if answers.get(1).is_some_and(|(_, status)| *status != 0) {
+            tracing::debug!(answer = ?answers.get(1), "bgpd's vty not let into configuration mode; applying with vtysh");
+            return self.apply(batch).await;
+        }
         let refused: Vec<String> = commands
             .iter()
             .zip(&answers)
@@ -159,11 +187,14 @@ impl Vtysh {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().map_err(run_err)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(batch.as_bytes()).await.map_err(run_err)?;
-        }
-        let out = child.wait_with_output().await.map_err(run_err)?;
+        let run = async {
+            let mut child = c.spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(batch.as_bytes()).await?;
+            }
+            child.wait_with_output().await
+        };
+        let out = timed(run).await.map_err(run_err)?;
         if out.status.success() {
             Ok(())
         } else {
@@ -215,8 +246,7 @@ impl Vtysh {
 }
 
 async fn output_of(mut c: tokio::process::Command, what: &'static str) -> Result<String, FrrError> {
-    let out = c
-        .output()
+    let out = timed(c.output())
         .await
         .map_err(|source| FrrError::Run { what, source })?;
     if out.status.success() {
@@ -227,6 +257,20 @@ async fn output_of(mut c: tokio::process::Command, what: &'static str) -> Result
             output: failed_output(&out),
         })
     }
+}
+
+/// `run`, failed with a timeout past [`FRR_CALL_TIMEOUT`] (the child is killed on drop).
+async fn timed<T>(
+    run: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
+    tokio::time::timeout(FRR_CALL_TIMEOUT, run)
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "vtysh did not finish in time",
+            ))
+        })
 }
 
 /// What a failed vtysh said, on both its outputs.
@@ -280,10 +324,10 @@ pub struct FrrInputs {
     pub wanted: tokio::sync::watch::Receiver<Option<WantedPrefixes>>,
 }
 
-/// How long to wait before asking FRR again after it could not be reached, at first and at
-/// most.
+/// How long to wait before asking FRR again after failures in a row, at first and at most
+/// (the first failure is followed at once).
 const RETRY: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(30);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How often FRR's sessions are read, and its BGP instance checked against what it was given.
 pub const FRR_POLL: Duration = Duration::from_secs(2);
 
@@ -308,7 +352,9 @@ pub async fn run(
         generation = Some(g);
         next = next.or(speaker.want(w.as_ref().clone()));
     }
-    let mut retry = RETRY;
+    // The pause before the next call after a failure: none after the first (a refused line is
+    // put right by reading FRR back at once), then doubling from RETRY.
+    let mut retry = Duration::ZERO;
     let mut poll = tokio::time::interval(FRR_POLL);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What a poll saw differ from what the speaker holds: drift is acted on when two polls in
@@ -318,14 +364,14 @@ pub async fn run(
         match next.take() {
             Some(SpeakerAction::ReadBack) => match vtysh.originated().await {
                 Ok(held) => {
-                    retry = RETRY;
+                    retry = Duration::ZERO;
                     next = speaker.read(held);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read what FRR originates; trying again");
                     status.send_modify(|s| s.last_error = Some(e.to_string()));
                     tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    retry = (retry * 2).clamp(RETRY, RETRY_MAX);
                     next = Some(SpeakerAction::ReadBack);
                 }
             },
@@ -435,7 +481,7 @@ async fn apply(
     };
     match applied {
         Ok(()) => {
-            *retry = RETRY;
+            *retry = Duration::ZERO;
             status.send_modify(|s| {
                 if config {
                     s.config_batches += 1;
@@ -451,7 +497,7 @@ async fn apply(
             tracing::warn!(error = %e, "FRR refused part of a batch; reading back what it holds");
             status.send_modify(|s| s.last_error = Some(e.to_string()));
             tokio::time::sleep(*retry).await;
-            *retry = (*retry * 2).min(RETRY_MAX);
+            *retry = (*retry * 2).clamp(RETRY, RETRY_MAX);
             speaker.failed()
         }
     }

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use testkit::bgp_objects::{BgpObjects, BgpService};
 use testkit::bgp_testbed::{Bfd, BgpTestbed, NODE_ASN};
-use testkit::netns::{self, PodServer};
+use testkit::netns;
 use testkit::testbed::AgentProcess;
 use vipflow::reconcile::frr::Vtysh;
 
@@ -173,15 +173,7 @@ fn scale(table: &mut Table) {
         // FRR alone: one `vtysh -f` batch with every network line.
         rt.block_on(vtysh.apply(&config))
             .expect("the node's configuration");
-        let session = Instant::now();
-        while !router
-            .vtysh(&["show bgp ipv4 unicast summary json"])
-            .unwrap_or_default()
-            .contains("\"state\":\"Established\"")
-        {
-            assert!(session.elapsed() < HANG * 2, "no session");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_session(&router);
         let all = prefixes(n, 0);
         let batch =
             vipflow::plan::bgp::frr_batch(NODE_ASN, &BTreeSet::new(), &all).expect("a batch");
@@ -222,15 +214,7 @@ fn scale(table: &mut Table) {
                 *st_rx.borrow()
             );
         });
-        let session = Instant::now();
-        while !router
-            .vtysh(&["show bgp ipv4 unicast summary json"])
-            .unwrap_or_default()
-            .contains("\"state\":\"Established\"")
-        {
-            assert!(session.elapsed() < HANG * 2, "no session");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_session(&router);
         let start = Instant::now();
         want_tx.send_replace(Some((1, Arc::new(all.clone()))));
         let ours = wait_routes(n, start);
@@ -271,6 +255,19 @@ fn scale(table: &mut Table) {
     }
 }
 
+/// Wait until `router`'s session with the node is Established.
+fn wait_session(router: &testkit::frr::Frr) {
+    let since = Instant::now();
+    while !router
+        .vtysh(&["show bgp ipv4 unicast summary json"])
+        .unwrap_or_default()
+        .contains("\"state\":\"Established\"")
+    {
+        assert!(since.elapsed() < HANG * 2, "no session");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// One testbed at `bfd`: with `full`, every measure; else the node cut only.
 fn testbed_runs(trials: usize, bfd: Bfd, full: bool, table: &mut Table) {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
@@ -280,12 +277,7 @@ fn testbed_runs(trials: usize, bfd: Bfd, full: bool, table: &mut Table) {
     let profile = format!("BFD {} ms x {}", bfd.receive_ms, bfd.multiplier);
     println!();
     println!("BGP testbed, {NODES} nodes, {profile}:");
-    let _pods: Vec<PodServer> = (1..=NODES)
-        .map(|i| {
-            let name = format!("pod{i}a");
-            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
-        })
-        .collect();
+    let _pods = bed.start_pods();
     let mut objects = BgpObjects::new(NODES, bfd);
     objects.connect_time = Some("2s");
     objects.services = vec![
@@ -296,27 +288,8 @@ fn testbed_runs(trials: usize, bfd: Bfd, full: bool, table: &mut Table) {
     let write = |o: &BgpObjects| std::fs::write(&path, o.yaml()).expect("the objects file");
     write(&objects);
     let args = |i: usize| -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--frr-socket-dir",
-            &bed.speaker(i).path().display().to_string(),
-            "--poll-interval-ms",
-            "10",
-        ]
-        .map(String::from)
-        .to_vec();
-        if i == 1 {
-            a.extend(
-                [
-                    "--nb-remote",
-                    &bed.tb.nb_remote(),
-                    "--node-router",
-                    "GR_{node}",
-                    "--node-switch",
-                    "{node}",
-                ]
-                .map(String::from),
-            );
-        }
+        let mut a = bed.agent_args(i, true);
+        a.extend(["--poll-interval-ms", "10"].map(String::from));
         a
     };
     let mut agents: Vec<AgentProcess> = (1..=NODES)
@@ -804,20 +777,6 @@ impl Drop for FlowProber {
     }
 }
 
-/// The client's source ports towards `vip` that node `node`'s connection tracking holds: the
-/// flows the router's hash gave that node.
-fn tracked(bed: &BgpTestbed, node: usize, vip: &str) -> BTreeSet<u16> {
-    let head = format!("src={},dst={vip},sport=", testkit::testbed::REMOTE_V4);
-    bed.tb
-        .appctl(node, &["dpctl/dump-conntrack"])
-        .lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(&head)? + head.len()..];
-            rest[..rest.find(',')?].parse::<u16>().ok()
-        })
-        .collect()
-}
-
 /// A node cut from the wire: its next hop gone from the router's FIB, and, for the client's
 /// flows the router had hashed to that node, the time from the cut to their first answer
 /// through another node. A flow whose pod is the cut node's is not answered again until
@@ -831,7 +790,7 @@ fn cut(bed: &BgpTestbed, trials: usize, profile: &str, table: &mut Table) {
         let rest: BTreeSet<usize> = all.iter().copied().filter(|&n| n != node).collect();
         let prober = FlowProber::start(&bed.tb.ns("remote"), vip);
         std::thread::sleep(Duration::from_millis(500));
-        let through = tracked(bed, node, vip);
+        let through = bed.tracked_ports(node, vip);
         let ports = prober.ports.clone();
         let cut_at = Instant::now();
         bed.tb.cut_uplink(node);

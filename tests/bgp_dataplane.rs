@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use testkit::bgp_objects::{BgpObjects, BgpService};
 use testkit::bgp_testbed::{self, Bfd, BgpTestbed};
 use testkit::eventually;
-use testkit::netns::{self, PodServer};
+use testkit::netns;
 use testkit::testbed::{self, AgentProcess};
 use vipflow::plan::bgp::frr_batch;
 use vipflow::reconcile::frr::Vtysh;
@@ -71,25 +71,6 @@ fn node_frr_config(objects: &str) -> String {
         vipflow::bgp::frr_config::node_config(&BTreeMap::new(), &bgp.peers, &bgp.bfd_profiles);
     assert!(problems.is_empty(), "{problems:?}");
     config.expect("every node peers with the router")
-}
-
-/// As on an OVN-Kubernetes node: no port flags; node1's agent also writes the rows, attached
-/// through the node templates. No `--announce`: BGP draws the traffic, not ARP/ND answers.
-fn agent_args(bed: &BgpTestbed, node: usize) -> Vec<String> {
-    if node != 1 {
-        return Vec::new();
-    }
-    [
-        "--nb-remote",
-        &bed.tb.nb_remote(),
-        "--node-router",
-        "GR_{node}",
-        "--node-switch",
-        "{node}",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
 }
 
 fn host_prefixes() -> BTreeSet<ipnet::IpNet> {
@@ -158,26 +139,6 @@ fn steered(bed: &BgpTestbed, vip: &str) -> Vec<u64> {
         .collect()
 }
 
-/// The client's source ports among `ports` that node `node`'s connection tracking saw towards
-/// `vip`: the flows the router's hash gave that node.
-fn tracked_ports(bed: &BgpTestbed, node: usize, vip: &str, ports: &BTreeSet<u16>) -> BTreeSet<u16> {
-    let client = if vip.contains(':') {
-        testbed::REMOTE_V6
-    } else {
-        testbed::REMOTE_V4
-    };
-    let head = format!("orig=(src={client},dst={vip},sport=");
-    bed.tb
-        .appctl(node, &["dpctl/dump-conntrack"])
-        .lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(&head)? + head.len()..];
-            rest[..rest.find(',')?].parse::<u16>().ok()
-        })
-        .filter(|p| ports.contains(p))
-        .collect()
-}
-
 /// What one round saw, per node (index *i* - 1 for node *i*).
 struct Round {
     /// The steer flow's packets during the round.
@@ -224,7 +185,7 @@ fn round(bed: &BgpTestbed, vip: &str, first_port: u16) -> Round {
     let after = steered(bed, vip);
     let steered = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     let flows = (1..=NODES)
-        .map(|i| tracked_ports(bed, i, vip, &ports))
+        .map(|i| &bed.tracked_ports(i, vip) & &ports)
         .collect();
     Round {
         steered,
@@ -247,18 +208,13 @@ fn ecmp_spreads_client_flows_over_every_node_and_a_withdrawal_moves_them() {
         .enable_all()
         .build()
         .expect("a runtime");
-    let _pods: Vec<PodServer> = (1..=NODES)
-        .map(|i| {
-            let name = format!("pod{i}a");
-            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
-        })
-        .collect();
+    let _pods = bed.start_pods();
     let objects_path = bed.tb.path().join("objects.yaml");
     std::fs::write(&objects_path, &objects_text).expect("the objects file");
     let _agents: Vec<AgentProcess> = (1..=NODES)
         .map(|i| {
             bed.tb
-                .agent_in_node(&vipflow(), i, &objects_path, &agent_args(&bed, i))
+                .agent_in_node(&vipflow(), i, &objects_path, &bed.agent_args(i, false))
         })
         .collect();
     for i in 1..=NODES {
@@ -453,19 +409,12 @@ fn agents_advertise_through_their_frr_cluster_vips_from_every_node_local_ones_fr
     let Some(bed) = BgpTestbed::start_unconfigured(NODES, bfd) else {
         return;
     };
-    let _pods: Vec<PodServer> = (1..=NODES)
-        .map(|i| {
-            let name = format!("pod{i}a");
-            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
-        })
-        .collect();
+    let _pods = bed.start_pods();
     let objects_path = bed.tb.path().join("objects.yaml");
     std::fs::write(&objects_path, agent_objects(bfd, 2)).expect("the objects file");
     // Each agent serves /status and /metrics on its namespace's loopback.
     let args = |i: usize| -> Vec<String> {
-        let mut a = agent_args(&bed, i);
-        a.push("--frr-socket-dir".into());
-        a.push(bed.speaker(i).path().display().to_string());
+        let mut a = bed.agent_args(i, true);
         a.push("--http-addr".into());
         a.push(HTTP.into());
         a
@@ -740,20 +689,10 @@ fn a_route_goes_out_only_once_the_node_carries_the_vip_and_a_drain_loses_no_new_
     let Some(bed) = BgpTestbed::start_unconfigured(NODES, bfd) else {
         return;
     };
-    let _pods: Vec<PodServer> = (1..=NODES)
-        .map(|i| {
-            let name = format!("pod{i}a");
-            PodServer::start(&bed.tb.ns(&name), &name).expect("pod server")
-        })
-        .collect();
+    let _pods = bed.start_pods();
     let objects_path = bed.tb.path().join("objects.yaml");
     std::fs::write(&objects_path, gate_objects(bfd, false, None)).expect("the objects file");
-    let args = |i: usize| -> Vec<String> {
-        let mut a = agent_args(&bed, i);
-        a.push("--frr-socket-dir".into());
-        a.push(bed.speaker(i).path().display().to_string());
-        a
-    };
+    let args = |i: usize| bed.agent_args(i, true);
     let _agents: Vec<AgentProcess> = (1..=NODES)
         .map(|i| bed.tb.agent_in_node(&vipflow(), i, &objects_path, &args(i)))
         .collect();

@@ -223,10 +223,9 @@ impl Vtysh {
 
     /// Every BGP session, every family (`show bgp summary json`).
     pub async fn bgp_sessions(&self) -> Result<Vec<BgpSession>, FrrError> {
-        const WHAT: &str = "show bgp summary json";
-        let mut c = self.command();
-        c.args(["-c", WHAT]);
-        Ok(bgp_sessions(&output_of(c, WHAT).await?)?)
+        Ok(bgp_sessions(
+            &self.bgpd_show("show bgp summary json").await?,
+        )?)
     }
 
     /// Every BFD session (`show bfd peers json`).
@@ -513,14 +512,20 @@ async fn watch_frr(
 ) -> Option<SpeakerAction> {
     let (sessions, bfd) = (vtysh.bgp_sessions().await, vtysh.bfd_sessions().await);
     status.send_if_modified(|s| {
-        let before = (s.sessions.clone(), s.bfd.clone());
-        if let Ok(v) = &sessions {
-            s.sessions.clone_from(v);
+        let mut changed = false;
+        if let Ok(v) = sessions
+            && s.sessions != v
+        {
+            s.sessions = v;
+            changed = true;
         }
-        if let Ok(v) = &bfd {
-            s.bfd.clone_from(v);
+        if let Ok(v) = bfd
+            && s.bfd != v
+        {
+            s.bfd = v;
+            changed = true;
         }
-        before != (s.sessions.clone(), s.bfd.clone())
+        changed
     });
     let asn = speaker.asn()?;
     let held = speaker.held()?.clone();

@@ -117,6 +117,60 @@ impl BgpTestbed {
         Some(BgpTestbed { frr, bfd, tb })
     }
 
+    /// Every node's pod a, serving as [`crate::netns::PodServer`] does (stopped on drop).
+    pub fn start_pods(&self) -> Vec<crate::netns::PodServer> {
+        (1..=self.tb.nodes)
+            .map(|i| {
+                let name = format!("pod{i}a");
+                crate::netns::PodServer::start(&self.tb.ns(&name), &name).expect("pod server")
+            })
+            .collect()
+    }
+
+    /// Node `node`'s agent's flags as on an OVN-Kubernetes node: no port flags; node1's agent
+    /// also writes the rows, attached through the node templates; no `--announce` (BGP draws
+    /// the traffic, not ARP/ND answers). With `frr`, the agent drives the node's FRR.
+    pub fn agent_args(&self, node: usize, frr: bool) -> Vec<String> {
+        let mut a = Vec::new();
+        if node == 1 {
+            a.extend(
+                [
+                    "--nb-remote",
+                    &self.tb.nb_remote(),
+                    "--node-router",
+                    "GR_{node}",
+                    "--node-switch",
+                    "{node}",
+                ]
+                .map(String::from),
+            );
+        }
+        if frr {
+            a.push("--frr-socket-dir".into());
+            a.push(self.speaker(node).path().display().to_string());
+        }
+        a
+    }
+
+    /// The client's source ports towards `vip` (either family) that node `node`'s connection
+    /// tracking holds: the flows the router's hash gave that node.
+    pub fn tracked_ports(&self, node: usize, vip: &str) -> BTreeSet<u16> {
+        let client = if vip.contains(':') {
+            testbed::REMOTE_V6
+        } else {
+            testbed::REMOTE_V4
+        };
+        let head = format!("orig=(src={client},dst={vip},sport=");
+        self.tb
+            .appctl(node, &["dpctl/dump-conntrack"])
+            .lines()
+            .filter_map(|l| {
+                let rest = &l[l.find(&head)? + head.len()..];
+                rest[..rest.find(',')?].parse::<u16>().ok()
+            })
+            .collect()
+    }
+
     /// The router's FRR.
     pub fn router(&self) -> &Frr {
         &self.frr[0]

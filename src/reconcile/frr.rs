@@ -33,9 +33,9 @@ pub enum FrrError {
 }
 
 /// One FRR instance, reached through the directory of its vty sockets: bgpd's own vty socket
-/// for what is bgpd's alone (the `network` lines, its tables: a call costs well under a
-/// millisecond), `vtysh` for the rest (the configuration, which spans bgpd and bfdd) and
-/// where bgpd's socket cannot be reached.
+/// for what is bgpd's alone (the `network` lines, its tables and sessions: far cheaper than
+/// starting `vtysh` for each), `vtysh` for the rest (the configuration, which spans bgpd and
+/// bfdd) and where bgpd's socket cannot be reached.
 #[derive(Debug, Clone)]
 pub struct Vtysh {
     /// `vtysh --vty_socket`: where bgpd's and zebra's vty sockets are.

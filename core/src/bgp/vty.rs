@@ -1,7 +1,7 @@
 //! The wire of an FRR daemon's own vty socket (`bgpd.vty` in FRR's socket directory), as
 //! vtysh speaks it to each daemon: a command goes as its text and a NUL; the daemon answers
 //! with its output, three NULs and a status byte (0: done; else FRR's `CMD_*` code, the output
-//! saying why). A call costs well under a millisecond, where starting `vtysh` costs tens.
+//! saying why). A call on an open session is far cheaper than starting `vtysh` for it.
 
 /// One command as it goes on the socket.
 pub fn command(line: &str) -> Vec<u8> {

@@ -929,3 +929,128 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .build()
         .expect("a runtime")
 }
+
+/// A free port on the host's loopback, for an agent's HTTP endpoint.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// In a cluster, as the DaemonSet runs: every agent watches the Kubernetes API test server
+/// (real HTTP) for the Nodes, Services, EndpointSlices and the BGP objects, and drives its
+/// node's empty FRR. The Cluster VIPs go out from every node and a client's flows spread over
+/// all of them; a Service created while they run is advertised and answered; the Local VIP
+/// follows its endpoint; a drain annotation on a Node takes that node's routes away and back;
+/// `vipflow status` says what each node advertises.
+#[test]
+fn in_a_cluster_the_agents_advertise_what_the_api_server_says_and_follow_its_changes() {
+    use testkit::kube_server::KubeServer;
+    let _one = one_testbed();
+    let bfd = Bfd::default();
+    let Some(bed) = BgpTestbed::start_unconfigured(NODES, bfd) else {
+        return;
+    };
+    let _pods = bed.start_pods();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let srv = rt.block_on(KubeServer::start());
+    BgpObjects::serve_kinds(&srv);
+    let mut objects = BgpObjects::new(NODES, bfd);
+    objects.services = vec![
+        BgpService::cluster("web", 10, NODES),
+        BgpService::local("api", 11, &[2]),
+    ];
+    objects.apply_to(&srv);
+    let http: Vec<String> = (0..NODES)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let start = Instant::now();
+    let _agents: Vec<AgentProcess> = (1..=NODES)
+        .map(|i| {
+            let mut a = bed.agent_args(i, true);
+            a.extend(["--http-addr".to_string(), http[i - 1].clone()]);
+            bed.tb
+                .agent_from_api(&vipflow(), i, srv.kubeconfig_path(), &a)
+        })
+        .collect();
+    bed.wait_sessions(Duration::from_secs(60));
+    let all: BTreeSet<usize> = (1..=NODES).collect();
+    let took = wait_routes(&bed, &[VIP4, VIP6], &all, start);
+    println!("agents started from the API server: web's VIPs via every node {took:?} later");
+    wait_routes(&bed, &[API4, API6], &BTreeSet::from([2]), start);
+
+    // A client's flows to the Cluster VIP spread over every node, each answered.
+    for (vip, ports) in [(VIP4, 34000), (VIP6, 35000)] {
+        let r = round(&bed, vip, ports);
+        println!("{vip}: steer packets per node {:?}", r.steered);
+        assert!(r.steered.iter().all(|&n| n > 0), "{vip}: {:?}", r.steered);
+    }
+
+    // A Service created on the API server: its route via every node, then answered.
+    objects.services.push(BgpService::cluster("new", 20, NODES));
+    let created = Instant::now();
+    objects.apply_to(&srv);
+    let took = wait_routes(&bed, &[NEW4, NEW6], &all, created);
+    println!("a Service created: its VIPs via every node {took:?} later");
+    for (vip, ports) in [(NEW4, 36000), (NEW6, 37000)] {
+        let r = round(&bed, vip, ports);
+        assert!(r.steered.iter().all(|&n| n > 0), "{vip}: {:?}", r.steered);
+    }
+
+    // The Local Service's endpoint moves to node1: its VIPs follow.
+    if let Some(api) = objects.services.iter_mut().find(|s| s.name == "api") {
+        api.endpoints = vec![1];
+    }
+    let moved = Instant::now();
+    objects.apply_to(&srv);
+    let took = wait_routes(&bed, &[API4, API6], &BTreeSet::from([1]), moved);
+    println!("api's endpoint moved to node1: its VIPs via node1 only {took:?} later");
+    let r = round(&bed, API4, 38000);
+    assert_eq!(
+        r.pods,
+        BTreeMap::from([("pod1a".to_string(), usize::from(FLOWS))])
+    );
+
+    // node3 annotated for drain: its routes go, and come back when the mark is removed.
+    objects.drained = vec![3];
+    objects.apply_to(&srv);
+    let took = wait_routes(
+        &bed,
+        &[VIP4, VIP6, NEW4],
+        &BTreeSet::from([1, 2]),
+        Instant::now(),
+    );
+    println!("node3 drained: its next hops gone {took:?} later");
+    objects.drained = Vec::new();
+    objects.apply_to(&srv);
+    wait_routes(&bed, &[VIP4, VIP6, NEW4], &all, Instant::now());
+
+    // The Service deleted: its routes go from every node.
+    objects.services.retain(|s| s.name != "new");
+    objects.apply_to(&srv);
+    wait_routes(&bed, &[NEW4, NEW6], &BTreeSet::new(), Instant::now());
+
+    // `vipflow status` of each agent says what its node advertises.
+    for (i, addr) in http.iter().enumerate() {
+        let node = i + 1;
+        let prefixes = if node == 1 { 4 } else { 2 };
+        eventually(&format!("node{node}'s status"), 20, || {
+            let out = std::process::Command::new(vipflow())
+                .args(["status", "--http-addr", addr])
+                .output()
+                .expect("vipflow status");
+            let text = String::from_utf8_lossy(&out.stdout);
+            let want = format!("bgp: AS 64513  current true  advertises {prefixes} prefixes");
+            let ok = text.contains(&want) && text.contains(&format!("  {VIP4:<28} advertised"));
+            if !ok {
+                println!("{text}");
+            }
+            ok
+        });
+    }
+}

@@ -208,6 +208,12 @@ async fn gate(
             published.send_if_modified(|cur| {
                 let same = cur.as_ref().is_some_and(|(_, c)| **c == out);
                 if !same {
+                    tracing::debug!(
+                        generation,
+                        prefixes = out.len(),
+                        held = held.len(),
+                        "prefixes handed to FRR"
+                    );
                     *cur = Some((generation, Arc::new(out.clone())));
                 }
                 !same

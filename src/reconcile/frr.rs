@@ -481,6 +481,7 @@ async fn apply(
     match applied {
         Ok(()) => {
             *retry = Duration::ZERO;
+            tracing::debug!(config, took = ?began.elapsed(), "FRR took a batch");
             status.send_modify(|s| {
                 if config {
                     s.config_batches += 1;

@@ -128,3 +128,89 @@ fn service_yaml(s: &BgpService) -> String {
     }
     y
 }
+
+/// The custom kinds a BGP testbed's objects use, as deploy/*-crd.yaml serve them.
+const CUSTOM_KINDS: [(&str, &str); 4] = [
+    ("vippools", "VipPool"),
+    ("bgppeers", "BGPPeer"),
+    ("bgpadvertisements", "BGPAdvertisement"),
+    ("bfdprofiles", "BFDProfile"),
+];
+
+impl BgpObjects {
+    /// Make the Kubernetes API test server serve the custom kinds these objects use, as a
+    /// cluster with vipflow's CRDs installed does.
+    pub fn serve_kinds(srv: &crate::kube_server::KubeServer) {
+        for (plural, kind) in CUSTOM_KINDS {
+            srv.register_resource("vipflow.io/v1alpha1", plural, kind, false);
+            srv.enable_crd("vipflow.io/v1alpha1", plural);
+        }
+    }
+
+    /// Bring the API server's objects to these: every object written (a changed one updated),
+    /// and the Services (with their EndpointSlices) these no longer have deleted.
+    /// Only what changed is written, as a cluster sees one change at a time.
+    pub fn apply_to(&self, srv: &crate::kube_server::KubeServer) {
+        use serde::Deserialize;
+        let text = self.yaml();
+        let list = serde_yaml_ng::Deserializer::from_str(&text)
+            .next()
+            .and_then(|d| serde_json::Value::deserialize(d).ok())
+            .unwrap_or_default();
+        for item in list["items"].as_array().into_iter().flatten() {
+            let m = &item["metadata"];
+            let stored = srv.get(
+                item["apiVersion"].as_str().unwrap_or_default(),
+                item["kind"].as_str().unwrap_or_default(),
+                m["namespace"].as_str().unwrap_or_default(),
+                m["name"].as_str().unwrap_or_default(),
+            );
+            let same = stored.is_some_and(|s| {
+                within(item, &s)
+                    && ["labels", "annotations"]
+                        .iter()
+                        .all(|k| m[k] == s["metadata"][k])
+            });
+            if !same {
+                srv.apply(item.clone());
+            }
+        }
+        for s in srv.list("v1", "Service") {
+            let name = s["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if self.services.iter().any(|k| k.name == name) {
+                continue;
+            }
+            let ns = s["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("demo")
+                .to_string();
+            for f in [4, 6] {
+                srv.delete(
+                    "discovery.k8s.io/v1",
+                    "EndpointSlice",
+                    &ns,
+                    &format!("{name}-{f}"),
+                );
+            }
+            srv.delete("v1", "Service", &ns, &name);
+        }
+    }
+}
+
+/// Whether every field `want` sets has the same value in `have` (what the server adds, such
+/// as `uid` or `resourceVersion`, aside).
+fn within(want: &serde_json::Value, have: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| within(v, hv))),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(a, b)| within(a, b))
+        }
+        _ => want == have,
+    }
+}

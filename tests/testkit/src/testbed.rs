@@ -306,7 +306,22 @@ impl Testbed {
     /// Start `vipflow agent` for node *i* on `objects` with `args`, as a user runs it; logs go to
     /// `<node dir>/vipflow.log` (appended, so restarts keep the history).
     pub fn agent(&self, bin: &Path, node: usize, objects: &Path, args: &[String]) -> AgentProcess {
-        self.spawn_agent(None, bin, node, objects, args)
+        self.spawn_agent(None, bin, node, AgentSource::Objects(objects), args)
+    }
+
+    /// Node *i*'s `vipflow agent` in cluster mode, watching the API server `kubeconfig` names,
+    /// as the DaemonSet runs it. It runs in the host's namespace, where the test's API server
+    /// listens on the loopback: everything else it speaks to (the node's switches, the
+    /// Northbound database, the node's FRR) it reaches through unix sockets in the node's
+    /// directory, as in the node's namespace. No membership: that needs the node's network.
+    pub fn agent_from_api(
+        &self,
+        bin: &Path,
+        node: usize,
+        kubeconfig: &Path,
+        args: &[String],
+    ) -> AgentProcess {
+        self.spawn_agent(None, bin, node, AgentSource::Api(kubeconfig), args)
     }
 
     /// [`Testbed::agent`] inside node *i*'s namespace, as a host-network pod runs: what it
@@ -319,7 +334,7 @@ impl Testbed {
         args: &[String],
     ) -> AgentProcess {
         let ns = self.ns(&format!("node{node}"));
-        self.spawn_agent(Some(&ns), bin, node, objects, args)
+        self.spawn_agent(Some(&ns), bin, node, AgentSource::Objects(objects), args)
     }
 
     /// Take node *i*'s uplink down at the wire, as a pulled cable: nothing in or out.
@@ -337,7 +352,7 @@ impl Testbed {
         ns: Option<&str>,
         bin: &Path,
         node: usize,
-        objects: &Path,
+        source: AgentSource<'_>,
         args: &[String],
     ) -> AgentProcess {
         let d = self.node_dir(node);
@@ -356,10 +371,16 @@ impl Testbed {
             }
             None => Command::new(bin),
         };
+        cmd.arg("agent");
+        match source {
+            AgentSource::Objects(objects) => cmd.arg("--objects").arg(objects),
+            AgentSource::Api(kubeconfig) => cmd
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["--lease-namespace", "default"])
+                .env_remove("VIPFLOW_OBJECTS"),
+        };
         let child = cmd
-            .arg("agent")
-            .arg("--objects")
-            .arg(objects)
             .arg("--node-name")
             .arg(format!("node{node}"))
             .arg("--ovs-rundir")
@@ -373,7 +394,11 @@ impl Testbed {
                 },
             )
             .args(args)
-            .env("VIPFLOW_LOG", "info")
+            // VIPFLOW_TESTBED_LOG sets the agents' log filter (e.g. `debug` for a timeline).
+            .env(
+                "VIPFLOW_LOG",
+                std::env::var("VIPFLOW_TESTBED_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log)
@@ -384,6 +409,14 @@ impl Testbed {
             log: log_path,
         }
     }
+}
+
+/// Where an agent takes its objects from.
+enum AgentSource<'a> {
+    /// An objects file (file mode).
+    Objects(&'a Path),
+    /// The API server a kubeconfig names (cluster mode).
+    Api(&'a Path),
 }
 
 /// A `vipflow agent` process; SIGKILLed on drop if still running.

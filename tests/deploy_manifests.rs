@@ -4,6 +4,11 @@
 //! downward API, probes on the HTTP port, a restrictive securityContext, least-privilege RBAC,
 //! and a config file that vipflow's own loader accepts.
 //!
+//! deploy/bgp, the kustomize Component that puts FRR beside every agent, is rendered onto the
+//! base (and held to kustomize's own rendering where kustomize or kubectl is installed), and
+//! its DaemonSet validated and checked the same way; as root with FRR installed, the frr
+//! container's own command and probes run on this machine's FRR with exactly its capabilities.
+//!
 //! The validator is installed by scripts/install-deps.sh into target-tools/venv. Under CI
 //! (`CI` set) a missing validator fails the test; elsewhere the schema test is skipped with a
 //! loud message, and every other check still runs.
@@ -651,4 +656,816 @@ fn the_image_ships_a_release_binary_without_debug_info() {
     );
     assert_eq!(get(&release, "strip").as_deref(), Some("\"debuginfo\""));
     assert_eq!(get(&profile("bench"), "debug").as_deref(), Some("1"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// BGP: deploy/bgp, a kustomize Component that puts FRR beside every agent
+
+const FRR_RUNDIR: &str = "/var/run/frr";
+const FRR_VOLUME: &str = "frr-run";
+/// The capabilities FRR's daemons ask for (and exit without), and KILL for the shell that
+/// stops them.
+const FRR_CAPABILITIES: &[&str] = &[
+    "NET_ADMIN",
+    "NET_RAW",
+    "NET_BIND_SERVICE",
+    "SYS_ADMIN",
+    "SETUID",
+    "SETGID",
+    "KILL",
+];
+/// deploy/kustomization.yaml's commented-out switch for the component, and the same switched on.
+const COMPONENT_OFF: &str = "# components:\n#   - bgp\n";
+const COMPONENT_ON: &str = "components:\n  - bgp\n";
+
+fn bgp_dir() -> PathBuf {
+    repo().join("deploy/bgp")
+}
+
+fn bgp_component() -> Value {
+    let k = documents(&bgp_dir().join("kustomization.yaml"));
+    assert_eq!(k.len(), 1);
+    k[0].clone()
+}
+
+/// The Kubernetes merge key of a list in a strategic merge patch, for the lists the BGP patch
+/// merges into; any other list the patch gives would replace the base's, which the renderer
+/// refuses rather than guess.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "containers" | "env" | "volumes" => Some("name"),
+        "volumeMounts" => Some("mountPath"),
+        _ => None,
+    }
+}
+
+/// `patch` merged into `base` as kustomize merges a strategic merge patch: maps key by key, a
+/// keyed list item by item (the patch's items first, in its order, then the base's others),
+/// scalars replaced.
+fn strategic_merge(base: &mut Value, patch: &Value, field: &str) {
+    match (base, patch) {
+        (Value::Mapping(b), Value::Mapping(p)) => {
+            for (k, pv) in p {
+                let name = k.as_str().unwrap_or_default();
+                assert!(
+                    !name.starts_with('$'),
+                    "patch directive {name} under {field}: not rendered here"
+                );
+                match b.get_mut(k) {
+                    Some(bv) => strategic_merge(bv, pv, name),
+                    None => {
+                        b.insert(k.clone(), pv.clone());
+                    }
+                }
+            }
+        }
+        (Value::Sequence(b), Value::Sequence(p)) => {
+            let key = merge_key(field).unwrap_or_else(|| {
+                panic!("the patch would replace the base's list {field}: give merge_key its key")
+            });
+            let mut merged = Vec::new();
+            for item in p {
+                match b.iter().position(|bi| bi[key] == item[key]) {
+                    Some(i) => {
+                        let mut old = b.remove(i);
+                        strategic_merge(&mut old, item, field);
+                        merged.push(old);
+                    }
+                    None => merged.push(item.clone()),
+                }
+            }
+            merged.append(b);
+            *b = merged;
+        }
+        (b, p) => *b = p.clone(),
+    }
+}
+
+/// The value at a kustomize field path (`a.b.[name=x].c`), or None.
+fn field_mut<'a>(mut v: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    for segment in path.split('.') {
+        v = match segment
+            .strip_prefix('[')
+            .and_then(|s| s.strip_suffix(']'))
+            .and_then(|s| s.split_once('='))
+        {
+            Some((k, want)) => v
+                .as_sequence_mut()?
+                .iter_mut()
+                .find(|e| e[k].as_str() == Some(want))?,
+            None => v.get_mut(segment)?,
+        };
+    }
+    Some(v)
+}
+
+fn selects(select: &Value, o: &Object) -> bool {
+    select["kind"].as_str() == Some(o.kind()) && select["name"].as_str() == Some(o.name())
+}
+
+/// deploy/ with the BGP component turned on, rendered as kustomize renders what the component
+/// uses: each patch merged into the object it names, then the replacements.
+/// `the_bgp_component_renders_as_kustomize_renders_it` holds this to kustomize itself.
+fn bgp_objects() -> Vec<Object> {
+    let mut all = objects();
+    let component = bgp_component();
+    for p in seq(&component["patches"]) {
+        let file = p["path"].as_str().expect("a patch given by its path");
+        let docs = documents(&bgp_dir().join(file));
+        assert_eq!(docs.len(), 1, "{file}: one patch");
+        let patch = &docs[0];
+        let target = all
+            .iter_mut()
+            .find(|o| {
+                Some(o.kind()) == patch["kind"].as_str()
+                    && Some(o.name()) == patch["metadata"]["name"].as_str()
+            })
+            .unwrap_or_else(|| panic!("{file} patches nothing in deploy/"));
+        strategic_merge(&mut target.value, patch, "");
+    }
+    for r in seq(&component["replacements"]) {
+        let source = &r["source"];
+        let path = source["fieldPath"].as_str().expect("source.fieldPath");
+        let from = all
+            .iter_mut()
+            .find(|o| selects(source, o))
+            .unwrap_or_else(|| panic!("replacement source {source:?} not in deploy/"));
+        let value = field_mut(&mut from.value, path)
+            .unwrap_or_else(|| panic!("no {path}"))
+            .clone();
+        for t in seq(&r["targets"]) {
+            for o in all.iter_mut().filter(|o| selects(&t["select"], o)) {
+                for path in strs(&t["fieldPaths"]) {
+                    *field_mut(&mut o.value, path).unwrap_or_else(|| panic!("no {path}")) =
+                        value.clone();
+                }
+            }
+        }
+    }
+    all
+}
+
+fn bgp_daemonset() -> Value {
+    let all = bgp_objects();
+    let mut found = all
+        .iter()
+        .filter(|o| o.kind() == "DaemonSet" && o.name() == "vipflow");
+    let ds = found.next().expect("DaemonSet vipflow");
+    assert!(found.next().is_none());
+    ds.value.clone()
+}
+
+fn containers(ds: &Value) -> &Value {
+    &ds["spec"]["template"]["spec"]["containers"]
+}
+
+/// `[/bin/bash, -c, SCRIPT]`: the script.
+fn bash_script(command: &Value) -> &str {
+    let c = strs(command);
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_eq!(c[..2], ["/bin/bash", "-c"]);
+    c[2]
+}
+
+#[test]
+fn bgp_is_off_in_deploy_until_its_components_lines_are_uncommented() {
+    let text = std::fs::read_to_string(repo().join("deploy/kustomization.yaml")).unwrap();
+    let k = documents(&repo().join("deploy/kustomization.yaml"));
+    assert!(k[0]["components"].is_null(), "BGP is on by default");
+    assert_eq!(text.matches(COMPONENT_OFF).count(), 1, "{text}");
+    // Without the component: one container, no FRR, no BGP setting anywhere.
+    let ds = daemonset();
+    let c = container(&ds);
+    assert!(
+        seq(&c["env"])
+            .iter()
+            .all(|e| e["name"].as_str() != Some("VIPFLOW_FRR_SOCKET_DIR"))
+    );
+    assert!(
+        seq(&ds["spec"]["template"]["spec"]["volumes"])
+            .iter()
+            .all(|v| v["name"].as_str() != Some(FRR_VOLUME))
+    );
+    let cfg: Config = serde_yaml_ng::from_str(&configmap_config_text()).unwrap();
+    assert_eq!(cfg.bgp.frr_socket_dir, None);
+    assert!(!configmap_config_text().contains("frr"));
+}
+
+#[test]
+fn the_bgp_component_lists_every_file_beside_it() {
+    let k = bgp_component();
+    assert_eq!(k["kind"].as_str(), Some("Component"));
+    assert_eq!(
+        k["apiVersion"].as_str(),
+        Some("kustomize.config.k8s.io/v1alpha1")
+    );
+    let listed: BTreeSet<&str> = seq(&k["patches"])
+        .iter()
+        .filter_map(|p| p["path"].as_str())
+        .chain(strs(&k["resources"]))
+        .collect();
+    let files: BTreeSet<String> = std::fs::read_dir(bgp_dir())
+        .expect("read deploy/bgp")
+        .map(|e| e.expect("deploy/bgp entry").file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| n != "kustomization.yaml")
+        .collect();
+    let files: BTreeSet<&str> = files.iter().map(String::as_str).collect();
+    assert_eq!(listed, files);
+}
+
+#[test]
+fn the_bgp_daemonset_validates_strictly_against_kubernetes_schemas() {
+    let Some((bin, version)) =
+        validator_or_skip("the_bgp_daemonset_validates_strictly_against_kubernetes_schemas")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bgp-daemonset.yaml");
+    std::fs::write(&path, serde_yaml_ng::to_string(&bgp_daemonset()).unwrap()).unwrap();
+    let (ok, out) = run_validator(&bin, std::slice::from_ref(&path));
+    assert!(
+        ok,
+        "kubernetes-validate {version} rejected the BGP DaemonSet:\n{out}"
+    );
+    for v in KUBERNETES_VERSIONS {
+        let want =
+            format!("bgp-daemonset.yaml passed for resource daemonset/vipflow against version {v}");
+        assert!(
+            out.lines().any(|l| l.ends_with(&want)),
+            "not validated: {want}\n{out}"
+        );
+    }
+    for line in out.lines() {
+        assert!(
+            line.starts_with("INFO "),
+            "unexpected output line {line:?}\n{out}"
+        );
+    }
+}
+
+/// The component adds FRR, its volume, the agent's setting and mount, and the pod's frrvty
+/// group; it changes nothing else of the base.
+#[test]
+fn the_bgp_component_only_adds_to_the_base_daemonset() {
+    let base = daemonset();
+    let mut ds = bgp_daemonset();
+    let pod = &mut ds["spec"]["template"]["spec"];
+    let groups = pod["securityContext"]
+        .as_mapping_mut()
+        .unwrap()
+        .remove("supplementalGroups");
+    assert!(groups.is_some());
+    let remove_one = |list: &mut Value, key: &str, value: &str| {
+        let s = list.as_sequence_mut().unwrap();
+        let before = s.len();
+        s.retain(|e| e[key].as_str() != Some(value));
+        assert_eq!(s.len(), before - 1, "no {key} {value}");
+    };
+    remove_one(&mut pod["containers"], "name", "frr");
+    remove_one(&mut pod["volumes"], "name", FRR_VOLUME);
+    let agent = pod["containers"]
+        .as_sequence_mut()
+        .and_then(|cs| {
+            cs.iter_mut()
+                .find(|c| c["name"].as_str() == Some("vipflow"))
+        })
+        .expect("the agent's container");
+    remove_one(&mut agent["env"], "name", "VIPFLOW_FRR_SOCKET_DIR");
+    remove_one(&mut agent["volumeMounts"], "mountPath", FRR_RUNDIR);
+    assert_eq!(normalized(&ds, ""), normalized(&base, ""));
+}
+
+#[test]
+fn frr_and_the_agent_share_frrs_socket_directory() {
+    let ds = bgp_daemonset();
+    let pod = &ds["spec"]["template"]["spec"];
+    let v = named(&pod["volumes"], FRR_VOLUME);
+    assert!(
+        v["emptyDir"].is_mapping(),
+        "an emptyDir: it outlives either container's restart: {v:?}"
+    );
+    let agent = named(containers(&ds), "vipflow");
+    let frr = named(containers(&ds), "frr");
+    for (c, read_only) in [(agent, true), (frr, false)] {
+        let m = named(&c["volumeMounts"], FRR_VOLUME);
+        assert_eq!(m["mountPath"].as_str(), Some(FRR_RUNDIR), "{c:?}");
+        assert_eq!(m["readOnly"].as_bool().unwrap_or(false), read_only, "{m:?}");
+    }
+    // The agent drives FRR there: bgp.frr-socket-dir, as the environment gives it.
+    let e = named(&agent["env"], "VIPFLOW_FRR_SOCKET_DIR");
+    assert_eq!(e["value"].as_str(), Some(FRR_RUNDIR));
+    // The probes ask FRR there too.
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let script = bash_script(&frr[probe]["exec"]["command"]);
+        assert!(
+            script.contains(&format!("vtysh --vty_socket {FRR_RUNDIR} ")),
+            "{probe}: {script}"
+        );
+    }
+    // Both containers run one image: the agent's vtysh and FRR's daemons are one build.
+    assert_eq!(frr["image"], agent["image"]);
+    assert!(seq(&bgp_component()["replacements"]).iter().any(|r| {
+        r["source"]["fieldPath"].as_str()
+            == Some("spec.template.spec.containers.[name=vipflow].image")
+            && seq(&r["targets"]).iter().any(|t| {
+                strs(&t["fieldPaths"]) == ["spec.template.spec.containers.[name=frr].image"]
+            })
+    }));
+}
+
+/// The setting reaches the agent: `vipflow plan` with the ConfigMap's file and the agent
+/// container's environment plans BGP, and without that environment it does not.
+#[test]
+fn the_agent_in_the_bgp_daemonset_plans_bgp_and_the_base_agent_does_not() {
+    let ds = bgp_daemonset();
+    let agent = named(containers(&ds), "vipflow");
+    let env: Vec<(&str, &str)> = seq(&agent["env"])
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?, e["value"].as_str()?)))
+        .collect();
+    assert!(
+        env.contains(&("VIPFLOW_FRR_SOCKET_DIR", FRR_RUNDIR)),
+        "{env:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, configmap_config_text()).unwrap();
+    let plan = |env: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_vipflow"));
+        c.arg("plan")
+            .arg("--config")
+            .arg(&path)
+            .arg("--objects")
+            .arg(repo().join("examples/services.yaml"))
+            .env("NODE_NAME", "node-a");
+        for v in [
+            "VIPFLOW_CONFIG",
+            "VIPFLOW_OBJECTS",
+            "OVS_RUNDIR",
+            "OVN_NB_DB",
+            "VIPFLOW_FRR_SOCKET_DIR",
+        ] {
+            c.env_remove(v);
+        }
+        c.envs(env.iter().copied());
+        let out = c.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let with = plan(&env);
+    assert!(with.contains("# bgp: "), "{with}");
+    let without = plan(&[]);
+    assert!(!without.contains("# bgp"), "{without}");
+}
+
+#[test]
+fn frr_runs_zebra_bgpd_and_bfdd_empty_and_is_probed_on_each() {
+    let ds = bgp_daemonset();
+    let frr = named(containers(&ds), "frr");
+    let script = bash_script(&frr["command"]);
+    for daemon in ["zebra", "bfdd", "bgpd"] {
+        let line = script
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("start {daemon} ")))
+            .unwrap_or_else(|| panic!("{daemon} not started: {script}"));
+        // An empty configuration: the agent gives FRR all of it.
+        assert!(line.contains(" -f /dev/null"), "{line}");
+    }
+    // No vty on the node's TCP ports, only the sockets.
+    assert!(script.contains("-P 0"), "{script}");
+    // Any daemon exiting ends the container; SIGTERM stops the daemons.
+    assert!(script.contains("wait -n") && script.contains("trap 'stop 0' TERM"));
+    assert!(frr["args"].is_null());
+    for probe in ["readinessProbe", "livenessProbe"] {
+        let p = &frr[probe];
+        let script = bash_script(&p["exec"]["command"]);
+        assert!(
+            script.contains("for d in mgmtd zebra bfdd bgpd"),
+            "{script}"
+        );
+        assert!(
+            p["timeoutSeconds"].as_u64().is_some_and(|t| t >= 2),
+            "{p:?}"
+        );
+    }
+    for kind in ["requests", "limits"] {
+        for r in ["cpu", "memory"] {
+            assert!(
+                frr["resources"][kind][r].as_str().is_some(),
+                "resources.{kind}.{r}"
+            );
+        }
+    }
+    let ports: BTreeSet<(u64, &str)> = seq(&frr["ports"])
+        .iter()
+        .map(|p| {
+            assert_eq!(p["hostPort"], p["containerPort"], "{p:?}");
+            (
+                p["containerPort"].as_u64().unwrap(),
+                p["protocol"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ports, [(179, "TCP"), (3784, "UDP"), (4784, "UDP")].into());
+}
+
+#[test]
+fn frr_runs_with_only_the_capabilities_its_daemons_ask_for() {
+    let ds = bgp_daemonset();
+    let frr = named(containers(&ds), "frr");
+    let sc = &frr["securityContext"];
+    assert_eq!(sc["privileged"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"]);
+    let add: BTreeSet<&str> = strs(&sc["capabilities"]["add"]).into_iter().collect();
+    assert_eq!(add, FRR_CAPABILITIES.iter().copied().collect());
+    // no_new_privs is no boundary with CAP_SYS_ADMIN, and the API refuses false with it.
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(true));
+    assert_eq!(
+        sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
+    assert_eq!(sc["runAsUser"].as_u64(), Some(0));
+    // The agent keeps its own context: no capability at all.
+    let agent = named(containers(&ds), "vipflow");
+    assert_eq!(
+        agent["securityContext"],
+        container(&daemonset())["securityContext"]
+    );
+}
+
+/// FRR's vty sockets are `frr:frrvty` 0770: the agent reaches them through frrvty, whose gid
+/// the image fixes and the pod is given.
+#[test]
+fn the_pod_runs_with_the_gid_the_image_gives_frrvty() {
+    let ds = bgp_daemonset();
+    let groups: Vec<u64> =
+        seq(&ds["spec"]["template"]["spec"]["securityContext"]["supplementalGroups"])
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect();
+    let containerfile = std::fs::read_to_string(repo().join("deploy/Containerfile")).unwrap();
+    // The runtime stage: after the last FROM.
+    let runtime = containerfile
+        .rsplit_once("\nFROM ")
+        .map(|(_, s)| s)
+        .unwrap();
+    let gid: u64 = runtime
+        .split_once("groupadd --system --gid ")
+        .and_then(|(_, s)| s.split_once(" frrvty"))
+        .and_then(|(g, _)| g.parse().ok())
+        .unwrap_or_else(|| panic!("no fixed frrvty gid in the runtime stage:\n{runtime}"));
+    assert_eq!(groups, [gid]);
+    let install = runtime
+        .lines()
+        .find(|l| l.contains("apt-get install"))
+        .unwrap();
+    assert!(install.split_whitespace().any(|w| w == "frr"), "{install}");
+}
+
+/// Lists that Kubernetes merges by a key, sorted by it: their order means nothing to the
+/// objects, and kustomize versions differ in it.
+fn normalized(v: &Value, field: &str) -> Value {
+    match v {
+        Value::Mapping(m) => Value::Mapping(
+            m.iter()
+                .map(|(k, v)| (k.clone(), normalized(v, k.as_str().unwrap_or_default())))
+                .collect(),
+        ),
+        Value::Sequence(s) => {
+            let mut s: Vec<Value> = s.iter().map(|e| normalized(e, field)).collect();
+            if let Some(key) = merge_key(field) {
+                s.sort_by_key(|e| e[key].as_str().unwrap_or_default().to_string());
+            }
+            Value::Sequence(s)
+        }
+        other => other.clone(),
+    }
+}
+
+/// `kustomize build` or `kubectl kustomize`, whichever is there.
+fn kustomize() -> Option<Vec<&'static str>> {
+    let works = |cmd: &[&str]| {
+        Command::new(cmd[0])
+            .args(&cmd[1..])
+            .arg("--help")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    [vec!["kustomize", "build"], vec!["kubectl", "kustomize"]]
+        .into_iter()
+        .find(|c| works(c))
+}
+
+/// deploy/ copied to a temporary directory with its kustomization.yaml changed by `edit`,
+/// rendered by kustomize.
+fn kustomize_deploy(cmd: &[&str], edit: impl Fn(String) -> String) -> Vec<Value> {
+    let tmp = tempfile::tempdir().unwrap();
+    let deploy = tmp.path().join("deploy");
+    for (from, to) in [
+        (repo().join("deploy"), deploy.clone()),
+        (bgp_dir(), deploy.join("bgp")),
+    ] {
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(&from).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let k = deploy.join("kustomization.yaml");
+    std::fs::write(&k, edit(std::fs::read_to_string(&k).unwrap())).unwrap();
+    let out = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .arg(&deploy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// The renderer above against kustomize itself, with the component switched on as
+/// deploy/README.md says (uncommenting `components:`); and an image set with `images:` reaches
+/// both containers. Skipped, loudly, where neither kustomize nor kubectl is installed.
+#[test]
+fn the_bgp_component_renders_as_kustomize_renders_it() {
+    let Some(cmd) = kustomize() else {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n!!!!! SKIPPED the_bgp_component_renders_as_kustomize_renders_it: \
+             neither kustomize nor kubectl found !!!!!\n"
+        );
+        return;
+    };
+    let on = |text: String| {
+        assert_eq!(text.matches(COMPONENT_OFF).count(), 1);
+        text.replace(COMPONENT_OFF, COMPONENT_ON)
+    };
+    let theirs = kustomize_deploy(&cmd, on);
+    let ours = bgp_objects();
+    assert_eq!(theirs.len(), ours.len());
+    for o in &ours {
+        let t = theirs
+            .iter()
+            .find(|t| {
+                t["kind"].as_str() == Some(o.kind())
+                    && t["metadata"]["name"].as_str() == Some(o.name())
+            })
+            .unwrap_or_else(|| panic!("kustomize did not render {}/{}", o.kind(), o.name()));
+        assert_eq!(
+            normalized(t, ""),
+            normalized(&o.value, ""),
+            "{}/{}: kustomize renders\n{}",
+            o.kind(),
+            o.name(),
+            serde_yaml_ng::to_string(t).unwrap()
+        );
+    }
+    // And without the component, deploy/ is the files as they are.
+    let base = kustomize_deploy(&cmd, |t| t);
+    assert_eq!(base.len(), objects().len());
+    let ds = base
+        .iter()
+        .find(|v| v["kind"].as_str() == Some("DaemonSet"))
+        .unwrap();
+    assert_eq!(normalized(ds, ""), normalized(&daemonset(), ""));
+
+    let images = |text: String| {
+        let text = on(text);
+        let commented = "# images:\n#   - name: vipflow\n#     newName: <registry>/<path>/vipflow\n#     newTag: 0.1.0\n";
+        assert_eq!(text.matches(commented).count(), 1, "{text}");
+        text.replace(
+            commented,
+            "images:\n  - name: vipflow\n    newName: registry.example/vipflow\n    newTag: \"9.9\"\n",
+        )
+    };
+    let rendered = kustomize_deploy(&cmd, images);
+    let ds = rendered
+        .iter()
+        .find(|v| v["kind"].as_str() == Some("DaemonSet"))
+        .unwrap();
+    let images: Vec<&str> = seq(containers(ds))
+        .iter()
+        .filter_map(|c| c["image"].as_str())
+        .collect();
+    assert_eq!(images, ["registry.example/vipflow:9.9"; 2]);
+}
+
+/// The frr container's command and probes as the pod runs them, in namespaces of their own
+/// (network, mounts, pids): a read-only root with an empty directory mounted at FRR's, exactly
+/// the container's capabilities, and the agent as uid 0 with none. Each step says `== what`.
+const POD_HARNESS: &str = r#"
+set -u
+say() { echo "== $*"; }
+mount --make-rprivate /
+mount --bind "$OUT" "$OUT"
+run=$(readlink -f /var/run)
+mount -t tmpfs -o mode=0755 run "$run"
+mkdir "$run/frr"
+mount -t tmpfs -o mode=0777 frr-run "$run/frr"
+mount -o remount,bind,ro "$run"
+mount -o remount,bind,ro /
+ip link set lo up
+in_frr() { local caps=$1; shift; setpriv --bounding-set=-all,$caps --inh-caps=-all --groups "$FRRVTY" $FRR_NNP "$@"; }
+as_agent() { setpriv --bounding-set=-all --inh-caps=-all --groups "$FRRVTY" --no-new-privs "$@"; }
+# Not through in_frr: $! must be the container's shell itself, which SIGTERM is sent to.
+start() {
+  setpriv --bounding-set=-all,$1 --inh-caps=-all --groups "$FRRVTY" $FRR_NNP \
+    /bin/bash -c "$(cat "$OUT/command.sh")" >>"$OUT/frr.log" 2>&1 &
+  pid=$!
+}
+probe() { in_frr "$CAPS" timeout 5 /bin/bash -c "$(cat "$OUT/$1.sh")" >/dev/null 2>&1; }
+ready() {
+  for _ in $(seq 200); do
+    probe readiness && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+ended() {
+  for _ in $(seq 100); do
+    if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; END="exited $?"; return; fi
+    sleep 0.1
+  done
+  END=running
+}
+left() { pgrep -c -f '^/usr/lib/frr/' || true; }
+without() {
+  local out=
+  for c in ${CAPS//,/ }; do [ "$c" = "$1" ] || out="$out,$c"; done
+  echo "${out#,}"
+}
+
+start "$CAPS"
+ready && say ready
+probe liveness && say live
+as_agent vtysh --vty_socket "$AGENT_DIR" -f "$OUT/frr.conf" >/dev/null 2>&1 && say agent configured
+as_agent vtysh --vty_socket "$AGENT_DIR" -c 'show bgp ipv4 unicast json' 2>/dev/null \
+  | grep -q '"198.51.100.7/32"' && say agent read back
+setpriv --bounding-set=-all --inh-caps=-all --clear-groups --no-new-privs \
+  vtysh --vty_socket "$AGENT_DIR" -c 'show version' >/dev/null 2>&1 || say refused without frrvty
+kill -KILL "$(cat "$run/frr/bgpd.pid")"
+ended; say "bgpd killed: $END, $(left) daemons left"
+start "$CAPS"
+ready && say ready again on the same directory
+kill -TERM "$pid"
+ended; say "SIGTERM: $END, $(left) daemons left"
+for cap in ${CAPS//,/ }; do
+  [ "$cap" = +kill ] && continue
+  start "$(without "$cap")"
+  ended; say "without ${cap#+}: $END"
+done
+start "$(without +kill)"
+ready
+kill -TERM "$pid"
+sleep 2
+kill -0 "$pid" 2>/dev/null && say "without kill: SIGTERM leaves FRR running"
+kill -KILL -1
+"#;
+
+/// FRR's configuration as the agent would give it: a BFD profile, a peer, one prefix.
+const AGENT_FRR_CONFIG: &str = "\
+bfd
+ profile vipflow-test
+  receive-interval 300
+ exit
+exit
+router bgp 64512
+ bgp router-id 192.0.2.1
+ no bgp ebgp-requires-policy
+ no bgp network import-check
+ no bgp default ipv4-unicast
+ neighbor 192.0.2.2 remote-as 64513
+ neighbor 192.0.2.2 bfd profile vipflow-test
+ address-family ipv4 unicast
+  network 198.51.100.7/32
+  neighbor 192.0.2.2 activate
+ exit-address-family
+exit
+";
+
+/// frrvty's gid on this machine (FRR's package made it), standing in for the image's.
+fn frrvty_gid() -> Option<u32> {
+    std::fs::read_to_string("/etc/group")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("frrvty:x:")?.split(':').next()?.parse().ok())
+}
+
+/// The frr container on this machine's FRR (Debian's, as the image's): its command starts FRR
+/// with the container's capabilities on a read-only root, its probes pass, the agent (uid 0
+/// without capabilities, in frrvty) configures it and reads it back through the shared
+/// directory and cannot without frrvty; a daemon that dies ends the container, which starts
+/// again on the same directory, and SIGTERM stops every daemon; without any one of the
+/// capabilities it does not work. Needs root (namespaces) and FRR (scripts/install-deps.sh).
+#[test]
+fn the_frr_container_runs_as_the_pod_runs_it() {
+    const TEST: &str = "the_frr_container_runs_as_the_pod_runs_it";
+    if !testkit::netns::can_make_namespaces() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n!!!!! SKIPPED {TEST}: needs root and network namespaces !!!!!\n"
+        );
+        return;
+    }
+    let gid = frrvty_gid();
+    if !testkit::frr::installed() || gid.is_none() {
+        let msg = "FRR is not installed: run scripts/install-deps.sh";
+        assert!(!under_ci(), "{msg}");
+        let _ = writeln!(std::io::stderr(), "\n!!!!! SKIPPED {TEST}: {msg} !!!!!\n");
+        return;
+    }
+    let ds = bgp_daemonset();
+    let frr = named(containers(&ds), "frr");
+    let agent = named(containers(&ds), "vipflow");
+    let sc = &frr["securityContext"];
+    let caps: Vec<String> = strs(&sc["capabilities"]["add"])
+        .iter()
+        .map(|c| format!("+{}", c.to_lowercase()))
+        .collect();
+    let nnp = if sc["allowPrivilegeEscalation"].as_bool() == Some(false) {
+        "--no-new-privs"
+    } else {
+        ""
+    };
+    let agent_dir = named(&agent["env"], "VIPFLOW_FRR_SOCKET_DIR")["value"]
+        .as_str()
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path();
+    for (file, text) in [
+        ("command.sh", bash_script(&frr["command"])),
+        (
+            "readiness.sh",
+            bash_script(&frr["readinessProbe"]["exec"]["command"]),
+        ),
+        (
+            "liveness.sh",
+            bash_script(&frr["livenessProbe"]["exec"]["command"]),
+        ),
+        ("frr.conf", AGENT_FRR_CONFIG),
+    ] {
+        std::fs::write(out_dir.join(file), text).unwrap();
+    }
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--net",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+        ])
+        .args(["/bin/bash", "-c", POD_HARNESS])
+        .env("OUT", out_dir)
+        .env("CAPS", caps.join(","))
+        .env("FRR_NNP", nnp)
+        .env("FRRVTY", gid.unwrap_or_default().to_string())
+        .env("AGENT_DIR", agent_dir)
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("== "))
+        .collect();
+    let mut want = vec![
+        "ready".to_string(),
+        "live".into(),
+        "agent configured".into(),
+        "agent read back".into(),
+        "refused without frrvty".into(),
+        "bgpd killed: exited 1, 0 daemons left".into(),
+        "ready again on the same directory".into(),
+        "SIGTERM: exited 0, 0 daemons left".into(),
+    ];
+    for c in FRR_CAPABILITIES.iter().filter(|c| **c != "KILL") {
+        want.push(format!("without {}: exited 1", c.to_lowercase()));
+    }
+    want.push("without kill: SIGTERM leaves FRR running".into());
+    assert_eq!(
+        said,
+        want,
+        "\n{stdout}{}\nFRR's log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(out_dir.join("frr.log")).unwrap_or_default()
+    );
 }

@@ -930,6 +930,30 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .expect("a runtime")
 }
 
+/// The router's BGP paths to `prefix`: each one's peer, and whether it carries the
+/// graceful-shutdown community.
+fn router_paths(bed: &BgpTestbed, prefix: &str) -> Vec<(String, bool)> {
+    let family = if prefix.contains(':') { "ipv6" } else { "ipv4" };
+    let text = bed
+        .router()
+        .vtysh(&[&format!("show bgp {family} unicast {prefix} json")])
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    v["paths"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            (
+                p["peer"]["peerId"].as_str().unwrap_or_default().to_string(),
+                p["community"]["string"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("graceful-shutdown")),
+            )
+        })
+        .collect()
+}
+
 /// A free port on the host's loopback, for an agent's HTTP endpoint.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -1016,16 +1040,32 @@ fn in_a_cluster_the_agents_advertise_what_the_api_server_says_and_follow_its_cha
         BTreeMap::from([("pod1a".to_string(), usize::from(FLOWS))])
     );
 
-    // node3 annotated for drain: its routes go, and come back when the mark is removed.
+    // node3 annotated for drain: the router moves off it while node3 still advertises (with
+    // the graceful-shutdown community, which the router prefers least), then node3 withdraws
+    // at the end of its drain hold; its routes come back when the mark is removed.
     objects.drained = vec![3];
     objects.apply_to(&srv);
-    let took = wait_routes(
-        &bed,
-        &[VIP4, VIP6, NEW4],
-        &BTreeSet::from([1, 2]),
-        Instant::now(),
+    let marked = Instant::now();
+    let took = wait_routes(&bed, &[VIP4, VIP6, NEW4], &BTreeSet::from([1, 2]), marked);
+    let paths = router_paths(&bed, VIP4);
+    println!("node3 drained: its next hops gone {took:?} later; the router's paths {paths:?}");
+    assert!(
+        paths.contains(&(testbed::node_ip(3), true)),
+        "node3 still advertises, less preferred, when the router moves off it: {paths:?}"
     );
-    println!("node3 drained: its next hops gone {took:?} later");
+    eventually("node3's path withdrawn after its drain hold", 20, || {
+        !router_paths(&bed, VIP4)
+            .iter()
+            .any(|(peer, _)| *peer == testbed::node_ip(3))
+    });
+    println!(
+        "node3's path withdrawn {:?} after the mark",
+        marked.elapsed()
+    );
+    assert!(
+        router_paths(&bed, VIP4).iter().all(|(_, gshut)| !gshut),
+        "only node3 shuts down"
+    );
     objects.drained = Vec::new();
     objects.apply_to(&srv);
     wait_routes(&bed, &[VIP4, VIP6, NEW4], &all, Instant::now());

@@ -399,5 +399,24 @@ async fn a_peer_that_goes_leaves_frr_and_the_rest_of_its_configuration_stays() {
         last.contains("neighbor fd00:9::1 remote-as 64512"),
         "{last}"
     );
+    // Nothing is taken from the peer.
+    assert!(
+        last.contains("neighbor fd00:9::1 route-map vipflow-in in"),
+        "{last}"
+    );
+    assert!(last.contains("route-map vipflow-in deny 10"), "{last}");
     frr_holds(&vtysh, &networks).await;
+
+    // The node marked for drain: the instance shuts down gracefully, and back.
+    let draining = vipflow::bgp::frr_config::shutting_down(&plain);
+    for (from, to, on) in [(&plain, &draining, true), (&draining, &plain, false)] {
+        let batch = config_batch(Some(from), Some(to)).expect("a change");
+        vtysh
+            .apply(&batch)
+            .await
+            .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+        let now = running(&frr);
+        assert_eq!(now.contains("bgp graceful-shutdown"), on, "{now}");
+        frr_holds(&vtysh, &networks).await;
+    }
 }

@@ -277,12 +277,17 @@ pub fn draining(node: &core::Node) -> bool {
 /// Whether `node` may announce: its Ready condition is True, or it has none (a Node written
 /// by hand in an objects file), and it is not marked for drain.
 pub fn is_live(node: &core::Node) -> bool {
-    let ready = node
-        .status
+    !draining(node) && is_ready(node)
+}
+
+/// Whether `node`'s Ready condition is True, or it has none (a Node written by hand in an
+/// objects file), whatever its drain mark says.
+pub fn is_ready(node: &core::Node) -> bool {
+    node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-    !draining(node) && ready.is_none_or(|c| c.status == "True")
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_none_or(|c| c.status == "True")
 }
 
 /// The named Nodes that may announce ([`is_live`]).

@@ -8,6 +8,14 @@
 //!   import-check` (a VIP's host route is in no routing table of the node's: it lives in OVN).
 //! - `no bgp default ipv4-unicast`: each neighbor is activated for the families it carries,
 //!   both unless `disableMP` (then the family of its address alone).
+//! - A node marked for drain (`vipflow.io/drain`) runs its instance in `bgp
+//!   graceful-shutdown` (RFC 8326): every route it still advertises carries the
+//!   GRACEFUL_SHUTDOWN community, which FRR routers (and others with the RFC's inbound policy)
+//!   prefer least, so traffic moves to the other nodes before the routes are withdrawn at the
+//!   end of the node's drain hold.
+//! - Nothing is taken from the peers ([`ACCEPT_NOTHING`] on every neighbor, inbound): the node
+//!   only advertises, and FRR runs on the host's network, where zebra would install what a
+//!   peer sends (a default route, another rack's prefixes) into the node's own routing table.
 
 use super::objects::{BfdProfile, BgpPeer};
 use std::collections::BTreeMap;
@@ -38,19 +46,39 @@ pub enum FrrConfigProblem {
     NoProfile { peer: String, profile: String },
 }
 
+/// The route-map every neighbor's received routes go through: it denies all.
+pub const ACCEPT_NOTHING: &str = "vipflow-in";
+
 /// Node `node`'s configuration from a snapshot's `BGPPeer`s and `BFDProfile`s (its labels pick
 /// the peers), and what was left out of it: [`node_config`].
 pub fn for_node(
     objects: &crate::model::Objects,
     node: &str,
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
-    let labels: BTreeMap<String, String> = objects
+    let me = objects
         .nodes
         .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(node))
+        .find(|n| n.metadata.name.as_deref() == Some(node));
+    let labels: BTreeMap<String, String> = me
         .and_then(|n| n.metadata.labels.clone())
         .unwrap_or_default();
-    node_config(&labels, &objects.bgp.peers, &objects.bgp.bfd_profiles)
+    let (config, problems) = node_config(&labels, &objects.bgp.peers, &objects.bgp.bfd_profiles);
+    let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
+    (
+        config.map(|c| if draining { shutting_down(&c) } else { c }),
+        problems,
+    )
+}
+
+/// The line that puts a BGP instance in graceful shutdown (RFC 8326).
+const GRACEFUL_SHUTDOWN: &str = " bgp graceful-shutdown\n";
+
+/// `config` (as [`node_config`] writes it) with its BGP instance in graceful shutdown.
+pub fn shutting_down(config: &str) -> String {
+    match config.find(" no bgp ebgp-requires-policy\n") {
+        Some(at) => format!("{}{GRACEFUL_SHUTDOWN}{}", &config[..at], &config[at..]),
+        None => config.to_string(),
+    }
 }
 
 /// The node's configuration, and what was left out of it. `None` when no peer selects the
@@ -136,6 +164,7 @@ pub fn node_config(
         }
         out.push_str("exit\n!\n");
     }
+    let _ = writeln!(out, "route-map {ACCEPT_NOTHING} deny 10\nexit\n!");
     let _ = writeln!(out, "router bgp {}", first.spec.my_asn);
     if let Some(id) = chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
         let _ = writeln!(out, " bgp router-id {id}");
@@ -208,6 +237,7 @@ pub fn node_config(
         let _ = writeln!(out, " address-family {family} unicast");
         for n in neighbors {
             let _ = writeln!(out, "  neighbor {n} activate");
+            let _ = writeln!(out, "  neighbor {n} route-map {ACCEPT_NOTHING} in");
         }
         out.push_str(" exit-address-family\n");
     }
@@ -231,7 +261,7 @@ pub fn config_batch(old: Option<&str>, new: Option<&str>) -> Option<String> {
     let new_tree = new.map(ConfigTree::of).unwrap_or_default();
     for (head, lines) in &old_tree.blocks {
         match new_tree.blocks.get(head) {
-            None if head.starts_with("router bgp ") => {
+            None if head.starts_with("router bgp ") || head.starts_with("route-map ") => {
                 let _ = writeln!(out, "no {head}");
             }
             None => {
@@ -484,12 +514,14 @@ mod tests {
             Some(
                 "frr defaults datacenter\n!\n\
                  bfd\n profile fast\n  receive-interval 300\n  transmit-interval 300\n  detect-multiplier 3\n exit\nexit\n!\n\
+                 route-map vipflow-in deny 10\nexit\n!\n\
                  router bgp 64513\n bgp router-id 10.9.0.2\n\
                  \x20no bgp ebgp-requires-policy\n no bgp network import-check\n no bgp default ipv4-unicast\n\
                  \x20neighbor 10.9.0.1 remote-as 64512\n neighbor 10.9.0.1 timers 3 9\n neighbor 10.9.0.1 bfd profile fast\n\
                  \x20neighbor fd00:9::1 remote-as 64512\n neighbor fd00:9::1 timers connect 2\n\
-                 \x20address-family ipv4 unicast\n  neighbor 10.9.0.1 activate\n exit-address-family\n\
-                 \x20address-family ipv6 unicast\n  neighbor 10.9.0.1 activate\n  neighbor fd00:9::1 activate\n exit-address-family\n\
+                 \x20address-family ipv4 unicast\n  neighbor 10.9.0.1 activate\n  neighbor 10.9.0.1 route-map vipflow-in in\n exit-address-family\n\
+                 \x20address-family ipv6 unicast\n  neighbor 10.9.0.1 activate\n  neighbor 10.9.0.1 route-map vipflow-in in\n\
+                 \x20 neighbor fd00:9::1 activate\n  neighbor fd00:9::1 route-map vipflow-in in\n exit-address-family\n\
                  exit\n"
             )
         );
@@ -605,12 +637,13 @@ mod tests {
         );
         // An activation that goes is undone inside its address family.
         let v4_off = one.replace(
-            " address-family ipv4 unicast\n  neighbor fd00:9::1 activate\n exit-address-family\n",
+            " address-family ipv4 unicast\n  neighbor fd00:9::1 activate\n  neighbor fd00:9::1 route-map vipflow-in in\n exit-address-family\n",
             "",
         );
+        assert_ne!(v4_off, one);
         let batch = config_batch(Some(&one), Some(&v4_off)).expect("a change");
         assert!(
-            batch.starts_with("router bgp 64513\n address-family ipv4 unicast\n  no neighbor fd00:9::1 activate\n exit-address-family\nexit\n"),
+            batch.starts_with("router bgp 64513\n address-family ipv4 unicast\n  no neighbor fd00:9::1 activate\n  no neighbor fd00:9::1 route-map vipflow-in in\n exit-address-family\nexit\n"),
             "{batch}"
         );
     }
@@ -624,8 +657,62 @@ mod tests {
         assert!(batch.ends_with(&other_as));
         assert_eq!(
             config_batch(Some(&one), None).as_deref(),
-            Some("no router bgp 64513\n")
+            Some("no route-map vipflow-in deny 10\nno router bgp 64513\n")
         );
+    }
+
+    #[test]
+    fn a_draining_node_shuts_down_gracefully_and_back() {
+        let (_, one) = two_and_one();
+        let draining = shutting_down(&one);
+        assert!(
+            draining.contains(
+                "router bgp 64513\n bgp graceful-shutdown\n no bgp ebgp-requires-policy\n"
+            ),
+            "{draining}"
+        );
+        let on = config_batch(Some(&one), Some(&draining)).expect("a change");
+        assert!(on.ends_with(&draining), "{on}");
+        let off = config_batch(Some(&draining), Some(&one)).expect("a change");
+        assert!(
+            off.starts_with("router bgp 64513\n no bgp graceful-shutdown\nexit\n"),
+            "{off}"
+        );
+        // Through the objects: the drain mark on the Node.
+        let o = crate::decode::parse(
+            "apiVersion: v1\nkind: List\nitems:\n\
+             - {apiVersion: v1, kind: Node, metadata: {name: n1, annotations: {vipflow.io/drain: 'true'}}}\n\
+             - {apiVersion: v1, kind: Node, metadata: {name: n2}}\n\
+             - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: tor}, spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}}\n",
+        )
+        .expect("objects")
+        .objects;
+        let n1 = for_node(&o, "n1").0.expect("a configuration");
+        let n2 = for_node(&o, "n2").0.expect("a configuration");
+        assert!(n1.contains(" bgp graceful-shutdown\n"), "{n1}");
+        assert!(!n2.contains("graceful-shutdown"), "{n2}");
+    }
+
+    #[test]
+    fn every_neighbor_takes_nothing_from_its_peer() {
+        let (two, _) = two_and_one();
+        assert!(
+            two.contains("route-map vipflow-in deny 10\nexit\n"),
+            "{two}"
+        );
+        for n in ["10.9.0.1", "fd00:9::1"] {
+            for family in ["ipv4", "ipv6"] {
+                let block = two
+                    .split(&format!(" address-family {family} unicast\n"))
+                    .nth(1)
+                    .and_then(|b| b.split(" exit-address-family").next())
+                    .unwrap_or_default();
+                assert!(
+                    block.contains(&format!("  neighbor {n} route-map vipflow-in in\n")),
+                    "{n} in {family}: {two}"
+                );
+            }
+        }
     }
 
     #[test]

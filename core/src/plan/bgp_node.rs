@@ -9,7 +9,7 @@ use super::bgp::BgpNode;
 use super::bgp_selection::BgpPools;
 use super::eligibility::Eligibility;
 use super::service_index::ServiceIndex;
-use crate::announce::announcements::{MembershipView, draining, is_live};
+use crate::announce::announcements::{MembershipView, draining, is_ready};
 use crate::announce::placement::NodeName;
 use crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL;
 use crate::model::Objects;
@@ -23,6 +23,9 @@ use std::sync::Arc;
 pub enum BgpReason {
     /// Advertised (once the node's bridges carry it).
     Advertised,
+    /// Still advertised, with the graceful-shutdown community, while this node's drain hold
+    /// lasts: the routers move the traffic to the other nodes before the route goes.
+    DrainingGracefully,
     /// externalTrafficPolicy Local, and no ready endpoint on this node.
     NoLocalEndpoint,
     /// The pool's or the advertisement's node selectors leave this node out.
@@ -40,6 +43,9 @@ impl BgpReason {
     pub fn as_str(self) -> &'static str {
         match self {
             BgpReason::Advertised => "advertised",
+            BgpReason::DrainingGracefully => {
+                "advertised with the graceful-shutdown community until the drain hold ends"
+            }
             BgpReason::NoLocalEndpoint => "no ready local endpoint (externalTrafficPolicy Local)",
             BgpReason::NotSelected => "node selectors leave this node out",
             BgpReason::NodeNotLive => "this node is not live",
@@ -73,6 +79,9 @@ pub struct BgpAdvertiser {
     eligibility: Eligibility,
     /// The last set handed on, shared while it stands.
     last: NodeBgp,
+    /// This node's drain hold lasts: a draining node keeps its routes for now (FRR sends them
+    /// with the graceful-shutdown community, [`crate::bgp::frr_config`]).
+    hold: bool,
 }
 
 impl BgpAdvertiser {
@@ -81,7 +90,14 @@ impl BgpAdvertiser {
             node: node.into(),
             eligibility: Eligibility::default(),
             last: NodeBgp::default(),
+            hold: false,
         }
+    }
+
+    /// Whether this node's drain hold lasts: while it does, a draining node still advertises
+    /// (less preferred); after it, nothing.
+    pub fn hold_while_draining(&mut self, hold: bool) {
+        self.hold = hold;
     }
 
     /// Take the snapshot `services` was just updated with, and what the membership says (who
@@ -100,7 +116,9 @@ impl BgpAdvertiser {
             .find(|n| n.metadata.name.as_deref() == Some(self.node.as_str()));
         let live = match members {
             Some(view) => view.live.contains(&NodeName::from(self.node.as_str())),
-            None => me.is_some_and(|n| is_live(n)),
+            // The drain mark is taken apart below: a draining node still advertises during
+            // its drain hold.
+            None => me.is_some_and(|n| is_ready(n)),
         };
         let node = BgpNode {
             name: self.node.clone(),
@@ -114,8 +132,9 @@ impl BgpAdvertiser {
             }),
         };
         let pools = BgpPools::of(objects);
-        // The most telling first: a draining node is also not live.
-        let node_reason = if node.draining {
+        // The most telling first.
+        let graceful = node.draining && self.hold;
+        let node_reason = if node.draining && !graceful {
             Some(BgpReason::NodeDraining)
         } else if node.excluded {
             Some(BgpReason::NodeExcluded)
@@ -145,7 +164,11 @@ impl BgpAdvertiser {
                     BgpReason::NotSelected
                 } else {
                     now.extend(prefixes);
-                    BgpReason::Advertised
+                    if graceful {
+                        BgpReason::DrainingGracefully
+                    } else {
+                        BgpReason::Advertised
+                    }
                 }
             };
             vips.insert(vip, reason);

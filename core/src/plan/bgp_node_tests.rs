@@ -103,6 +103,39 @@ fn a_draining_or_excluded_node_advertises_nothing() {
 }
 
 #[test]
+fn a_draining_node_keeps_its_routes_while_its_drain_hold_lasts_then_advertises_nothing() {
+    use crate::plan::bgp_node::BgpReason;
+    let drained = objects("{}", "n2", ", annotations: {vipflow.io/drain: 'true'}");
+    let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as("n2");
+    p.hold_while_draining(true);
+    let held = p.update(&drained).bgp.expect("the planner advertises");
+    assert_eq!(
+        *held.prefixes,
+        nets(&[
+            "198.51.100.10/32",
+            "198.51.100.11/32",
+            "2001:db8:100::10/128"
+        ])
+    );
+    assert!(
+        held.vips
+            .values()
+            .all(|r| *r == BgpReason::DrainingGracefully),
+        "{:?}",
+        held.vips
+    );
+    p.hold_while_draining(false);
+    let after = p.update(&drained).bgp.expect("the planner advertises");
+    assert!(after.prefixes.is_empty());
+    assert!(after.vips.values().all(|r| *r == BgpReason::NodeDraining));
+    // The hold keeps nothing for a node that is not draining: it advertises as ever.
+    let plain = objects("{}", "n2", "");
+    p.hold_while_draining(true);
+    let normal = p.update(&plain).bgp.expect("the planner advertises");
+    assert!(normal.vips.values().all(|r| *r == BgpReason::Advertised));
+}
+
+#[test]
 fn a_node_that_is_not_ready_advertises_nothing() {
     let o = objects(
         "{}",

@@ -171,10 +171,13 @@ impl Planner {
     }
 
     /// Keep this node's VIPs while it is marked for drain
-    /// ([`Announcements::hold_while_draining`]).
+    /// ([`Announcements::hold_while_draining`], [`BgpAdvertiser::hold_while_draining`]).
     pub fn hold_while_draining(&mut self, hold: bool) {
         if let Some((a, _)) = &mut self.announcements {
             a.hold_while_draining(hold);
+        }
+        if let Some(b) = &mut self.bgp {
+            b.hold_while_draining(hold);
         }
     }
 

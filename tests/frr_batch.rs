@@ -420,3 +420,76 @@ async fn a_peer_that_goes_leaves_frr_and_the_rest_of_its_configuration_stays() {
         frr_holds(&vtysh, &networks).await;
     }
 }
+
+/// The router ID bgpd runs with, from `show bgp summary json`.
+fn router_id(frr: &Frr) -> String {
+    let text = frr
+        .vtysh(&["show bgp ipv4 unicast summary json"])
+        .unwrap_or_default();
+    serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["routerId"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The node's configuration sets its router ID (the Node's InternalIP): a carrier flap on the
+/// interface holding that address leaves it as it was. Left to zebra, the router ID goes to
+/// 0.0.0.0 while the carrier is down (and stays so if zebra misses the carrier coming back: no
+/// session comes up with it), which the second half shows.
+#[tokio::test]
+async fn the_router_id_is_set_so_an_interface_flap_does_not_take_it_away() {
+    use vipflow::bgp::frr_config::{for_node, node_config};
+    let tag = format!("{}", std::process::id() % 100_000 + 7);
+    let Some(router) = Frr::start(&format!("vf-rr-{tag}"), "frr defaults datacenter\n") else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let objects = vipflow::decode::parse(
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - {apiVersion: v1, kind: Node, metadata: {name: n1}, status: {addresses: [{type: InternalIP, address: 10.9.0.2}]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: tor}, spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}}\n",
+    )
+    .expect("objects")
+    .objects;
+    let set = for_node(&objects, "n1").0.expect("a configuration");
+    let unset = node_config(&Default::default(), &objects.bgp.peers, &[])
+        .0
+        .expect("a configuration");
+    assert!(set.contains(" bgp router-id 10.9.0.2\n"), "{set}");
+    assert!(!unset.contains("router-id"), "{unset}");
+    let node = Frr::start(&format!("vf-rn-{tag}"), "").expect("the node's FRR");
+    testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
+    let vtysh = Vtysh::new(node.path());
+    // The router's end of the link goes down and up: the node's end loses its carrier.
+    let flap = |up: bool| {
+        let ok = std::process::Command::new("ip")
+            .args(["-n", router.ns(), "link", "set", &format!("eth-{tag}")])
+            .arg(if up { "up" } else { "down" })
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link set");
+    };
+    let settle = || std::thread::sleep(std::time::Duration::from_millis(500));
+    for (config, kept) in [(&set, true), (&unset, false)] {
+        vtysh
+            .apply(&vipflow::bgp::frr_config::config_batch(None, Some(config)).expect("a batch"))
+            .await
+            .expect("FRR takes the configuration");
+        settle();
+        assert_eq!(router_id(&node), "10.9.0.2", "{config}");
+        flap(false);
+        settle();
+        let during = router_id(&node);
+        flap(true);
+        settle();
+        assert_eq!(
+            during == "10.9.0.2",
+            kept,
+            "router ID {during} while the carrier was down, with\n{config}"
+        );
+        vtysh
+            .apply(&format!("no router bgp {ASN}\n"))
+            .await
+            .expect("removed");
+    }
+}

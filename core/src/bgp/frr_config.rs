@@ -13,6 +13,9 @@
 //!   GRACEFUL_SHUTDOWN community, which FRR routers (and others with the RFC's inbound policy)
 //!   prefer least, so traffic moves to the other nodes before the routes are withdrawn at the
 //!   end of the node's drain hold.
+//! - The router ID is set, never left to zebra: the peers' `routerID`, else the node's first
+//!   IPv4 `InternalIP`. Zebra picks one from the interfaces' addresses and loses it when the
+//!   interface carrying it flaps (FRR then runs with 0.0.0.0 and no session comes up again).
 //! - Nothing is taken from the peers ([`ACCEPT_NOTHING`] on every neighbor, inbound): the node
 //!   only advertises, and FRR runs on the host's network, where zebra would install what a
 //!   peer sends (a default route, another rack's prefixes) into the node's own routing table.
@@ -64,10 +67,41 @@ pub fn for_node(
         .unwrap_or_default();
     let (config, problems) = node_config(&labels, &objects.bgp.peers, &objects.bgp.bfd_profiles);
     let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
+    let address = me.and_then(|n| internal_ipv4(n));
+    let config = config.map(|c| match address {
+        Some(a) => with_router_id(&c, a),
+        None => c,
+    });
     (
         config.map(|c| if draining { shutting_down(&c) } else { c }),
         problems,
     )
+}
+
+/// The Node's first IPv4 `InternalIP`.
+fn internal_ipv4(node: &k8s_openapi::api::core::v1::Node) -> Option<std::net::Ipv4Addr> {
+    node.status
+        .as_ref()?
+        .addresses
+        .as_ref()?
+        .iter()
+        .filter(|a| a.type_ == "InternalIP")
+        .find_map(|a| a.address.parse().ok())
+}
+
+/// `config` (as [`node_config`] writes it) with router ID `id` where it names none.
+pub fn with_router_id(config: &str, id: std::net::Ipv4Addr) -> String {
+    if config.contains("\n bgp router-id ") {
+        return config.to_string();
+    }
+    let Some(head) = config.find("\nrouter bgp ") else {
+        return config.to_string();
+    };
+    let Some(end) = config[head + 1..].find('\n') else {
+        return config.to_string();
+    };
+    let at = head + 1 + end + 1;
+    format!("{} bgp router-id {id}\n{}", &config[..at], &config[at..])
 }
 
 /// The line that puts a BGP instance in graceful shutdown (RFC 8326).
@@ -691,6 +725,35 @@ mod tests {
         let n2 = for_node(&o, "n2").0.expect("a configuration");
         assert!(n1.contains(" bgp graceful-shutdown\n"), "{n1}");
         assert!(!n2.contains("graceful-shutdown"), "{n2}");
+    }
+
+    #[test]
+    fn the_router_id_is_the_peers_else_the_nodes_internal_ipv4_address() {
+        let objects = |peer_spec: &str| {
+            crate::decode::parse(&format!(
+                "apiVersion: v1\nkind: List\nitems:\n\
+                 - {{apiVersion: v1, kind: Node, metadata: {{name: n1}}, status: {{addresses: [{{type: Hostname, address: n1}}, {{type: InternalIP, address: 'fd00:18::11'}}, {{type: InternalIP, address: 172.18.0.11}}]}}}}\n\
+                 - {{apiVersion: v1, kind: Node, metadata: {{name: n2}}}}\n\
+                 - {{apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {{name: tor}}, spec: {peer_spec}}}\n"
+            ))
+            .expect("objects")
+            .objects
+        };
+        let o = objects("{myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}");
+        let n1 = for_node(&o, "n1").0.expect("a configuration");
+        assert!(
+            n1.contains("router bgp 64513\n bgp router-id 172.18.0.11\n"),
+            "{n1}"
+        );
+        // No address known: zebra picks one.
+        let n2 = for_node(&o, "n2").0.expect("a configuration");
+        assert!(!n2.contains("router-id"), "{n2}");
+        // The peer's routerID wins.
+        let o =
+            objects("{myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, routerID: 10.0.0.1}");
+        let n1 = for_node(&o, "n1").0.expect("a configuration");
+        assert!(n1.contains(" bgp router-id 10.0.0.1\n"), "{n1}");
+        assert_eq!(n1.matches("router-id").count(), 1, "{n1}");
     }
 
     #[test]

@@ -196,14 +196,43 @@ impl BgpTestbed {
                 self.check_bfd_timers();
                 return;
             }
-            assert!(
-                start.elapsed() < bound,
-                "BGP sessions up: {bgp:?}, BFD up: {bfd:?}\nrouter's bgpd:\n{}\nnode1's bgpd:\n{}",
-                self.router().log("bgpd"),
-                self.speaker(1).log("bgpd")
-            );
+            if start.elapsed() >= bound {
+                panic!(
+                    "BGP sessions up: {bgp:?}, BFD up: {bfd:?}\nrouter's bgpd:\n{}\n{}",
+                    self.router().log("bgpd"),
+                    self.down_nodes_state(&bgp)
+                );
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// What each node whose session is not in `up` says of itself: its FRR's sessions, BFD
+    /// peers and interfaces as zebra sees them, its daemons' logs, and its links as the kernel
+    /// has them (zebra's view going stale shows as the two disagreeing).
+    fn down_nodes_state(&self, up: &BTreeSet<String>) -> String {
+        let mut out = String::new();
+        for i in 1..=self.tb.nodes {
+            if up.contains(&testbed::node_ip(i)) {
+                continue;
+            }
+            let f = self.speaker(i);
+            let shown = f
+                .vtysh(&[
+                    "show bgp summary",
+                    "show bfd peers brief",
+                    "show interface brief",
+                ])
+                .unwrap_or_else(|e| e);
+            let links = self.tb.ip(&format!("node{i}"), &["-br", "link"]);
+            out += &format!(
+                "node{i}'s FRR:\n{shown}\nnode{i}'s links:\n{links}\nnode{i}'s bgpd:\n{}\nnode{i}'s bfdd:\n{}\nnode{i}'s zebra:\n{}\n",
+                f.log("bgpd"),
+                f.log("bfdd"),
+                f.log("zebra")
+            );
+        }
+        out
     }
 
     /// Both ends of every BFD session run the profile's timers: the router's own, and the

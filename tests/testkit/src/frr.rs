@@ -104,6 +104,13 @@ impl Frr {
                 args.push("--bfdctl".into());
                 args.push(format!("{d}/bfdd.sock"));
             }
+            if daemon == "zebra" {
+                // The netlink receive buffer Debian's FRR (and deploy/bgp's sidecar) gives
+                // zebra: with the kernel's default a burst of link and route changes can
+                // overflow it, and zebra's view of the interfaces goes stale.
+                args.push("-s".into());
+                args.push("90000000".into());
+            }
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
             run("ip", &a);
         }

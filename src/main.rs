@@ -157,6 +157,13 @@ async fn dispatch(
             for r in &rows {
                 println!("{r}");
             }
+            let metallb = vipflow::metallb::became(&loaded.objects);
+            if !metallb.is_empty() {
+                println!("# MetalLB's objects, read as vipflow's ({})", metallb.len());
+                for l in &metallb {
+                    println!("#   {l}");
+                }
+            }
             if let Some(bgp) = one.bgp(&cfg, &loaded.objects) {
                 print_bgp_plan(&cfg, &bgp);
             }

@@ -532,6 +532,11 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("vipflow.io", "bgppeers", &[], &read),
         grant("vipflow.io", "bgpadvertisements", &[], &read),
         grant("vipflow.io", "bfdprofiles", &[], &read),
+        grant("metallb.io", "ipaddresspools", &[], &read),
+        grant("metallb.io", "bgppeers", &[], &read),
+        grant("metallb.io", "bgpadvertisements", &[], &read),
+        grant("metallb.io", "bfdprofiles", &[], &read),
+        grant("metallb.io", "communities", &[], &read),
         grant("events.k8s.io", "events", &[], &["create", "list", "patch"]),
         grant("", "events", &[], &["create", "patch"]),
     ]

@@ -141,3 +141,106 @@ async fn a_cluster_without_the_bgp_kinds_has_no_bgp_objects_and_still_gets_its_s
     assert!(first.problems.is_empty(), "{:?}", first.problems);
     task.abort();
 }
+
+/// MetalLB's kinds as MetalLB's CRDs serve them (namespaced, `BGPPeer` in v1beta2).
+const METALLB_KINDS: [(&str, &str, &str); 5] = [
+    ("metallb.io/v1beta1", "IPAddressPool", "ipaddresspools"),
+    ("metallb.io/v1beta2", "BGPPeer", "bgppeers"),
+    (
+        "metallb.io/v1beta1",
+        "BGPAdvertisement",
+        "bgpadvertisements",
+    ),
+    ("metallb.io/v1beta1", "BFDProfile", "bfdprofiles"),
+    ("metallb.io/v1beta1", "Community", "communities"),
+];
+
+/// MetalLB's documented BGP example, served by the API server under `metallb.io` as MetalLB's
+/// CRDs serve it, comes through the cluster source as through the objects file: the same
+/// vipflow objects (aliases written out), the same problems; and a vipflow object of the same
+/// name, added later, takes the place of MetalLB's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metallbs_objects_come_from_the_api_as_from_the_objects_file() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/metallb/bgp.yaml"
+    ))
+    .expect("the fixture");
+    let kube = KubeServer::start().await;
+    for (api, kind, plural) in METALLB_KINDS {
+        kube.register_resource(api, plural, kind, true);
+        kube.enable_crd(api, plural);
+    }
+    for (kind, plural) in BGP_KINDS {
+        kube.register_resource("vipflow.io/v1alpha1", plural, kind, false);
+        kube.enable_crd("vipflow.io/v1alpha1", plural);
+    }
+    kube.register_resource("vipflow.io/v1alpha1", "vippools", "VipPool", false);
+    kube.enable_crd("vipflow.io/v1alpha1", "vippools");
+    kube.apply_yaml(&text);
+    let (mut rx, task) = start(kube.client().await, KubeSourceConfig::default());
+    let api = snapshot(&mut rx, "MetalLB's objects", |l| {
+        l.objects.bgp.advertisements.len() == 4 && !l.objects.pools.is_empty()
+    })
+    .await;
+    let file = vipflow::decode::parse(&text).expect("the objects file parses");
+    let sorted = |l: &Loaded| {
+        let o = &l.objects;
+        let mut v: Vec<String> = o
+            .pools
+            .iter()
+            .map(|p| format!("{:?} {:?}", p.metadata.name, p.spec))
+            .chain(
+                o.bgp
+                    .peers
+                    .iter()
+                    .map(|p| format!("{:?} {:?}", p.metadata.name, p.spec)),
+            )
+            .chain(
+                o.bgp
+                    .advertisements
+                    .iter()
+                    .map(|a| format!("{:?} {:?}", a.metadata.name, a.spec)),
+            )
+            .chain(
+                o.bgp
+                    .bfd_profiles
+                    .iter()
+                    .map(|b| format!("{:?} {:?}", b.metadata.name, b.spec)),
+            )
+            .collect();
+        v.sort();
+        let mut p: Vec<String> = l.problems.iter().map(|p| p.to_string()).collect();
+        p.sort();
+        (v, p)
+    };
+    assert_eq!(sorted(&api), sorted(&file), "the API's and the file's");
+    assert!(
+        vipflow::metallb::became(&api.objects)
+            .iter()
+            .any(|l| l == "IPAddressPool metallb-system/first-pool -> VipPool first-pool"),
+        "{:?}",
+        vipflow::metallb::became(&api.objects)
+    );
+
+    // vipflow's own pool of the same name: it is used, MetalLB's is said to be left out.
+    kube.apply_yaml(
+        "apiVersion: vipflow.io/v1alpha1\nkind: VipPool\nmetadata: {name: first-pool}\nspec: {addresses: [203.0.113.0/24]}\n",
+    );
+    let next = snapshot(&mut rx, "vipflow's first-pool", |l| {
+        l.objects
+            .pools
+            .iter()
+            .any(|p| p.spec.addresses == ["203.0.113.0/24"])
+    })
+    .await;
+    assert_eq!(next.objects.pools.len(), 1, "{:?}", next.objects.pools);
+    assert!(
+        next.problems.iter().any(|p| p
+            .to_string()
+            .contains("vipflow's VipPool first-pool is used instead")),
+        "{:?}",
+        next.problems
+    );
+    task.abort();
+}

@@ -34,6 +34,7 @@ pub mod ipam;
 pub mod keys;
 pub mod lease;
 pub mod membership;
+pub mod metallb;
 pub mod model;
 pub mod parallel;
 pub mod plan;

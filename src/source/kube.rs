@@ -102,16 +102,35 @@ enum WatchChange {
     Node(Box<WatchEvent<core::Node>>),
     Subnet(Box<WatchEvent<DynamicObject>>),
     Pool(Box<WatchEvent<DynamicObject>>),
-    /// One of vipflow's BGP kinds, by its place in [`BGP_KINDS`].
-    Bgp(usize, Box<WatchEvent<DynamicObject>>),
+    /// One of the custom kinds of [`CUSTOM_KINDS`], by its place there.
+    Custom(usize, Box<WatchEvent<DynamicObject>>),
 }
 
-/// vipflow's BGP kinds and their plurals, as deploy/*-crd.yaml serve them. Each is watched
-/// where the API server serves it; a cluster without them has no BGP objects.
-const BGP_KINDS: [(&str, &str); 3] = [
-    ("BGPPeer", "bgppeers"),
-    ("BGPAdvertisement", "bgpadvertisements"),
-    ("BFDProfile", "bfdprofiles"),
+/// The custom kinds read as they are served (apiVersion, kind, plural): vipflow's BGP kinds
+/// (deploy/*-crd.yaml), and MetalLB's kinds that vipflow takes as its own ([`crate::metallb`];
+/// its `BGPPeer` in the version MetalLB stores). Each is watched where the API server serves
+/// it; a cluster without them has none of their objects.
+const CUSTOM_KINDS: [(&str, &str, &str); 8] = [
+    (crate::bgp::objects::API_VERSION, "BGPPeer", "bgppeers"),
+    (
+        crate::bgp::objects::API_VERSION,
+        "BGPAdvertisement",
+        "bgpadvertisements",
+    ),
+    (
+        crate::bgp::objects::API_VERSION,
+        "BFDProfile",
+        "bfdprofiles",
+    ),
+    (crate::metallb::V1BETA1, "IPAddressPool", "ipaddresspools"),
+    (crate::metallb::V1BETA2, "BGPPeer", "bgppeers"),
+    (
+        crate::metallb::V1BETA1,
+        "BGPAdvertisement",
+        "bgpadvertisements",
+    ),
+    (crate::metallb::V1BETA1, "BFDProfile", "bfdprofiles"),
+    (crate::metallb::V1BETA1, "Community", "communities"),
 ];
 
 /// The resource of a custom kind, from its `group/version`, kind and plural.
@@ -120,9 +139,10 @@ pub(crate) fn custom_resource(api_version: &str, kind: &str, plural: &str) -> Ap
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
 }
 
-/// Decode the watched BGP objects into `loaded` the way the objects file's are: a bad object is
-/// a problem and the rest still apply.
-fn add_bgp_objects<'a>(
+/// Decode the watched custom objects of `kind` in `api` into `loaded` the way the objects
+/// file's are: a bad object is a problem and the rest still apply.
+fn add_custom_objects<'a>(
+    api: &str,
     kind: &str,
     objects: impl Iterator<Item = &'a DynamicObject>,
     loaded: &mut Loaded,
@@ -132,7 +152,7 @@ fn add_bgp_objects<'a>(
             continue;
         };
         if let Some(m) = item.as_object_mut() {
-            m.insert("apiVersion".into(), crate::bgp::objects::API_VERSION.into());
+            m.insert("apiVersion".into(), api.into());
             m.insert("kind".into(), kind.into());
         }
         crate::decode::add_item(item, loaded);
@@ -374,16 +394,16 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
         ));
     }
 
-    let mut bgp_served = [false; BGP_KINDS.len()];
-    for (i, (kind, plural)) in BGP_KINDS.iter().enumerate() {
-        let resource = custom_resource(crate::bgp::objects::API_VERSION, kind, plural);
+    let mut custom_served = [false; CUSTOM_KINDS.len()];
+    for (i, (api, kind, plural)) in CUSTOM_KINDS.iter().enumerate() {
+        let resource = custom_resource(api, kind, plural);
         if served(&client, &resource).await {
-            bgp_served[i] = true;
+            custom_served[i] = true;
             streams.push(stream(
                 Api::<DynamicObject>::all_with(client.clone(), &resource),
                 list(watcher::Config::default()),
                 |o| o,
-                move |e| WatchChange::Bgp(i, Box::new(e)),
+                move |e| WatchChange::Custom(i, Box::new(e)),
             ));
         }
     }
@@ -407,7 +427,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
     let mut nodes = Store::<core::Node>::new();
     let mut subnet_store = Store::<DynamicObject>::new();
     let mut pool_store = Store::<DynamicObject>::new();
-    let mut bgp_stores: [Store<DynamicObject>; BGP_KINDS.len()] =
+    let mut custom_stores: [Store<DynamicObject>; CUSTOM_KINDS.len()] =
         std::array::from_fn(|_| Store::new());
     let gathering = Gathering {
         debounce: cfg.debounce,
@@ -422,8 +442,8 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             WatchChange::Node(e) => nodes.apply(*e),
             WatchChange::Subnet(e) => subnet_store.apply(*e),
             WatchChange::Pool(e) => pool_store.apply(*e),
-            WatchChange::Bgp(i, e) => {
-                if let Some(store) = bgp_stores.get_mut(i) {
+            WatchChange::Custom(i, e) => {
+                if let Some(store) = custom_stores.get_mut(i) {
                     store.apply(*e);
                 }
             }
@@ -434,9 +454,9 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             && nodes.ready
             && (!subnets || subnet_store.ready)
             && (!pools || pool_store.ready)
-            && bgp_stores
+            && custom_stores
                 .iter()
-                .zip(bgp_served)
+                .zip(custom_served)
                 .all(|(store, served)| !served || store.ready);
         if !all_ready {
             continue;
@@ -457,9 +477,10 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
             problems: Vec::new(),
             complete: true,
         };
-        for (store, (kind, _)) in bgp_stores.iter().zip(BGP_KINDS) {
-            add_bgp_objects(kind, store.iter(), &mut loaded);
+        for (store, (api, kind, _)) in custom_stores.iter().zip(CUSTOM_KINDS) {
+            add_custom_objects(api, kind, store.iter(), &mut loaded);
         }
+        crate::metallb::settle(&mut loaded);
         let objects = &loaded.objects;
         tracing::debug!(
             services = objects.services.len(),

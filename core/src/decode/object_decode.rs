@@ -18,6 +18,11 @@ fn problem_of(object: &str, kind: ProblemKind, reason: String) -> Problem {
     Problem::new(Subject::FileItem(object.into()), kind, reason)
 }
 
+/// A problem of kind `kind` with the object described as `object` (`Kind namespace/name`).
+pub fn object_problem(object: &str, kind: ProblemKind, reason: String) -> Problem {
+    problem_of(object, kind, reason)
+}
+
 fn describe(item: &Value, kind: &str) -> String {
     let meta = item.get("metadata");
     let name = meta
@@ -49,6 +54,21 @@ pub fn add_item(item: Value, out: &mut Loaded) {
         .unwrap_or("")
         .to_string();
     let what = describe(&item, if kind.is_empty() { "object" } else { &kind });
+    if crate::metallb::is_metallb(&api) {
+        if crate::metallb::reads(&api, &kind) {
+            let mut item = item;
+            drop_unread(&mut item, &kind);
+            crate::metallb::add_item(item, &kind, &api, &what, out);
+        } else if !kind.is_empty() {
+            // MetalLB's status objects and what vipflow does not read yet.
+            out.problems.push(problem_of(
+                &what,
+                ProblemKind::Unsupported,
+                format!("{api} {kind} is not read by vipflow; skipped"),
+            ));
+        }
+        return;
+    }
     let want_api = match kind.as_str() {
         "Service" | "Node" => "v1",
         "EndpointSlice" => "discovery.k8s.io/v1",
@@ -122,8 +142,8 @@ fn drop_unread(item: &mut Value, kind: &str) {
             a.remove(LAST_APPLIED_ANNOTATION);
         }
     }
-    // A pool's status is what vipflow wrote; the plan reads its spec.
-    if kind == "VipPool"
+    // A pool's status is what vipflow (or MetalLB) wrote; the plan reads its spec.
+    if (kind == "VipPool" || kind == "IPAddressPool")
         && let Some(o) = item.as_object_mut()
     {
         o.remove("status");

@@ -434,6 +434,7 @@ fn finish(docs: Vec<DocReader>) -> Result<Loaded, String> {
     for doc in docs {
         doc.finish_into(&mut out);
     }
+    crate::metallb::settle(&mut out);
     out.complete = true;
     Ok(out)
 }

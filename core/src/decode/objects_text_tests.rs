@@ -492,7 +492,7 @@ fn bgp_objects_are_read_by_item_and_whole_alike_and_another_group_is_said() {
 - apiVersion: vipflow.io/v1alpha1\n  kind: BGPPeer\n  metadata: {name: tor}\n  spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, passwordSecret: {name: s}}\n\
 - apiVersion: vipflow.io/v1alpha1\n  kind: BGPAdvertisement\n  metadata: {name: all}\n  spec: {ipAddressPools: [p]}\n\
 - apiVersion: vipflow.io/v1alpha1\n  kind: BFDProfile\n  metadata: {name: fast}\n  spec: {receiveInterval: 300}\n\
-- apiVersion: metallb.io/v1beta2\n  kind: BGPPeer\n  metadata: {name: theirs}\n  spec: {myASN: 1, peerASN: 2, peerAddress: 10.9.0.9}\n";
+- apiVersion: example.com/v1\n  kind: BGPPeer\n  metadata: {name: theirs}\n  spec: {myASN: 1, peerASN: 2, peerAddress: 10.9.0.9}\n";
     same_as_whole(text);
     let loaded = parse(text).expect("parses");
     let bgp = &loaded.objects.bgp;
@@ -513,7 +513,7 @@ fn bgp_objects_are_read_by_item_and_whole_alike_and_another_group_is_said() {
     );
     assert!(
         said.iter()
-            .any(|p| p.contains("theirs") && p.contains("metallb.io/v1beta2")),
+            .any(|p| p.contains("theirs") && p.contains("example.com/v1")),
         "{said:#?}"
     );
 }

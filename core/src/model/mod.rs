@@ -61,6 +61,8 @@ pub struct BgpObjects {
     pub peers: Vec<crate::bgp::objects::BgpPeer>,
     pub advertisements: Vec<crate::bgp::objects::BgpAdvertisement>,
     pub bfd_profiles: Vec<crate::bgp::objects::BfdProfile>,
+    /// The named communities of MetalLB's `Community` objects.
+    pub communities: Vec<crate::metallb::CommunityAlias>,
 }
 
 impl BgpObjects {
@@ -69,6 +71,7 @@ impl BgpObjects {
         self.peers.extend(other.peers);
         self.advertisements.extend(other.advertisements);
         self.bfd_profiles.extend(other.bfd_profiles);
+        self.communities.extend(other.communities);
     }
 }
 

@@ -43,6 +43,9 @@ pub enum ProblemKind {
     Invalid,
     /// A field vipflow does not know: ignored, the object is still used.
     UnknownField,
+    /// A field vipflow knows and does not carry out (MetalLB's, mostly): said, and the object
+    /// used without it, or skipped where using it without would do otherwise than asked.
+    Unsupported,
 }
 
 impl Problem {

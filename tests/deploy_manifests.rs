@@ -533,6 +533,7 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("vipflow.io", "bgpadvertisements", &[], &read),
         grant("vipflow.io", "bfdprofiles", &[], &read),
         grant("metallb.io", "ipaddresspools", &[], &read),
+        grant("metallb.io", "l2advertisements", &[], &read),
         grant("metallb.io", "bgppeers", &[], &read),
         grant("metallb.io", "bgpadvertisements", &[], &read),
         grant("metallb.io", "bfdprofiles", &[], &read),

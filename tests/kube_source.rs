@@ -143,8 +143,9 @@ async fn a_cluster_without_the_bgp_kinds_has_no_bgp_objects_and_still_gets_its_s
 }
 
 /// MetalLB's kinds as MetalLB's CRDs serve them (namespaced, `BGPPeer` in v1beta2).
-const METALLB_KINDS: [(&str, &str, &str); 5] = [
+const METALLB_KINDS: [(&str, &str, &str); 6] = [
     ("metallb.io/v1beta1", "IPAddressPool", "ipaddresspools"),
+    ("metallb.io/v1beta1", "L2Advertisement", "l2advertisements"),
     ("metallb.io/v1beta2", "BGPPeer", "bgppeers"),
     (
         "metallb.io/v1beta1",
@@ -241,6 +242,50 @@ async fn metallbs_objects_come_from_the_api_as_from_the_objects_file() {
             .contains("vipflow's VipPool first-pool is used instead")),
         "{:?}",
         next.problems
+    );
+    task.abort();
+}
+
+/// MetalLB's documented L2 examples, served under `metallb.io`, give the cluster source the
+/// same `L2Advertisement`s and the same problems (interfaces, serviceSelectors) as the objects
+/// file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metallbs_l2_advertisements_come_from_the_api_as_from_the_objects_file() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/metallb/l2.yaml"
+    ))
+    .expect("the fixture");
+    let kube = KubeServer::start().await;
+    for (api, kind, plural) in METALLB_KINDS {
+        kube.register_resource(api, plural, kind, true);
+        kube.enable_crd(api, plural);
+    }
+    kube.apply_yaml(&text);
+    let (mut rx, task) = start(kube.client().await, KubeSourceConfig::default());
+    let api = snapshot(&mut rx, "MetalLB's L2 objects", |l| {
+        l.objects.l2_advertisements.len() == 8 && !l.objects.pools.is_empty()
+    })
+    .await;
+    let file = vipflow::decode::parse(&text).expect("the objects file parses");
+    let sorted = |l: &Loaded| {
+        let mut ads: Vec<String> = l
+            .objects
+            .l2_advertisements
+            .iter()
+            .map(|a| format!("{:?} {:?}", a.metadata.name, a.spec))
+            .collect();
+        ads.sort();
+        let mut p: Vec<String> = l.problems.iter().map(|p| p.to_string()).collect();
+        p.sort();
+        (ads, p)
+    };
+    assert_eq!(sorted(&api), sorted(&file), "the API's and the file's");
+    assert_eq!(
+        api.problems.len(),
+        6,
+        "four interfaces, two serviceSelectors: {:?}",
+        api.problems
     );
     task.abort();
 }

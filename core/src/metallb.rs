@@ -1,8 +1,10 @@
 //! MetalLB's custom resources (`metallb.io`), read as vipflow's own so that a MetalLB user keeps
 //! every object when moving over: an `IPAddressPool` is a [`VipPool`], a `BGPPeer` (v1beta2, and
 //! the deprecated v1beta1), `BGPAdvertisement` and `BFDProfile` are vipflow's BGP objects of the
-//! same kinds, and a `Community` gives the aliases a `BGPAdvertisement` may name. Each keeps its
-//! `apiVersion`, which says where it came from (`vipflow plan` prints what each became).
+//! same kinds, a `Community` gives the aliases a `BGPAdvertisement` may name, and an
+//! `L2Advertisement` says which pools the L2 announcer answers for and from which nodes
+//! ([`L2Advertisement`]). Each keeps its `apiVersion`, which says where it came from (`vipflow
+//! plan` prints what each became).
 //!
 //! - **Every field is honoured or said.** A field vipflow does not carry out is a problem that
 //!   names it; where ignoring it would advertise or peer otherwise than the user asked (a
@@ -23,6 +25,7 @@ use crate::bgp::objects::{
 };
 use crate::decode::object_problem;
 use crate::ipam::pool_object::{ServiceAllocation, VipPool, VipPoolSpec};
+use crate::ipam::selector;
 use crate::model::{Loaded, ProblemKind};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
@@ -35,8 +38,9 @@ pub const V1BETA2: &str = "metallb.io/v1beta2";
 
 /// The kinds read, with the API versions each is read in and its plural (as the API server
 /// serves them).
-pub const KINDS: [(&str, &str, &str); 6] = [
+pub const KINDS: [(&str, &str, &str); 7] = [
     ("IPAddressPool", V1BETA1, "ipaddresspools"),
+    ("L2Advertisement", V1BETA1, "l2advertisements"),
     ("BGPPeer", V1BETA2, "bgppeers"),
     ("BGPPeer", V1BETA1, "bgppeers"),
     ("BGPAdvertisement", V1BETA1, "bgpadvertisements"),
@@ -61,6 +65,54 @@ pub struct CommunityAlias {
     pub value: String,
     /// The object it came from (`namespace/name`).
     pub object: String,
+}
+
+/// A MetalLB `L2Advertisement`, as the L2 announcer carries it out
+/// ([`crate::plan::l2_selection`]): once the snapshot has one, a VIP of a pool is announced
+/// over L2 only when an advertisement selects its pool, and only by the nodes such an
+/// advertisement admits. vipflow has no kind of its own for it: a `VipPool`'s `nodeSelectors`
+/// say the same for one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2Advertisement {
+    /// Always MetalLB's ([`V1BETA1`]).
+    pub api_version: Option<String>,
+    pub metadata: ObjectMeta,
+    pub spec: L2AdvertisementSpec,
+}
+
+/// What an `L2Advertisement` says that vipflow carries out.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct L2AdvertisementSpec {
+    /// Pools by name; with `ip_address_pool_selectors` both empty, every pool.
+    pub ip_address_pools: Vec<String>,
+    /// Pools by label (ORed with the names).
+    pub ip_address_pool_selectors: Vec<LabelSelector>,
+    /// The nodes that may announce (ORed); empty: every node.
+    pub node_selectors: Vec<LabelSelector>,
+}
+
+impl L2AdvertisementSpec {
+    /// Whether the advertisement selects the pool `name` with `labels` (MetalLB's rule: one
+    /// that names and selects no pool selects every pool; a name no pool has selects none).
+    pub fn selects_pool(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        if self.ip_address_pools.is_empty() && self.ip_address_pool_selectors.is_empty() {
+            return true;
+        }
+        self.ip_address_pools.iter().any(|p| p == name)
+            || self
+                .ip_address_pool_selectors
+                .iter()
+                .any(|s| selector::check(s).is_ok() && selector::matches(s, labels))
+    }
+
+    /// Whether a node with `labels` may announce under this advertisement.
+    pub fn admits_node(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.node_selectors.is_empty()
+            || self
+                .node_selectors
+                .iter()
+                .any(|s| selector::check(s).is_ok() && selector::matches(s, labels))
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -168,6 +220,25 @@ struct AdvertisementSpec {
     service_selectors: Vec<LabelSelector>,
 }
 
+/// [`L2AdvertisementSpec`]'s fields, and those vipflow does not carry out.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct L2Spec {
+    #[serde(default)]
+    ip_address_pools: Vec<String>,
+    #[serde(default)]
+    ip_address_pool_selectors: Vec<LabelSelector>,
+    #[serde(default)]
+    node_selectors: Vec<LabelSelector>,
+    #[serde(default)]
+    interfaces: Vec<String>,
+    #[serde(default)]
+    service_selectors: Vec<LabelSelector>,
+    /// Only said: read as values so that its own fields are not reported as unknown.
+    #[serde(default)]
+    preferred_node_selectors: Vec<Value>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CommunitySpec {
@@ -186,6 +257,8 @@ struct CommunityEntry {
 pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut Loaded) {
     let mut unknown = Vec::new();
     let mut unsupported: Vec<String> = Vec::new();
+    // Parts that cannot be used; the object is used without them.
+    let mut invalid: Vec<String> = Vec::new();
     // A reason the object is left out altogether.
     let mut left_out: Option<String> = None;
     let decoded: Result<(), String> = match kind {
@@ -287,6 +360,49 @@ pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut
                 },
             });
         }),
+        // An advertisement of every pool from every node may have no spec at all (MetalLB's
+        // docs write it so).
+        "L2Advertisement" => decode::<Object<Option<L2Spec>>>(item, &mut unknown).map(|o| {
+            let s = o.spec.unwrap_or_default();
+            if !s.service_selectors.is_empty() {
+                left_out.get_or_insert(
+                    "serviceSelectors is not supported: the advertisement would cover every Service of its pools"
+                        .into(),
+                );
+                return;
+            }
+            if !s.interfaces.is_empty() {
+                unsupported.push(format!(
+                    "interfaces ({}) is not supported: vipflow answers ARP/ND in the switch of each announcing bridge, on the port a request came in by; the advertisement is used without it",
+                    s.interfaces.join(", ")
+                ));
+            }
+            if !s.preferred_node_selectors.is_empty() {
+                unsupported.push(
+                    "preferredNodeSelectors (in no MetalLB release yet) is not supported: ignored; the owner is chosen among the nodes nodeSelectors admit"
+                        .into(),
+                );
+            }
+            for (field, selectors) in [
+                ("ipAddressPoolSelectors", &s.ip_address_pool_selectors),
+                ("nodeSelectors", &s.node_selectors),
+            ] {
+                for (i, sel) in selectors.iter().enumerate() {
+                    if let Err(e) = selector::check(sel) {
+                        invalid.push(format!("{field}[{i}]: {e}; it selects nothing"));
+                    }
+                }
+            }
+            out.objects.l2_advertisements.push(L2Advertisement {
+                api_version: Some(api.to_string()),
+                metadata: o.metadata,
+                spec: L2AdvertisementSpec {
+                    ip_address_pools: s.ip_address_pools,
+                    ip_address_pool_selectors: s.ip_address_pool_selectors,
+                    node_selectors: s.node_selectors,
+                },
+            });
+        }),
         "BFDProfile" => decode::<BfdProfile>(item, &mut unknown).map(|mut o| {
             o.api_version = Some(api.to_string());
             out.objects.bgp.bfd_profiles.push(o);
@@ -321,6 +437,10 @@ pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut
     for u in unsupported {
         out.problems
             .push(object_problem(what, ProblemKind::Unsupported, u));
+    }
+    for i in invalid {
+        out.problems
+            .push(object_problem(what, ProblemKind::Invalid, i));
     }
     if let Some(why) = left_out {
         out.problems.push(object_problem(
@@ -393,6 +513,13 @@ pub fn settle(loaded: &mut Loaded) {
         |a| (&a.api_version, &a.metadata),
         "BGPAdvertisement",
         "BGPAdvertisement",
+        problems,
+    );
+    shadow(
+        &mut o.l2_advertisements,
+        |a| (&a.api_version, &a.metadata),
+        "L2Advertisement",
+        "L2Advertisement",
         problems,
     );
     shadow(
@@ -546,9 +673,50 @@ pub fn became(objects: &crate::model::Objects) -> Vec<String> {
             c.object, c.name, c.value
         ));
     }
+    for a in &objects.l2_advertisements {
+        out.push(format!(
+            "L2Advertisement {} -> L2 announcement of {} from {}",
+            described(&a.metadata),
+            l2_pools_said(&a.spec),
+            match a.spec.node_selectors.len() {
+                0 => "every node".to_string(),
+                1 => "the nodes its nodeSelector matches".to_string(),
+                n => format!("the nodes one of its {n} nodeSelectors matches"),
+            }
+        ));
+    }
     out
+}
+
+/// The pools an L2Advertisement selects, in words.
+fn l2_pools_said(s: &L2AdvertisementSpec) -> String {
+    let mut parts = Vec::new();
+    if !s.ip_address_pools.is_empty() {
+        let plural = if s.ip_address_pools.len() == 1 {
+            ""
+        } else {
+            "s"
+        };
+        parts.push(format!("pool{plural} {}", s.ip_address_pools.join(", ")));
+    }
+    match s.ip_address_pool_selectors.len() {
+        0 => {}
+        1 => parts.push("the pools its ipAddressPoolSelector matches".into()),
+        n => parts.push(format!(
+            "the pools one of its {n} ipAddressPoolSelectors matches"
+        )),
+    }
+    if parts.is_empty() {
+        "every pool".into()
+    } else {
+        parts.join(" and ")
+    }
 }
 
 #[cfg(test)]
 #[path = "metallb_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "metallb_l2_tests.rs"]
+mod l2_tests;

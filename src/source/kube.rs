@@ -110,7 +110,7 @@ enum WatchChange {
 /// (deploy/*-crd.yaml), and MetalLB's kinds that vipflow takes as its own ([`crate::metallb`];
 /// its `BGPPeer` in the version MetalLB stores). Each is watched where the API server serves
 /// it; a cluster without them has none of their objects.
-const CUSTOM_KINDS: [(&str, &str, &str); 8] = [
+const CUSTOM_KINDS: [(&str, &str, &str); 9] = [
     (crate::bgp::objects::API_VERSION, "BGPPeer", "bgppeers"),
     (
         crate::bgp::objects::API_VERSION,
@@ -131,6 +131,11 @@ const CUSTOM_KINDS: [(&str, &str, &str); 8] = [
     ),
     (crate::metallb::V1BETA1, "BFDProfile", "bfdprofiles"),
     (crate::metallb::V1BETA1, "Community", "communities"),
+    (
+        crate::metallb::V1BETA1,
+        "L2Advertisement",
+        "l2advertisements",
+    ),
 ];
 
 /// The resource of a custom kind, from its `group/version`, kind and plural.
@@ -471,6 +476,7 @@ pub async fn run(client: Client, cfg: KubeSourceConfig, tx: watch::Sender<Arc<Lo
                 .filter_map(crate::ipam_task::to_pool_object)
                 .collect(),
             bgp: Default::default(),
+            l2_advertisements: Vec::new(),
         };
         let mut loaded = Loaded {
             objects,
@@ -570,5 +576,21 @@ mod tests {
         s.apply(WatchEvent::Ready);
         assert_eq!(ports(&s), [("c/z".into(), 4)]);
         assert_eq!(s.values().len(), 1);
+    }
+
+    /// Every MetalLB kind the objects file reads is watched too: one that is not would be
+    /// missing in a cluster without a word.
+    #[test]
+    fn every_metallb_kind_read_is_watched() {
+        for (kind, api, plural) in crate::metallb::KINDS {
+            // The API server serves a BGPPeer in the version asked for: one watch reads both.
+            if kind == "BGPPeer" && api == crate::metallb::V1BETA1 {
+                continue;
+            }
+            assert!(
+                CUSTOM_KINDS.contains(&(api, kind, plural)),
+                "{api} {kind} is not watched"
+            );
+        }
     }
 }

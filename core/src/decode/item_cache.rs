@@ -48,6 +48,7 @@ enum Object {
     Pool(Box<crate::ipam::pool_object::VipPool>),
     /// A BGP object (rare: one of a few, so kept as the objects it decoded to).
     Bgp(Box<crate::model::BgpObjects>),
+    L2Advertisement(Box<crate::metallb::L2Advertisement>),
 }
 
 impl Decoded {
@@ -73,6 +74,12 @@ impl Decoded {
                     .next()
                     .map(|p| Object::Pool(Box::new(p)))
             })
+            .or_else(|| {
+                o.l2_advertisements
+                    .into_iter()
+                    .next()
+                    .map(|a| Object::L2Advertisement(Box::new(a)))
+            })
             .or_else(|| (o.bgp != Default::default()).then(|| Object::Bgp(Box::new(o.bgp))));
         Decoded {
             object,
@@ -89,6 +96,7 @@ impl Decoded {
             Some(Object::Subnet(s)) => out.objects.subnets.push((**s).clone()),
             Some(Object::Pool(p)) => out.objects.pools.push((**p).clone()),
             Some(Object::Bgp(b)) => out.objects.bgp.extend((**b).clone()),
+            Some(Object::L2Advertisement(a)) => out.objects.l2_advertisements.push((**a).clone()),
             None => {}
         }
         out.problems.extend(self.problems.iter().cloned());

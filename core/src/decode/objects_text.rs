@@ -407,6 +407,7 @@ impl DocReader {
             subnets,
             pools,
             bgp,
+            l2_advertisements,
         } = objects;
         out.objects.services.extend(services);
         out.objects.endpoint_slices.extend(endpoint_slices);
@@ -414,6 +415,7 @@ impl DocReader {
         out.objects.subnets.extend(subnets);
         out.objects.pools.extend(pools);
         out.objects.bgp.extend(bgp);
+        out.objects.l2_advertisements.extend(l2_advertisements);
         out.problems.extend(problems);
     }
 }

@@ -53,6 +53,9 @@ pub struct Objects {
     pub pools: Vec<crate::ipam::pool_object::VipPool>,
     /// vipflow's BGP objects (vipflow.io/v1alpha1).
     pub bgp: BgpObjects,
+    /// MetalLB's `L2Advertisement`s: which pools the L2 announcer answers for, and from which
+    /// nodes ([`crate::plan::l2_selection`]).
+    pub l2_advertisements: Vec<crate::metallb::L2Advertisement>,
 }
 
 /// The BGP objects of a snapshot ([`crate::bgp::objects`]).

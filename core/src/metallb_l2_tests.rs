@@ -1,9 +1,13 @@
 //! MetalLB's documented L2 examples (tests/fixtures/metallb/l2.yaml, l2-preferred.yaml) read
 //! through the objects file: each `L2Advertisement` is read, what vipflow does not carry out
-//! (`interfaces`, `serviceSelectors`, `preferredNodeSelectors`) is said.
+//! (`interfaces`, `serviceSelectors`, `preferredNodeSelectors`) is said, and the L2 announcer's
+//! eligibility follows what is read.
 
 use super::*;
-use crate::model::Subject;
+use crate::announce::placement::Eligible;
+use crate::model::{ModelOptions, Subject};
+use crate::plan::eligibility::Eligibility;
+use crate::plan::service_index::ServiceIndex;
 
 fn fixture(name: &str) -> String {
     let path = format!(
@@ -97,6 +101,44 @@ fn the_l2_examples_are_read_and_interfaces_and_service_selectors_are_said() {
     assert!(
         became.contains(&"L2Advertisement metallb-system/example-node-a-b -> L2 announcement of pool first-pool from the nodes one of its 2 nodeSelectors matches".to_string()),
         "{became:#?}"
+    );
+}
+
+/// The docs' "Limiting the set of nodes": with the advertisements that name first-pool and
+/// nodes (NodeA, NodeB) and none for every pool, first-pool's VIPs go to NodeA or NodeB only;
+/// with the docs' first advertisement (every pool) too, to any node.
+#[test]
+fn the_node_limited_example_lets_only_node_a_or_node_b_announce_first_pool() {
+    let nodes = "apiVersion: v1\nkind: List\nitems:\n\
+        - {apiVersion: v1, kind: Node, metadata: {name: node-a, labels: {kubernetes.io/hostname: NodeA}}}\n\
+        - {apiVersion: v1, kind: Node, metadata: {name: node-b, labels: {kubernetes.io/hostname: NodeB}}}\n\
+        - {apiVersion: v1, kind: Node, metadata: {name: node-c, labels: {kubernetes.io/hostname: NodeC}}}\n\
+        - {apiVersion: v1, kind: Service, metadata: {name: web, namespace: shop}, spec: {externalIPs: [192.168.1.241], ports: [{port: 80, protocol: TCP}]}}\n";
+    let extra = crate::decode::parse(nodes).expect("objects").objects;
+    let mut o = crate::decode::parse(&fixture("l2.yaml"))
+        .expect("the objects parse")
+        .objects;
+    o.nodes = extra.nodes;
+    o.services = extra.services;
+    let eligible = |o: &crate::model::Objects| {
+        let mut services = ServiceIndex::new(ModelOptions::default(), &[], 0x7f1f);
+        services.update(o);
+        let mut e = Eligibility::for_l2();
+        e.update(o, &services);
+        e.of("192.168.1.241".parse().expect("an address"))
+    };
+    assert_eq!(eligible(&o), Eligible::Any);
+    o.l2_advertisements.retain(|a| {
+        !matches!(
+            a.metadata.name.as_deref(),
+            Some("example" | "example-first-pool" | "example-advertisement9")
+        )
+    });
+    assert_eq!(
+        eligible(&o),
+        Eligible::Nodes(std::sync::Arc::new(
+            ["node-a", "node-b"].into_iter().map(Into::into).collect()
+        ))
     );
 }
 

@@ -14,8 +14,14 @@
 //! L2Advertisement has them) may only be announced by the Nodes whose labels match one of
 //! them, on top of the above. The pools and the Nodes' labels are read again only when they
 //! changed, and VIPs are re-placed only when a pool's set of nodes changed.
+//!
+//! The L2 announcer's eligibility ([`Eligibility::for_l2`]) also follows MetalLB's
+//! `L2Advertisement`s ([`super::l2_selection`]): once there is one, a VIP of a pool none
+//! selects has no eligible node, and one of a pool some select only the nodes they admit.
+//! BGP's leaves them out: its own advertisements say where its VIPs go.
 
 use super::exclude::IpRange;
+use super::l2_selection::{L2Nodes, L2Pools, L2Reason};
 use super::service_index::ServiceIndex;
 use super::slice_index::SliceIndex;
 use crate::announce::placement::{Eligible, NodeName};
@@ -51,9 +57,30 @@ pub struct Eligibility {
     /// The pools and Nodes last read (Nodes by allocation), and what they gave.
     pools_read: (Vec<VipPool>, Vec<usize>),
     pools: Vec<PoolNodes>,
+    /// The L2 announcer's: the `L2Advertisement`s as last read, and what they give.
+    l2: Option<L2Read>,
+}
+
+#[derive(Default)]
+struct L2Read {
+    read: Vec<crate::metallb::L2Advertisement>,
+    /// `None`: no `L2Advertisement`, every VIP as without them.
+    pools: Option<L2Pools>,
+    /// The VIPs of Services that no node announces because no `L2Advertisement` selects
+    /// their pool, with the pool: kept one touched VIP at a time, and handed on as is
+    /// while it stands.
+    unadvertised: imbl::OrdMap<IpAddr, Arc<str>>,
 }
 
 impl Eligibility {
+    /// The L2 announcer's eligibility: MetalLB's `L2Advertisement`s narrow it too.
+    pub fn for_l2() -> Eligibility {
+        Eligibility {
+            l2: Some(L2Read::default()),
+            ..Eligibility::default()
+        }
+    }
+
     /// Take the same snapshot `services` was just updated with; returns the VIPs whose
     /// eligible nodes may have changed.
     pub fn update(&mut self, objects: &Objects, services: &ServiceIndex) -> Vec<IpAddr> {
@@ -103,7 +130,40 @@ impl Eligibility {
         }
         touched.sort_unstable();
         touched.dedup();
+        if let Some(l2) = &mut self.l2 {
+            for v in &touched {
+                let pool = l2
+                    .pools
+                    .as_ref()
+                    .and_then(|p| p.of_vip(*v))
+                    .filter(|(_, nodes)| **nodes == L2Nodes::Unadvertised)
+                    .filter(|_| self.by_vip.contains_key(v))
+                    .map(|(pool, _)| pool);
+                // Written only when it changes: a write copies the shared map.
+                if l2.unadvertised.get(v) != pool {
+                    match pool {
+                        Some(p) => l2.unadvertised.insert(*v, Arc::clone(p)),
+                        None => l2.unadvertised.remove(v),
+                    };
+                }
+            }
+        }
         touched
+    }
+
+    /// The VIPs of Services that no node announces over L2 because no `L2Advertisement`
+    /// selects their pool, with the pool (empty unless this is the L2 announcer's).
+    pub fn unadvertised(&self) -> imbl::OrdMap<IpAddr, Arc<str>> {
+        self.l2
+            .as_ref()
+            .map(|l| l.unadvertised.clone())
+            .unwrap_or_default()
+    }
+
+    /// Why MetalLB's `L2Advertisement`s keep `node` from announcing `vip`, if they do (only
+    /// the L2 announcer's eligibility reads them).
+    pub fn l2_reason(&self, vip: IpAddr, node: &str) -> Option<L2Reason> {
+        self.l2.as_ref()?.pools.as_ref()?.reason(vip, node)
     }
 
     /// Read the pools' node selectors again if the pools or the Nodes changed; whether what
@@ -117,7 +177,11 @@ impl Eligibility {
                 .iter()
                 .zip(&objects.nodes)
                 .all(|(a, n)| *a == ptr(n));
-        if same_nodes && self.pools_read.0 == objects.pools {
+        let same_ads = self
+            .l2
+            .as_ref()
+            .is_none_or(|l| l.read == objects.l2_advertisements);
+        if same_nodes && same_ads && self.pools_read.0 == objects.pools {
             return false;
         }
         self.pools_read = (
@@ -149,24 +213,44 @@ impl Eligibility {
                 }
             })
             .collect();
-        let changed = pools != self.pools;
+        let mut changed = pools != self.pools;
         self.pools = pools;
+        if let Some(l2) = &mut self.l2 {
+            let now = L2Pools::of(objects);
+            changed |= now != l2.pools;
+            l2.read.clone_from(&objects.l2_advertisements);
+            l2.pools = now;
+        }
         changed
     }
 
-    /// The nodes that may announce `vip`.
+    /// The nodes that may announce `vip`: those every rule that speaks for it allows.
     pub fn of(&self, vip: IpAddr) -> Eligible {
         let pool = self
             .pools
             .iter()
             .find(|p| p.ranges.iter().any(|r| r.contains(vip)))
-            .map(|p| &p.nodes);
-        match (self.serving(vip), pool) {
-            (None, None) => Eligible::Any,
-            (None, Some(p)) => Eligible::Nodes(Arc::clone(p)),
-            (Some(s), None) => Eligible::Nodes(Arc::new(s)),
-            (Some(s), Some(p)) => Eligible::Nodes(Arc::new(s.intersection(p).cloned().collect())),
+            .map(|p| Arc::clone(&p.nodes));
+        let advertised = self
+            .l2
+            .as_ref()
+            .and_then(|l| l.pools.as_ref()?.of_vip(vip))
+            .and_then(|(_, nodes)| match nodes {
+                L2Nodes::Unadvertised => Some(Arc::new(BTreeSet::new())),
+                L2Nodes::Every => None,
+                L2Nodes::Only(n) => Some(Arc::clone(n)),
+            });
+        let mut allowed: Option<Arc<BTreeSet<NodeName>>> = None;
+        for rule in [self.serving(vip).map(Arc::new), pool, advertised]
+            .into_iter()
+            .flatten()
+        {
+            allowed = Some(match allowed {
+                None => rule,
+                Some(a) => Arc::new(a.intersection(&rule).cloned().collect()),
+            });
         }
+        allowed.map_or(Eligible::Any, Eligible::Nodes)
     }
 
     /// The nodes with a ready endpoint of the Services on `vip`, when all of them are Local

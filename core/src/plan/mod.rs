@@ -10,6 +10,7 @@ pub mod flow_key;
 pub mod flow_text;
 pub mod flows;
 pub mod handover;
+pub mod l2_selection;
 pub mod node_template;
 pub mod northbound;
 mod northbound_config;

@@ -108,6 +108,9 @@ pub struct AnnounceState {
     /// Every VIP's owner, as this node sees it: whose answer each Service's record names
     /// ([`crate::announce::record`]).
     pub owners: imbl::OrdMap<IpAddr, crate::announce::placement::NodeName>,
+    /// The VIPs no node announces because no MetalLB `L2Advertisement` selects their pool,
+    /// with the pool ([`Eligibility::unadvertised`]).
+    pub unadvertised: imbl::OrdMap<IpAddr, Arc<str>>,
 }
 
 /// What one update produced.
@@ -183,7 +186,7 @@ impl Planner {
 
     /// Plan the ARP answers of the bridges that announce, as node `node`.
     pub fn announcing_as(mut self, node: &str) -> Planner {
-        self.announcements = Some((Announcements::new(node), Eligibility::default()));
+        self.announcements = Some((Announcements::new(node), Eligibility::for_l2()));
         self
     }
 
@@ -288,17 +291,20 @@ impl Planner {
                 a.successors().into_iter().collect()
             };
             let owners = a.owners();
+            let unadvertised = eligibility.unadvertised();
             // VIPs also move between other nodes (their endpoints, their labels).
-            let stale = self
-                .announce_state
-                .as_ref()
-                .is_none_or(|s| s.successors != successors || !s.owners.ptr_eq(&owners));
+            let stale = self.announce_state.as_ref().is_none_or(|s| {
+                s.successors != successors
+                    || !s.owners.ptr_eq(&owners)
+                    || !s.unadvertised.ptr_eq(&unadvertised)
+            });
             if stale || !change.turns.is_empty() || change.live_changed || self.withdrawn {
                 self.announce_state = Some(Arc::new(AnnounceState {
                     here: here.clone(),
                     live: a.live().iter().cloned().collect(),
                     successors,
                     owners,
+                    unadvertised,
                 }));
             }
             let again: Vec<IpAddr> = if change.joined { here } else { Vec::new() };
@@ -327,6 +333,7 @@ impl Planner {
                 live: Vec::new(),
                 successors: Vec::new(),
                 owners: Default::default(),
+                unadvertised: Default::default(),
             }));
         }
         let bridges = deltas
@@ -382,6 +389,19 @@ impl Planner {
     /// Who announces what, when a bridge announces.
     pub fn announcements(&self) -> Option<&Announcements> {
         self.announcements.as_ref().map(|(a, _)| a)
+    }
+
+    /// The VIPs MetalLB's `L2Advertisement`s keep `node` from announcing, and why, in VIP
+    /// order (`vipflow plan`); empty when no bridge announces. Visits every VIP.
+    pub fn l2_withheld(&self, node: &str) -> Vec<(IpAddr, super::l2_selection::L2Reason)> {
+        let Some((_, eligibility)) = &self.announcements else {
+            return Vec::new();
+        };
+        self.services
+            .vips()
+            .iter()
+            .filter_map(|v| Some((*v, eligibility.l2_reason(*v, node)?)))
+            .collect()
     }
 
     /// The rows per Service, when the planner keeps them.

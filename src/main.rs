@@ -141,6 +141,17 @@ async fn dispatch(
                     );
                 }
             }
+            let withheld = one.planner.l2_withheld(&cfg.node_name);
+            if !withheld.is_empty() {
+                println!(
+                    "# answers node {} puts on no bridge, as MetalLB's L2Advertisements say ({})",
+                    cfg.node_name,
+                    withheld.len()
+                );
+                for (vip, reason) in &withheld {
+                    println!("#   {vip}: {reason}");
+                }
+            }
             let rows: Vec<&vipflow::plan::northbound::LbRow> = one
                 .plans
                 .northbound

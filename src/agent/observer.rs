@@ -257,9 +257,12 @@ pub(super) async fn observe_agent(
                     .as_mut()
                     .map(|p| p.borrow_and_update().to_vec())
                     .unwrap_or_default(),
-                announce: ann.as_ref().map(|a| crate::status::AnnounceDoc {
-                    live: a.live.iter().map(|n| n.to_string()).collect(),
-                    here: a.here.clone(),
+                announce: ann.as_ref().map(|a| {
+                    crate::status::AnnounceDoc::with(
+                        a.live.iter().map(|n| n.to_string()).collect(),
+                        a.here.clone(),
+                        &a.unadvertised,
+                    )
                 }),
                 bgp: frr_now.as_ref().map(|s| {
                     let vips = p.bgp.as_ref().map(|b| b.vips.as_ref());

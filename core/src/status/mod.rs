@@ -124,6 +124,42 @@ impl BgpDoc {
 pub struct AnnounceDoc {
     pub live: Vec<String>,
     pub here: Vec<std::net::IpAddr>,
+    /// The VIPs no node announces over L2 because no MetalLB `L2Advertisement` selects
+    /// their pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unadvertised: Vec<UnadvertisedDoc>,
+}
+
+/// A VIP no node announces over L2, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnadvertisedDoc {
+    pub vip: std::net::IpAddr,
+    pub reason: String,
+}
+
+impl AnnounceDoc {
+    /// The document of what the planner says this node announces (`unadvertised`: VIP and
+    /// pool).
+    pub fn with(
+        live: Vec<String>,
+        here: Vec<std::net::IpAddr>,
+        unadvertised: &imbl::OrdMap<std::net::IpAddr, std::sync::Arc<str>>,
+    ) -> AnnounceDoc {
+        AnnounceDoc {
+            live,
+            here,
+            unadvertised: unadvertised
+                .iter()
+                .map(|(vip, pool)| UnadvertisedDoc {
+                    vip: *vip,
+                    reason: crate::plan::l2_selection::L2Reason::Unadvertised {
+                        pool: std::sync::Arc::clone(pool),
+                    }
+                    .to_string(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// One address pool: its name and status (usage per family, whether it can be used).
@@ -324,6 +360,12 @@ impl fmt::Display for StatusDoc {
                 a.live.len(),
                 a.live.join(" ")
             )?;
+            if !a.unadvertised.is_empty() {
+                writeln!(f, "  not announced by any node ({}):", a.unadvertised.len())?;
+                for u in &a.unadvertised {
+                    writeln!(f, "    {}: {}", u.vip, u.reason)?;
+                }
+            }
         }
         if let Some(b) = &self.bgp {
             writeln!(
@@ -439,10 +481,11 @@ mod tests {
                 name: "blue".into(),
                 status: crate::ipam::pool_object::VipPoolStatus::of(pool, |f| a.usage("blue", f)),
             }],
-            announce: Some(AnnounceDoc {
-                live: vec!["node-a".into(), "node-b".into()],
-                here: vec!["172.18.0.100".parse().unwrap()],
-            }),
+            announce: Some(AnnounceDoc::with(
+                vec!["node-a".into(), "node-b".into()],
+                vec!["172.18.0.100".parse().unwrap()],
+                &imbl::OrdMap::unit("172.18.0.200".parse().unwrap(), "green".into()),
+            )),
             bgp: None,
         };
         let json = serde_json::to_value(&doc).unwrap();
@@ -451,7 +494,7 @@ mod tests {
         assert_eq!(serde_json::from_value::<StatusDoc>(json).unwrap(), doc);
         let text = doc.to_string();
         assert!(
-            text.contains("announces 1 VIPs: 172.18.0.100\n  live nodes (2): node-a node-b"),
+            text.contains("announces 1 VIPs: 172.18.0.100\n  live nodes (2): node-a node-b\n  not announced by any node (1):\n    172.18.0.200: no L2Advertisement selects its pool green\n"),
             "{text}"
         );
         assert!(

@@ -493,3 +493,79 @@ async fn the_router_id_is_set_so_an_interface_flap_does_not_take_it_away() {
             .expect("removed");
     }
 }
+
+/// A `BGPAdvertisement`'s communities go out on the routes of its pool: the node's
+/// configuration (made from the objects as the agent makes it) sets them in its outbound
+/// route-map, FRR takes it, and the router holds the VIP's route with them.
+#[tokio::test]
+async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
+    use vipflow::bgp::frr_config::{config_batch, for_node};
+    let tag = format!("{}", std::process::id() % 100_000 + 11);
+    let router_conf = "frr defaults datacenter\n!\nrouter bgp 64512\n bgp router-id 10.9.0.1\n no bgp ebgp-requires-policy\n neighbor 10.9.0.2 remote-as 64513\nexit\n";
+    let Some(router) = Frr::start(&format!("vf-cr-{tag}"), router_conf) else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let objects = vipflow::decode::parse(
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - {apiVersion: v1, kind: Node, metadata: {name: n1}, status: {addresses: [{type: InternalIP, address: 10.9.0.2}]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: tor}, spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: blue}, spec: {addresses: [198.51.100.0/24]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: green}, spec: {addresses: [203.0.113.0/24]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: tagged}, spec: {ipAddressPools: [blue], localPref: 100, communities: ['64512:7', 'large:64512:1:2']}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: plain}, spec: {ipAddressPools: [green]}}\n",
+    )
+    .expect("objects");
+    let (config, problems) = for_node(&objects.objects, "n1");
+    assert!(problems.is_empty(), "{problems:?}");
+    let config = config.expect("a configuration");
+    let node = Frr::start(&format!("vf-cn-{tag}"), "").expect("the node's FRR");
+    testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
+    let vtysh = Vtysh::new(node.path());
+    let batch = config_batch(None, Some(&config)).expect("a configuration");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    let networks = nets(&["198.51.100.20/32", "203.0.113.20/32"]);
+    vtysh
+        .apply_bgpd(&frr_batch(64513, &BTreeSet::new(), &networks).expect("a batch"))
+        .await
+        .expect("FRR takes the networks");
+    // What the router holds for each VIP: (communities, large communities).
+    let held = |prefix: &str| -> Option<(String, String)> {
+        let text = router
+            .vtysh(&[&format!("show bgp ipv4 unicast {prefix} json")])
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let p = v["paths"].as_array()?.first()?.clone();
+        Some((
+            p["community"]["string"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            p["largeCommunity"]["string"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        ))
+    };
+    let start = std::time::Instant::now();
+    let (tagged, plain) = loop {
+        if let (Some(t), Some(p)) = (held("198.51.100.20/32"), held("203.0.113.20/32")) {
+            break (t, p);
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the router never had both routes:\n{}",
+            router.vtysh(&["show bgp ipv4 unicast"]).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(tagged, ("64512:7".to_string(), "64512:1:2".to_string()));
+    assert_eq!(
+        plain,
+        (String::new(), String::new()),
+        "another pool's route carries none"
+    );
+}

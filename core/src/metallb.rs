@@ -489,8 +489,8 @@ fn decode<T: serde::de::DeserializeOwned>(
 
 /// Settle a complete snapshot's MetalLB objects among vipflow's: a MetalLB object that a
 /// vipflow object of its kind and name shadows (or an earlier MetalLB one) goes, and is said;
-/// community aliases are replaced by their values; and what vipflow does not yet give FRR is
-/// said for every advertisement that sets it.
+/// community aliases are replaced by their values; and an advertisement's `peers`, which
+/// vipflow does not carry out yet, is said.
 pub fn settle(loaded: &mut Loaded) {
     let problems = &mut loaded.problems;
     let o = &mut loaded.objects;
@@ -562,25 +562,11 @@ pub fn settle(loaded: &mut Loaded) {
             }
         }
         a.spec.communities = resolved;
-        let s = &a.spec;
-        let mut not_yet = Vec::new();
-        if s.local_pref.is_some_and(|l| l != 0) {
-            not_yet.push("localPref");
-        }
-        if !s.communities.is_empty() {
-            not_yet.push("communities");
-        }
-        if !s.peers.is_empty() {
-            not_yet.push("peers");
-        }
-        if !not_yet.is_empty() {
+        if !a.spec.peers.is_empty() {
             problems.push(object_problem(
                 &what,
                 ProblemKind::Unsupported,
-                format!(
-                    "{} not supported yet: its prefixes go to every peer, without communities or local preference",
-                    not_yet.join(", ")
-                ),
+                "peers not supported yet: its prefixes go to every peer".into(),
             ));
         }
     }

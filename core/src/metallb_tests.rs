@@ -281,14 +281,9 @@ fn the_bgp_example_becomes_vipflows_objects_and_what_is_not_done_is_said() {
         .find(|a| a.metadata.name.as_deref() == Some("local-vpn-only"))
         .expect("local-vpn-only");
     assert_eq!(vpn.spec.communities, ["1234:1"]);
-    // What FRR is not given yet is said, per advertisement.
+    // Communities and local preference are carried out; peers is said.
     let local = said(&loaded, "BGPAdvertisement metallb-system/local");
-    assert!(
-        local
-            .iter()
-            .any(|r| r.contains("localPref, communities not supported yet")),
-        "{local:?}"
-    );
+    assert!(local.is_empty(), "{local:?}");
     let example = said(&loaded, "BGPAdvertisement metallb-system/example");
     assert!(
         example

@@ -47,6 +47,13 @@ pub enum FrrConfigProblem {
     },
     #[error("BGPPeer {peer}: BFDProfile {profile} does not exist")]
     NoProfile { peer: String, profile: String },
+    #[error(
+        "BGPAdvertisement {advertisement}: community {community:?} is not A:B (16-bit numbers) or large:A:B:C (32-bit numbers); left out"
+    )]
+    BadCommunity {
+        advertisement: String,
+        community: String,
+    },
 }
 
 /// The route-map every neighbor's received routes go through: it denies all.
@@ -65,7 +72,15 @@ pub fn for_node(
     let labels: BTreeMap<String, String> = me
         .and_then(|n| n.metadata.labels.clone())
         .unwrap_or_default();
-    let (config, problems) = node_config(&labels, &objects.bgp.peers, &objects.bgp.bfd_profiles);
+    let (policy, mut problems) =
+        super::route_policy::outbound(&crate::plan::bgp_selection::BgpPools::of(objects));
+    let (config, peer_problems) = node_config_with(
+        &labels,
+        &objects.bgp.peers,
+        &objects.bgp.bfd_profiles,
+        policy.as_deref(),
+    );
+    problems.extend(peer_problems);
     let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
     let address = me.and_then(|n| internal_ipv4(n));
     let config = config.map(|c| match address {
@@ -121,6 +136,17 @@ pub fn node_config(
     node_labels: &BTreeMap<String, String>,
     peers: &[BgpPeer],
     profiles: &[BfdProfile],
+) -> (Option<String>, Vec<FrrConfigProblem>) {
+    node_config_with(node_labels, peers, profiles, None)
+}
+
+/// [`node_config`] with `outbound`, the advertisements' route-map and prefix-lists
+/// ([`super::route_policy::outbound`]), on every neighbor's outbound routes.
+pub fn node_config_with(
+    node_labels: &BTreeMap<String, String>,
+    peers: &[BgpPeer],
+    profiles: &[BfdProfile],
+    outbound: Option<&str>,
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
     let mut problems = Vec::new();
     let name = |p: &BgpPeer| p.metadata.name.clone().unwrap_or_default();
@@ -199,6 +225,9 @@ pub fn node_config(
         out.push_str("exit\n!\n");
     }
     let _ = writeln!(out, "route-map {ACCEPT_NOTHING} deny 10\nexit\n!");
+    if let Some(policy) = outbound {
+        out.push_str(policy);
+    }
     let _ = writeln!(out, "router bgp {}", first.spec.my_asn);
     if let Some(id) = chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
         let _ = writeln!(out, " bgp router-id {id}");
@@ -272,6 +301,13 @@ pub fn node_config(
         for n in neighbors {
             let _ = writeln!(out, "  neighbor {n} activate");
             let _ = writeln!(out, "  neighbor {n} route-map {ACCEPT_NOTHING} in");
+            if outbound.is_some() {
+                let _ = writeln!(
+                    out,
+                    "  neighbor {n} route-map {} out",
+                    super::route_policy::OUTBOUND
+                );
+            }
         }
         out.push_str(" exit-address-family\n");
     }
@@ -295,7 +331,11 @@ pub fn config_batch(old: Option<&str>, new: Option<&str>) -> Option<String> {
     let new_tree = new.map(ConfigTree::of).unwrap_or_default();
     for (head, lines) in &old_tree.blocks {
         match new_tree.blocks.get(head) {
-            None if head.starts_with("router bgp ") || head.starts_with("route-map ") => {
+            None if head.starts_with("router bgp ")
+                || head.starts_with("route-map ")
+                || head.starts_with("ip prefix-list ")
+                || head.starts_with("ipv6 prefix-list ") =>
+            {
                 let _ = writeln!(out, "no {head}");
             }
             None => {

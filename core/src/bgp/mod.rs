@@ -8,5 +8,6 @@
 pub mod frr_config;
 pub mod frr_state;
 pub mod objects;
+pub mod route_policy;
 pub mod speaker;
 pub mod vty;

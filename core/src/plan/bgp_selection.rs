@@ -96,6 +96,11 @@ impl BgpPools {
         BgpPools { pools }
     }
 
+    /// Every advertised pool with the terms of the advertisements that select it.
+    pub fn each(&self) -> impl Iterator<Item = (&Pool, &[Arc<AdvertisementTerms>])> {
+        self.pools.iter().map(|(p, t)| (p, t.as_slice()))
+    }
+
     /// The terms `vip` goes out under: empty when no advertised pool holds it.
     pub fn terms(&self, vip: IpAddr) -> &[Arc<AdvertisementTerms>] {
         self.pools

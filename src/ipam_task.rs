@@ -126,10 +126,46 @@ pub(crate) fn pool_resource() -> ApiResource {
     crate::source::kube::custom_resource(API_VERSION, KIND, PLURAL)
 }
 
+/// MetalLB's `IPAddressPool`s, allocated from as vipflow's own pools ([`crate::metallb`]).
+fn metallb_pool_resource() -> ApiResource {
+    crate::source::kube::custom_resource(crate::metallb::V1BETA1, "IPAddressPool", "ipaddresspools")
+}
+
+/// A watched MetalLB `IPAddressPool` as the allocator takes it, read as the objects file reads
+/// it; `None` when it cannot be read (said by every agent's source).
+fn to_metallb_pool(o: &DynamicObject) -> Option<PoolSpec> {
+    let item = serde_json::json!({
+        "apiVersion": crate::metallb::V1BETA1,
+        "kind": "IPAddressPool",
+        "metadata": o.metadata,
+        "spec": o.data.get("spec").cloned().unwrap_or_default(),
+    });
+    let mut loaded = crate::model::Loaded::default();
+    crate::decode::add_item(item, &mut loaded);
+    loaded.objects.pools.first().map(VipPool::to_spec)
+}
+
+/// The pools the allocator hands addresses from: every `VipPool`, and every MetalLB
+/// `IPAddressPool` no `VipPool` of its name shadows (vipflow's object wins, as in the plan).
+fn all_pools(
+    ours: &BTreeMap<String, PoolSpec>,
+    metallb: &BTreeMap<String, PoolSpec>,
+) -> Vec<PoolSpec> {
+    let mut by_name: BTreeMap<&str, &PoolSpec> = BTreeMap::new();
+    for p in metallb.values() {
+        by_name.entry(p.name.as_str()).or_insert(p);
+    }
+    for p in ours.values() {
+        by_name.insert(p.name.as_str(), p);
+    }
+    by_name.into_values().cloned().collect()
+}
+
 /// What one watch saw.
 enum IpamWatched {
     Service(Box<Event<Service>>),
     Pool(Box<Event<DynamicObject>>),
+    MetallbPool(Box<Event<DynamicObject>>),
     Namespace(Box<Event<Namespace>>),
     Subnet(Box<Event<DynamicObject>>),
 }
@@ -139,6 +175,7 @@ enum IpamWatched {
 enum Unboxed {
     Service(Event<Service>),
     Pool(Event<DynamicObject>),
+    MetallbPool(Event<DynamicObject>),
     Namespace(Event<Namespace>),
     Subnet(Event<DynamicObject>),
 }
@@ -148,6 +185,7 @@ impl IpamWatched {
         match self {
             IpamWatched::Service(e) => Unboxed::Service(*e),
             IpamWatched::Pool(e) => Unboxed::Pool(*e),
+            IpamWatched::MetallbPool(e) => Unboxed::MetallbPool(*e),
             IpamWatched::Namespace(e) => Unboxed::Namespace(*e),
             IpamWatched::Subnet(e) => Unboxed::Subnet(*e),
         }
@@ -292,6 +330,13 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
             |e| IpamWatched::Pool(Box::new(e)),
         ));
     }
+    let metallb_served = crate::source::kube::served(client, &metallb_pool_resource()).await;
+    if metallb_served {
+        streams.push(watch_all(
+            Api::<DynamicObject>::all_with(client.clone(), &metallb_pool_resource()),
+            |e| IpamWatched::MetallbPool(Box::new(e)),
+        ));
+    }
     let subnet_resource = crate::source::kube::subnet_resource();
     if crate::source::kube::served(client, &subnet_resource).await {
         streams.push(watch_all(
@@ -314,9 +359,14 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         complete: !pools_served,
         ..Listing::default()
     };
+    let mut metallb_list: Listing<PoolSpec> = Listing {
+        complete: !metallb_served,
+        ..Listing::default()
+    };
     let mut namespaces: Listing<BTreeMap<String, String>> = Listing::default();
     // The first complete listing of every watch.
-    while !(services.complete && pool_list.complete && namespaces.complete) {
+    while !(services.complete && pool_list.complete && metallb_list.complete && namespaces.complete)
+    {
         let Some(ch) = changes.next().await else {
             return;
         };
@@ -327,6 +377,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
                 |s| seen(s, class).map(|x| (service_key(s), x)),
             ),
             Unboxed::Pool(ev) => pool_list.apply(ev, |p| p.name_any(), |p| Some(to_pool(p))),
+            Unboxed::MetallbPool(ev) => metallb_list.apply(ev, |p| p.name_any(), to_metallb_pool),
             Unboxed::Namespace(ev) => namespaces.apply(
                 ev,
                 |n| n.name_any(),
@@ -336,8 +387,9 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         }
     }
     let mut pools = pool_list.objects;
+    let mut metallb_pools = metallb_list.objects;
     let (mut alloc, writes) = Allocations::start(
-        pools.values().cloned().collect(),
+        all_pools(&pools, &metallb_pools),
         namespaces.objects.into_iter().collect(),
         services.objects.into_values().collect(),
     );
@@ -357,7 +409,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
         }
         if std::mem::take(&mut exposure_due) {
             let subnet_list: Vec<KubeOvnSubnetIpam> = subnets.objects.values().cloned().collect();
-            let pool_list: Vec<PoolSpec> = pools.values().cloned().collect();
+            let pool_list: Vec<PoolSpec> = all_pools(&pools, &metallb_pools);
             exposed
                 .update(client, &settings.instance, &pool_list, &subnet_list)
                 .await;
@@ -379,12 +431,25 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
                 Some(Unboxed::Pool(Event::Apply(p))) => {
                     exposure_due = true;
                     pools.insert(p.name_any(), to_pool(&p));
-                    alloc.pools(pools.values().cloned().collect())
+                    alloc.pools(all_pools(&pools, &metallb_pools))
                 }
                 Some(Unboxed::Pool(Event::Delete(p))) => {
                     exposure_due = true;
                     pools.remove(&p.name_any());
-                    alloc.pools(pools.values().cloned().collect())
+                    alloc.pools(all_pools(&pools, &metallb_pools))
+                }
+                Some(Unboxed::MetallbPool(Event::Apply(p))) => {
+                    exposure_due = true;
+                    match to_metallb_pool(&p) {
+                        Some(spec) => metallb_pools.insert(p.name_any(), spec),
+                        None => metallb_pools.remove(&p.name_any()),
+                    };
+                    alloc.pools(all_pools(&pools, &metallb_pools))
+                }
+                Some(Unboxed::MetallbPool(Event::Delete(p))) => {
+                    exposure_due = true;
+                    metallb_pools.remove(&p.name_any());
+                    alloc.pools(all_pools(&pools, &metallb_pools))
                 }
                 Some(Unboxed::Namespace(Event::Apply(n))) => {
                     alloc.namespace(&n.name_any(), Some(n.metadata.labels.clone().unwrap_or_default()))
@@ -403,7 +468,7 @@ async fn lead(client: &Client, settings: &IpamSettings, out: &IpamOutputs) {
             },
             _ = retry.tick() => alloc.retry(),
             _ = pool_tick.tick() => {
-                write_pool_statuses(client, &mut alloc, out).await;
+                write_pool_statuses(client, &mut alloc, out, &pools).await;
                 Vec::new()
             }
         };
@@ -458,7 +523,15 @@ async fn write_status(client: &Client, w: &StatusWrite) -> Result<(), kube::Erro
     .map(|_| ())
 }
 
-async fn write_pool_statuses(client: &Client, alloc: &mut Allocations, out: &IpamOutputs) {
+/// Each changed pool's status, on the `VipPool` of its name (`ours`); a MetalLB pool's usage
+/// goes to the metrics and the status document only (MetalLB's controller, which wrote its
+/// status, is gone, and vipflow writes no object of MetalLB's).
+async fn write_pool_statuses(
+    client: &Client,
+    alloc: &mut Allocations,
+    out: &IpamOutputs,
+    ours: &BTreeMap<String, PoolSpec>,
+) {
     let metrics = out.metrics.as_deref();
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &pool_resource());
     let statuses = alloc.pool_statuses();
@@ -500,6 +573,9 @@ async fn write_pool_statuses(client: &Client, alloc: &mut Allocations, out: &Ipa
                     })
                     .set(n(v));
             }
+        }
+        if !ours.contains_key(&name) {
+            continue;
         }
         let patch = serde_json::json!({
             "apiVersion": API_VERSION,

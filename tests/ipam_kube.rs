@@ -521,3 +521,57 @@ async fn a_service_that_stops_being_a_loadbalancer_gives_its_address_back_after_
     assert_eq!(ips(&srv, "b"), ["10.0.0.7"]);
     task.abort();
 }
+
+/// MetalLB's `IPAddressPool`s, served as MetalLB's CRD serves them, are pools of the
+/// allocator's: a Service keeps the address MetalLB gave it, a new one gets one from MetalLB's
+/// pool (written with host bits set, as MetalLB's docs write it), `metallb.io/address-pool`
+/// picks a pool without auto-assign; no MetalLB object is written to.
+#[tokio::test]
+async fn metallbs_pools_are_allocated_from_and_the_addresses_metallb_gave_are_kept() {
+    let srv = server("").await;
+    srv.register_resource(
+        "metallb.io/v1beta1",
+        "ipaddresspools",
+        "IPAddressPool",
+        true,
+    );
+    srv.enable_crd("metallb.io/v1beta1", "ipaddresspools");
+    srv.apply_yaml(
+        "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: first-pool, namespace: metallb-system}\nspec: {addresses: [10.0.2.3/29]}\n---\n\
+         apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {name: quiet-pool, namespace: metallb-system}\nspec: {addresses: [10.0.3.0/30], autoAssign: false}\n",
+    );
+    let mut kept = service(
+        "kept",
+        json!({"metallb.io/ip-allocated-from-pool": "first-pool"}),
+        json!({}),
+    );
+    kept["status"] = json!({"loadBalancer": {"ingress": [{"ip": "10.0.2.5", "ipMode": "VIP"}]}});
+    srv.apply(kept);
+    srv.apply(service("new", json!({}), json!({})));
+    srv.apply(service(
+        "asked",
+        json!({"metallb.io/address-pool": "quiet-pool"}),
+        json!({}),
+    ));
+    let pools_before = srv.list("metallb.io/v1beta1", "IPAddressPool");
+    let task = allocator(&srv, None).await;
+    allocated(&srv, &["kept", "new", "asked"], 1).await;
+    assert_eq!(ips(&srv, "kept"), ["10.0.2.5"], "MetalLB's address kept");
+    let new = ips(&srv, "new")[0].clone();
+    assert!(
+        new.starts_with("10.0.2.") && new != "10.0.2.5",
+        "new got {new}"
+    );
+    assert!(
+        ips(&srv, "asked")[0].starts_with("10.0.3."),
+        "{:?}",
+        ips(&srv, "asked")
+    );
+    // The allocator has written pool statuses by now (every 100 ms): none to MetalLB's.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        srv.list("metallb.io/v1beta1", "IPAddressPool"),
+        pools_before
+    );
+    task.abort();
+}

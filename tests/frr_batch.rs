@@ -569,3 +569,81 @@ async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
         "another pool's route carries none"
     );
 }
+
+/// A `BGPAdvertisement` naming its `peers` goes to those only: the node peers with two
+/// routers, one pool's advertisement names router `a`, another's names none; router `a` holds
+/// both pools' routes and router `b` only the second's.
+#[tokio::test]
+async fn an_advertisement_naming_its_peers_reaches_those_routers_only() {
+    use vipflow::bgp::frr_config::{config_batch, for_node};
+    let tag = std::process::id() % 100_000;
+    let router = |asn: u32, id: &str| {
+        format!(
+            "frr defaults datacenter\n!\nrouter bgp {asn}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n neighbor {} remote-as 64513\nexit\n",
+            if id == "10.9.0.1" {
+                "10.9.0.2"
+            } else {
+                "10.8.0.2"
+            }
+        )
+    };
+    let Some(a) = Frr::start(&format!("vf-pa-{tag}"), &router(64512, "10.9.0.1")) else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let b = Frr::start(&format!("vf-pb-{tag}"), &router(64514, "10.8.0.1")).expect("router b");
+    let objects = vipflow::decode::parse(
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - {apiVersion: v1, kind: Node, metadata: {name: n1}, status: {addresses: [{type: InternalIP, address: 10.9.0.2}]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: a}, spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1, disableMP: true}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: b}, spec: {myASN: 64513, peerASN: 64514, peerAddress: 10.8.0.1, disableMP: true}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: blue}, spec: {addresses: [198.51.100.0/24]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: green}, spec: {addresses: [203.0.113.0/24]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: to-a}, spec: {ipAddressPools: [blue], peers: [a]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: all}, spec: {ipAddressPools: [green]}}\n",
+    )
+    .expect("objects");
+    assert!(objects.problems.is_empty(), "{:?}", objects.problems);
+    let (config, problems) = for_node(&objects.objects, "n1");
+    assert!(problems.is_empty(), "{problems:?}");
+    let config = config.expect("a configuration");
+    let node = Frr::start(&format!("vf-pn-{tag}"), "").expect("the node's FRR");
+    testkit::frr::link(&a, "10.9.0.1/24", &node, "10.9.0.2/24", &format!("{tag}a"));
+    testkit::frr::link(&b, "10.8.0.1/24", &node, "10.8.0.2/24", &format!("{tag}b"));
+    let vtysh = Vtysh::new(node.path());
+    let batch = config_batch(None, Some(&config)).expect("a configuration");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    let networks = nets(&["198.51.100.20/32", "203.0.113.20/32"]);
+    vtysh
+        .apply_bgpd(&frr_batch(64513, &BTreeSet::new(), &networks).expect("a batch"))
+        .await
+        .expect("FRR takes the networks");
+    let holds = |r: &Frr, prefix: &str| {
+        r.vtysh(&[&format!("show bgp ipv4 unicast {prefix} json")])
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v["paths"].as_array().is_some_and(|p| !p.is_empty()))
+    };
+    let start = std::time::Instant::now();
+    while !(holds(&a, "198.51.100.20/32")
+        && holds(&a, "203.0.113.20/32")
+        && holds(&b, "203.0.113.20/32"))
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the routes never came:\na:\n{}\nb:\n{}",
+            a.vtysh(&["show bgp ipv4 unicast"]).unwrap_or_default(),
+            b.vtysh(&["show bgp ipv4 unicast"]).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Router b has had every chance to hear of blue's route: it never does.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !holds(&b, "198.51.100.20/32"),
+        "router b got the route for a only"
+    );
+}

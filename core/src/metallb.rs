@@ -489,8 +489,7 @@ fn decode<T: serde::de::DeserializeOwned>(
 
 /// Settle a complete snapshot's MetalLB objects among vipflow's: a MetalLB object that a
 /// vipflow object of its kind and name shadows (or an earlier MetalLB one) goes, and is said;
-/// community aliases are replaced by their values; and an advertisement's `peers`, which
-/// vipflow does not carry out yet, is said.
+/// and community aliases are replaced by their values.
 pub fn settle(loaded: &mut Loaded) {
     let problems = &mut loaded.problems;
     let o = &mut loaded.objects;
@@ -562,13 +561,6 @@ pub fn settle(loaded: &mut Loaded) {
             }
         }
         a.spec.communities = resolved;
-        if !a.spec.peers.is_empty() {
-            problems.push(object_problem(
-                &what,
-                ProblemKind::Unsupported,
-                "peers not supported yet: its prefixes go to every peer".into(),
-            ));
-        }
     }
 }
 

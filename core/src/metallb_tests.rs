@@ -281,16 +281,10 @@ fn the_bgp_example_becomes_vipflows_objects_and_what_is_not_done_is_said() {
         .find(|a| a.metadata.name.as_deref() == Some("local-vpn-only"))
         .expect("local-vpn-only");
     assert_eq!(vpn.spec.communities, ["1234:1"]);
-    // Communities and local preference are carried out; peers is said.
+    // Communities, local preference and peers are carried out: nothing to say.
     let local = said(&loaded, "BGPAdvertisement metallb-system/local");
     assert!(local.is_empty(), "{local:?}");
-    let example = said(&loaded, "BGPAdvertisement metallb-system/example");
-    assert!(
-        example
-            .iter()
-            .any(|r| r.contains("peers not supported yet")),
-        "{example:?}"
-    );
+    assert!(said(&loaded, "BGPAdvertisement metallb-system/example").is_empty());
     assert!(said(&loaded, "BGPAdvertisement metallb-system/external").is_empty());
     assert!(said(&loaded, "BGPPeer").is_empty(), "{:?}", loaded.problems);
 }

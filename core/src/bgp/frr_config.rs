@@ -21,6 +21,7 @@
 //!   peer sends (a default route, another rack's prefixes) into the node's own routing table.
 
 use super::objects::{BfdProfile, BgpPeer};
+use super::route_policy::RoutePolicy;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -72,13 +73,21 @@ pub fn for_node(
     let labels: BTreeMap<String, String> = me
         .and_then(|n| n.metadata.labels.clone())
         .unwrap_or_default();
-    let (policy, mut problems) =
-        super::route_policy::outbound(&crate::plan::bgp_selection::BgpPools::of(objects));
+    let peer_names: Vec<String> = objects
+        .bgp
+        .peers
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let (policy, mut problems) = super::route_policy::outbound(
+        &crate::plan::bgp_selection::BgpPools::of(objects),
+        &peer_names,
+    );
     let (config, peer_problems) = node_config_with(
         &labels,
         &objects.bgp.peers,
         &objects.bgp.bfd_profiles,
-        policy.as_deref(),
+        &policy,
     );
     problems.extend(peer_problems);
     let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
@@ -137,16 +146,16 @@ pub fn node_config(
     peers: &[BgpPeer],
     profiles: &[BfdProfile],
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
-    node_config_with(node_labels, peers, profiles, None)
+    node_config_with(node_labels, peers, profiles, &RoutePolicy::default())
 }
 
-/// [`node_config`] with `outbound`, the advertisements' route-map and prefix-lists
+/// [`node_config`] with `policy`, the advertisements' route-map and peer filters
 /// ([`super::route_policy::outbound`]), on every neighbor's outbound routes.
 pub fn node_config_with(
     node_labels: &BTreeMap<String, String>,
     peers: &[BgpPeer],
     profiles: &[BfdProfile],
-    outbound: Option<&str>,
+    policy: &RoutePolicy,
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
     let mut problems = Vec::new();
     let name = |p: &BgpPeer| p.metadata.name.clone().unwrap_or_default();
@@ -225,15 +234,13 @@ pub fn node_config_with(
         out.push_str("exit\n!\n");
     }
     let _ = writeln!(out, "route-map {ACCEPT_NOTHING} deny 10\nexit\n!");
-    if let Some(policy) = outbound {
-        out.push_str(policy);
-    }
+    out.push_str(&policy.text);
     let _ = writeln!(out, "router bgp {}", first.spec.my_asn);
     if let Some(id) = chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
         let _ = writeln!(out, " bgp router-id {id}");
     }
     out.push_str(" no bgp ebgp-requires-policy\n no bgp network import-check\n no bgp default ipv4-unicast\n");
-    let mut families: [Vec<IpAddr>; 2] = [Vec::new(), Vec::new()];
+    let mut families: [Vec<(IpAddr, String)>; 2] = [Vec::new(), Vec::new()];
     for (p, address) in &chosen {
         let s = &p.spec;
         let _ = writeln!(out, " neighbor {address} remote-as {}", s.peer_asn);
@@ -289,23 +296,30 @@ pub fn node_config_with(
         let v6 = address.is_ipv6();
         for (i, fam) in families.iter_mut().enumerate() {
             if !s.disable_mp || v6 == (i == 1) {
-                fam.push(*address);
+                fam.push((*address, name(p)));
             }
         }
     }
-    for (family, neighbors) in ["ipv4", "ipv6"].iter().zip(&families) {
+    for ((family, tag), neighbors) in [("ipv4", "4"), ("ipv6", "6")].iter().zip(&families) {
         if neighbors.is_empty() {
             continue;
         }
         let _ = writeln!(out, " address-family {family} unicast");
-        for n in neighbors {
+        for (n, peer) in neighbors {
             let _ = writeln!(out, "  neighbor {n} activate");
             let _ = writeln!(out, "  neighbor {n} route-map {ACCEPT_NOTHING} in");
-            if outbound.is_some() {
+            if policy.route_map {
                 let _ = writeln!(
                     out,
                     "  neighbor {n} route-map {} out",
                     super::route_policy::OUTBOUND
+                );
+            }
+            if policy.peer_filters {
+                let _ = writeln!(
+                    out,
+                    "  neighbor {n} prefix-list {} out",
+                    super::route_policy::peer_filter(peer, tag)
                 );
             }
         }

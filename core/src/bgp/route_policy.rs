@@ -8,6 +8,11 @@
 //! `network` line does not). Each entry goes on to the next (`on-match next`), so a prefix two
 //! advertisements cover carries the communities of both; the last entry lets every route out.
 //! Local preference only goes to iBGP peers (FRR, as BGP, sends none over eBGP).
+//!
+//! An advertisement that names its `peers` goes to those only: then every neighbor's outbound
+//! routes pass a prefix-list of its own ([`peer_filter`]) made of the entries of the
+//! advertisements that go to it (those naming no peer go to every one), so a prefix two
+//! advertisements cover goes wherever either sends it.
 
 use super::frr_config::FrrConfigProblem;
 use crate::plan::bgp_selection::BgpPools;
@@ -25,25 +30,57 @@ struct Attributes {
     communities: Vec<String>,
     large_communities: Vec<String>,
     local_pref: Option<u32>,
+    /// The `BGPPeer`s it goes to; empty: every peer.
+    peers: Vec<String>,
     /// Per family (IPv4 first), the prefix-list entries.
     entries: [BTreeSet<String>; 2],
 }
 
-/// The prefix-lists and the route-map for `pools`' advertisements, as configuration text;
-/// `None` when no advertisement sets a community or a local preference. What cannot be
+impl Attributes {
+    fn sets_something(&self) -> bool {
+        !self.communities.is_empty()
+            || !self.large_communities.is_empty()
+            || self.local_pref.is_some()
+    }
+}
+
+/// What goes on a node's configuration for its advertisements' attributes and peers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutePolicy {
+    /// The prefix-lists and route-map, as configuration lines (before `router bgp`).
+    pub text: String,
+    /// The outbound route-map [`OUTBOUND`] exists: every neighbor takes it.
+    pub route_map: bool,
+    /// Some advertisement names its `peers`: each neighbor's outbound routes are filtered by
+    /// the prefix-list [`peer_filter`] names for its `BGPPeer`, which lets out the prefixes of
+    /// the advertisements that go to that peer.
+    pub peer_filters: bool,
+}
+
+impl RoutePolicy {
+    /// Nothing to configure.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+}
+
+/// The prefix-list that filters the routes to `BGPPeer` `peer`, per family (`4`, `6`).
+pub fn peer_filter(peer: &str, family: &str) -> String {
+    format!("vipflow-to-{peer}-{family}")
+}
+
+/// The prefix-lists and the route-map for `pools`' advertisements, and the filters for the
+/// `BGPPeer`s named `peers` when an advertisement goes to some peers only. What cannot be
 /// written (a community that is no `A:B` or `large:A:B:C`) is left out, and said.
-pub fn outbound(pools: &BgpPools) -> (Option<String>, Vec<FrrConfigProblem>) {
+pub fn outbound(pools: &BgpPools, peers: &[String]) -> (RoutePolicy, Vec<FrrConfigProblem>) {
     let mut problems = Vec::new();
     let mut ads: BTreeMap<String, Attributes> = BTreeMap::new();
     for (pool, terms) in pools.each() {
         for t in terms {
-            let local_pref = t.local_pref.filter(|l| *l != 0);
-            if t.communities.is_empty() && local_pref.is_none() {
-                continue;
-            }
             let a = ads.entry(t.name.clone()).or_insert_with(|| {
                 let mut a = Attributes {
-                    local_pref,
+                    local_pref: t.local_pref.filter(|l| *l != 0),
+                    peers: t.peers.clone(),
                     ..Attributes::default()
                 };
                 for c in &t.communities {
@@ -71,30 +108,20 @@ pub fn outbound(pools: &BgpPools) -> (Option<String>, Vec<FrrConfigProblem>) {
             }
         }
     }
-    if ads.is_empty() {
-        return (None, problems);
-    }
-    let mut out = String::new();
+    let families = [("ip", "4"), ("ipv6", "6")];
+    let mut policy = RoutePolicy::default();
+    let out = &mut policy.text;
     let mut seq = 0;
-    for (name, a) in &ads {
-        for (family, (list_kind, match_kind, tag)) in [("ip", "ip", "4"), ("ipv6", "ipv6", "6")]
-            .iter()
-            .enumerate()
-        {
+    for (name, a) in ads.iter().filter(|(_, a)| a.sets_something()) {
+        for (family, (kind, tag)) in families.iter().enumerate() {
             if a.entries[family].is_empty() {
                 continue;
             }
             let list = format!("vipflow-adv-{name}-{tag}");
-            for (i, e) in a.entries[family].iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "{list_kind} prefix-list {list} seq {} permit {e}",
-                    (i + 1) * 5
-                );
-            }
+            write_list(out, kind, &list, &a.entries[family]);
             seq += 10;
             let _ = writeln!(out, "route-map {OUTBOUND} permit {seq}");
-            let _ = writeln!(out, " match {match_kind} address prefix-list {list}");
+            let _ = writeln!(out, " match {kind} address prefix-list {list}");
             if !a.communities.is_empty() {
                 let _ = writeln!(out, " set community {} additive", a.communities.join(" "));
             }
@@ -111,9 +138,42 @@ pub fn outbound(pools: &BgpPools) -> (Option<String>, Vec<FrrConfigProblem>) {
             out.push_str(" on-match next\nexit\n!\n");
         }
     }
-    // Every route goes out, with what the entries above set.
-    let _ = writeln!(out, "route-map {OUTBOUND} permit 65535\nexit\n!");
-    (Some(out), problems)
+    if seq > 0 {
+        // Every route goes out, with what the entries above set.
+        let _ = writeln!(out, "route-map {OUTBOUND} permit 65535\nexit\n!");
+        policy.route_map = true;
+    }
+    if ads.values().any(|a| !a.peers.is_empty()) {
+        // Each peer's routes: those of the advertisements that go to every peer or name it.
+        for peer in peers {
+            for (family, (kind, tag)) in families.iter().enumerate() {
+                let entries: BTreeSet<String> = ads
+                    .values()
+                    .filter(|a| a.peers.is_empty() || a.peers.contains(peer))
+                    .flat_map(|a| a.entries[family].iter().cloned())
+                    .collect();
+                let list = peer_filter(peer, tag);
+                if entries.is_empty() {
+                    let _ = writeln!(out, "{kind} prefix-list {list} seq 5 deny any");
+                } else {
+                    write_list(out, kind, &list, &entries);
+                }
+            }
+        }
+        policy.peer_filters = true;
+    }
+    (policy, problems)
+}
+
+/// Prefix-list `list` of `kind` (`ip`, `ipv6`) permitting `entries`, in order.
+fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<String>) {
+    for (i, e) in entries.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "{kind} prefix-list {list} seq {} permit {e}",
+            (i + 1) * 5
+        );
+    }
 }
 
 enum Community {
@@ -185,10 +245,11 @@ mod tests {
              - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: wide}, spec: {ipAddressPools: [green], aggregationLength: 24, communities: ['64512:7']}}\n\
              - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: plain}, spec: {}}\n",
         );
-        let (text, problems) = outbound(&p);
+        let (policy, problems) = outbound(&p, &["tor".to_string()]);
         assert!(problems.is_empty(), "{problems:?}");
+        assert!(policy.route_map && !policy.peer_filters);
         assert_eq!(
-            text.as_deref(),
+            Some(policy.text.as_str()),
             Some(
                 "ip prefix-list vipflow-adv-local-4 seq 5 permit 198.51.100.0/24 ge 32 le 32\n\
                  route-map vipflow-out permit 10\n \
@@ -219,14 +280,46 @@ mod tests {
 
     #[test]
     fn nothing_to_set_is_no_policy_and_a_bad_community_is_said() {
-        let (text, _) = outbound(&pools(
-            "- {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: plain}, spec: {localPref: 0}}\n",
-        ));
-        assert_eq!(text, None);
-        let (text, problems) = outbound(&pools(
-            "- {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: odd}, spec: {ipAddressPools: [blue], communities: ['70000:1', '1:2']}}\n",
-        ));
+        let (policy, _) = outbound(
+            &pools(
+                "- {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: plain}, spec: {localPref: 0}}\n",
+            ),
+            &[],
+        );
+        assert!(policy.is_empty());
+        let (policy, problems) = outbound(
+            &pools(
+                "- {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: odd}, spec: {ipAddressPools: [blue], communities: ['70000:1', '1:2']}}\n",
+            ),
+            &[],
+        );
         assert_eq!(problems.len(), 1, "{problems:?}");
-        assert!(text.is_some_and(|t| t.contains(" set community 1:2 additive\n")));
+        assert!(policy.text.contains(" set community 1:2 additive\n"));
+    }
+}
+
+#[cfg(test)]
+mod peer_tests {
+    use super::*;
+
+    #[test]
+    fn an_advertisement_naming_peers_goes_to_those_only_and_one_naming_none_to_every_peer() {
+        let text = "apiVersion: v1\nkind: List\nitems:\n\
+             - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: blue}, spec: {addresses: [198.51.100.0/24]}}\n\
+             - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: green}, spec: {addresses: [203.0.113.0/24]}}\n\
+             - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: to-a}, spec: {ipAddressPools: [blue], peers: [a]}}\n\
+             - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: all}, spec: {ipAddressPools: [green]}}\n";
+        let pools = BgpPools::of(&crate::decode::parse(text).expect("parses").objects);
+        let (policy, problems) = outbound(&pools, &["a".to_string(), "b".to_string()]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(policy.peer_filters && !policy.route_map);
+        assert_eq!(
+            policy.text,
+            "ip prefix-list vipflow-to-a-4 seq 5 permit 198.51.100.0/24 ge 32 le 32\n\
+             ip prefix-list vipflow-to-a-4 seq 10 permit 203.0.113.0/24 ge 32 le 32\n\
+             ipv6 prefix-list vipflow-to-a-6 seq 5 deny any\n\
+             ip prefix-list vipflow-to-b-4 seq 5 permit 203.0.113.0/24 ge 32 le 32\n\
+             ipv6 prefix-list vipflow-to-b-6 seq 5 deny any\n"
+        );
     }
 }

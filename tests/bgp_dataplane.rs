@@ -994,14 +994,13 @@ fn in_a_cluster_the_agents_advertise_what_the_api_server_says_and_follow_its_cha
         .map(|_| format!("127.0.0.1:{}", free_port()))
         .collect();
     let start = Instant::now();
-    let _agents: Vec<AgentProcess> = (1..=NODES)
-        .map(|i| {
-            let mut a = bed.agent_args(i, true);
-            a.extend(["--http-addr".to_string(), http[i - 1].clone()]);
-            bed.tb
-                .agent_from_api(&vipflow(), i, srv.kubeconfig_path(), &a)
-        })
-        .collect();
+    let start_agent = |i: usize| {
+        let mut a = bed.agent_args(i, true);
+        a.extend(["--http-addr".to_string(), http[i - 1].clone()]);
+        bed.tb
+            .agent_from_api(&vipflow(), i, srv.kubeconfig_path(), &a)
+    };
+    let mut agents: Vec<AgentProcess> = (1..=NODES).map(start_agent).collect();
     bed.wait_sessions(Duration::from_secs(60));
     let all: BTreeSet<usize> = (1..=NODES).collect();
     let took = wait_routes(&bed, &[VIP4, VIP6], &all, start);
@@ -1068,6 +1067,47 @@ fn in_a_cluster_the_agents_advertise_what_the_api_server_says_and_follow_its_cha
     );
     objects.drained = Vec::new();
     objects.apply_to(&srv);
+    wait_routes(&bed, &[VIP4, VIP6, NEW4], &all, Instant::now());
+
+    // node3 cordoned, as `kubectl drain` leaves it: nothing moves while its agent runs. Its
+    // agent stopped (SIGTERM, as the node goes down): the router moves off node3 while its
+    // path is still there in graceful shutdown, then the path goes, then the agent exits.
+    // Uncordoned and started again, node3 advertises again.
+    objects.cordoned = vec![3];
+    objects.apply_to(&srv);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        bed.next_hop_nodes(VIP4),
+        all,
+        "cordoned alone moves nothing"
+    );
+    let stopped = Instant::now();
+    let (moved, path_gone, exit) = std::thread::scope(|s| {
+        let agent = &mut agents[2];
+        let stopping = s.spawn(move || agent.terminate());
+        let moved = wait_routes(&bed, &[VIP4, VIP6], &BTreeSet::from([1, 2]), stopped);
+        let paths = router_paths(&bed, VIP4);
+        assert!(
+            paths.contains(&(testbed::node_ip(3), true)),
+            "node3's path, less preferred, when the router moves off it: {paths:?}"
+        );
+        eventually("node3's path withdrawn before its agent exits", 20, || {
+            !router_paths(&bed, VIP4)
+                .iter()
+                .any(|(peer, _)| *peer == testbed::node_ip(3))
+        });
+        let path_gone = stopped.elapsed();
+        let exit = stopping.join().expect("the stopping agent");
+        (moved, path_gone, exit)
+    });
+    println!(
+        "node3 cordoned, its agent stopped: next hops moved {moved:?}, path gone {path_gone:?}, agent exited {:?} after SIGTERM",
+        stopped.elapsed()
+    );
+    assert!(exit.is_some_and(|e| e.success()), "{exit:?}");
+    objects.cordoned = Vec::new();
+    objects.apply_to(&srv);
+    agents[2] = start_agent(3);
     wait_routes(&bed, &[VIP4, VIP6, NEW4], &all, Instant::now());
 
     // The Service deleted: its routes go from every node.

@@ -67,15 +67,24 @@ impl Advertising {
         )
     }
 
-    /// A new plan: the node's configuration from its snapshot, and its prefixes for the gate.
-    /// Returns the prefixes it withdraws (FRR originates them and the plan does not want them).
+    /// A new plan: the node's configuration from its snapshot (its BGP instance in graceful
+    /// shutdown when `graceful`), and its prefixes for the gate. Returns the prefixes it
+    /// withdraws (FRR originates them and the plan does not want them).
     pub(super) fn plan(
         &mut self,
         objects: &Objects,
         generation: u64,
         prefixes: &Prefixes,
+        graceful: bool,
     ) -> BTreeSet<IpNet> {
         let (config, problems) = for_node(objects, &self.node);
+        let config = config.map(|c| {
+            if graceful {
+                crate::bgp::frr_config::shutting_down(&c)
+            } else {
+                c
+            }
+        });
         if problems != self.problems {
             for p in &problems {
                 tracing::warn!(problem = %p, "the node's BGP configuration leaves this out");

@@ -38,9 +38,12 @@ impl Cluster {
     /// it expires; flows and rows stay in place.
     pub async fn shutdown(mut self) {
         // From here on this node announces nothing, whatever happens meanwhile.
+        let before = *self.running.generation.borrow();
         self.running.begin_stop();
         if let Some(m) = self.members.take() {
             m.leave(&mut self.running).await;
+        } else {
+            self.running.leave_bgp(before).await;
         }
         if let Some(e) = self.election {
             e.release().await;

@@ -276,6 +276,34 @@ impl Running {
         tokio::time::timeout(within, withdrawn).await.is_ok()
     }
 
+    /// After [`Running::begin_stop`]: when the plan that takes the stop has this node's BGP
+    /// routes going out in graceful shutdown (the Node is cordoned: it is going away), let
+    /// the routers move off it for the hand-over time, then withdraw them and wait until FRR
+    /// took that. Otherwise (a restart in place) nothing: FRR keeps the routes for the next
+    /// agent.
+    pub async fn leave_bgp(&mut self, before: u64) {
+        let graceful = {
+            let planned = tokio::time::timeout(
+                Duration::from_secs(2),
+                self.planned
+                    .wait_for(|p| p.as_ref().is_some_and(|p| p.generation > before)),
+            )
+            .await;
+            matches!(&planned, Ok(Ok(p)) if p.as_ref().and_then(|p| p.bgp.as_ref()).is_some_and(|b| b.graceful_shutdown))
+        };
+        if !graceful {
+            return;
+        }
+        tracing::info!(
+            hold = ?crate::membership_task::HANDOVER,
+            "this node is cordoned: its BGP routes go out less preferred, then go, before the agent stops"
+        );
+        tokio::time::sleep(crate::membership_task::HANDOVER).await;
+        if !self.withdraw(Duration::from_secs(10)).await {
+            tracing::warn!("FRR may still advertise this node's routes");
+        }
+    }
+
     pub fn stop(self) {
         for t in self.tasks {
             t.abort();
@@ -473,9 +501,12 @@ pub async fn run(
     shutdown_signal().await;
     tracing::info!("shutting down; flows stay in place");
     // From here on this node announces nothing, whatever happens meanwhile.
+    let before = *running.generation.borrow();
     running.begin_stop();
     if let Some(m) = members {
         m.leave(&mut running).await;
+    } else {
+        running.leave_bgp(before).await;
     }
     watcher.abort();
     running.stop();

@@ -229,7 +229,12 @@ impl PlannerTask {
             };
             // BGP withdrawals before the flows change: traffic leaves this node first.
             if let (Some(a), Some(bgp)) = (&mut advertising, &plans.bgp) {
-                let withdrawn = a.plan(&loaded.objects, generation, &bgp.prefixes);
+                let withdrawn = a.plan(
+                    &loaded.objects,
+                    generation,
+                    &bgp.prefixes,
+                    bgp.graceful_shutdown,
+                );
                 a.withdrawn(&withdrawn).await;
             }
             // Problems, Events and status: reported at their own pace.

@@ -133,6 +133,9 @@ const GRACEFUL_SHUTDOWN: &str = " bgp graceful-shutdown\n";
 
 /// `config` (as [`node_config`] writes it) with its BGP instance in graceful shutdown.
 pub fn shutting_down(config: &str) -> String {
+    if config.contains(GRACEFUL_SHUTDOWN) {
+        return config.to_string();
+    }
     match config.find(" no bgp ebgp-requires-policy\n") {
         Some(at) => format!("{}{GRACEFUL_SHUTDOWN}{}", &config[..at], &config[at..]),
         None => config.to_string(),

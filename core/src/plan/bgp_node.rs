@@ -34,6 +34,8 @@ pub enum BgpReason {
     NodeNotLive,
     /// This node is marked for drain.
     NodeDraining,
+    /// This node is cordoned and its agent stops: the node is going away, its routes went.
+    NodeLeaving,
     /// This node is labelled `node.kubernetes.io/exclude-from-external-load-balancers`.
     NodeExcluded,
 }
@@ -50,6 +52,7 @@ impl BgpReason {
             BgpReason::NotSelected => "node selectors leave this node out",
             BgpReason::NodeNotLive => "this node is not live",
             BgpReason::NodeDraining => "this node is draining",
+            BgpReason::NodeLeaving => "this node is cordoned and its agent stopped advertising",
             BgpReason::NodeExcluded => "this node is excluded from external load balancers",
         }
     }
@@ -69,6 +72,9 @@ pub struct NodeBgp {
     /// Every VIP of a pool a `BGPAdvertisement` selects, and whether this node advertises it
     /// (the same `Arc` while unchanged).
     pub vips: Arc<BTreeMap<IpAddr, BgpReason>>,
+    /// The node's routes go out less preferred (BGP graceful shutdown) before they go: it is
+    /// marked for drain, or cordoned while its agent stops.
+    pub graceful_shutdown: bool,
 }
 
 /// This node's BGP advertisement, kept up to date one snapshot at a time.
@@ -82,6 +88,9 @@ pub struct BgpAdvertiser {
     /// This node's drain hold lasts: a draining node keeps its routes for now (FRR sends them
     /// with the graceful-shutdown community, [`crate::bgp::frr_config`]).
     hold: bool,
+    /// The agent stops ([`BgpAdvertiser::stop`]); and its hand-over is over.
+    stopping: bool,
+    withdrawn: bool,
 }
 
 impl BgpAdvertiser {
@@ -91,7 +100,18 @@ impl BgpAdvertiser {
             eligibility: Eligibility::default(),
             last: NodeBgp::default(),
             hold: false,
+            stopping: false,
+            withdrawn: false,
         }
+    }
+
+    /// The agent stops (`withdrawn`: and its hand-over is over). On a cordoned Node (being
+    /// drained for maintenance) that means the node is going away: its routes go out in
+    /// graceful shutdown until the hand-over is over, then go. On any other Node the agent
+    /// restarts in place and FRR keeps its routes (a rolling upgrade moves nothing).
+    pub fn stop(&mut self, withdrawn: bool) {
+        self.stopping = true;
+        self.withdrawn = withdrawn;
     }
 
     /// Whether this node's drain hold lasts: while it does, a draining node still advertises
@@ -133,9 +153,14 @@ impl BgpAdvertiser {
         };
         let pools = BgpPools::of(objects);
         // The most telling first.
-        let graceful = node.draining && self.hold;
+        // A drain mark goes through its drain hold; an agent stopping on a cordoned Node through
+        // its hand-over (the drain mark, when both, decides).
+        let leaving = self.stopping && !node.draining && me.is_some_and(|n| cordoned(n));
+        let graceful = (node.draining && self.hold) || (leaving && !self.withdrawn);
         let node_reason = if node.draining && !graceful {
             Some(BgpReason::NodeDraining)
+        } else if leaving && !graceful {
+            Some(BgpReason::NodeLeaving)
         } else if node.excluded {
             Some(BgpReason::NodeExcluded)
         } else if !node.live {
@@ -179,8 +204,17 @@ impl BgpAdvertiser {
         if *self.last.vips != vips {
             self.last.vips = Arc::new(vips);
         }
+        self.last.graceful_shutdown = graceful;
         self.last.clone()
     }
+}
+
+/// Whether `node` is cordoned (`spec.unschedulable`): being drained for maintenance.
+fn cordoned(node: &k8s_openapi::api::core::v1::Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
 }
 
 #[cfg(test)]

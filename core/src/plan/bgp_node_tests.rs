@@ -136,6 +136,44 @@ fn a_draining_node_keeps_its_routes_while_its_drain_hold_lasts_then_advertises_n
 }
 
 #[test]
+fn an_agent_stopping_on_a_cordoned_node_shuts_down_gracefully_then_withdraws_and_elsewhere_keeps_all()
+ {
+    use crate::plan::bgp_node::BgpReason;
+    let cordoned = objects("{}", "n2", "}, spec: {unschedulable: true");
+    let all = nets(&[
+        "198.51.100.10/32",
+        "198.51.100.11/32",
+        "2001:db8:100::10/128",
+    ]);
+    let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as("n2");
+    let running = p.update(&cordoned).bgp.expect("the planner advertises");
+    assert_eq!(*running.prefixes, all, "cordoned alone changes nothing");
+    assert!(!running.graceful_shutdown);
+    p.stop_announcing();
+    let handing_over = p.update(&cordoned).bgp.expect("the planner advertises");
+    assert_eq!(*handing_over.prefixes, all);
+    assert!(handing_over.graceful_shutdown);
+    assert!(
+        handing_over
+            .vips
+            .values()
+            .all(|r| *r == BgpReason::DrainingGracefully)
+    );
+    p.withdraw();
+    let gone = p.update(&cordoned).bgp.expect("the planner advertises");
+    assert!(gone.prefixes.is_empty());
+    assert!(gone.vips.values().all(|r| *r == BgpReason::NodeLeaving));
+    // An agent stopping on a Node that is not cordoned restarts in place: FRR keeps it all.
+    let plain = objects("{}", "n2", "");
+    let mut p = Planner::new(ModelOptions::default(), &[], 0x7f1f, None).advertising_as("n2");
+    p.stop_announcing();
+    p.withdraw();
+    let kept = p.update(&plain).bgp.expect("the planner advertises");
+    assert_eq!(*kept.prefixes, all);
+    assert!(!kept.graceful_shutdown);
+}
+
+#[test]
 fn a_node_that_is_not_ready_advertises_nothing() {
     let o = objects(
         "{}",

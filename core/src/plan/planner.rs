@@ -165,12 +165,18 @@ impl Planner {
     /// others take its VIPs; it keeps answering for those it has until [`Planner::withdraw`]).
     pub fn stop_announcing(&mut self) {
         self.stopping = true;
+        if let Some(b) = &mut self.bgp {
+            b.stop(false);
+        }
     }
 
     /// The hand-over is over: the next update removes every answer of this node.
     pub fn withdraw(&mut self) {
         self.stopping = true;
         self.withdrawn = true;
+        if let Some(b) = &mut self.bgp {
+            b.stop(true);
+        }
     }
 
     /// Keep this node's VIPs while it is marked for drain

@@ -49,6 +49,8 @@ pub struct BgpObjects {
     pub services: Vec<BgpService>,
     /// Nodes marked for drain.
     pub drained: Vec<usize>,
+    /// Nodes cordoned (`spec.unschedulable`), as `kubectl drain` leaves them.
+    pub cordoned: Vec<usize>,
     /// The `BGPPeer`'s `connectTime` (how soon a node tries its session again), if set.
     pub connect_time: Option<&'static str>,
 }
@@ -60,6 +62,7 @@ impl BgpObjects {
             bfd,
             services: Vec::new(),
             drained: Vec::new(),
+            cordoned: Vec::new(),
             connect_time: None,
         }
     }
@@ -73,8 +76,13 @@ impl BgpObjects {
             } else {
                 ""
             };
+            let spec = if self.cordoned.contains(&i) {
+                "  spec: {unschedulable: true}\n"
+            } else {
+                ""
+            };
             y += &format!(
-                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{drain}}}\n  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
+                "- apiVersion: v1\n  kind: Node\n  metadata: {{name: node{i}{drain}}}\n{spec}  status:\n    addresses: [{{type: InternalIP, address: {}}}]\n    conditions: [{{type: Ready, status: 'True'}}]\n",
                 testbed::node_ip(i)
             );
         }

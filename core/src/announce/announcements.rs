@@ -275,9 +275,20 @@ pub fn draining(node: &core::Node) -> bool {
 }
 
 /// Whether `node` may announce: its Ready condition is True, or it has none (a Node written
-/// by hand in an objects file), and it is not marked for drain.
+/// by hand in an objects file), it is not marked for drain, and not labelled
+/// [`EXCLUDE_FROM_LOAD_BALANCERS_LABEL`](crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL) (as
+/// MetalLB's L2 and vipflow's BGP leave such a node out).
 pub fn is_live(node: &core::Node) -> bool {
-    !draining(node) && is_ready(node)
+    !draining(node) && !excluded(node) && is_ready(node)
+}
+
+/// Whether `node` is labelled
+/// [`EXCLUDE_FROM_LOAD_BALANCERS_LABEL`](crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL).
+pub fn excluded(node: &core::Node) -> bool {
+    node.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL))
 }
 
 /// Whether `node`'s Ready condition is True, or it has none (a Node written by hand in an
@@ -523,6 +534,21 @@ mod tests {
         ]);
         let names: Vec<&str> = live.iter().map(|n| n.as_ref()).collect();
         assert_eq!(names, ["a", "d"]);
+    }
+
+    #[test]
+    fn a_node_excluded_from_external_load_balancers_announces_nothing() {
+        let mut e = (*node("e", Some("True"))).clone();
+        e.metadata.labels = Some(
+            [(
+                crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL.to_string(),
+                String::new(),
+            )]
+            .into(),
+        );
+        let live = live_nodes(&[node("a", Some("True")), Arc::new(e)]);
+        let names: Vec<&str> = live.iter().map(|n| n.as_ref()).collect();
+        assert_eq!(names, ["a"]);
     }
 
     #[test]

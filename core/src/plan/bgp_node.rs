@@ -9,9 +9,8 @@ use super::bgp::BgpNode;
 use super::bgp_selection::BgpPools;
 use super::eligibility::Eligibility;
 use super::service_index::ServiceIndex;
-use crate::announce::announcements::{MembershipView, draining, is_ready};
+use crate::announce::announcements::{MembershipView, draining, excluded, is_ready};
 use crate::announce::placement::NodeName;
-use crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL;
 use crate::model::Objects;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -144,12 +143,7 @@ impl BgpAdvertiser {
             name: self.node.clone(),
             live,
             draining: me.is_some_and(|n| draining(n)),
-            excluded: me.is_some_and(|n| {
-                n.metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(EXCLUDE_FROM_LOAD_BALANCERS_LABEL))
-            }),
+            excluded: me.is_some_and(|n| excluded(n)),
         };
         let pools = BgpPools::of(objects);
         // The most telling first.

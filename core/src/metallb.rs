@@ -23,7 +23,7 @@
 use crate::bgp::objects::{
     BfdProfile, BgpAdvertisement, BgpAdvertisementSpec, BgpPeer, BgpPeerSpec,
 };
-use crate::decode::object_problem;
+use crate::decode::{decode, object_problem};
 use crate::ipam::pool_object::{ServiceAllocation, VipPool, VipPoolSpec};
 use crate::ipam::selector;
 use crate::model::{Loaded, ProblemKind};
@@ -95,14 +95,12 @@ impl L2AdvertisementSpec {
     /// Whether the advertisement selects the pool `name` with `labels` (MetalLB's rule: one
     /// that names and selects no pool selects every pool; a name no pool has selects none).
     pub fn selects_pool(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
-        if self.ip_address_pools.is_empty() && self.ip_address_pool_selectors.is_empty() {
-            return true;
-        }
-        self.ip_address_pools.iter().any(|p| p == name)
-            || self
-                .ip_address_pool_selectors
-                .iter()
-                .any(|s| selector::check(s).is_ok() && selector::matches(s, labels))
+        selector::selects_pool(
+            &self.ip_address_pools,
+            &self.ip_address_pool_selectors,
+            name,
+            labels,
+        )
     }
 
     /// Whether a node with `labels` may announce under this advertisement.
@@ -477,14 +475,6 @@ fn namespaced(m: &ObjectMeta) -> String {
         m.namespace.as_deref().unwrap_or_default(),
         m.name.as_deref().unwrap_or_default()
     )
-}
-
-fn decode<T: serde::de::DeserializeOwned>(
-    v: Value,
-    unknown: &mut Vec<String>,
-) -> Result<T, String> {
-    serde_ignored::deserialize(v, |path| unknown.push(path.to_string().replace("?.", "")))
-        .map_err(|e| e.to_string())
 }
 
 /// Settle a complete snapshot's MetalLB objects among vipflow's: a MetalLB object that a

@@ -157,7 +157,8 @@ fn drop_unread(item: &mut Value, kind: &str) {
     }
 }
 
-fn decode<T: serde::de::DeserializeOwned>(
+/// `v` as a `T`, with the path of every field `T` does not know pushed to `unknown`.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     v: Value,
     unknown: &mut Vec<String>,
 ) -> Result<T, String> {

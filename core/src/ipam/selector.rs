@@ -40,6 +40,25 @@ pub fn check(sel: &LabelSelector) -> Result<(), SelectorError> {
     Ok(())
 }
 
+/// Whether an advertisement that names `names` and selects `selectors` covers the pool `pool`
+/// with `labels`, by MetalLB's rule (its users' objects mean the same here): one that names
+/// and selects no pool covers every pool; otherwise a pool it names or one of whose selectors
+/// matches (a name no pool has covers none; a selector that cannot be read matches none).
+pub fn selects_pool(
+    names: &[String],
+    selectors: &[LabelSelector],
+    pool: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    if names.is_empty() && selectors.is_empty() {
+        return true;
+    }
+    names.iter().any(|n| n == pool)
+        || selectors
+            .iter()
+            .any(|s| check(s).is_ok() && matches(s, labels))
+}
+
 /// Whether `labels` satisfy `sel` (checked with [`check`] first: a bad requirement matches
 /// nothing).
 pub fn matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {

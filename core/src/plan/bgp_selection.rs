@@ -131,15 +131,12 @@ impl BgpPools {
 
 /// Whether advertisement `a` selects the pool `name` with `labels`.
 fn selects(a: &BgpAdvertisement, name: &str, labels: &BTreeMap<String, String>) -> bool {
-    let spec = &a.spec;
-    if spec.ip_address_pools.is_empty() && spec.ip_address_pool_selectors.is_empty() {
-        return true;
-    }
-    spec.ip_address_pools.iter().any(|p| p == name)
-        || spec
-            .ip_address_pool_selectors
-            .iter()
-            .any(|s| selector::check(s).is_ok() && selector::matches(s, labels))
+    selector::selects_pool(
+        &a.spec.ip_address_pools,
+        &a.spec.ip_address_pool_selectors,
+        name,
+        labels,
+    )
 }
 
 fn terms_of(a: &BgpAdvertisement, nodes: &[Arc<core::Node>]) -> AdvertisementTerms {

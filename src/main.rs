@@ -103,7 +103,7 @@ async fn dispatch(
             let one = agent::plan_once(&cfg, &loaded.objects, true);
             let problems = agent::report_problems(&cfg, &loaded, &one.planner.services().report());
             for p in &problems {
-                eprintln!("skipped: {p}");
+                eprintln!("{}: {p}", p.kind.outcome());
             }
             let router_mac = agent::router_mac(&cfg, &loaded.objects);
             let announcing = vipflow::announce::Announcing::of(&cfg);

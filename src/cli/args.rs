@@ -39,7 +39,8 @@ pub(crate) enum Command {
         poll_interval_ms: u64,
     },
     /// Print the desired flows for the objects, in `ovs-ofctl add-flow` syntax with port
-    /// names, without connecting to anything. Skipped input is listed on stderr.
+    /// names, without connecting to anything. Input that was skipped, ignored (an unknown field)
+    /// or is not supported is listed on stderr, each line headed by which.
     Plan,
     /// Connect to each bridge (and the Northbound database, if configured) and compare with
     /// the plan: print missing (+), unexpected (-) and differing (~) flows and rows; exit 1 on

@@ -48,6 +48,19 @@ pub enum ProblemKind {
     Unsupported,
 }
 
+impl ProblemKind {
+    /// What became of the thing it is about, as `vipflow plan` heads the line: `skipped`
+    /// (not used), `ignored` (an unknown field; the object is used), `not supported` (a field
+    /// vipflow does not carry out; the reason says whether the object is used).
+    pub fn outcome(self) -> &'static str {
+        match self {
+            ProblemKind::ConflictLost | ProblemKind::Duplicate | ProblemKind::Invalid => "skipped",
+            ProblemKind::UnknownField => "ignored",
+            ProblemKind::Unsupported => "not supported",
+        }
+    }
+}
+
 impl Problem {
     pub fn new(subject: Subject, kind: ProblemKind, reason: impl Into<String>) -> Problem {
         Problem {
@@ -110,5 +123,23 @@ impl Ord for Problem {
 impl PartialOrd for Problem {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_says_what_became_of_its_object() {
+        for (kind, outcome) in [
+            (ProblemKind::ConflictLost, "skipped"),
+            (ProblemKind::Duplicate, "skipped"),
+            (ProblemKind::Invalid, "skipped"),
+            (ProblemKind::UnknownField, "ignored"),
+            (ProblemKind::Unsupported, "not supported"),
+        ] {
+            assert_eq!(kind.outcome(), outcome, "{kind:?}");
+        }
     }
 }

@@ -811,6 +811,27 @@ fn a_route_goes_out_only_once_the_node_carries_the_vip_and_a_drain_loses_no_new_
             "too few probes after the route: {}",
             after.len()
         );
+        // Each lost probe with its times beside the route's and the next hops' changes, so a
+        // failure says where in the sequence it fell.
+        for p in after.iter().filter(|p| !p.answered) {
+            let rel = |t: Instant| {
+                if p.sent >= t {
+                    format!("+{:?}", p.sent - t)
+                } else {
+                    format!("-{:?}", t - p.sent)
+                }
+            };
+            let changes: Vec<String> = hop_changes
+                .iter()
+                .filter(|(hv, _)| *hv == v)
+                .map(|(_, t)| rel(*t))
+                .collect();
+            println!(
+                "{v}: a probe lost, sent {} after the first route, {changes:?} from the next hops' changes, given up after {:?}",
+                rel(route),
+                p.done - p.sent
+            );
+        }
         assert_eq!(lost, 0, "{v}: probes lost after the route appeared");
     }
 

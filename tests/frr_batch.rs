@@ -494,12 +494,28 @@ async fn the_router_id_is_set_so_an_interface_flap_does_not_take_it_away() {
     }
 }
 
+/// Give `node`'s empty FRR the node configuration `config` as the agent does (one batch,
+/// every line taken), then make it originate `networks`.
+async fn configure_and_advertise(node: &Frr, config: &str, networks: &[&str]) {
+    let vtysh = Vtysh::new(node.path());
+    let batch =
+        vipflow::bgp::frr_config::config_batch(None, Some(config)).expect("a configuration");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    vtysh
+        .apply_bgpd(&frr_batch(64513, &BTreeSet::new(), &nets(networks)).expect("a batch"))
+        .await
+        .expect("FRR takes the networks");
+}
+
 /// A `BGPAdvertisement`'s communities go out on the routes of its pool: the node's
 /// configuration (made from the objects as the agent makes it) sets them in its outbound
 /// route-map, FRR takes it, and the router holds the VIP's route with them.
 #[tokio::test]
 async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
-    use vipflow::bgp::frr_config::{config_batch, for_node};
+    use vipflow::bgp::frr_config::for_node;
     let tag = format!("{}", std::process::id() % 100_000 + 11);
     let router_conf = "frr defaults datacenter\n!\nrouter bgp 64512\n bgp router-id 10.9.0.1\n no bgp ebgp-requires-policy\n neighbor 10.9.0.2 remote-as 64513\nexit\n";
     let Some(router) = Frr::start(&format!("vf-cr-{tag}"), router_conf) else {
@@ -521,17 +537,7 @@ async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
     let config = config.expect("a configuration");
     let node = Frr::start(&format!("vf-cn-{tag}"), "").expect("the node's FRR");
     testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
-    let vtysh = Vtysh::new(node.path());
-    let batch = config_batch(None, Some(&config)).expect("a configuration");
-    vtysh
-        .apply(&batch)
-        .await
-        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
-    let networks = nets(&["198.51.100.20/32", "203.0.113.20/32"]);
-    vtysh
-        .apply_bgpd(&frr_batch(64513, &BTreeSet::new(), &networks).expect("a batch"))
-        .await
-        .expect("FRR takes the networks");
+    configure_and_advertise(&node, &config, &["198.51.100.20/32", "203.0.113.20/32"]).await;
     // What the router holds for each VIP: (communities, large communities).
     let held = |prefix: &str| -> Option<(String, String)> {
         let text = router
@@ -575,7 +581,7 @@ async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
 /// both pools' routes and router `b` only the second's.
 #[tokio::test]
 async fn an_advertisement_naming_its_peers_reaches_those_routers_only() {
-    use vipflow::bgp::frr_config::{config_batch, for_node};
+    use vipflow::bgp::frr_config::for_node;
     let tag = std::process::id() % 100_000;
     let router = |asn: u32, id: &str| {
         format!(
@@ -610,17 +616,7 @@ async fn an_advertisement_naming_its_peers_reaches_those_routers_only() {
     let node = Frr::start(&format!("vf-pn-{tag}"), "").expect("the node's FRR");
     testkit::frr::link(&a, "10.9.0.1/24", &node, "10.9.0.2/24", &format!("{tag}a"));
     testkit::frr::link(&b, "10.8.0.1/24", &node, "10.8.0.2/24", &format!("{tag}b"));
-    let vtysh = Vtysh::new(node.path());
-    let batch = config_batch(None, Some(&config)).expect("a configuration");
-    vtysh
-        .apply(&batch)
-        .await
-        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
-    let networks = nets(&["198.51.100.20/32", "203.0.113.20/32"]);
-    vtysh
-        .apply_bgpd(&frr_batch(64513, &BTreeSet::new(), &networks).expect("a batch"))
-        .await
-        .expect("FRR takes the networks");
+    configure_and_advertise(&node, &config, &["198.51.100.20/32", "203.0.113.20/32"]).await;
     let holds = |r: &Frr, prefix: &str| {
         r.vtysh(&[&format!("show bgp ipv4 unicast {prefix} json")])
             .ok()

@@ -406,7 +406,7 @@ pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut
             out.objects.bgp.bfd_profiles.push(o);
         }),
         "Community" => decode::<Object<CommunitySpec>>(item, &mut unknown).map(|o| {
-            let object = namespaced(&o.metadata);
+            let object = described(&o.metadata);
             for c in o.spec.communities {
                 out.objects.bgp.communities.push(CommunityAlias {
                     name: c.name,
@@ -467,14 +467,6 @@ fn go_zero(v: &str) -> Option<bool> {
         return None;
     }
     Some(digits.chars().all(|c| c == '0'))
-}
-
-fn namespaced(m: &ObjectMeta) -> String {
-    format!(
-        "{}/{}",
-        m.namespace.as_deref().unwrap_or_default(),
-        m.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Settle a complete snapshot's MetalLB objects among vipflow's: a MetalLB object that a

@@ -282,6 +282,14 @@ pub fn is_live(node: &core::Node) -> bool {
     !draining(node) && !excluded(node) && is_ready(node)
 }
 
+/// Whether `node` is cordoned (`spec.unschedulable`): being drained for maintenance.
+pub fn cordoned(node: &core::Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
 /// Whether `node` is labelled
 /// [`EXCLUDE_FROM_LOAD_BALANCERS_LABEL`](crate::keys::EXCLUDE_FROM_LOAD_BALANCERS_LABEL).
 pub fn excluded(node: &core::Node) -> bool {

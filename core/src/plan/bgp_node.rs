@@ -9,7 +9,7 @@ use super::bgp::BgpNode;
 use super::bgp_selection::BgpPools;
 use super::eligibility::Eligibility;
 use super::service_index::ServiceIndex;
-use crate::announce::announcements::{MembershipView, draining, excluded, is_ready};
+use crate::announce::announcements::{MembershipView, cordoned, draining, excluded, is_ready};
 use crate::announce::placement::NodeName;
 use crate::model::Objects;
 use ipnet::IpNet;
@@ -201,14 +201,6 @@ impl BgpAdvertiser {
         self.last.graceful_shutdown = graceful;
         self.last.clone()
     }
-}
-
-/// Whether `node` is cordoned (`spec.unschedulable`): being drained for maintenance.
-fn cordoned(node: &k8s_openapi::api::core::v1::Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

@@ -339,11 +339,22 @@ pub fn node_config_with(
 /// changes nothing where it already holds. A BGP instance of another AS is removed whole (its
 /// networks with it: the caller reads back what FRR originates after). `None` when the two are
 /// the same.
+///
+/// With `old` unknown (an agent that starts), the graceful shutdown vipflow itself turns on
+/// (a drain, a stop on a cordoned Node) is taken back first where `new` does not ask for it:
+/// an agent that stopped may have left FRR in it.
 pub fn config_batch(old: Option<&str>, new: Option<&str>) -> Option<String> {
     if old == new {
         return None;
     }
     let mut out = String::new();
+    if old.is_none()
+        && let Some(new) = new
+        && !new.contains(GRACEFUL_SHUTDOWN)
+        && let Some(asn) = bgp_asn(new)
+    {
+        let _ = writeln!(out, "router bgp {asn}\n no bgp graceful-shutdown\nexit");
+    }
     let old_tree = old.map(ConfigTree::of).unwrap_or_default();
     let new_tree = new.map(ConfigTree::of).unwrap_or_default();
     for (head, lines) in &old_tree.blocks {
@@ -687,14 +698,20 @@ mod tests {
     }
 
     #[test]
-    fn the_same_configuration_is_no_batch_and_a_first_one_is_itself() {
+    fn the_same_configuration_is_no_batch_and_a_first_one_is_itself_without_a_left_graceful_shutdown()
+     {
         let (two, _) = two_and_one();
         assert_eq!(config_batch(Some(&two), Some(&two)), None);
         assert_eq!(config_batch(None, None), None);
         assert_eq!(
-            config_batch(None, Some(&two)).as_deref(),
-            Some(two.as_str())
+            config_batch(None, Some(&two)),
+            Some(format!(
+                "router bgp 64513\n no bgp graceful-shutdown\nexit\n{two}"
+            ))
         );
+        // Asked for, it is not taken back.
+        let draining = shutting_down(&two);
+        assert_eq!(config_batch(None, Some(&draining)), Some(draining.clone()));
     }
 
     #[test]

@@ -6,6 +6,12 @@ const ASN: u32 = 64513;
 /// A node's configuration, as `node_config` writes one.
 const CONFIG: &str = "frr defaults datacenter\n!\nrouter bgp 64513\n no bgp network import-check\n neighbor 10.9.0.1 remote-as 64512\nexit\n";
 
+/// [`CONFIG`] as a speaker that does not know what FRR holds applies it: whole, after taking
+/// back a graceful shutdown an earlier agent may have left.
+fn whole() -> String {
+    format!("router bgp 64513\n no bgp graceful-shutdown\nexit\n{CONFIG}")
+}
+
 fn nets(v: &[&str]) -> BTreeSet<IpNet> {
     v.iter().map(|s| s.parse().expect("a prefix")).collect()
 }
@@ -19,7 +25,7 @@ fn configured() -> Speaker {
     let mut s = Speaker::new();
     assert_eq!(
         s.configure(Some(CONFIG.into())),
-        Some(SpeakerAction::Configure(CONFIG.into())),
+        Some(SpeakerAction::Configure(whole())),
         "a starting agent applies its configuration whole"
     );
     assert_eq!(s.applied(), Some(SpeakerAction::ReadBack));
@@ -251,7 +257,7 @@ fn a_failed_configuration_goes_in_whole_again_then_the_networks_are_read() {
     s.configure(Some(CONFIG.into()));
     assert_eq!(
         s.failed(),
-        Some(SpeakerAction::Configure(CONFIG.into())),
+        Some(SpeakerAction::Configure(whole())),
         "unknown what FRR took: the whole configuration again"
     );
     assert_eq!(s.applied(), Some(SpeakerAction::ReadBack));
@@ -261,7 +267,7 @@ fn a_failed_configuration_goes_in_whole_again_then_the_networks_are_read() {
 fn frr_that_lost_its_configuration_gets_it_whole_then_every_network() {
     let mut s = current(&["198.51.100.1/32"], &["198.51.100.1/32"]);
     // bgpd restarted empty.
-    assert_eq!(s.lost(), Some(SpeakerAction::Configure(CONFIG.into())));
+    assert_eq!(s.lost(), Some(SpeakerAction::Configure(whole())));
     assert_eq!(s.applied(), Some(SpeakerAction::ReadBack));
     assert_eq!(
         s.read(BTreeSet::new()),

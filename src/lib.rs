@@ -28,6 +28,6 @@ pub mod record_writer;
 pub mod source;
 
 pub use vipflow_core::{
-    announce, bgp, config, decode, events, ipam, keys, lease, membership, metallb, model, parallel,
-    plan, status, vec_set,
+    announce, bgp, config, decode, events, frrk8s, ipam, keys, lease, membership, metallb, model,
+    parallel, plan, status, vec_set,
 };

@@ -85,6 +85,7 @@ pub struct Metrics {
     pub bgp_session_up: Family<BgpSessionLabel, Gauge>,
     pub bfd_up: Family<BfdLabel, Gauge>,
     pub bgp_advertised_prefixes: Gauge,
+    pub frr_k8s_writes: Counter,
 }
 
 impl Default for Metrics {
@@ -116,6 +117,7 @@ impl Metrics {
             bgp_session_up: Family::default(),
             bfd_up: Family::default(),
             bgp_advertised_prefixes: Gauge::default(),
+            frr_k8s_writes: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -211,6 +213,11 @@ impl Metrics {
             "bgp_advertised_prefixes",
             "Prefixes the node's FRR originates (bgp)",
             m.bgp_advertised_prefixes.clone(),
+        );
+        registry.register(
+            "frr_k8s_writes",
+            "Writes (applies and deletes) of the shared FRRConfiguration objects by this agent while it leads (frr-k8s mode)",
+            m.frr_k8s_writes.clone(),
         );
         Metrics { registry, ..m }
     }

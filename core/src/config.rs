@@ -233,13 +233,36 @@ pub struct BgpConfig {
     /// The `vtysh` program that gives it its configuration (the prefixes go over bgpd's own
     /// vty socket in `frr_socket_dir`; vtysh is the fallback).
     pub vtysh: PathBuf,
+    /// Advertise through frr-k8s (`FRRConfiguration` objects) rather than driving FRR: `auto`
+    /// where frr-k8s runs on the node (its `FRRNodeState` for the node exists), `on`, `off`.
+    /// Cluster mode only.
+    pub frr_k8s: FrrK8sMode,
+    /// The namespace frr-k8s reads its `FRRConfiguration`s from.
+    pub frr_k8s_namespace: String,
 }
+
+/// Whether this node advertises through frr-k8s ([`BgpConfig::frr_k8s`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum FrrK8sMode {
+    /// Where frr-k8s runs on the node; a cluster-mode agent decides at start.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// Default [`BgpConfig::frr_k8s_namespace`]: frr-k8s's own manifests' namespace.
+pub const DEFAULT_FRR_K8S_NAMESPACE: &str = "frr-k8s-system";
 
 impl Default for BgpConfig {
     fn default() -> Self {
         BgpConfig {
             frr_socket_dir: None,
             vtysh: PathBuf::from("vtysh"),
+            frr_k8s: FrrK8sMode::Auto,
+            frr_k8s_namespace: DEFAULT_FRR_K8S_NAMESPACE.into(),
         }
     }
 }

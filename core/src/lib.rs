@@ -30,6 +30,7 @@ pub mod bgp;
 pub mod config;
 pub mod decode;
 pub mod events;
+pub mod frrk8s;
 pub mod ipam;
 pub mod keys;
 pub mod lease;

@@ -13,6 +13,7 @@
 
 use super::planner_task::ORDER_WAIT;
 use crate::bgp::frr_config::{FrrConfigProblem, for_node};
+use crate::frrk8s::objects::FrrConfiguration;
 use crate::model::Objects;
 use crate::reconcile::bridge::{BrIntFlows, BridgeStatus, PROGRAMMED_WAIT};
 use crate::reconcile::frr::{FrrInputs, FrrStatus, WantedPrefixes};
@@ -36,6 +37,18 @@ pub(super) struct Advertising {
     frr: watch::Receiver<FrrStatus>,
     /// What was last said to be wrong with the node's configuration.
     problems: Vec<FrrConfigProblem>,
+    /// frr-k8s mode: the node's own object and the shared ones go there instead.
+    frr_k8s: Option<FrrK8sOutputs>,
+}
+
+/// Where frr-k8s mode's objects go ([`crate::reconcile::frrk8s`]).
+pub(super) struct FrrK8sOutputs {
+    pub namespace: String,
+    /// The node's own object, with every Local VIP the plan wants (the writer keeps what the
+    /// gate let through).
+    pub object: watch::Sender<Option<Arc<Option<FrrConfiguration>>>>,
+    /// The shared objects, written while this agent leads.
+    pub pools: watch::Sender<Option<crate::plan::planner::FrrK8sPools>>,
 }
 
 impl Advertising {
@@ -59,12 +72,19 @@ impl Advertising {
                 published: published.clone(),
                 frr,
                 problems: Vec::new(),
+                frr_k8s: None,
             },
             FrrInputs {
                 config: config_rx,
                 wanted: published,
             },
         )
+    }
+
+    /// Advertise through frr-k8s: the configuration goes in objects to `outputs`.
+    pub(super) fn through_frr_k8s(mut self, outputs: FrrK8sOutputs) -> Advertising {
+        self.frr_k8s = Some(outputs);
+        self
     }
 
     /// A new plan: the node's configuration from its snapshot (its BGP instance in graceful
@@ -74,9 +94,44 @@ impl Advertising {
         &mut self,
         objects: &Objects,
         generation: u64,
-        prefixes: &Prefixes,
-        graceful: bool,
+        bgp: &crate::plan::bgp_node::NodeBgp,
+        pools: Option<&crate::plan::planner::FrrK8sPools>,
     ) -> BTreeSet<IpNet> {
+        if let Some(out) = &self.frr_k8s {
+            // The node's own object holds its Local VIPs; the shared ones the rest.
+            let selection = crate::plan::bgp_selection::BgpPools::of(objects);
+            let entries = crate::frrk8s::shared::local_entries(
+                &selection,
+                &self.node,
+                bgp.local.iter().copied(),
+            );
+            let (object, problems) = crate::frrk8s::shared::node_configuration(
+                objects,
+                &self.node,
+                &entries,
+                &out.namespace,
+            );
+            out.object.send_if_modified(|cur| {
+                let same = cur.as_deref() == Some(&object);
+                if !same {
+                    *cur = Some(Arc::new(object));
+                }
+                !same
+            });
+            if let Some(p) = pools {
+                out.pools.send_if_modified(|cur| {
+                    let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, p));
+                    if !same {
+                        *cur = Some(Arc::clone(p));
+                    }
+                    !same
+                });
+            }
+            self.said(problems);
+            return self.hand_to_gate(generation, &bgp.local);
+        }
+        let prefixes = &bgp.prefixes;
+        let graceful = bgp.graceful_shutdown;
         let (config, problems) = for_node(objects, &self.node);
         let config = config.map(|c| {
             if graceful {
@@ -85,12 +140,7 @@ impl Advertising {
                 c
             }
         });
-        if problems != self.problems {
-            for p in &problems {
-                tracing::warn!(problem = %p, "the node's BGP configuration leaves this out");
-            }
-            self.problems = problems;
-        }
+        self.said(problems);
         self.config.send_if_modified(|cur| {
             let same = cur.as_deref() == Some(&config);
             if !same {
@@ -98,6 +148,21 @@ impl Advertising {
             }
             !same
         });
+        self.hand_to_gate(generation, prefixes)
+    }
+
+    /// Log what is wrong with the node's configuration, once per change of it.
+    fn said(&mut self, problems: Vec<FrrConfigProblem>) {
+        if problems != self.problems {
+            for p in &problems {
+                tracing::warn!(problem = %p, "the node's BGP configuration leaves this out");
+            }
+            self.problems = problems;
+        }
+    }
+
+    /// Hand `prefixes` to the gate; returns those it withdraws.
+    fn hand_to_gate(&mut self, generation: u64, prefixes: &Prefixes) -> BTreeSet<IpNet> {
         let withdrawn = self
             .published
             .borrow()

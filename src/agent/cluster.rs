@@ -60,37 +60,61 @@ impl Cluster {
 }
 
 /// Start in a cluster: the Kubernetes source, an elected Northbound writer, Events, HTTP.
-pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Cluster, AgentError> {
+pub async fn start_cluster(
+    mut cfg: Config,
+    cluster: ClusterOptions,
+) -> Result<Cluster, AgentError> {
+    use crate::config::FrrK8sMode;
     use crate::source::kube as ksrc;
     let client = ksrc::client(cluster.kubeconfig.as_deref())
         .await
         .map_err(AgentError::Kube)?;
+    let frr_k8s = match cfg.bgp.frr_k8s {
+        FrrK8sMode::On => true,
+        FrrK8sMode::Off => false,
+        FrrK8sMode::Auto => frr_k8s_runs_here(&client, &cfg.node_name).await,
+    };
+    cfg.bgp.frr_k8s = if frr_k8s {
+        FrrK8sMode::On
+    } else {
+        FrrK8sMode::Off
+    };
+    if frr_k8s {
+        tracing::info!(
+            namespace = %cfg.bgp.frr_k8s_namespace,
+            "advertising through frr-k8s: FRRConfiguration objects, not the node's FRR"
+        );
+        if cfg.bgp.frr_socket_dir.is_some() {
+            tracing::warn!("frr-k8s owns this node's FRR: --frr-socket-dir is not used");
+        }
+    }
     let writer_possible = cfg.nb_remote.is_some();
     let announcing = crate::announce::Announcing::of(&cfg);
     let source_cfg = ksrc::KubeSourceConfig {
         node_name: cfg.node_name.clone(),
         // Placing VIPs needs every Node, as the Northbound writer's templates do.
-        all_nodes: writer_possible || announcing.any(),
+        all_nodes: writer_possible || announcing.any() || frr_k8s,
         ..Default::default()
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
     let members = members::start(&cfg, rx.clone())?;
-    let election = ((writer_possible || cfg.allocate_ips) && cfg.lease.enabled).then(|| {
-        let ns = cfg
-            .lease
-            .namespace
-            .clone()
-            .unwrap_or_else(|| cluster.namespace.clone());
-        crate::leader::start(
-            client.clone(),
-            crate::leader::LeaderConfig::new(
-                &ns,
-                &cfg.lease.name,
-                &cluster.identity,
-                Duration::from_secs(cfg.lease.duration_seconds.max(1)),
-            ),
-        )
-    });
+    let election =
+        ((writer_possible || cfg.allocate_ips || frr_k8s) && cfg.lease.enabled).then(|| {
+            let ns = cfg
+                .lease
+                .namespace
+                .clone()
+                .unwrap_or_else(|| cluster.namespace.clone());
+            crate::leader::start(
+                client.clone(),
+                crate::leader::LeaderConfig::new(
+                    &ns,
+                    &cfg.lease.name,
+                    &cluster.identity,
+                    Duration::from_secs(cfg.lease.duration_seconds.max(1)),
+                ),
+            )
+        });
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let sink = |kind, client: &kube::Client| {
         crate::event_sink::EventSink::start(
@@ -121,7 +145,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         // is new in the set it is given), said by `allocator` whichever agent leads.
         let sink = sink(crate::event_sink::SinkKind::Allocator, &client);
         tokio::spawn(crate::ipam_task::run_with(
-            client,
+            client.clone(),
             crate::ipam_task::IpamSettings {
                 class: cfg.load_balancer_class.clone(),
                 instance: cfg.node_name.clone(),
@@ -145,6 +169,7 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         successors: members.as_ref().map(|m| m.successors.clone()),
         claims: members.as_ref().map(|m| m.claims.clone()),
         nb_backoff: cluster.nb_backoff.clone(),
+        frr_k8s: frr_k8s.then(|| client.clone()),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
@@ -158,6 +183,22 @@ pub async fn start_cluster(cfg: Config, cluster: ClusterOptions) -> Result<Clust
         members,
         http,
     })
+}
+
+/// Whether frr-k8s runs on node `node`: its `FRRNodeState` (which frr-k8s keeps for each node
+/// it runs on) exists. No CRD, no object, or an error reading it: no.
+async fn frr_k8s_runs_here(client: &kube::Client, node: &str) -> bool {
+    use crate::frrk8s::objects::{API_VERSION, NODE_STATE_KIND, NODE_STATE_PLURAL};
+    let resource =
+        crate::source::kube::custom_resource(API_VERSION, NODE_STATE_KIND, NODE_STATE_PLURAL);
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
+    match api.get_opt(node).await {
+        Ok(found) => found.is_some(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot tell whether frr-k8s runs on this node; driving no frr-k8s");
+            false
+        }
+    }
 }
 
 /// Run in a cluster until SIGINT/SIGTERM.

@@ -211,6 +211,9 @@ pub struct AgentOptions {
     /// The Northbound database's backoff when something dialled it before the agent started
     /// (the read of its schema, [`nb::resolve_node_rows`]); `None`: the writer's own.
     pub nb_backoff: Option<retry::SharedBackoff>,
+    /// frr-k8s mode (`bgp.frr-k8s` on, cluster mode): the client the `FRRConfiguration`s are
+    /// written with.
+    pub frr_k8s: Option<kube::Client>,
 }
 
 /// Handles on a running agent, for the CLI and for tests.
@@ -358,7 +361,16 @@ pub fn start_with(
         nb_status = Some(srx);
     }
     let mut frr_status = None;
-    let advertising = cfg.bgp.frr_socket_dir.clone().map(|dir| {
+    let frr_k8s = match (cfg.bgp.frr_k8s, opts.frr_k8s.clone()) {
+        (crate::config::FrrK8sMode::On, Some(client)) => Some(client),
+        (crate::config::FrrK8sMode::On, None) => {
+            tracing::warn!("frr-k8s mode needs the Kubernetes API (cluster mode): no BGP");
+            None
+        }
+        _ => None,
+    };
+    let bgp_on = frr_k8s.is_some() || cfg.bgp.frr_socket_dir.is_some();
+    let advertising = bgp_on.then(|| {
         let (stx, srx) = watch::channel(crate::reconcile::frr::FrrStatus::default());
         let gate = advertising::GateInputs {
             bridges: status.iter().map(|(_, rx)| rx.clone()).collect(),
@@ -369,10 +381,41 @@ pub fn start_with(
             frr: srx.clone(),
         };
         let (a, inputs) = advertising::Advertising::start(&cfg.node_name, gate, &mut tasks);
-        let vtysh = crate::reconcile::frr::Vtysh::new(dir).with_program(cfg.bgp.vtysh.clone());
-        tasks.push(tokio::spawn(crate::reconcile::frr::run(vtysh, inputs, stx)));
         frr_status = Some(srx);
-        a
+        match (&frr_k8s, &cfg.bgp.frr_socket_dir) {
+            (Some(client), _) => {
+                let namespace = cfg.bgp.frr_k8s_namespace.clone();
+                let (otx, orx) = watch::channel(None);
+                let (ptx, prx) = watch::channel(None);
+                tasks.push(tokio::spawn(crate::reconcile::frrk8s::run_node(
+                    client.clone(),
+                    namespace.clone(),
+                    cfg.node_name.clone(),
+                    orx,
+                    inputs.wanted,
+                    stx,
+                )));
+                tasks.push(tokio::spawn(crate::reconcile::frrk8s::run_pools(
+                    client.clone(),
+                    namespace.clone(),
+                    prx,
+                    opts.leader.clone(),
+                    opts.metrics.frr_k8s_writes.clone(),
+                )));
+                a.through_frr_k8s(advertising::FrrK8sOutputs {
+                    namespace,
+                    object: otx,
+                    pools: ptx,
+                })
+            }
+            (None, dir) => {
+                let dir = dir.clone().unwrap_or_default();
+                let vtysh =
+                    crate::reconcile::frr::Vtysh::new(dir).with_program(cfg.bgp.vtysh.clone());
+                tasks.push(tokio::spawn(crate::reconcile::frr::run(vtysh, inputs, stx)));
+                a
+            }
+        }
     });
     let (gtx, grx) = watch::channel(0u64);
     let (announce_tx, announce_rx) = watch::channel(None);

@@ -232,8 +232,8 @@ impl PlannerTask {
                 let withdrawn = a.plan(
                     &loaded.objects,
                     generation,
-                    &bgp.prefixes,
-                    bgp.graceful_shutdown,
+                    bgp,
+                    plans.frr_k8s_pools.as_ref(),
                 );
                 a.withdrawn(&withdrawn).await;
             }

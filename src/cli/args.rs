@@ -189,6 +189,27 @@ pub(crate) struct ClusterFlags {
     /// bgpd's own vty socket in --frr-socket-dir) [default: vtysh].
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) vtysh: Option<PathBuf>,
+    /// Advertise through frr-k8s instead of driving FRR: write FRRConfiguration objects in
+    /// --frr-k8s-namespace that frr-k8s merges into the node's FRR (beside MetalLB's and
+    /// OVN-Kubernetes's). auto (the default): where frr-k8s runs on this node (its
+    /// FRRNodeState exists when the agent starts); on; off. See docs/BGP.md.
+    #[arg(
+        long,
+        env = "VIPFLOW_FRR_K8S",
+        global = true,
+        value_enum,
+        value_name = "MODE"
+    )]
+    pub(crate) frr_k8s: Option<vipflow::config::FrrK8sMode>,
+    /// The namespace frr-k8s runs in and reads FRRConfigurations from [default:
+    /// frr-k8s-system].
+    #[arg(
+        long,
+        env = "VIPFLOW_FRR_K8S_NAMESPACE",
+        global = true,
+        value_name = "NS"
+    )]
+    pub(crate) frr_k8s_namespace: Option<String>,
     /// Identity in the Lease [default: POD_NAME, else the node name].
     #[arg(long, env = "POD_NAME", global = true)]
     pub(crate) identity: Option<String>,

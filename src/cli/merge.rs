@@ -102,6 +102,8 @@ impl ClusterFlags {
         set_some(&mut cfg.membership.address, &self.membership_address);
         set_some(&mut cfg.bgp.frr_socket_dir, &self.frr_socket_dir);
         set(&mut cfg.bgp.vtysh, &self.vtysh);
+        set(&mut cfg.bgp.frr_k8s, &self.frr_k8s);
+        set(&mut cfg.bgp.frr_k8s_namespace, &self.frr_k8s_namespace);
         if self.no_leader_election {
             cfg.lease.enabled = false;
         }

@@ -1,4 +1,5 @@
 pub mod bridge;
 pub mod frr;
+pub mod frrk8s;
 pub mod northbound;
 pub mod ovs;

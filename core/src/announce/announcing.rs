@@ -19,7 +19,8 @@ pub enum AnnouncerKind {
 pub struct Announcing {
     /// The bridges that answer ARP/ND for the VIPs placed on this node, in config order.
     l2: Vec<String>,
-    /// The node drives an FRR (`bgp.frr-socket-dir`).
+    /// The node advertises over BGP: it drives an FRR (`bgp.frr-socket-dir`), or frr-k8s
+    /// runs there (`bgp.frr-k8s`, `on` once a cluster-mode agent found it).
     bgp: bool,
 }
 
@@ -33,7 +34,8 @@ impl Announcing {
                 .filter(|b| Announcing::l2_on(b))
                 .map(|b| b.name.clone())
                 .collect(),
-            bgp: cfg.bgp.frr_socket_dir.is_some(),
+            bgp: cfg.bgp.frr_socket_dir.is_some()
+                || cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On,
         }
     }
 

@@ -103,7 +103,7 @@ pub fn for_node(
 }
 
 /// The Node's first IPv4 `InternalIP`.
-fn internal_ipv4(node: &k8s_openapi::api::core::v1::Node) -> Option<std::net::Ipv4Addr> {
+pub(crate) fn internal_ipv4(node: &k8s_openapi::api::core::v1::Node) -> Option<std::net::Ipv4Addr> {
     node.status
         .as_ref()?
         .addresses
@@ -152,14 +152,13 @@ pub fn node_config(
     node_config_with(node_labels, peers, profiles, &RoutePolicy::default())
 }
 
-/// [`node_config`] with `policy`, the advertisements' route-map and peer filters
-/// ([`super::route_policy::outbound`]), on every neighbor's outbound routes.
-pub fn node_config_with(
+/// The `BGPPeer`s a node with `node_labels` peers with, in order, with their addresses: those
+/// whose node selectors admit it (none: every node), with an IP address, and with the `myASN`
+/// of the first (a node speaks BGP as one AS). What is left out is said.
+pub fn select_peers<'a>(
     node_labels: &BTreeMap<String, String>,
-    peers: &[BgpPeer],
-    profiles: &[BfdProfile],
-    policy: &RoutePolicy,
-) -> (Option<String>, Vec<FrrConfigProblem>) {
+    peers: &'a [BgpPeer],
+) -> (Vec<(&'a BgpPeer, IpAddr)>, Vec<FrrConfigProblem>) {
     let mut problems = Vec::new();
     let name = |p: &BgpPeer| p.metadata.name.clone().unwrap_or_default();
     let mut chosen: Vec<(&BgpPeer, IpAddr)> = Vec::new();
@@ -193,6 +192,19 @@ pub fn node_config_with(
         }
         chosen.push((p, address));
     }
+    (chosen, problems)
+}
+
+/// [`node_config`] with `policy`, the advertisements' route-map and peer filters
+/// ([`super::route_policy::outbound`]), on every neighbor's outbound routes.
+pub fn node_config_with(
+    node_labels: &BTreeMap<String, String>,
+    peers: &[BgpPeer],
+    profiles: &[BfdProfile],
+    policy: &RoutePolicy,
+) -> (Option<String>, Vec<FrrConfigProblem>) {
+    let (chosen, mut problems) = select_peers(node_labels, peers);
+    let name = |p: &BgpPeer| p.metadata.name.clone().unwrap_or_default();
     let Some((first, _)) = chosen.first() else {
         return (None, problems);
     };
@@ -542,7 +554,7 @@ impl ConfigTree {
 
 /// Whole seconds of a Go duration as Kubernetes objects write them (`90s`, `1m30s`, `2h`,
 /// `500ms` rounds down); `None` when it is not one.
-fn go_duration_secs(v: &str) -> Option<u64> {
+pub(crate) fn go_duration_secs(v: &str) -> Option<u64> {
     let mut total_ms: u64 = 0;
     let mut rest = v.trim();
     if rest.is_empty() {

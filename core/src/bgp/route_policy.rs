@@ -166,7 +166,7 @@ pub fn outbound(pools: &BgpPools, peers: &[String]) -> (RoutePolicy, Vec<FrrConf
 }
 
 /// Prefix-list `list` of `kind` (`ip`, `ipv6`) permitting `entries`, in order.
-fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<String>) {
+pub(crate) fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<String>) {
     for (i, e) in entries.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -176,14 +176,14 @@ fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<Strin
     }
 }
 
-enum Community {
+pub(crate) enum Community {
     Standard(String),
     Large(String),
 }
 
 /// A community as MetalLB writes it: `A:B` (two 16-bit numbers) or `large:A:B:C` (three
 /// 32-bit numbers).
-fn community(c: &str) -> Option<Community> {
+pub(crate) fn community(c: &str) -> Option<Community> {
     let parts: Vec<&str> = c.trim().split(':').collect();
     match parts.as_slice() {
         [a, b] if a.parse::<u16>().is_ok() && b.parse::<u16>().is_ok() => {

@@ -68,6 +68,9 @@ impl std::fmt::Display for BgpReason {
 pub struct NodeBgp {
     /// The prefixes (the same `Arc` while unchanged).
     pub prefixes: Arc<BTreeSet<IpNet>>,
+    /// Those of externalTrafficPolicy Local VIPs (the same `Arc` while unchanged): what only
+    /// this node may advertise (frr-k8s mode writes them in the node's own object).
+    pub local: Arc<BTreeSet<IpNet>>,
     /// Every VIP of a pool a `BGPAdvertisement` selects, and whether this node advertises it
     /// (the same `Arc` while unchanged).
     pub vips: Arc<BTreeMap<IpAddr, BgpReason>>,
@@ -163,6 +166,7 @@ impl BgpAdvertiser {
             None
         };
         let mut now = BTreeSet::new();
+        let mut local_now = BTreeSet::new();
         let mut vips = BTreeMap::new();
         for vip in services.vips() {
             if !pools.advertises(vip) {
@@ -182,6 +186,9 @@ impl BgpAdvertiser {
                 if prefixes.is_empty() {
                     BgpReason::NotSelected
                 } else {
+                    if local {
+                        local_now.extend(prefixes.iter().copied());
+                    }
                     now.extend(prefixes);
                     if graceful {
                         BgpReason::DrainingGracefully
@@ -195,11 +202,29 @@ impl BgpAdvertiser {
         if *self.last.prefixes != now {
             self.last.prefixes = Arc::new(now);
         }
+        if *self.last.local != local_now {
+            self.last.local = Arc::new(local_now);
+        }
         if *self.last.vips != vips {
             self.last.vips = Arc::new(vips);
         }
         self.last.graceful_shutdown = graceful;
         self.last.clone()
+    }
+
+    /// Every externalTrafficPolicy Cluster VIP of `services` that BGP advertises, with the
+    /// nodes that may carry it, as of the last [`BgpAdvertiser::update`].
+    pub fn cluster_vips(
+        &self,
+        services: &ServiceIndex,
+        pools: &BgpPools,
+    ) -> Vec<(IpAddr, crate::announce::placement::Eligible)> {
+        services
+            .vips()
+            .into_iter()
+            .filter(|v| pools.advertises(*v) && !self.eligibility.is_local(*v))
+            .map(|v| (v, self.eligibility.of(v)))
+            .collect()
     }
 }
 

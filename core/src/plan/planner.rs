@@ -27,6 +27,9 @@ pub struct Planner {
     announcements: Option<(Announcements, Eligibility)>,
     /// What this node advertises over BGP, when it speaks BGP.
     bgp: Option<BgpAdvertiser>,
+    /// frr-k8s mode, while this agent writes the shared objects: their namespace, and what
+    /// was last handed on.
+    frr_k8s_pools: Option<(String, Option<FrrK8sPools>)>,
     /// What the membership says, when one runs.
     members: Membership,
     /// The agent is stopping: this node takes nothing more and announces nothing again.
@@ -132,7 +135,14 @@ pub struct Plans {
     /// What this node advertises over BGP, and why each VIP is or is not; `None` when it
     /// speaks no BGP.
     pub bgp: Option<super::bgp_node::NodeBgp>,
+    /// frr-k8s mode, while this agent writes them: the shared objects of every pool's
+    /// externalTrafficPolicy Cluster VIPs (the same `Arc` while unchanged).
+    pub frr_k8s_pools: Option<FrrK8sPools>,
 }
+
+/// The shared `FRRConfiguration`s by name ([`crate::frrk8s::shared::pool_configurations`]).
+pub type FrrK8sPools =
+    Arc<std::collections::BTreeMap<String, crate::frrk8s::objects::FrrConfiguration>>;
 
 impl Planner {
     /// A planner for `bridges`; with `northbound`, it keeps the rows too.
@@ -147,6 +157,7 @@ impl Planner {
             rows: northbound.map(RowTable::new),
             announcements: None,
             bgp: None,
+            frr_k8s_pools: None,
             members: Membership::Off,
             stopping: false,
             withdrawn: false,
@@ -202,6 +213,16 @@ impl Planner {
         self
     }
 
+    /// Plan the shared frr-k8s objects (in `namespace`) with every update from now on
+    /// (`Some`), or no longer (`None`): the agent that writes them asks for them.
+    pub fn write_frr_k8s_pools(&mut self, namespace: Option<&str>) {
+        match (namespace, &self.frr_k8s_pools) {
+            (Some(ns), Some((current, _))) if current == ns => {}
+            (Some(ns), _) => self.frr_k8s_pools = Some((ns.to_string(), None)),
+            (None, _) => self.frr_k8s_pools = None,
+        }
+    }
+
     /// The planner the agent runs for `cfg`: rows only when a Northbound database is set.
     pub fn for_config(cfg: &Config) -> Planner {
         Planner::for_config_with_rows(cfg, cfg.nb_remote.is_some())
@@ -224,7 +245,11 @@ impl Planner {
             p
         };
         if announcing.uses(AnnouncerKind::Bgp) {
-            p.advertising_as(&cfg.node_name)
+            let mut p = p.advertising_as(&cfg.node_name);
+            if cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On {
+                p.write_frr_k8s_pools(Some(&cfg.bgp.frr_k8s_namespace));
+            }
+            p
         } else {
             p
         }
@@ -376,6 +401,30 @@ impl Planner {
             .bgp
             .as_mut()
             .map(|b| b.update(objects, &self.services, view));
+        let frr_k8s_pools = match (&mut self.frr_k8s_pools, &self.bgp) {
+            (Some((namespace, last)), Some(advertiser)) => {
+                let pools = super::bgp_selection::BgpPools::of(objects);
+                let vips = advertiser.cluster_vips(&self.services, &pools);
+                let live = view.map(|v| &*v.live);
+                let (now, problems) = crate::frrk8s::shared::pool_configurations(
+                    objects,
+                    &pools,
+                    &vips,
+                    crate::frrk8s::shared::Nodes {
+                        live,
+                        frr_k8s: None,
+                    },
+                    namespace,
+                );
+                // The node's own configuration says the same problems.
+                let _ = problems;
+                if last.as_ref().is_none_or(|l| **l != now) {
+                    *last = Some(Arc::new(now));
+                }
+                last.clone()
+            }
+            _ => None,
+        };
         Plans {
             generation: self.generation,
             bridges,
@@ -384,6 +433,7 @@ impl Planner {
             taken,
             claims,
             bgp,
+            frr_k8s_pools,
         }
     }
 

@@ -1,0 +1,275 @@
+//! frr-k8s mode's writers: the node's own `FRRConfiguration` (its externalTrafficPolicy Local
+//! VIPs, as the dataplane gate lets them through), and, while this agent leads, the shared
+//! objects of every pool's Cluster VIPs. What to write is decided in
+//! [`crate::frrk8s`]; here it is written, with server-side apply (field manager `vipflow`),
+//! and only when it changed. An object vipflow no longer wants is deleted; objects of others
+//! are never touched (vipflow's carry [`MANAGED_BY_LABEL`]).
+
+use crate::frrk8s::build::{MANAGED_BY, MANAGED_BY_LABEL, ROLE_LABEL, originated, restricted};
+use crate::frrk8s::objects::{
+    API_VERSION, CONFIGURATION_KIND, CONFIGURATION_PLURAL, FrrConfiguration,
+};
+use crate::plan::planner::FrrK8sPools;
+use crate::reconcile::frr::{FrrStatus, WantedPrefixes};
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The field manager of vipflow's writes.
+const FIELD_MANAGER: &str = "vipflow";
+/// How long to wait before writing again after a failure.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Why an object could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrrK8sWriteError {
+    #[error("FRRConfiguration {name}: {source}")]
+    Api {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("FRRConfiguration {name}: {source}")]
+    Encode {
+        name: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    let resource =
+        crate::source::kube::custom_resource(API_VERSION, CONFIGURATION_KIND, CONFIGURATION_PLURAL);
+    Api::namespaced_with(client.clone(), namespace, &resource)
+}
+
+/// Write `object` whole (server-side apply: fields vipflow no longer sets go).
+async fn apply(
+    api: &Api<DynamicObject>,
+    object: &FrrConfiguration,
+) -> Result<(), FrrK8sWriteError> {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let body = serde_json::to_value(object).map_err(|source| FrrK8sWriteError::Encode {
+        name: name.clone(),
+        source,
+    })?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| FrrK8sWriteError::Api { name, source })
+}
+
+/// Delete `name`; one that is already gone is fine.
+async fn delete(api: &Api<DynamicObject>, name: &str) -> Result<(), FrrK8sWriteError> {
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(source) => Err(FrrK8sWriteError::Api {
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// What the API server holds of one of vipflow's objects, to compare with what it wants.
+fn held(o: &DynamicObject) -> Option<FrrConfiguration> {
+    let mut v = serde_json::to_value(o).ok()?;
+    if let Some(m) = v.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+        m.retain(|k, _| k == "name" || k == "namespace" || k == "labels");
+    }
+    serde_json::from_value(v).ok()
+}
+
+/// Keep node `node`'s object in `namespace` as `object` (the plan's, with every Local VIP)
+/// restricted to what the gate let through (`wanted`), and report it as the FRR task does:
+/// `originated` is what the written object holds.
+pub async fn run_node(
+    client: Client,
+    namespace: String,
+    node: String,
+    mut object: watch::Receiver<Option<Arc<Option<FrrConfiguration>>>>,
+    mut wanted: watch::Receiver<Option<WantedPrefixes>>,
+    status: watch::Sender<FrrStatus>,
+) {
+    let api = api(&client, &namespace);
+    let name = crate::frrk8s::shared::node_object_name(&node);
+    // What the server holds: an agent that restarts rewrites nothing that stands.
+    let mut written: Option<Option<FrrConfiguration>> = None;
+    while written.is_none() {
+        match api.get_opt(&name).await {
+            Ok(o) => written = Some(o.as_ref().and_then(held)),
+            Err(e) => {
+                tracing::warn!(object = %name, error = %e, "cannot read this node's FRRConfiguration");
+                status.send_modify(|s| s.last_error = Some(e.to_string()));
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+    let mut written = written.unwrap_or_default();
+    status.send_modify(|s| {
+        s.known = true;
+        s.originated = written.as_ref().map(originated).unwrap_or_default();
+    });
+    loop {
+        let plan = object.borrow_and_update().clone();
+        let gate = wanted.borrow_and_update().clone();
+        if let (Some(plan), Some((generation, prefixes))) = (plan, gate) {
+            let want = plan
+                .as_ref()
+                .as_ref()
+                .and_then(|o| restricted(o, &prefixes));
+            let outcome = if want == written {
+                Ok(())
+            } else {
+                match &want {
+                    Some(o) => apply(&api, o).await,
+                    None => delete(&api, &name).await,
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    if want != written {
+                        tracing::debug!(object = %name, prefixes = want.as_ref().map_or(0, |o| originated(o).len()), "wrote this node's FRRConfiguration");
+                    }
+                    written = want;
+                    status.send_modify(|s| {
+                        s.current = true;
+                        s.known = true;
+                        s.originated = written.as_ref().map(originated).unwrap_or_default();
+                        s.applied_generation = Some(generation);
+                        s.asn = written
+                            .as_ref()
+                            .and_then(|o| o.spec.bgp.routers.first())
+                            .map(|r| r.asn);
+                        s.last_error = None;
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot write this node's FRRConfiguration; trying again");
+                    status.send_modify(|s| {
+                        s.current = false;
+                        s.last_error = Some(e.to_string());
+                    });
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            }
+        }
+        tokio::select! {
+            r = object.changed() => if r.is_err() { return },
+            r = wanted.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// While this agent leads (always, without election), keep the shared objects in `namespace`
+/// as the plan's `pools`: each changed one written, each vipflow object no longer planned
+/// deleted. Counts its writes in `writes`.
+pub async fn run_pools(
+    client: Client,
+    namespace: String,
+    mut pools: watch::Receiver<Option<FrrK8sPools>>,
+    leader: Option<watch::Receiver<bool>>,
+    writes: prometheus_client::metrics::counter::Counter,
+) {
+    let api = api(&client, &namespace);
+    let mut leader = leader;
+    loop {
+        if let Some(l) = &mut leader
+            && l.wait_for(|l| *l).await.is_err()
+        {
+            return;
+        }
+        // What the server holds of vipflow's shared objects.
+        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{ROLE_LABEL}=pool");
+        let mut written: BTreeMap<String, FrrConfiguration> = match api
+            .list(&ListParams::default().labels(&selector))
+            .await
+        {
+            Ok(list) => list
+                .items
+                .iter()
+                .filter_map(|o| Some((o.metadata.name.clone()?, held(o)?)))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list vipflow's FRRConfigurations; trying again");
+                tokio::time::sleep(RETRY).await;
+                continue;
+            }
+        };
+        tracing::info!(
+            objects = written.len(),
+            "leading: writing the pools' FRRConfigurations"
+        );
+        loop {
+            let want = pools.borrow_and_update().clone();
+            let mut failed = false;
+            if let Some(want) = want {
+                for (name, o) in want.iter() {
+                    if written.get(name) == Some(o) {
+                        continue;
+                    }
+                    match apply(&api, o).await {
+                        Ok(()) => {
+                            writes.inc();
+                            written.insert(name.clone(), o.clone());
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot write a pool's FRRConfiguration");
+                            failed = true;
+                        }
+                    }
+                }
+                let gone: Vec<String> = written
+                    .keys()
+                    .filter(|n| !want.contains_key(*n))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    match delete(&api, &name).await {
+                        Ok(()) => {
+                            writes.inc();
+                            written.remove(&name);
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot delete a pool's FRRConfiguration");
+                            failed = true;
+                        }
+                    }
+                }
+            }
+            let still = |leader: &Option<watch::Receiver<bool>>| {
+                leader.as_ref().is_none_or(|l| *l.borrow())
+            };
+            if failed {
+                tokio::time::sleep(RETRY).await;
+                if !still(&leader) {
+                    break;
+                }
+                continue;
+            }
+            match &mut leader {
+                Some(l) => tokio::select! {
+                    r = pools.changed() => if r.is_err() { return },
+                    r = l.wait_for(|l| !*l) => {
+                        if r.is_err() { return }
+                        tracing::info!("no longer leading: the pools' FRRConfigurations are the new leader's");
+                        break;
+                    }
+                },
+                None => {
+                    if pools.changed().await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -151,6 +151,8 @@ pub fn configuration(
             to_advertise,
         });
     }
+    // The same object whatever order the source lists the peers in.
+    neighbors.sort_by(|a, b| a.address.cmp(&b.address));
     let bfd_profiles = used_profiles
         .iter()
         .map(|n| {

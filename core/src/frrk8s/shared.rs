@@ -159,8 +159,16 @@ pub fn pool_configurations(
             }
             let first = members[0];
             let mut digest = xxhash_rust::xxh3::Xxh3::new();
-            for (p, _) in &first.speaker.peers {
-                digest.write(p.metadata.name.as_deref().unwrap_or_default().as_bytes());
+            // Named the same whatever order the source lists the peers in.
+            let mut peer_names: Vec<&str> = first
+                .speaker
+                .peers
+                .iter()
+                .map(|(p, _)| p.metadata.name.as_deref().unwrap_or_default())
+                .collect();
+            peer_names.sort_unstable();
+            for n in peer_names {
+                digest.write(n.as_bytes());
                 digest.write_u8(0);
             }
             for (_, term_indices) in per_class {

@@ -283,3 +283,187 @@ async fn a_cluster_vip_change_is_one_write_at_a_hundred_nodes() {
     assert_eq!(written(&kube).len(), 1, "no per-node object: no Local VIP");
     cluster.shutdown().await;
 }
+
+/// The routers' view: each prefix they hold from the node, with its communities and large
+/// communities.
+fn routes(router: &testkit::frr::Frr) -> std::collections::BTreeMap<String, (String, String)> {
+    let mut out = std::collections::BTreeMap::new();
+    for family in ["ipv4", "ipv6"] {
+        let Ok(text) = router.vtysh(&[&format!("show bgp {family} unicast json")]) else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        for prefix in v["routes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+        {
+            let detail = router
+                .vtysh(&[&format!("show bgp {family} unicast {prefix} json")])
+                .unwrap_or_default();
+            let d: Value = serde_json::from_str(&detail).unwrap_or_default();
+            let p = &d["paths"][0];
+            out.insert(
+                prefix.clone(),
+                (
+                    p["community"]["string"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    p["largeCommunity"]["string"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// Routers a (every family) and b (IPv4 only) peering with a node whose FRR is given
+/// `config` and `networks`; returns what each router holds once it holds `want_a` and
+/// `want_b` prefixes (and nothing more arrived for a moment).
+async fn routers_see(
+    tag: &str,
+    config: &str,
+    networks: &std::collections::BTreeSet<ipnet::IpNet>,
+    want: (usize, usize),
+) -> Option<[std::collections::BTreeMap<String, (String, String)>; 2]> {
+    use testkit::frr::{Frr, link};
+    let router = |asn: u32, id: &str, node: &str| {
+        format!(
+            "frr defaults datacenter\n!\nrouter bgp {asn}\n bgp router-id {id}\n no bgp ebgp-requires-policy\n no bgp default ipv4-unicast\n neighbor {node} remote-as 64513\n address-family ipv4 unicast\n  neighbor {node} activate\n exit-address-family\n address-family ipv6 unicast\n  neighbor {node} activate\n exit-address-family\nexit\n"
+        )
+    };
+    let a = Frr::start(
+        &format!("vf-ka-{tag}"),
+        &router(64512, "10.9.0.1", "10.9.0.2"),
+    )?;
+    let b = Frr::start(
+        &format!("vf-kb-{tag}"),
+        &router(64514, "10.8.0.1", "10.8.0.2"),
+    )
+    .expect("router b");
+    let node = Frr::start(&format!("vf-kn-{tag}"), "").expect("the node's FRR");
+    link(&a, "10.9.0.1/24", &node, "10.9.0.2/24", &format!("{tag}a"));
+    link(&b, "10.8.0.1/24", &node, "10.8.0.2/24", &format!("{tag}b"));
+    let vtysh = vipflow::reconcile::frr::Vtysh::new(node.path());
+    let batch = vipflow::bgp::frr_config::config_batch(None, Some(config)).expect("a batch");
+    vtysh
+        .apply(&batch)
+        .await
+        .unwrap_or_else(|e| panic!("FRR refused a line of\n{batch}\n{e}"));
+    let asn = vipflow::bgp::frr_config::bgp_asn(config).expect("an AS");
+    vtysh
+        .apply_bgpd(
+            &vipflow::plan::bgp::frr_batch(asn, &Default::default(), networks).expect("networks"),
+        )
+        .await
+        .expect("FRR takes the networks");
+    let start = std::time::Instant::now();
+    loop {
+        let seen = [routes(&a), routes(&b)];
+        if (seen[0].len(), seen[1].len()) == want {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let again = [routes(&a), routes(&b)];
+            if again == seen {
+                return Some(seen);
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the routers never held {want:?} routes: {seen:?}\n{}",
+            node.vtysh(&["show running-config"]).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The objects frr-k8s mode writes for a node, merged and rendered by vipflow's own FRR
+/// translation and loaded into a real FRR, give two routers exactly what the direct mode's
+/// configuration gives them: the same prefixes to each (an advertisement naming its peer,
+/// one router taking IPv4 only) with the same communities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_objects_rendered_into_frr_give_the_routers_what_the_direct_mode_gives() {
+    use vipflow::frrk8s::shared::{local_entries, node_configuration};
+    let objects = vipflow::decode::parse(
+        "apiVersion: v1\nkind: List\nitems:\n\
+         - {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {kubernetes.io/hostname: n1, rack: r2}}, status: {addresses: [{type: InternalIP, address: 10.9.0.2}]}}\n\
+         - {apiVersion: v1, kind: Node, metadata: {name: n2, labels: {kubernetes.io/hostname: n2}}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: tor}, spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {name: r2}, spec: {myASN: 64513, peerASN: 64514, peerAddress: 10.8.0.1, disableMP: true, nodeSelectors: [{matchLabels: {rack: r2}}]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: blue}, spec: {addresses: [198.51.100.0/24, '2001:db8:100::/64']}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: green}, spec: {addresses: [203.0.113.0/24]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: tagged}, spec: {ipAddressPools: [blue], communities: ['64512:7', 'large:64512:1:2'], peers: [tor]}}\n\
+         - {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: plain}, spec: {ipAddressPools: [green]}}\n\
+         - {apiVersion: v1, kind: Service, metadata: {name: web, namespace: s}, spec: {externalIPs: [198.51.100.20, '2001:db8:100::20'], ports: [{port: 80, protocol: TCP}]}}\n\
+         - {apiVersion: v1, kind: Service, metadata: {name: green, namespace: s}, spec: {externalIPs: [203.0.113.20], ports: [{port: 80, protocol: TCP}]}}\n\
+         - {apiVersion: v1, kind: Service, metadata: {name: api, namespace: s}, spec: {externalIPs: [203.0.113.21], externalTrafficPolicy: Local, ports: [{port: 80, protocol: TCP}]}}\n\
+         - {apiVersion: discovery.k8s.io/v1, kind: EndpointSlice, metadata: {name: api-1, namespace: s, labels: {kubernetes.io/service-name: api}}, addressType: IPv4, ports: [{port: 80, protocol: TCP}], endpoints: [{addresses: [10.0.0.9], nodeName: n1, conditions: {ready: true}}]}\n",
+    )
+    .expect("objects");
+    assert!(objects.problems.is_empty(), "{:?}", objects.problems);
+    let o = &objects.objects;
+    let mut planner = vipflow::plan::planner::Planner::new(
+        vipflow::model::ModelOptions::default(),
+        &[],
+        0x7f1f,
+        None,
+    )
+    .advertising_as("n1");
+    planner.write_frr_k8s_pools(Some(NS));
+    let plans = planner.update(o);
+    let bgp = plans.bgp.expect("BGP");
+    // The direct mode: the node's configuration and its networks.
+    let (direct, problems) = vipflow::bgp::frr_config::for_node(o, "n1");
+    assert!(problems.is_empty(), "{problems:?}");
+    let direct = direct.expect("a configuration");
+    // frr-k8s mode: the shared objects and n1's own, merged and rendered.
+    let pools = vipflow::plan::bgp_selection::BgpPools::of(o);
+    let (own, problems) = node_configuration(
+        o,
+        "n1",
+        &local_entries(&pools, "n1", bgp.local.iter().copied()),
+        NS,
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut written: Vec<_> = plans
+        .frr_k8s_pools
+        .expect("shared objects")
+        .values()
+        .cloned()
+        .collect();
+    written.extend(own);
+    let labels = o.nodes[0].metadata.labels.clone().unwrap_or_default();
+    let rendered = vipflow::frrk8s::render::render(&written, &labels)
+        .expect("renders")
+        .expect("a configuration");
+    assert_eq!(rendered.networks, *bgp.prefixes);
+    let tag = format!("{}", std::process::id() % 10_000);
+    // a: web's two routes (tagged), green's two; b: green's two (IPv4, blue not to b).
+    let want = (4, 2);
+    let Some(direct_seen) = routers_see(&format!("d{tag}"), &direct, &bgp.prefixes, want).await
+    else {
+        eprintln!("SKIPPED: needs root, network namespaces and FRR");
+        return;
+    };
+    let frr_k8s_seen = routers_see(
+        &format!("k{tag}"),
+        &rendered.config,
+        &rendered.networks,
+        want,
+    )
+    .await
+    .expect("FRR runs");
+    println!("direct mode: {direct_seen:?}\nfrr-k8s mode: {frr_k8s_seen:?}");
+    assert_eq!(frr_k8s_seen, direct_seen);
+    let tagged = ("64512:7".to_string(), "64512:1:2".to_string());
+    assert_eq!(direct_seen[0].get("198.51.100.20/32"), Some(&tagged));
+    assert_eq!(direct_seen[0].get("2001:db8:100::20/128"), Some(&tagged));
+    assert_eq!(
+        direct_seen[1].keys().cloned().collect::<Vec<_>>(),
+        ["203.0.113.20/32", "203.0.113.21/32"]
+    );
+}

@@ -538,6 +538,13 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("metallb.io", "bgpadvertisements", &[], &read),
         grant("metallb.io", "bfdprofiles", &[], &read),
         grant("metallb.io", "communities", &[], &read),
+        grant("frrk8s.metallb.io", "frrnodestates", &[], &["get"]),
+        grant(
+            "frrk8s.metallb.io",
+            "frrconfigurations",
+            &[],
+            &["get", "list", "create", "patch", "delete"],
+        ),
         grant("events.k8s.io", "events", &[], &["create", "list", "patch"]),
         grant("", "events", &[], &["create", "patch"]),
     ]

@@ -8,6 +8,7 @@ mod writer;
 
 pub(crate) use queue::Bucket;
 pub use sink::{EventCounters, EventSink, SinkConfig, SinkKind};
+pub(crate) use writer::{CONTROLLER, NOTE_MAX, nonce, truncate};
 pub use writer::{EventsError, event_object, said_by, statement_of};
 
 #[cfg(test)]

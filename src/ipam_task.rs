@@ -1,7 +1,8 @@
 //! The allocator's I/O: while this agent leads, watch Services, `VipPool`s and Namespaces, feed
 //! [`Allocations`], and write what it decides: each Service's `status.loadBalancer.ingress`
 //! with vipflow's condition (server-side apply on the status subresource, field manager
-//! [`FIELD_MANAGER`]), each pool's status, and Events.
+//! [`FIELD_MANAGER`]), each pool's status, and Events. Beside it, on the same leadership, the
+//! Events on MetalLB's objects ([`crate::metallb_events`]).
 //!
 //! Every leading session starts from fresh lists (a new leader never trusts a cache from before
 //! it led: its statuses are what every earlier writer committed). A watch that has to list
@@ -78,8 +79,22 @@ pub async fn run(
     run_with(client, settings, leader, outputs).await
 }
 
-/// [`run`], reporting to `out`.
+/// [`run`], reporting to `out`. On the same leadership, the Events on MetalLB's objects
+/// ([`crate::metallb_events`]): the allocator reads MetalLB's pools as its own, and its election
+/// is the one a MetalLB user moving over runs.
 pub async fn run_with(
+    client: Client,
+    settings: IpamSettings,
+    leader: Option<watch::Receiver<bool>>,
+    out: IpamOutputs,
+) {
+    let metallb =
+        crate::metallb_events::run(client.clone(), settings.instance.clone(), leader.clone());
+    tokio::join!(allocate(client, settings, leader, out), metallb);
+}
+
+/// The allocator itself: its leading sessions.
+async fn allocate(
     client: Client,
     settings: IpamSettings,
     leader: Option<watch::Receiver<bool>>,

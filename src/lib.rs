@@ -14,7 +14,8 @@
 //!   watcher (`ovs`), FRR's `vtysh` (`frr`);
 //! - [`membership_task`], [`ipam_task`], [`record_writer`], [`event_sink`], [`leader`]: the
 //!   membership's sockets and timers, the allocator's controller, the `vipflow.io/Announced`
-//!   condition's writer, the Events' writer, leader election over a Lease.
+//!   condition's writer, the Events' writer, leader election over a Lease;
+//! - [`metallb_events`]: the elected agent's Events on MetalLB's objects.
 
 pub mod agent;
 pub mod event_sink;
@@ -22,6 +23,7 @@ pub mod ipam_task;
 pub mod leader;
 pub mod membership_task;
 pub mod memory;
+pub mod metallb_events;
 pub mod metrics;
 pub mod reconcile;
 pub mod record_writer;

@@ -8,7 +8,9 @@
 //!
 //! - **Every field is honoured or said.** A field vipflow does not carry out is a problem that
 //!   names it; where ignoring it would advertise or peer otherwise than the user asked (a
-//!   `vrf`, a `passwordSecret`, `serviceSelectors`), the object is left out, and said.
+//!   `vrf`, a `passwordSecret`, `serviceSelectors`), the object is left out, and said. Said on
+//!   the object too: in a cluster the elected allocator puts a Warning Event on it
+//!   ([`events`]).
 //! - **vipflow's object wins.** A `VipPool` and an `IPAddressPool` of one name (or a BGP kind
 //!   of vipflow's and MetalLB's of one name): vipflow's is used, MetalLB's is a problem. Two
 //!   MetalLB objects of one kind and name (in two namespaces): the first is used.
@@ -23,10 +25,10 @@
 use crate::bgp::objects::{
     BfdProfile, BgpAdvertisement, BgpAdvertisementSpec, BgpPeer, BgpPeerSpec,
 };
-use crate::decode::{decode, object_problem};
+use crate::decode::decode;
 use crate::ipam::pool_object::{ServiceAllocation, VipPool, VipPoolSpec};
 use crate::ipam::selector;
-use crate::model::{Loaded, ProblemKind};
+use crate::model::{Loaded, ObjectRef, Problem, ProblemKind, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 use serde_json::Value;
@@ -63,8 +65,44 @@ pub fn reads(api: &str, kind: &str) -> bool {
 pub struct CommunityAlias {
     pub name: String,
     pub value: String,
-    /// The object it came from (`namespace/name`).
-    pub object: String,
+    /// The object it came from, as its problems name it (`Community namespace/name`).
+    pub object: Subject,
+}
+
+/// What a problem of a MetalLB object of `kind`, read in `api`, is about: the object by its
+/// reference when it has a name (Events go on it), else as the objects file names an unnamed
+/// item.
+pub fn subject(
+    api: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    uid: Option<&str>,
+) -> Subject {
+    match name {
+        Some(name) => Subject::Object(Box::new(ObjectRef {
+            api_version: api.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            uid: uid.map(str::to_string),
+        })),
+        None => Subject::FileItem(match namespace {
+            Some(ns) => format!("{kind} {ns}/<unnamed>"),
+            None => format!("{kind} <unnamed>"),
+        }),
+    }
+}
+
+/// [`subject`] of a decoded object with `meta`.
+fn subject_of(api: &str, kind: &str, meta: &ObjectMeta) -> Subject {
+    subject(
+        api,
+        kind,
+        meta.namespace.as_deref(),
+        meta.name.as_deref(),
+        meta.uid.as_deref(),
+    )
 }
 
 /// A MetalLB `L2Advertisement`, as the L2 announcer carries it out
@@ -250,9 +288,9 @@ struct CommunityEntry {
     value: String,
 }
 
-/// Decode MetalLB object `item` (of `kind` in `api`, named `what` in problems) into `out`, as
+/// Decode MetalLB object `item` (of `kind` in `api`, its problems about `what`) into `out`, as
 /// vipflow's own kind, with every field vipflow does not carry out said.
-pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut Loaded) {
+pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &Subject, out: &mut Loaded) {
     let mut unknown = Vec::new();
     let mut unsupported: Vec<String> = Vec::new();
     // Parts that cannot be used; the object is used without them.
@@ -406,7 +444,7 @@ pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut
             out.objects.bgp.bfd_profiles.push(o);
         }),
         "Community" => decode::<Object<CommunitySpec>>(item, &mut unknown).map(|o| {
-            let object = described(&o.metadata);
+            let object = subject_of(api, kind, &o.metadata);
             for c in o.spec.communities {
                 out.objects.bgp.communities.push(CommunityAlias {
                     name: c.name,
@@ -417,33 +455,29 @@ pub(crate) fn add_item(item: Value, kind: &str, api: &str, what: &str, out: &mut
         }),
         _ => return,
     };
+    let problem = |kind, reason| Problem::new(what.clone(), kind, reason);
     if let Err(e) = decoded {
-        out.problems.push(object_problem(
-            what,
+        out.problems.push(problem(
             ProblemKind::Invalid,
             format!("invalid: {e}; skipped"),
         ));
         return;
     }
     for path in unknown {
-        out.problems.push(object_problem(
-            what,
+        out.problems.push(problem(
             ProblemKind::UnknownField,
             format!("unknown field {path} ignored"),
         ));
     }
     for u in unsupported {
-        out.problems
-            .push(object_problem(what, ProblemKind::Unsupported, u));
+        out.problems.push(problem(ProblemKind::Unsupported, u));
     }
     for i in invalid {
-        out.problems
-            .push(object_problem(what, ProblemKind::Invalid, i));
+        out.problems.push(problem(ProblemKind::Invalid, i));
     }
     if let Some(why) = left_out {
-        out.problems.push(object_problem(
-            what,
-            ProblemKind::Unsupported,
+        out.problems.push(problem(
+            ProblemKind::UnsupportedObject,
             format!("{why}; skipped"),
         ));
     }
@@ -514,11 +548,11 @@ pub fn settle(loaded: &mut Loaded) {
     let mut aliases: BTreeMap<&str, &CommunityAlias> = BTreeMap::new();
     for c in &o.bgp.communities {
         if let Some(first) = aliases.get(c.name.as_str()) {
-            problems.push(object_problem(
-                &format!("Community {}", c.object),
+            problems.push(Problem::new(
+                c.object.clone(),
                 ProblemKind::Duplicate,
                 format!(
-                    "community alias {} is defined in Community {} already; that one is used",
+                    "community alias {} is defined in {} already; that one is used",
                     c.name, first.object
                 ),
             ));
@@ -527,7 +561,10 @@ pub fn settle(loaded: &mut Loaded) {
         aliases.insert(&c.name, c);
     }
     for a in &mut o.bgp.advertisements {
-        let what = format!("BGPAdvertisement {}", described(&a.metadata));
+        let what = match a.api_version.as_deref() {
+            Some(api) if is_metallb(api) => subject_of(api, "BGPAdvertisement", &a.metadata),
+            _ => Subject::FileItem(format!("BGPAdvertisement {}", described(&a.metadata))),
+        };
         let mut resolved = Vec::with_capacity(a.spec.communities.len());
         for c in &a.spec.communities {
             if c.contains(':') {
@@ -535,8 +572,8 @@ pub fn settle(loaded: &mut Loaded) {
             } else if let Some(alias) = aliases.get(c.as_str()) {
                 resolved.push(alias.value.clone());
             } else {
-                problems.push(object_problem(
-                    &what,
+                problems.push(Problem::new(
+                    what.clone(),
                     ProblemKind::Invalid,
                     format!("community {c:?} is neither a value (A:B, large:A:B:C) nor an alias a Community defines; left out"),
                 ));
@@ -560,7 +597,7 @@ fn shadow<T>(
     of: impl Fn(&T) -> (&Option<String>, &ObjectMeta),
     metallb_kind: &str,
     our_kind: &str,
-    problems: &mut Vec<crate::model::Problem>,
+    problems: &mut Vec<Problem>,
 ) {
     let from_metallb = |t: &T| of(t).0.as_deref().is_some_and(is_metallb);
     if !list.iter().any(from_metallb) {
@@ -574,18 +611,19 @@ fn shadow<T>(
             return true;
         }
         let n = name(t);
-        let what = format!("{metallb_kind} {}", described(of(t).1));
+        let (api, meta) = of(t);
+        let what = subject_of(api.as_deref().unwrap_or_default(), metallb_kind, meta);
         if ours.contains(&n) {
-            problems.push(object_problem(
-                &what,
+            problems.push(Problem::new(
+                what,
                 ProblemKind::Duplicate,
                 format!("vipflow's {our_kind} {n} is used instead; skipped"),
             ));
             return false;
         }
         if let Some(first) = seen.get(&n) {
-            problems.push(object_problem(
-                &what,
+            problems.push(Problem::new(
+                what,
                 ProblemKind::Duplicate,
                 format!("{metallb_kind} {first} has the same name and is used; skipped"),
             ));
@@ -629,7 +667,7 @@ pub fn became(objects: &crate::model::Objects) -> Vec<String> {
     }
     for c in &objects.bgp.communities {
         out.push(format!(
-            "Community {} -> community alias {} = {}",
+            "{} -> community alias {} = {}",
             c.object, c.name, c.value
         ));
     }
@@ -672,6 +710,8 @@ fn l2_pools_said(s: &L2AdvertisementSpec) -> String {
         parts.join(" and ")
     }
 }
+
+pub mod events;
 
 #[cfg(test)]
 #[path = "metallb_tests.rs"]

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::announce::placement::Eligible;
-use crate::model::{ModelOptions, Subject};
+use crate::model::ModelOptions;
 use crate::plan::eligibility::Eligibility;
 use crate::plan::service_index::ServiceIndex;
 
@@ -22,10 +22,7 @@ fn problems(loaded: &Loaded) -> Vec<String> {
     loaded
         .problems
         .iter()
-        .map(|p| match &p.subject {
-            Subject::FileItem(o) => format!("{o}: {:?}: {}", p.kind, p.reason),
-            other => format!("{other:?}: {:?}: {}", p.kind, p.reason),
-        })
+        .map(|p| format!("{}: {:?}: {}", p.subject, p.kind, p.reason))
         .collect()
 }
 
@@ -85,7 +82,7 @@ fn the_l2_examples_are_read_and_interfaces_and_service_selectors_are_said() {
     .collect();
     for name in ["frontend-services", "backend-services"] {
         want.push(format!(
-            "L2Advertisement metallb-system/{name}: Unsupported: serviceSelectors is not supported: the advertisement would cover every Service of its pools; skipped"
+            "L2Advertisement metallb-system/{name}: UnsupportedObject: serviceSelectors is not supported: the advertisement would cover every Service of its pools; skipped"
         ));
     }
     assert_eq!(said, want);

@@ -25,7 +25,7 @@ fn said(loaded: &Loaded, of: &str) -> Vec<String> {
     loaded
         .problems
         .iter()
-        .filter(|p| matches!(&p.subject, crate::model::Subject::FileItem(o) if o.contains(of)))
+        .filter(|p| p.subject.to_string().contains(of))
         .map(|p| p.reason.clone())
         .collect()
 }

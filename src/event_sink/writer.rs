@@ -20,7 +20,7 @@ use vipflow_core::keys::{SAID_BY_LABEL, STATEMENT_ANNOTATION};
 /// The Events' reportingController.
 pub const CONTROLLER: &str = "vipflow";
 /// The API server's limit on an Event's note, in bytes.
-const NOTE_MAX: usize = 1024;
+pub(crate) const NOTE_MAX: usize = 1024;
 /// Events listed per page when learning what was said.
 const PAGE: u32 = 500;
 
@@ -133,7 +133,7 @@ pub fn statement_of(ev: &Event) -> Option<u64> {
 }
 
 /// At most `max` bytes of `s`, cut at a character, with `…` in place of what is cut.
-fn truncate(s: &str, max: usize) -> String {
+pub(crate) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -157,21 +157,25 @@ pub(crate) struct KubeWriter {
 
 impl KubeWriter {
     pub fn new(client: Client, kind: SinkKind, instance: &str) -> KubeWriter {
-        let nonce = match StdRng::try_from_rng(&mut SysRng) {
-            Ok(mut rng) => rng.next_u64(),
-            // No entropy from the system: this instance and the time are as unique.
-            Err(_) => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                now ^ xxhash_rust::xxh3::xxh3_64(instance.as_bytes())
-            }
-        };
         KubeWriter {
             client,
             instance: instance.into(),
             said_by: said_by(kind, instance),
-            nonce,
+            nonce: nonce(instance),
+        }
+    }
+}
+
+/// A random number for Event names, unique to this writer (see [`KubeWriter`]'s `nonce`).
+pub(crate) fn nonce(instance: &str) -> u64 {
+    match StdRng::try_from_rng(&mut SysRng) {
+        Ok(mut rng) => rng.next_u64(),
+        // No entropy from the system: this instance and the time are as unique.
+        Err(_) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            now ^ xxhash_rust::xxh3::xxh3_64(instance.as_bytes())
         }
     }
 }

@@ -138,6 +138,14 @@ const CUSTOM_KINDS: [(&str, &str, &str); 9] = [
     ),
 ];
 
+/// MetalLB's kinds among [`CUSTOM_KINDS`] (apiVersion, kind, plural), in the versions watched.
+pub(crate) fn metallb_kinds()
+-> impl Iterator<Item = &'static (&'static str, &'static str, &'static str)> {
+    CUSTOM_KINDS
+        .iter()
+        .filter(|(api, _, _)| crate::metallb::is_metallb(api))
+}
+
 /// The resource of a custom kind, from its `group/version`, kind and plural.
 pub(crate) fn custom_resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
@@ -146,7 +154,7 @@ pub(crate) fn custom_resource(api_version: &str, kind: &str, plural: &str) -> Ap
 
 /// Decode the watched custom objects of `kind` in `api` into `loaded` the way the objects
 /// file's are: a bad object is a problem and the rest still apply.
-fn add_custom_objects<'a>(
+pub(crate) fn add_custom_objects<'a>(
     api: &str,
     kind: &str,
     objects: impl Iterator<Item = &'a DynamicObject>,

@@ -20,8 +20,8 @@ mod yaml_subset;
 
 pub use item_cache::{ItemCache, ItemId};
 pub use json_items::{JsonList, NOT_LISTS, split_json_list};
+pub use object_decode::add_item;
 pub(crate) use object_decode::decode;
-pub use object_decode::{add_item, object_problem};
 pub use objects_text::{ListItem, Syntax, parse, parse_cached, parse_streamed, parse_whole};
 pub use text_depth::{DepthScan, SPECIAL, check_depth, past_string};
 pub use yaml_items::{Splitter, other_break, split_block_list};

@@ -18,11 +18,6 @@ fn problem_of(object: &str, kind: ProblemKind, reason: String) -> Problem {
     Problem::new(Subject::FileItem(object.into()), kind, reason)
 }
 
-/// A problem of kind `kind` with the object described as `object` (`Kind namespace/name`).
-pub fn object_problem(object: &str, kind: ProblemKind, reason: String) -> Problem {
-    problem_of(object, kind, reason)
-}
-
 fn describe(item: &Value, kind: &str) -> String {
     let meta = item.get("metadata");
     let name = meta
@@ -55,15 +50,19 @@ pub fn add_item(item: Value, out: &mut Loaded) {
         .to_string();
     let what = describe(&item, if kind.is_empty() { "object" } else { &kind });
     if crate::metallb::is_metallb(&api) {
+        let meta = item.get("metadata");
+        let text = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
+        let subject =
+            crate::metallb::subject(&api, &kind, text("namespace"), text("name"), text("uid"));
         if crate::metallb::reads(&api, &kind) {
             let mut item = item;
             drop_unread(&mut item, &kind);
-            crate::metallb::add_item(item, &kind, &api, &what, out);
+            crate::metallb::add_item(item, &kind, &api, &subject, out);
         } else if !kind.is_empty() {
             // MetalLB's status objects and what vipflow does not read yet.
-            out.problems.push(problem_of(
-                &what,
-                ProblemKind::Unsupported,
+            out.problems.push(Problem::new(
+                subject,
+                ProblemKind::UnsupportedObject,
                 format!("{api} {kind} is not read by vipflow; skipped"),
             ));
         }

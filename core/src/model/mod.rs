@@ -25,7 +25,7 @@ pub use kept::{
     KeptEndpoint, KeptIngress, KeptLoadBalancerStatus, KeptMeta, KeptService, KeptServicePort,
     KeptServiceSpec, KeptServiceStatus, KeptSlice, KeptSlicePort, Text,
 };
-pub use problem::{Problem, ProblemKind, Subject};
+pub use problem::{ObjectRef, Problem, ProblemKind, Subject};
 
 /// A source's snapshot: the objects read (from a file or the API), with what was wrong in them.
 #[derive(Debug, Clone, Default)]

@@ -30,6 +30,21 @@ pub enum Subject {
     Unnamed(&'static str),
     /// An item of an objects file, as `Kind namespace/name` or `Kind name`, or the file's List.
     FileItem(String),
+    /// A named MetalLB object, by its reference: what its Events go on. Boxed: a problem is
+    /// passed by value, and most are about something else.
+    Object(Box<ObjectRef>),
+}
+
+/// A Kubernetes object as an Event's `regarding` names it: the apiVersion it was read in, its
+/// kind, namespace (none: cluster-scoped), name and, when known, uid (`kubectl describe` finds
+/// an object's Events by it).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: Option<String>,
 }
 
 /// What kind of problem it is.
@@ -44,19 +59,23 @@ pub enum ProblemKind {
     /// A field vipflow does not know: ignored, the object is still used.
     UnknownField,
     /// A field vipflow knows and does not carry out (MetalLB's, mostly): said, and the object
-    /// used without it, or skipped where using it without would do otherwise than asked.
+    /// used without it.
     Unsupported,
+    /// An object vipflow does not carry out as written (MetalLB's): a field it does not carry
+    /// out where using the object without it would do otherwise than asked, or a kind it does
+    /// not read. Said, and the object skipped.
+    UnsupportedObject,
 }
 
 impl ProblemKind {
     /// What became of the thing it is about, as `vipflow plan` heads the line: `skipped`
     /// (not used), `ignored` (an unknown field; the object is used), `not supported` (a field
-    /// vipflow does not carry out; the reason says whether the object is used).
+    /// or an object vipflow does not carry out; the reason says whether the object is used).
     pub fn outcome(self) -> &'static str {
         match self {
             ProblemKind::ConflictLost | ProblemKind::Duplicate | ProblemKind::Invalid => "skipped",
             ProblemKind::UnknownField => "ignored",
-            ProblemKind::Unsupported => "not supported",
+            ProblemKind::Unsupported | ProblemKind::UnsupportedObject => "not supported",
         }
     }
 }
@@ -95,6 +114,17 @@ impl fmt::Display for Subject {
             Subject::Node(n) => write!(f, "Node {n}"),
             Subject::Unnamed(kind) => f.write_str(kind),
             Subject::FileItem(what) => f.write_str(what),
+            Subject::Object(o) => write!(f, "{o}"),
+        }
+    }
+}
+
+/// `Kind namespace/name`, or `Kind name`: as an objects file's items are named.
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
         }
     }
 }
@@ -138,6 +168,7 @@ mod tests {
             (ProblemKind::Invalid, "skipped"),
             (ProblemKind::UnknownField, "ignored"),
             (ProblemKind::Unsupported, "not supported"),
+            (ProblemKind::UnsupportedObject, "not supported"),
         ] {
             assert_eq!(kind.outcome(), outcome, "{kind:?}");
         }

@@ -79,18 +79,14 @@ pub async fn run(
     run_with(client, settings, leader, outputs).await
 }
 
-/// [`run`], reporting to `out`. On the same leadership, the Events on MetalLB's objects
-/// ([`crate::metallb_events`]): the allocator reads MetalLB's pools as its own, and its election
-/// is the one a MetalLB user moving over runs.
+/// [`run`], reporting to `out`.
 pub async fn run_with(
     client: Client,
     settings: IpamSettings,
     leader: Option<watch::Receiver<bool>>,
     out: IpamOutputs,
 ) {
-    let metallb =
-        crate::metallb_events::run(client.clone(), settings.instance.clone(), leader.clone());
-    tokio::join!(allocate(client, settings, leader, out), metallb);
+    allocate(client, settings, leader, out).await;
 }
 
 /// The allocator itself: its leading sessions.

@@ -1,8 +1,8 @@
 //! Events on MetalLB's objects, the I/O of [`vipflow_core::metallb::events`]: while this agent
 //! leads, watch MetalLB's kinds, read each object as the Kubernetes source reads it, and put a
 //! Warning Event on each object with a field vipflow does not carry out, once while it holds.
-//! It runs on the allocator's leadership ([`crate::ipam_task::run_with`]), so that one agent
-//! says it, not every agent of the DaemonSet.
+//! It runs on the cluster mode's election (which starts wherever MetalLB's CRDs are served),
+//! so that one agent says it, not every agent of the DaemonSet.
 //!
 //! Each Event carries the label [`SAID_BY_LABEL`] `metallb` and its statement's digest
 //! ([`STATEMENT_ANNOTATION`]): an agent that starts to lead lists them before it says

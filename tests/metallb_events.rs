@@ -78,8 +78,8 @@ fn peer(name: &str, extra: &str) -> String {
     )
 }
 
-/// An agent as the cluster mode runs the elected part: its election on the Lease and the
-/// allocator on it (which says what there is to say on MetalLB's objects).
+/// An agent as the cluster mode runs the elected part: its election on the Lease, the
+/// allocator and the Events on MetalLB's objects on it.
 struct Agent {
     name: String,
     election: Election,
@@ -91,7 +91,7 @@ async fn agent(srv: &KubeServer, name: &str) -> Agent {
         srv.client().await,
         LeaderConfig::new("vipflow", "vipflow", name, LEASE),
     );
-    let task = tokio::spawn(run_with(
+    let allocator = run_with(
         srv.client().await,
         IpamSettings {
             instance: name.into(),
@@ -101,7 +101,15 @@ async fn agent(srv: &KubeServer, name: &str) -> Agent {
         },
         Some(election.is_leader.clone()),
         IpamOutputs::default(),
-    ));
+    );
+    let metallb = vipflow::metallb_events::run(
+        srv.client().await,
+        name.into(),
+        Some(election.is_leader.clone()),
+    );
+    let task = tokio::spawn(async move {
+        tokio::join!(allocator, metallb);
+    });
     Agent {
         name: name.into(),
         election,

@@ -29,6 +29,7 @@ pub struct Cluster {
     pub metrics: Arc<crate::metrics::Metrics>,
     source: tokio::task::JoinHandle<()>,
     ipam: Option<tokio::task::JoinHandle<()>>,
+    metallb_events: Option<tokio::task::JoinHandle<()>>,
     members: Option<members::Members>,
     http: Option<tokio::task::JoinHandle<()>>,
 }
@@ -50,6 +51,9 @@ impl Cluster {
         }
         self.source.abort();
         if let Some(t) = self.ipam {
+            t.abort();
+        }
+        if let Some(t) = self.metallb_events {
             t.abort();
         }
         self.running.stop();
@@ -98,8 +102,11 @@ pub async fn start_cluster(
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
     let members = members::start(&cfg, rx.clone())?;
-    let election =
-        ((writer_possible || cfg.allocate_ips || frr_k8s) && cfg.lease.enabled).then(|| {
+    // MetalLB's objects get their Events from one elected agent, whatever else is elected.
+    let metallb = metallb_served(&client).await;
+    let election = ((writer_possible || cfg.allocate_ips || frr_k8s || metallb)
+        && cfg.lease.enabled)
+        .then(|| {
             let ns = cfg
                 .lease
                 .namespace
@@ -159,6 +166,14 @@ pub async fn start_cluster(
             },
         ))
     });
+    // Said by the elected agent (by every agent where election is off, as the allocator runs).
+    let metallb_events = (metallb && (election.is_some() || cfg.allocate_ips)).then(|| {
+        tokio::spawn(crate::metallb_events::run(
+            client.clone(),
+            cfg.node_name.clone(),
+            election.as_ref().map(|e| e.is_leader.clone()),
+        ))
+    });
     let opts = AgentOptions {
         leader: election.as_ref().map(|e| e.is_leader.clone()),
         events: Some(events),
@@ -180,9 +195,21 @@ pub async fn start_cluster(
         metrics,
         source,
         ipam,
+        metallb_events,
         members,
         http,
     })
+}
+
+/// Whether any of MetalLB's kinds is served (its CRDs are installed).
+async fn metallb_served(client: &kube::Client) -> bool {
+    for (api, kind, plural) in crate::source::kube::metallb_kinds() {
+        let resource = crate::source::kube::custom_resource(api, kind, plural);
+        if crate::source::kube::served(client, &resource).await {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether frr-k8s runs on node `node`: its `FRRNodeState` (which frr-k8s keeps for each node

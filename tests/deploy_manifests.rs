@@ -538,7 +538,18 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant("metallb.io", "bgpadvertisements", &[], &read),
         grant("metallb.io", "bfdprofiles", &[], &read),
         grant("metallb.io", "communities", &[], &read),
-        grant("frrk8s.metallb.io", "frrnodestates", &[], &["get"]),
+        grant(
+            "frrk8s.metallb.io",
+            "frrnodestates",
+            &[],
+            &["get", "list", "watch"],
+        ),
+        grant(
+            "frrk8s.metallb.io",
+            "bgpsessionstates",
+            &[],
+            &["get", "list", "watch"],
+        ),
         grant(
             "frrk8s.metallb.io",
             "frrconfigurations",

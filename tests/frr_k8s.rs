@@ -81,6 +81,8 @@ fn serve(kube: &KubeServer, nodes: &[&str]) {
     kube.enable_crd(API, "frrconfigurations");
     kube.register_resource(API, "frrnodestates", "FRRNodeState", false);
     kube.enable_crd(API, "frrnodestates");
+    kube.register_resource(API, "bgpsessionstates", "BGPSessionState", true);
+    kube.enable_crd(API, "bgpsessionstates");
     for n in nodes {
         kube.apply(json!({"apiVersion": API, "kind": "FRRNodeState", "metadata": {"name": n}}));
     }
@@ -216,6 +218,49 @@ async fn the_agent_writes_the_planned_objects_and_a_node_object_only_for_local_v
     let w = writes(&kube);
     assert_eq!(w.len(), 2, "one write per shared object: {w:?}");
     assert!(w.iter().all(|n| n.starts_with("vipflow-blue-")), "{w:?}");
+
+    // What frr-k8s says of n1 is n1's status: its sessions (not another node's), and a
+    // configuration it could not merge.
+    let session = |node: &str, peer: &str, bgp: &str, bfd: &str| {
+        json!({
+            "apiVersion": API, "kind": "BGPSessionState",
+            "metadata": {"name": format!("{node}-{}", peer.replace('.', "")), "namespace": NS,
+                         "labels": {"frrk8s.metallb.io/node": node, "frrk8s.metallb.io/peer": peer}},
+            "status": {"bgpStatus": bgp, "bfdStatus": bfd, "node": node, "peer": peer}
+        })
+    };
+    kube.apply(session("n1", "10.9.0.1", "Established", "Up"));
+    kube.apply(session("n2", "10.8.0.1", "Active", "N/A"));
+    let doc = |c: &agent::Cluster| c.running.status_doc.borrow().clone().and_then(|d| d.bgp);
+    eventually_async("n1's session in its status", 20, || {
+        doc(&cluster).is_some_and(|b| {
+            b.sessions.len() == 1
+                && b.sessions[0].peer.to_string() == "10.9.0.1"
+                && b.sessions[0].state == "Established"
+                && b.sessions[0].bfd.as_deref() == Some("up")
+        })
+    })
+    .await;
+    kube.apply(json!({
+        "apiVersion": API, "kind": "FRRNodeState", "metadata": {"name": "n1"},
+        "status": {"lastConversionResult": "failed: multiple asns specified for 10.9.0.1", "lastReloadResult": "success"}
+    }));
+    eventually_async("frr-k8s's failure in n1's status", 20, || {
+        doc(&cluster).is_some_and(|b| {
+            b.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("cannot merge") && e.contains("multiple asns"))
+        })
+    })
+    .await;
+    kube.apply(json!({
+        "apiVersion": API, "kind": "FRRNodeState", "metadata": {"name": "n1"},
+        "status": {"lastConversionResult": "success", "lastReloadResult": "success"}
+    }));
+    eventually_async("the failure gone", 20, || {
+        doc(&cluster).is_some_and(|b| b.last_error.is_none())
+    })
+    .await;
 
     // The Local VIP's Service goes: n1's object goes with it, the shared ones stay.
     kube.clear_request_log();

@@ -7,12 +7,16 @@
 
 use crate::frrk8s::build::{MANAGED_BY, MANAGED_BY_LABEL, ROLE_LABEL, originated, restricted};
 use crate::frrk8s::objects::{
-    API_VERSION, CONFIGURATION_KIND, CONFIGURATION_PLURAL, FrrConfiguration,
+    API_VERSION, BgpSessionState, CONFIGURATION_KIND, CONFIGURATION_PLURAL, FrrConfiguration,
+    FrrNodeState, NODE_STATE_KIND, NODE_STATE_PLURAL, SESSION_NODE_LABEL, SESSION_STATE_KIND,
+    SESSION_STATE_PLURAL,
 };
 use crate::plan::planner::FrrK8sPools;
 use crate::reconcile::frr::{FrrStatus, WantedPrefixes};
+use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,6 +91,83 @@ fn held(o: &DynamicObject) -> Option<FrrConfiguration> {
     serde_json::from_value(v).ok()
 }
 
+/// Aborts its task when dropped.
+struct Follower(tokio::task::JoinHandle<()>);
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keep `out` holding the objects of `api` that `config` selects, as they change. Where the
+/// kind is not served, it stays empty (the watch retries with backoff).
+fn follow(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    out: watch::Sender<Vec<serde_json::Value>>,
+) -> Follower {
+    Follower(tokio::spawn(async move {
+        let mut held: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        let mut listing: Option<BTreeMap<String, serde_json::Value>> = None;
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut said = false;
+        while let Some(event) = stream.next().await {
+            let name = |o: &DynamicObject| o.metadata.name.clone().unwrap_or_default();
+            let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+            match event {
+                Ok(watcher::Event::Apply(o)) => {
+                    held.insert(name(&o), value(&o));
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    held.remove(&name(&o));
+                }
+                Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let Some(l) = &mut listing {
+                        l.insert(name(&o), value(&o));
+                    }
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(l) = listing.take() {
+                        held = l;
+                    }
+                }
+                Err(e) => {
+                    if !said {
+                        tracing::warn!(error = %e, "cannot watch frr-k8s's state of this node; trying again");
+                        said = true;
+                    }
+                    continue;
+                }
+            }
+            said = false;
+            out.send_replace(held.values().cloned().collect());
+        }
+    }))
+}
+
+/// What frr-k8s says of this node: its sessions and what went wrong merging or loading.
+fn frr_k8s_says(
+    sessions: &[serde_json::Value],
+    node_state: &[serde_json::Value],
+) -> (
+    Vec<crate::bgp::frr_state::BgpSession>,
+    Vec<crate::bgp::frr_state::BfdSession>,
+    Option<String>,
+) {
+    let states: Vec<BgpSessionState> = sessions
+        .iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .collect();
+    let (bgp, bfd) = crate::frrk8s::state::sessions(&states);
+    let error = node_state
+        .iter()
+        .filter_map(|v| serde_json::from_value::<FrrNodeState>(v.clone()).ok())
+        .find_map(|s| crate::frrk8s::state::node_error(&s));
+    (bgp, bfd, error)
+}
+
 /// Keep node `node`'s object in `namespace` as `object` (the plan's, with every Local VIP)
 /// restricted to what the gate let through (`wanted`), and report it as the FRR task does:
 /// `originated` is what the written object holds.
@@ -100,6 +181,39 @@ pub async fn run_node(
 ) {
     let api = api(&client, &namespace);
     let name = crate::frrk8s::shared::node_object_name(&node);
+    // frr-k8s's word on this node: its sessions, and its FRRNodeState.
+    let (sessions_tx, mut sessions) = watch::channel(Vec::new());
+    let (state_tx, mut node_state) = watch::channel(Vec::new());
+    let _followers = [
+        follow(
+            Api::namespaced_with(
+                client.clone(),
+                &namespace,
+                &crate::source::kube::custom_resource(
+                    API_VERSION,
+                    SESSION_STATE_KIND,
+                    SESSION_STATE_PLURAL,
+                ),
+            ),
+            watcher::Config::default().labels(&format!("{SESSION_NODE_LABEL}={node}")),
+            sessions_tx,
+        ),
+        follow(
+            Api::all_with(
+                client.clone(),
+                &crate::source::kube::custom_resource(
+                    API_VERSION,
+                    NODE_STATE_KIND,
+                    NODE_STATE_PLURAL,
+                ),
+            ),
+            watcher::Config::default().fields(&format!("metadata.name={node}")),
+            state_tx,
+        ),
+    ];
+    let mut write_error: Option<String> = None;
+    // The followers still run (their channels are open).
+    let mut following = (true, true);
     // What the server holds: an agent that restarts rewrites nothing that stands.
     let mut written: Option<Option<FrrConfiguration>> = None;
     while written.is_none() {
@@ -139,6 +253,7 @@ pub async fn run_node(
                         tracing::debug!(object = %name, prefixes = want.as_ref().map_or(0, |o| originated(o).len()), "wrote this node's FRRConfiguration");
                     }
                     written = want;
+                    write_error = None;
                     status.send_modify(|s| {
                         s.current = true;
                         s.known = true;
@@ -148,23 +263,37 @@ pub async fn run_node(
                             .as_ref()
                             .and_then(|o| o.spec.bgp.routers.first())
                             .map(|r| r.asn);
-                        s.last_error = None;
                     });
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot write this node's FRRConfiguration; trying again");
+                    write_error = Some(e.to_string());
                     status.send_modify(|s| {
                         s.current = false;
-                        s.last_error = Some(e.to_string());
+                        s.last_error.clone_from(&write_error);
                     });
                     tokio::time::sleep(RETRY).await;
                     continue;
                 }
             }
         }
+        let (bgp, bfd, frr_k8s_error) = frr_k8s_says(
+            &sessions.borrow_and_update(),
+            &node_state.borrow_and_update(),
+        );
+        status.send_if_modified(|s| {
+            let error = write_error.clone().or(frr_k8s_error);
+            let changed = s.sessions != bgp || s.bfd != bfd || s.last_error != error;
+            s.sessions = bgp;
+            s.bfd = bfd;
+            s.last_error = error;
+            changed
+        });
         tokio::select! {
             r = object.changed() => if r.is_err() { return },
             r = wanted.changed() => if r.is_err() { return },
+            r = sessions.changed(), if following.0 => following.0 = r.is_ok(),
+            r = node_state.changed(), if following.1 => following.1 = r.is_ok(),
         }
     }
 }

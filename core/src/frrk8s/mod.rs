@@ -17,6 +17,7 @@ pub mod build;
 pub mod objects;
 pub mod render;
 pub mod shared;
+pub mod state;
 
 #[cfg(test)]
 mod tests;

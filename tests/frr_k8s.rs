@@ -512,3 +512,64 @@ async fn the_objects_rendered_into_frr_give_the_routers_what_the_direct_mode_giv
         ["203.0.113.20/32", "203.0.113.21/32"]
     );
 }
+
+/// Two agents: only the one that leads writes the shared objects (the other writes none, nor
+/// plans them); when it stops, the other takes over and writes the next change, and n1's own
+/// object stays n1's agent's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_the_shared_objects_and_the_next_leader_takes_over() {
+    let kube = KubeServer::start().await;
+    serve(&kube, &["n1", "n2"]);
+    kube.apply_yaml(OBJECTS);
+    let (sa, sb) = (Sandbox::openflow_only(), Sandbox::openflow_only());
+    let a = agent::start_cluster(config(&sa, "n1"), cluster_options(&kube, "agent-n1"))
+        .await
+        .expect("n1's agent");
+    let b = agent::start_cluster(config(&sb, "n2"), cluster_options(&kube, "agent-n2"))
+        .await
+        .expect("n2's agent");
+    eventually_async("the shared objects and n1's own", 20, || {
+        written(&kube).len() == 3
+    })
+    .await;
+    let holder = || {
+        kube.leases()
+            .first()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+    };
+    eventually_async("a leader", 20, || holder().is_some()).await;
+    let (leader, other) = if holder().as_deref() == Some("agent-n1") {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    let writes_of = |c: &agent::Cluster| c.metrics.frr_k8s_writes.get();
+    assert_eq!(
+        writes_of(&leader),
+        2,
+        "the leader wrote both shared objects"
+    );
+    assert_eq!(writes_of(&other), 0, "the other wrote none");
+    let before = written(&kube);
+    leader.shutdown().await;
+    kube.apply(service("web2", "198.51.100.12"));
+    eventually_async("the new leader writes the change", 30, || {
+        written(&kube)
+            .iter()
+            .filter(|(n, _)| n.starts_with("vipflow-blue-"))
+            .all(|(_, o)| prefixes(o).contains(&"198.51.100.12/32".to_string()))
+    })
+    .await;
+    assert_eq!(
+        writes_of(&other),
+        2,
+        "it rewrote only what changed: the two shared objects"
+    );
+    let after = written(&kube);
+    assert_eq!(
+        after.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        before.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        "the same objects"
+    );
+    other.shutdown().await;
+}

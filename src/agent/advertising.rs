@@ -118,15 +118,19 @@ impl Advertising {
                 }
                 !same
             });
-            if let Some(p) = pools {
-                out.pools.send_if_modified(|cur| {
-                    let same = cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, p));
-                    if !same {
-                        *cur = Some(Arc::clone(p));
-                    }
-                    !same
-                });
-            }
+            // `None` while this agent does not lead: a leader that comes back writes nothing
+            // it planned before, only what it plans now.
+            out.pools.send_if_modified(|cur| {
+                let same = match (cur.as_ref(), pools) {
+                    (Some(c), Some(p)) => Arc::ptr_eq(c, p),
+                    (None, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    *cur = pools.cloned();
+                }
+                !same
+            });
             self.said(problems);
             return self.hand_to_gate(generation, &bgp.local);
         }

@@ -89,6 +89,13 @@ impl PlannerTask {
             bridges: bridge_status_rx.len(),
             drain_hold: crate::membership_task::HANDOVER,
         });
+        // frr-k8s mode: the shared objects are planned only while this agent leads (they are
+        // the leader's to write); a change of leader plans again.
+        let mut frr_k8s_leader = (cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On)
+            .then(|| leader.clone())
+            .flatten();
+        let frr_k8s_pools = (cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On)
+            .then(|| cfg.bgp.frr_k8s_namespace.clone());
         let mut shell = Shell {
             flows: &senders,
             rows: nb_tx.as_ref(),
@@ -141,6 +148,12 @@ impl PlannerTask {
             shell.apply_all(&mut handover);
             shell.replan = false;
             p.hold_while_draining(shell.hold);
+            if let Some(ns) = &frr_k8s_pools {
+                let leading = frr_k8s_leader
+                    .as_mut()
+                    .is_none_or(|l| *l.borrow_and_update());
+                p.write_frr_k8s_pools(leading.then_some(ns.as_str()));
+            }
             let objs = Arc::clone(&loaded);
             let (plans, services) = match tokio::task::spawn_blocking(move || {
                 let plans = p.update(&objs.objects);
@@ -274,8 +287,19 @@ impl PlannerTask {
                     std::future::pending::<()>().await;
                 }
             };
+            let lead_changed = async {
+                match &mut frr_k8s_leader {
+                    Some(l) => {
+                        if l.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 r = objects.changed() => if r.is_err() { return },
+                () = lead_changed => {}
                 // A membership that ended (it could not start) leaves the Nodes' Ready
                 // condition to decide.
                 live = members_changed => if !live { members = None },

@@ -375,7 +375,52 @@ async fn dispatch(
 
 /// `vipflow plan`'s BGP part: the node's FRR configuration, the prefixes it advertises, and
 /// why each VIP of a BGP pool is or is not advertised.
+/// frr-k8s mode: the objects the elected agent and this node's agent write, as YAML after
+/// `#   `, then why each VIP is or is not advertised from this node.
+fn print_frr_k8s_plan(cfg: &Config, bgp: &agent::OneShotBgp, k: &agent::OneShotFrrK8s) {
+    for p in &bgp.problems {
+        eprintln!("skipped: {p}");
+    }
+    let print = |o: &vipflow::frrk8s::objects::FrrConfiguration| match serde_yaml_ng::to_string(o) {
+        Ok(text) => {
+            println!("#   ---");
+            for l in text.lines() {
+                println!("#   {l}");
+            }
+        }
+        Err(e) => eprintln!("cannot print an FRRConfiguration: {e}"),
+    };
+    println!(
+        "# bgp through frr-k8s: the shared FRRConfigurations the elected agent writes in {} ({})",
+        cfg.bgp.frr_k8s_namespace,
+        k.pools.len()
+    );
+    for o in k.pools.values() {
+        print(o);
+    }
+    match &k.own {
+        Some(o) => {
+            println!(
+                "# bgp through frr-k8s: node {}'s own FRRConfiguration (its externalTrafficPolicy Local VIPs, each once its bridges carry it)",
+                cfg.node_name
+            );
+            print(o);
+        }
+        None => println!(
+            "# bgp through frr-k8s: node {} writes no FRRConfiguration of its own (no Local VIP here)",
+            cfg.node_name
+        ),
+    }
+    for (vip, reason) in bgp.node.vips.iter() {
+        println!("#   {vip}: {reason}");
+    }
+}
+
 fn print_bgp_plan(cfg: &Config, bgp: &agent::OneShotBgp) {
+    if let Some(k) = &bgp.frr_k8s {
+        print_frr_k8s_plan(cfg, bgp, k);
+        return;
+    }
     match &bgp.config {
         Some(c) => {
             println!(

@@ -11,6 +11,8 @@ use testkit::bgp_objects::BgpObjects;
 use testkit::kube_server::KubeServer;
 use testkit::{Sandbox, eventually_async};
 use vipflow::agent::{self, ClusterOptions};
+
+mod common;
 use vipflow::config::Config;
 
 const NS: &str = "frr-k8s-system";
@@ -572,4 +574,45 @@ async fn only_the_leader_writes_the_shared_objects_and_the_next_leader_takes_ove
         "the same objects"
     );
     other.shutdown().await;
+}
+
+/// `vipflow plan --frr-k8s on` prints the objects the agents write (the golden file, the node's
+/// own with every Local VIP the plan wants), as the running agents write them.
+#[test]
+fn plan_prints_the_objects_the_agents_write() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("objects.yaml");
+    std::fs::write(&path, OBJECTS).expect("written");
+    let path = path.to_str().expect("a path");
+    let text = common::vipflow_ok([
+        "plan",
+        "--frr-k8s",
+        "on",
+        "--node-name",
+        "n1",
+        "--objects",
+        path,
+    ]);
+    let objects: String = text
+        .lines()
+        .skip_while(|l| !l.starts_with("# bgp through frr-k8s: the shared"))
+        .filter_map(|l| l.strip_prefix("#   "))
+        .take_while(|l| {
+            !l.contains(": advertised")
+                && !l.contains(": no ready")
+                && !l.contains("node selectors")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let golden = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/frrk8s/objects.golden.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("the golden file");
+    assert_eq!(
+        objects.trim_start_matches("---\n"),
+        golden.trim_end(),
+        "{text}"
+    );
+    assert!(text.contains("#   198.51.100.11: advertised"), "{text}");
 }

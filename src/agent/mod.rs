@@ -25,8 +25,9 @@ use crate::status::StatusDoc;
 pub use cluster::{Cluster, ClusterOptions, run_cluster, start_cluster};
 use observer::observe_agent;
 pub use oneshot::{
-    Drift, OneShotBgp, OneShotPlan, SyncReport, check, objects_path, plan_allocations, plan_once,
-    pool_ranges, sync_frr_once, sync_once, sync_plan, verify, verify_frr, verify_northbound,
+    Drift, OneShotBgp, OneShotFrrK8s, OneShotPlan, SyncReport, check, objects_path,
+    plan_allocations, plan_once, pool_ranges, sync_frr_once, sync_once, sync_plan, verify,
+    verify_frr, verify_northbound,
 };
 pub use planner_task::ORDER_WAIT;
 use planner_task::{Arrivals, PlannerTask};

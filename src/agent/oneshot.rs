@@ -132,11 +132,34 @@ impl OneShotPlan {
     /// advertises and why. The running agent advertises each prefix once its bridges carry it.
     pub fn bgp(&self, cfg: &Config, objects: &Objects) -> Option<OneShotBgp> {
         let node = self.plans.bgp.clone()?;
-        let (config, problems) = crate::bgp::frr_config::for_node(objects, &cfg.node_name);
+        let (config, mut problems) = crate::bgp::frr_config::for_node(objects, &cfg.node_name);
+        // frr-k8s mode: the objects the agents write instead (this node's with every Local
+        // VIP the plan wants; the running agent adds each once its bridges carry it).
+        let frr_k8s = self.plans.frr_k8s_pools.clone().map(|pools| {
+            let selection = crate::plan::bgp_selection::BgpPools::of(objects);
+            let entries = crate::frrk8s::shared::local_entries(
+                &selection,
+                &cfg.node_name,
+                node.local.iter().copied(),
+            );
+            let (own, found) = crate::frrk8s::shared::node_configuration(
+                objects,
+                &cfg.node_name,
+                &entries,
+                &cfg.bgp.frr_k8s_namespace,
+            );
+            for f in found {
+                if !problems.contains(&f) {
+                    problems.push(f);
+                }
+            }
+            OneShotFrrK8s { pools, own }
+        });
         Some(OneShotBgp {
             config,
             problems,
             node,
+            frr_k8s,
         })
     }
 
@@ -168,6 +191,17 @@ pub struct OneShotBgp {
     pub config: Option<String>,
     pub problems: Vec<crate::bgp::frr_config::FrrConfigProblem>,
     pub node: crate::plan::bgp_node::NodeBgp,
+    /// frr-k8s mode (`bgp.frr-k8s` on): the objects written instead of FRR's configuration.
+    pub frr_k8s: Option<OneShotFrrK8s>,
+}
+
+/// The `FRRConfiguration`s frr-k8s mode writes after one plan.
+#[derive(Debug, Clone)]
+pub struct OneShotFrrK8s {
+    /// The shared objects, written by the elected agent.
+    pub pools: crate::plan::planner::FrrK8sPools,
+    /// This node's own object (its Local VIPs), written by its agent.
+    pub own: Option<crate::frrk8s::objects::FrrConfiguration>,
 }
 
 /// The node's FRR, as `bgp.frr-socket-dir` and `bgp.vtysh` name it.

@@ -38,6 +38,14 @@ pub struct Nodes<'a> {
     pub frr_k8s: Option<&'a BTreeSet<String>>,
 }
 
+/// A node that may advertise: its selector value and its peers (by index, and as its speaker).
+struct Candidate<'a> {
+    name: &'a str,
+    hostname: String,
+    peers: Vec<usize>,
+    speaker: Speaker<'a>,
+}
+
 /// The shared objects for `vips` (every Cluster VIP BGP advertises, with the nodes that may
 /// carry it), by name, and what was left out of them.
 pub fn pool_configurations(
@@ -48,13 +56,6 @@ pub fn pool_configurations(
     namespace: &str,
 ) -> (BTreeMap<String, FrrConfiguration>, Vec<FrrConfigProblem>) {
     let mut problems = Vec::new();
-    // Each node that may advertise: its selector value and its peers.
-    struct Candidate<'a> {
-        name: &'a str,
-        hostname: String,
-        peers: Vec<usize>,
-        speaker: Speaker<'a>,
-    }
     let peer_index: BTreeMap<*const crate::bgp::objects::BgpPeer, usize> = objects
         .bgp
         .peers
@@ -185,17 +186,7 @@ pub fn pool_configurations(
                 name = format!("{base}-{n}");
                 n += 1;
             }
-            let mut hostnames: Vec<String> = members.iter().map(|c| c.hostname.clone()).collect();
-            hostnames.sort();
-            hostnames.dedup();
-            let selector = LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: HOSTNAME_LABEL.into(),
-                    operator: "In".into(),
-                    values: Some(hostnames),
-                }]),
-                match_labels: None,
-            };
+            let selector = selector_of(&hostnames_of(members));
             let (object, found) = configuration(
                 &name,
                 namespace,
@@ -211,11 +202,90 @@ pub fn pool_configurations(
                 }
             }
             if let Some(o) = object {
-                out.insert(name, o);
+                for (name, o) in sharded(name, o, &entries, |n, e| {
+                    configuration(
+                        n,
+                        namespace,
+                        &Role::Pool(pool.name().to_string()),
+                        selector_of(&hostnames_of(members)),
+                        &first.speaker,
+                        &objects.bgp.bfd_profiles,
+                        e,
+                    )
+                    .0
+                }) {
+                    out.insert(name, o);
+                }
             }
         }
     }
     (out, problems)
+}
+
+/// The largest object written whole; a larger one goes out in shards, each a whole object
+/// with part of the prefixes (frr-k8s merges them back), so that none nears etcd's 1.5 MiB
+/// request limit however many peers and communities repeat the prefixes.
+pub const SHARD_BYTES: usize = 512 * 1024;
+
+/// `object` (named `name`, made of `entries`) as it is written: whole, or, when larger than
+/// [`SHARD_BYTES`], as shards named `<name>-<i>of<n>` (`n` a power of two), each prefix in the
+/// shard its hash picks, so that a VIP that comes or goes changes one shard.
+fn sharded(
+    name: String,
+    object: FrrConfiguration,
+    entries: &Entries,
+    make: impl Fn(&str, &Entries) -> Option<FrrConfiguration>,
+) -> Vec<(String, FrrConfiguration)> {
+    // Below this many prefixes no object comes near the limit: not measured.
+    const SMALL: usize = 2000;
+    let size = if entries.len() < SMALL {
+        0
+    } else {
+        serde_json::to_vec(&object).map_or(0, |v| v.len())
+    };
+    if size <= SHARD_BYTES {
+        return vec![(name, object)];
+    }
+    let n = size.div_ceil(SHARD_BYTES).next_power_of_two();
+    let mut shards = vec![Entries::new(); n];
+    for (prefix, terms) in entries {
+        shards[shard_of(prefix, n)].insert(*prefix, terms.clone());
+    }
+    shards
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| !e.is_empty())
+        .filter_map(|(i, e)| {
+            let shard = format!("{name}-{i}of{n}");
+            make(&shard, e).map(|o| (shard, o))
+        })
+        .collect()
+}
+
+/// The shard of `n` that `prefix` goes in.
+fn shard_of(prefix: &ipnet::IpNet, n: usize) -> usize {
+    let h = xxhash_rust::xxh3::xxh3_64(prefix.to_string().as_bytes());
+    usize::try_from(h % n as u64).unwrap_or(0)
+}
+
+/// The sorted hostnames of `members`.
+fn hostnames_of(members: &[&Candidate]) -> Vec<String> {
+    let mut hostnames: Vec<String> = members.iter().map(|c| c.hostname.clone()).collect();
+    hostnames.sort();
+    hostnames.dedup();
+    hostnames
+}
+
+/// The node selector of the nodes named `hostnames`.
+fn selector_of(hostnames: &[String]) -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: HOSTNAME_LABEL.into(),
+            operator: "In".into(),
+            values: Some(hostnames.to_vec()),
+        }]),
+        match_labels: None,
+    }
 }
 
 /// The object for node `node`'s externalTrafficPolicy Local VIPs: `entries` (their host

@@ -257,3 +257,73 @@ fn objects_at_ten_thousand_vips_stay_far_under_etcds_limit() {
     );
     assert_eq!(prefixes(&own), 10_001, "its 10,000 and api's");
 }
+
+/// Many peers and communities repeat every prefix in every neighbor's lists: at 10,000 VIPs
+/// such an object would near etcd's limit, so it goes out in shards, each well under it, each
+/// prefix in exactly one, a VIP that comes changing one shard, and the shards merged giving
+/// the node the same routes as the direct mode.
+#[test]
+fn a_large_object_goes_out_in_shards_each_under_the_limit() {
+    let mut extra = String::new();
+    for (i, peer) in ["10.7.0.1", "10.7.0.2", "10.7.0.3", "10.7.0.4"]
+        .iter()
+        .enumerate()
+    {
+        extra.push_str(&format!("- {{apiVersion: vipflow.io/v1alpha1, kind: BGPPeer, metadata: {{name: p{i}}}, spec: {{myASN: 64513, peerASN: 64512, peerAddress: {peer}}}}}\n"));
+    }
+    extra.push_str("- {apiVersion: vipflow.io/v1alpha1, kind: VipPool, metadata: {name: big}, spec: {addresses: [10.64.0.0/16]}}\n");
+    extra.push_str("- {apiVersion: vipflow.io/v1alpha1, kind: BGPAdvertisement, metadata: {name: tagged}, spec: {ipAddressPools: [big], communities: ['64512:1', '64512:2', 'large:64512:3:4'], localPref: 200}}\n");
+    let services = |n: u32| -> String {
+        (0..n)
+            .map(|i| {
+                let (a, b) = (i / 250, i % 250 + 1);
+                format!("- {{apiVersion: v1, kind: Service, metadata: {{name: c{i}, namespace: s}}, spec: {{externalIPs: [10.64.{a}.{b}], ports: [{{port: 80, protocol: TCP}}]}}}}\n")
+            })
+            .collect()
+    };
+    let o = objects(&format!("{extra}{}", services(10_000)));
+    let (shared, own, direct) = planned("n1", &o);
+    // n1's group (n2 peers with r2 too: a group of its own, sharded alike).
+    let group = shared
+        .keys()
+        .find(|n| n.starts_with("vipflow-big-"))
+        .and_then(|n| n.rsplit_once('-'))
+        .map(|(g, _)| g.to_string())
+        .expect("a shard");
+    let shards: BTreeMap<&String, &FrrConfiguration> = shared
+        .iter()
+        .filter(|(n, _)| n.starts_with(&format!("{group}-")))
+        .collect();
+    assert!(shards.len() > 1, "{:?}", shards.keys());
+    let limit = super::shared::SHARD_BYTES;
+    let mut all = BTreeSet::new();
+    for (n, c) in &shards {
+        let size = serde_json::to_vec(c).expect("JSON").len();
+        println!(
+            "{n}: {size} bytes, {} prefixes",
+            c.spec.bgp.routers[0].prefixes.len()
+        );
+        assert!(size < limit, "{n}: {size}");
+        for p in &c.spec.bgp.routers[0].prefixes {
+            assert!(all.insert(p.clone()), "{p} in two shards");
+        }
+    }
+    assert_eq!(all.len(), 10_000);
+    // One more VIP: one shard changes.
+    let o2 = objects(&format!("{extra}{}", services(10_001)));
+    let (shared2, _, _) = planned("n1", &o2);
+    let changed = shared2
+        .iter()
+        .filter(|(n, c)| shared.get(*n) != Some(*c))
+        .count();
+    assert_eq!(changed, 2, "one shard of each group");
+    // Merged, the shards give n1 the direct mode's routes.
+    let labels = o.nodes[0].metadata.labels.clone().unwrap_or_default();
+    let mut written: Vec<FrrConfiguration> = shared.into_values().collect();
+    written.extend(own);
+    let r = render(&written, &labels)
+        .expect("renders")
+        .expect("a configuration");
+    let differ: Vec<_> = r.networks.symmetric_difference(&direct).collect();
+    assert!(differ.is_empty(), "differ by {differ:?}");
+}

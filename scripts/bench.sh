@@ -24,6 +24,7 @@
 #   bgp                  --bench bgp: BGP through FRR on the real-packet testbed (needs root)
 #   membership_sim       --bench membership_sim: the membership at 2,000 simulated nodes
 #   ipam_alloc           --bench ipam_alloc: allocating addresses for 10,000 Services
+#   frr_k8s              --bench frr_k8s: a Cluster VIP change in frr-k8s mode at 2,000 nodes
 #
 # What it does, per benchmark: runs it, prints its output and saves it to
 # target/bench/NAME.txt, then replaces what stands between the lines
@@ -62,6 +63,7 @@ benches=(
     "bgp|--bench bgp"
     "membership_sim|--bench membership_sim"
     "ipam_alloc|--bench ipam_alloc"
+    "frr_k8s|--bench frr_k8s"
 )
 
 only=""

@@ -93,6 +93,9 @@ pub struct BgpAdvertiser {
     /// The agent stops ([`BgpAdvertiser::stop`]); and its hand-over is over.
     stopping: bool,
     withdrawn: bool,
+    /// [`BgpAdvertiser::collect_cluster_vips`], and what the last update collected.
+    collect_cluster: bool,
+    cluster: Vec<(IpAddr, crate::announce::placement::Eligible)>,
 }
 
 impl BgpAdvertiser {
@@ -104,6 +107,8 @@ impl BgpAdvertiser {
             hold: false,
             stopping: false,
             withdrawn: false,
+            collect_cluster: false,
+            cluster: Vec::new(),
         }
     }
 
@@ -168,14 +173,24 @@ impl BgpAdvertiser {
         let mut now = BTreeSet::new();
         let mut local_now = BTreeSet::new();
         let mut vips = BTreeMap::new();
+        let mut cluster = Vec::new();
         for vip in services.vips() {
             if !pools.advertises(vip) {
                 continue;
             }
             let local = self.eligibility.is_local(vip);
+            // Who may carry it: asked once, for this node and for the shared objects.
+            let eligible = (node_reason.is_none() || (self.collect_cluster && !local))
+                .then(|| self.eligibility.of(vip));
+            if self.collect_cluster
+                && !local
+                && let Some(e) = &eligible
+            {
+                cluster.push((vip, e.clone()));
+            }
             let reason = if let Some(r) = node_reason {
                 r
-            } else if !self.eligibility.of(vip).allows(&node.name) {
+            } else if !eligible.as_ref().is_some_and(|e| e.allows(&node.name)) {
                 if local {
                     BgpReason::NoLocalEndpoint
                 } else {
@@ -209,22 +224,24 @@ impl BgpAdvertiser {
             self.last.vips = Arc::new(vips);
         }
         self.last.graceful_shutdown = graceful;
+        self.cluster = cluster;
         self.last.clone()
     }
 
-    /// Every externalTrafficPolicy Cluster VIP of `services` that BGP advertises, with the
-    /// nodes that may carry it, as of the last [`BgpAdvertiser::update`].
-    pub fn cluster_vips(
-        &self,
-        services: &ServiceIndex,
-        pools: &BgpPools,
-    ) -> Vec<(IpAddr, crate::announce::placement::Eligible)> {
-        services
-            .vips()
-            .into_iter()
-            .filter(|v| pools.advertises(*v) && !self.eligibility.is_local(*v))
-            .map(|v| (v, self.eligibility.of(v)))
-            .collect()
+    /// Keep, with each update, every externalTrafficPolicy Cluster VIP BGP advertises and the
+    /// nodes that may carry it ([`BgpAdvertiser::cluster_vips`]): the shared frr-k8s objects
+    /// are made of them.
+    pub fn collect_cluster_vips(&mut self, on: bool) {
+        self.collect_cluster = on;
+        if !on {
+            self.cluster = Vec::new();
+        }
+    }
+
+    /// Every externalTrafficPolicy Cluster VIP that BGP advertises, with the nodes that may
+    /// carry it, as of the last [`BgpAdvertiser::update`] (empty unless collected).
+    pub fn cluster_vips(&self) -> &[(IpAddr, crate::announce::placement::Eligible)] {
+        &self.cluster
     }
 }
 

@@ -397,19 +397,19 @@ impl Planner {
             }
         });
         let view = self.members.view();
-        let bgp = self
-            .bgp
-            .as_mut()
-            .map(|b| b.update(objects, &self.services, view));
+        let collect = self.frr_k8s_pools.is_some();
+        let bgp = self.bgp.as_mut().map(|b| {
+            b.collect_cluster_vips(collect);
+            b.update(objects, &self.services, view)
+        });
         let frr_k8s_pools = match (&mut self.frr_k8s_pools, &self.bgp) {
             (Some((namespace, last)), Some(advertiser)) => {
                 let pools = super::bgp_selection::BgpPools::of(objects);
-                let vips = advertiser.cluster_vips(&self.services, &pools);
                 let live = view.map(|v| &*v.live);
                 let (now, problems) = crate::frrk8s::shared::pool_configurations(
                     objects,
                     &pools,
-                    &vips,
+                    advertiser.cluster_vips(),
                     crate::frrk8s::shared::Nodes {
                         live,
                         frr_k8s: None,

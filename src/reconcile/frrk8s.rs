@@ -24,8 +24,15 @@ use tokio::sync::watch;
 
 /// The field manager of vipflow's writes.
 const FIELD_MANAGER: &str = "vipflow";
-/// How long to wait before writing again after a failure.
+/// How long to wait before writing again after a failure, at first and at most (it doubles
+/// with each failure in a row: an object the API server refuses is not tried every second).
 const RETRY: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The wait after `wait`, one more failure in a row.
+fn longer(wait: Duration) -> Duration {
+    (wait * 2).min(RETRY_MAX)
+}
 
 /// Why an object could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -212,6 +219,7 @@ pub async fn run_node(
         ),
     ];
     let mut write_error: Option<String> = None;
+    let mut wait = RETRY;
     // The followers still run (their channels are open).
     let mut following = (true, true);
     // What the server holds: an agent that restarts rewrites nothing that stands.
@@ -254,6 +262,7 @@ pub async fn run_node(
                     }
                     written = want;
                     write_error = None;
+                    wait = RETRY;
                     status.send_modify(|s| {
                         s.current = true;
                         s.known = true;
@@ -272,7 +281,8 @@ pub async fn run_node(
                         s.current = false;
                         s.last_error.clone_from(&write_error);
                     });
-                    tokio::time::sleep(RETRY).await;
+                    tokio::time::sleep(wait).await;
+                    wait = longer(wait);
                     continue;
                 }
             }
@@ -337,6 +347,7 @@ pub async fn run_pools(
             objects = written.len(),
             "leading: writing the pools' FRRConfigurations"
         );
+        let mut wait = RETRY;
         loop {
             let want = pools.borrow_and_update().clone();
             let mut failed = false;
@@ -378,12 +389,14 @@ pub async fn run_pools(
                 leader.as_ref().is_none_or(|l| *l.borrow())
             };
             if failed {
-                tokio::time::sleep(RETRY).await;
+                tokio::time::sleep(wait).await;
+                wait = longer(wait);
                 if !still(&leader) {
                     break;
                 }
                 continue;
             }
+            wait = RETRY;
             match &mut leader {
                 Some(l) => tokio::select! {
                     r = pools.changed() => if r.is_err() { return },

@@ -408,7 +408,10 @@ async fn a_peer_that_goes_leaves_frr_and_the_rest_of_its_configuration_stays() {
     frr_holds(&vtysh, &networks).await;
 
     // The node marked for drain: the instance shuts down gracefully, and back.
-    let draining = vipflow::bgp::frr_config::shutting_down(&plain);
+    let draining = plain.replace(
+        " no bgp ebgp-requires-policy\n",
+        " bgp graceful-shutdown\n no bgp ebgp-requires-policy\n",
+    );
     for (from, to, on) in [(&plain, &draining, true), (&draining, &plain, false)] {
         let batch = config_batch(Some(from), Some(to)).expect("a change");
         vtysh

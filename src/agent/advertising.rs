@@ -2,7 +2,7 @@
 //! ([`crate::reconcile::frr`]), and when.
 //!
 //! - **The configuration** (peers, BFD profiles) follows every snapshot as
-//!   [`for_node`] makes it; a problem in it is logged once per change of what is wrong.
+//!   [`for_node_with`] makes it; a problem in it is logged once per change of what is wrong.
 //! - **The dataplane gate.** A prefix goes to FRR only once every bridge has applied the plan
 //!   that added it and OVN has programmed its VIP on the node's integration bridge (as the L2
 //!   answers wait for it): a route must not draw traffic the node would drop. A withdrawal goes
@@ -12,7 +12,7 @@
 //!   the bridges still hold the flows (and FRR still holds the routes) changes nothing.
 
 use super::planner_task::ORDER_WAIT;
-use crate::bgp::frr_config::{FrrConfigProblem, for_node};
+use crate::bgp::frr_config::{FrrConfigProblem, for_node_with};
 use crate::frrk8s::objects::FrrConfiguration;
 use crate::model::Objects;
 use crate::reconcile::bridge::{BrIntFlows, BridgeStatus, PROGRAMMED_WAIT};
@@ -135,15 +135,7 @@ impl Advertising {
             return self.hand_to_gate(generation, &bgp.local);
         }
         let prefixes = &bgp.prefixes;
-        let graceful = bgp.graceful_shutdown;
-        let (config, problems) = for_node(objects, &self.node);
-        let config = config.map(|c| {
-            if graceful {
-                crate::bgp::frr_config::shutting_down(&c)
-            } else {
-                c
-            }
-        });
+        let (config, problems) = for_node_with(objects, &self.node, bgp.graceful_shutdown);
         self.said(problems);
         self.config.send_if_modified(|cur| {
             let same = cur.as_deref() == Some(&config);

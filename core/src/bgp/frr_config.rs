@@ -61,10 +61,21 @@ pub enum FrrConfigProblem {
 pub const ACCEPT_NOTHING: &str = "vipflow-in";
 
 /// Node `node`'s configuration from a snapshot's `BGPPeer`s and `BFDProfile`s (its labels pick
-/// the peers), and what was left out of it: [`node_config`].
+/// the peers), and what was left out of it: [`node_config`], with the node's router ID (unless
+/// a peer names one), and in graceful shutdown while the node is marked for drain.
 pub fn for_node(
     objects: &crate::model::Objects,
     node: &str,
+) -> (Option<String>, Vec<FrrConfigProblem>) {
+    for_node_with(objects, node, false)
+}
+
+/// [`for_node`], in graceful shutdown also when `graceful` (the agent's plan asks for it: a
+/// drain hold, a stop on a cordoned Node).
+pub fn for_node_with(
+    objects: &crate::model::Objects,
+    node: &str,
+    graceful: bool,
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
     let me = objects
         .nodes
@@ -83,23 +94,19 @@ pub fn for_node(
         &crate::plan::bgp_selection::BgpPools::of(objects),
         &peer_names,
     );
-    let (config, peer_problems) = node_config_with(
+    let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
+    let (config, peer_problems) = node_config_as(
         &labels,
         &objects.bgp.peers,
         &objects.bgp.bfd_profiles,
-        &policy,
+        &Speaking {
+            policy: &policy,
+            router_id: me.and_then(|n| internal_ipv4(n)),
+            graceful_shutdown: graceful || draining,
+        },
     );
     problems.extend(peer_problems);
-    let draining = me.is_some_and(|n| crate::announce::announcements::draining(n));
-    let address = me.and_then(|n| internal_ipv4(n));
-    let config = config.map(|c| match address {
-        Some(a) => with_router_id(&c, a),
-        None => c,
-    });
-    (
-        config.map(|c| if draining { shutting_down(&c) } else { c }),
-        problems,
-    )
+    (config, problems)
 }
 
 /// The Node's first IPv4 `InternalIP`.
@@ -113,34 +120,8 @@ pub(crate) fn internal_ipv4(node: &k8s_openapi::api::core::v1::Node) -> Option<s
         .find_map(|a| a.address.parse().ok())
 }
 
-/// `config` (as [`node_config`] writes it) with router ID `id` where it names none.
-pub fn with_router_id(config: &str, id: std::net::Ipv4Addr) -> String {
-    if config.contains("\n bgp router-id ") {
-        return config.to_string();
-    }
-    let Some(head) = config.find("\nrouter bgp ") else {
-        return config.to_string();
-    };
-    let Some(end) = config[head + 1..].find('\n') else {
-        return config.to_string();
-    };
-    let at = head + 1 + end + 1;
-    format!("{} bgp router-id {id}\n{}", &config[..at], &config[at..])
-}
-
 /// The line that puts a BGP instance in graceful shutdown (RFC 8326).
 const GRACEFUL_SHUTDOWN: &str = " bgp graceful-shutdown\n";
-
-/// `config` (as [`node_config`] writes it) with its BGP instance in graceful shutdown.
-pub fn shutting_down(config: &str) -> String {
-    if config.contains(GRACEFUL_SHUTDOWN) {
-        return config.to_string();
-    }
-    match config.find(" no bgp ebgp-requires-policy\n") {
-        Some(at) => format!("{}{GRACEFUL_SHUTDOWN}{}", &config[..at], &config[at..]),
-        None => config.to_string(),
-    }
-}
 
 /// The node's configuration, and what was left out of it. `None` when no peer selects the
 /// node (it speaks no BGP).
@@ -203,6 +184,37 @@ pub fn node_config_with(
     profiles: &[BfdProfile],
     policy: &RoutePolicy,
 ) -> (Option<String>, Vec<FrrConfigProblem>) {
+    node_config_as(
+        node_labels,
+        peers,
+        profiles,
+        &Speaking {
+            policy,
+            router_id: None,
+            graceful_shutdown: false,
+        },
+    )
+}
+
+/// How the node's BGP instance speaks, beyond its peers.
+#[derive(Debug, Clone, Copy)]
+pub struct Speaking<'a> {
+    /// The advertisements' route-map and peer filters ([`super::route_policy::outbound`]).
+    pub policy: &'a RoutePolicy,
+    /// The router ID where no peer names one (the node's own address).
+    pub router_id: Option<std::net::Ipv4Addr>,
+    /// Every route goes out with the graceful-shutdown community (RFC 8326).
+    pub graceful_shutdown: bool,
+}
+
+/// [`node_config`], speaking as `speaking` says.
+pub fn node_config_as(
+    node_labels: &BTreeMap<String, String>,
+    peers: &[BgpPeer],
+    profiles: &[BfdProfile],
+    speaking: &Speaking,
+) -> (Option<String>, Vec<FrrConfigProblem>) {
+    let policy = speaking.policy;
     let (chosen, mut problems) = select_peers(node_labels, peers);
     let name = |p: &BgpPeer| p.metadata.name.clone().unwrap_or_default();
     let Some((first, _)) = chosen.first() else {
@@ -251,8 +263,18 @@ pub fn node_config_with(
     let _ = writeln!(out, "route-map {ACCEPT_NOTHING} deny 10\nexit\n!");
     out.push_str(&policy.text);
     let _ = writeln!(out, "router bgp {}", first.spec.my_asn);
-    if let Some(id) = chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
-        let _ = writeln!(out, " bgp router-id {id}");
+    match chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
+        Some(id) => {
+            let _ = writeln!(out, " bgp router-id {id}");
+        }
+        None => {
+            if let Some(id) = speaking.router_id {
+                let _ = writeln!(out, " bgp router-id {id}");
+            }
+        }
+    }
+    if speaking.graceful_shutdown {
+        out.push_str(GRACEFUL_SHUTDOWN);
     }
     out.push_str(" no bgp ebgp-requires-policy\n no bgp network import-check\n no bgp default ipv4-unicast\n");
     let mut families: [Vec<(IpAddr, String)>; 2] = [Vec::new(), Vec::new()];
@@ -687,6 +709,12 @@ mod tests {
 
     /// Two peers (one with BFD and timers) and one of them alone, as [`node_config`] writes them.
     fn two_and_one() -> (String, String) {
+        let (two, one, _, _) = two_and_one_also_shutting_down();
+        (two, one)
+    }
+
+    /// [`two_and_one`], and each in graceful shutdown.
+    fn two_and_one_also_shutting_down() -> (String, String, String, String) {
         let fast: BfdProfile = serde_yaml_ng::from_str(
             "kind: BFDProfile\nmetadata: {name: fast}\nspec: {receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3}\n",
         )
@@ -700,19 +728,35 @@ mod tests {
             "{myASN: 64513, peerASN: 64512, peerAddress: 'fd00:9::1', connectTime: 2s}",
         );
         let none = BTreeMap::new();
-        let two = node_config(&none, &[tor4, tor6.clone()], std::slice::from_ref(&fast))
+        let policy = RoutePolicy::default();
+        let make = |peers: &[BgpPeer], graceful_shutdown: bool| {
+            node_config_as(
+                &none,
+                peers,
+                std::slice::from_ref(&fast),
+                &Speaking {
+                    policy: &policy,
+                    router_id: None,
+                    graceful_shutdown,
+                },
+            )
             .0
-            .expect("a configuration");
-        let one = node_config(&none, &[tor6], &[fast])
-            .0
-            .expect("a configuration");
-        (two, one)
+            .expect("a configuration")
+        };
+        let two = [tor4, tor6.clone()];
+        let one = [tor6];
+        (
+            make(&two, false),
+            make(&one, false),
+            make(&two, true),
+            make(&one, true),
+        )
     }
 
     #[test]
     fn the_same_configuration_is_no_batch_and_a_first_one_is_itself_without_a_left_graceful_shutdown()
      {
-        let (two, _) = two_and_one();
+        let (two, _, draining, _) = two_and_one_also_shutting_down();
         assert_eq!(config_batch(Some(&two), Some(&two)), None);
         assert_eq!(config_batch(None, None), None);
         assert_eq!(
@@ -722,7 +766,6 @@ mod tests {
             ))
         );
         // Asked for, it is not taken back.
-        let draining = shutting_down(&two);
         assert_eq!(config_batch(None, Some(&draining)), Some(draining.clone()));
     }
 
@@ -783,8 +826,7 @@ mod tests {
 
     #[test]
     fn a_draining_node_shuts_down_gracefully_and_back() {
-        let (_, one) = two_and_one();
-        let draining = shutting_down(&one);
+        let (_, one, _, draining) = two_and_one_also_shutting_down();
         assert!(
             draining.contains(
                 "router bgp 64513\n bgp graceful-shutdown\n no bgp ebgp-requires-policy\n"

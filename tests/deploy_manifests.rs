@@ -567,7 +567,7 @@ fn rbac_grants_exactly_what_the_agent_needs() {
         grant(
             "coordination.k8s.io",
             "leases",
-            &["vipflow-northbound"],
+            &["vipflow-northbound", "vipflow-cluster"],
             &["get", "update"],
         ),
     ]

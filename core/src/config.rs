@@ -284,6 +284,10 @@ pub struct LeaseConfig {
     /// Namespace of the Lease (default: the pod's namespace, POD_NAMESPACE).
     pub namespace: Option<String>,
     pub name: String,
+    /// The Lease that elects the one agent doing the cluster-wide work no Northbound writer
+    /// needs: the shared frr-k8s objects, the Events on MetalLB's objects. Its own, so that an
+    /// agent without a Northbound database never holds the writer's Lease.
+    pub cluster_name: String,
     /// Seconds after which a crashed writer is replaced.
     pub duration_seconds: u64,
 }
@@ -294,6 +298,7 @@ impl Default for LeaseConfig {
             enabled: true,
             namespace: None,
             name: "vipflow-northbound".into(),
+            cluster_name: "vipflow-cluster".into(),
             duration_seconds: 4,
         }
     }

@@ -26,6 +26,8 @@ pub struct ClusterOptions {
 pub struct Cluster {
     pub running: Running,
     pub election: Option<crate::leader::Election>,
+    /// The election of the cluster-wide work (frr-k8s's shared objects, MetalLB's Events).
+    pub cluster_election: Option<crate::leader::Election>,
     pub metrics: Arc<crate::metrics::Metrics>,
     source: tokio::task::JoinHandle<()>,
     ipam: Option<tokio::task::JoinHandle<()>>,
@@ -47,6 +49,9 @@ impl Cluster {
             self.running.leave_bgp(before).await;
         }
         if let Some(e) = self.election {
+            e.release().await;
+        }
+        if let Some(e) = self.cluster_election {
             e.release().await;
         }
         self.source.abort();
@@ -102,26 +107,29 @@ pub async fn start_cluster(
     };
     let (rx, source) = ksrc::start(client.clone(), source_cfg);
     let members = members::start(&cfg, rx.clone())?;
-    // MetalLB's objects get their Events from one elected agent, whatever else is elected.
+    let elect = |name: &str| {
+        let ns = cfg
+            .lease
+            .namespace
+            .clone()
+            .unwrap_or_else(|| cluster.namespace.clone());
+        crate::leader::start(
+            client.clone(),
+            crate::leader::LeaderConfig::new(
+                &ns,
+                name,
+                &cluster.identity,
+                Duration::from_secs(cfg.lease.duration_seconds.max(1)),
+            ),
+        )
+    };
+    // The Northbound writer (and the allocator): only agents that could write take part.
+    let election = ((writer_possible || cfg.allocate_ips) && cfg.lease.enabled)
+        .then(|| elect(&cfg.lease.name));
+    // The cluster-wide work on a Lease of its own: frr-k8s's shared objects, MetalLB's Events.
     let metallb = metallb_served(&client).await;
-    let election = ((writer_possible || cfg.allocate_ips || frr_k8s || metallb)
-        && cfg.lease.enabled)
-        .then(|| {
-            let ns = cfg
-                .lease
-                .namespace
-                .clone()
-                .unwrap_or_else(|| cluster.namespace.clone());
-            crate::leader::start(
-                client.clone(),
-                crate::leader::LeaderConfig::new(
-                    &ns,
-                    &cfg.lease.name,
-                    &cluster.identity,
-                    Duration::from_secs(cfg.lease.duration_seconds.max(1)),
-                ),
-            )
-        });
+    let cluster_election =
+        ((frr_k8s || metallb) && cfg.lease.enabled).then(|| elect(&cfg.lease.cluster_name));
     let metrics = Arc::new(crate::metrics::Metrics::new());
     let sink = |kind, client: &kube::Client| {
         crate::event_sink::EventSink::start(
@@ -166,12 +174,12 @@ pub async fn start_cluster(
             },
         ))
     });
-    // Said by the elected agent (by every agent where election is off, as the allocator runs).
-    let metallb_events = (metallb && (election.is_some() || cfg.allocate_ips)).then(|| {
+    // Said by the elected agent (by every agent where election is off).
+    let metallb_events = metallb.then(|| {
         tokio::spawn(crate::metallb_events::run(
             client.clone(),
             cfg.node_name.clone(),
-            election.as_ref().map(|e| e.is_leader.clone()),
+            cluster_election.as_ref().map(|e| e.is_leader.clone()),
         ))
     });
     let opts = AgentOptions {
@@ -185,6 +193,7 @@ pub async fn start_cluster(
         claims: members.as_ref().map(|m| m.claims.clone()),
         nb_backoff: cluster.nb_backoff.clone(),
         frr_k8s: frr_k8s.then(|| client.clone()),
+        cluster_leader: cluster_election.as_ref().map(|e| e.is_leader.clone()),
     };
     let http = serve_http(&cfg, &opts.metrics).await?;
     let running = start_with(cfg, rx, opts);
@@ -192,6 +201,7 @@ pub async fn start_cluster(
     Ok(Cluster {
         running,
         election,
+        cluster_election,
         metrics,
         source,
         ipam,

@@ -215,6 +215,9 @@ pub struct AgentOptions {
     /// frr-k8s mode (`bgp.frr-k8s` on, cluster mode): the client the `FRRConfiguration`s are
     /// written with.
     pub frr_k8s: Option<kube::Client>,
+    /// Leadership of the cluster-wide work (frr-k8s's shared objects); `None`: do it whenever
+    /// there is some.
+    pub cluster_leader: Option<watch::Receiver<bool>>,
 }
 
 /// Handles on a running agent, for the CLI and for tests.
@@ -400,7 +403,7 @@ pub fn start_with(
                     client.clone(),
                     namespace.clone(),
                     prx,
-                    opts.leader.clone(),
+                    opts.cluster_leader.clone(),
                     opts.metrics.frr_k8s_writes.clone(),
                 )));
                 a.through_frr_k8s(advertising::FrrK8sOutputs {
@@ -445,6 +448,7 @@ pub fn start_with(
             nb_status: nb_status.clone(),
             bridge_status: status.iter().map(|(_, rx)| rx.clone()).collect(),
             leader: opts.leader.clone(),
+            cluster_leader: opts.cluster_leader.clone(),
             members: opts.members.clone(),
             successors: opts.successors.clone(),
             claims: opts.claims.clone(),

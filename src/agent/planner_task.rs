@@ -33,6 +33,8 @@ pub(super) struct PlannerTask {
     pub nb_status: Option<watch::Receiver<nb::NorthboundStatus>>,
     pub bridge_status: Vec<watch::Receiver<BridgeStatus>>,
     pub leader: Option<watch::Receiver<bool>>,
+    /// Leadership of the cluster-wide work: frr-k8s's shared objects are planned while it lasts.
+    pub cluster_leader: Option<watch::Receiver<bool>>,
     /// The membership's view, when this agent runs one (announcing bridges).
     pub members: Option<watch::Receiver<crate::membership_task::LiveMembers>>,
     /// Who takes this node's VIPs if it goes, for the membership (they watch this node).
@@ -63,6 +65,7 @@ impl PlannerTask {
             nb_status: nb_status_rx,
             bridge_status: bridge_status_rx,
             leader,
+            cluster_leader,
             mut members,
             successors,
             claims: claims_tx,
@@ -92,7 +95,7 @@ impl PlannerTask {
         // frr-k8s mode: the shared objects are planned only while this agent leads (they are
         // the leader's to write); a change of leader plans again.
         let mut frr_k8s_leader = (cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On)
-            .then(|| leader.clone())
+            .then_some(cluster_leader)
             .flatten();
         let frr_k8s_pools = (cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On)
             .then(|| cfg.bgp.frr_k8s_namespace.clone());

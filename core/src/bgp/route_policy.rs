@@ -26,14 +26,14 @@ pub const OUTBOUND: &str = "vipflow-out";
 
 /// One advertisement's attributes and where they apply.
 #[derive(Debug, Default)]
-struct Attributes {
-    communities: Vec<String>,
-    large_communities: Vec<String>,
-    local_pref: Option<u32>,
+pub(crate) struct Attributes {
+    pub communities: Vec<String>,
+    pub large_communities: Vec<String>,
+    pub local_pref: Option<u32>,
     /// The `BGPPeer`s it goes to; empty: every peer.
-    peers: Vec<String>,
+    pub peers: Vec<String>,
     /// Per family (IPv4 first), the prefix-list entries.
-    entries: [BTreeSet<String>; 2],
+    pub entries: [BTreeSet<String>; 2],
 }
 
 impl Attributes {
@@ -108,16 +108,43 @@ pub fn outbound(pools: &BgpPools, peers: &[String]) -> (RoutePolicy, Vec<FrrConf
             }
         }
     }
-    let families = [("ip", "4"), ("ipv6", "6")];
     let mut policy = RoutePolicy::default();
-    let out = &mut policy.text;
+    let named: Vec<(String, &Attributes)> = ads
+        .iter()
+        .map(|(name, a)| (format!("vipflow-adv-{name}"), a))
+        .collect();
+    policy.route_map = write_route_map(&mut policy.text, &named);
+    if ads.values().any(|a| !a.peers.is_empty()) {
+        // Each peer's routes: those of the advertisements that go to every peer or name it.
+        for peer in peers {
+            let per_family: [BTreeSet<String>; 2] = std::array::from_fn(|family| {
+                ads.values()
+                    .filter(|a| a.peers.is_empty() || a.peers.contains(peer))
+                    .flat_map(|a| a.entries[family].iter().cloned())
+                    .collect()
+            });
+            write_peer_filter(&mut policy.text, peer, &per_family);
+        }
+        policy.peer_filters = true;
+    }
+    (policy, problems)
+}
+
+/// The address families as prefix-lists name them, and their tag in list names.
+const FAMILIES: [(&str, &str); 2] = [("ip", "4"), ("ipv6", "6")];
+
+/// Append to `out` the outbound route-map [`OUTBOUND`] of `attributes` (each with the base of
+/// its prefix-lists' names, `-4`/`-6` added), one entry per family that has prefixes, each
+/// going on to the next, and the last letting every route out; those setting nothing are left
+/// out. Whether there is a route-map.
+pub(crate) fn write_route_map(out: &mut String, attributes: &[(String, &Attributes)]) -> bool {
     let mut seq = 0;
-    for (name, a) in ads.iter().filter(|(_, a)| a.sets_something()) {
-        for (family, (kind, tag)) in families.iter().enumerate() {
+    for (base, a) in attributes.iter().filter(|(_, a)| a.sets_something()) {
+        for (family, (kind, tag)) in FAMILIES.iter().enumerate() {
             if a.entries[family].is_empty() {
                 continue;
             }
-            let list = format!("vipflow-adv-{name}-{tag}");
+            let list = format!("{base}-{tag}");
             write_list(out, kind, &list, &a.entries[family]);
             seq += 10;
             let _ = writeln!(out, "route-map {OUTBOUND} permit {seq}");
@@ -141,32 +168,25 @@ pub fn outbound(pools: &BgpPools, peers: &[String]) -> (RoutePolicy, Vec<FrrConf
     if seq > 0 {
         // Every route goes out, with what the entries above set.
         let _ = writeln!(out, "route-map {OUTBOUND} permit 65535\nexit\n!");
-        policy.route_map = true;
     }
-    if ads.values().any(|a| !a.peers.is_empty()) {
-        // Each peer's routes: those of the advertisements that go to every peer or name it.
-        for peer in peers {
-            for (family, (kind, tag)) in families.iter().enumerate() {
-                let entries: BTreeSet<String> = ads
-                    .values()
-                    .filter(|a| a.peers.is_empty() || a.peers.contains(peer))
-                    .flat_map(|a| a.entries[family].iter().cloned())
-                    .collect();
-                let list = peer_filter(peer, tag);
-                if entries.is_empty() {
-                    let _ = writeln!(out, "{kind} prefix-list {list} seq 5 deny any");
-                } else {
-                    write_list(out, kind, &list, &entries);
-                }
-            }
+    seq > 0
+}
+
+/// Append to `out` the outbound filters of the neighbor `peer` names ([`peer_filter`]): per
+/// family (IPv4 first) the entries it is sent, or nothing.
+pub(crate) fn write_peer_filter(out: &mut String, peer: &str, per_family: &[BTreeSet<String>; 2]) {
+    for ((kind, tag), entries) in FAMILIES.iter().zip(per_family) {
+        let list = peer_filter(peer, tag);
+        if entries.is_empty() {
+            let _ = writeln!(out, "{kind} prefix-list {list} seq 5 deny any");
+        } else {
+            write_list(out, kind, &list, entries);
         }
-        policy.peer_filters = true;
     }
-    (policy, problems)
 }
 
 /// Prefix-list `list` of `kind` (`ip`, `ipv6`) permitting `entries`, in order.
-pub(crate) fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<String>) {
+fn write_list(out: &mut String, kind: &str, list: &str, entries: &BTreeSet<String>) {
     for (i, e) in entries.iter().enumerate() {
         let _ = writeln!(
             out,

@@ -13,12 +13,11 @@ use super::objects::{ALLOW_ALL, FrrConfiguration, FrrNeighbor};
 use crate::bgp::frr_config::{FrrConfigProblem, node_config_with};
 use crate::bgp::objects::{BfdProfile, BfdProfileSpec, BgpPeer, BgpPeerSpec};
 use crate::bgp::route_policy::{
-    Community, OUTBOUND, RoutePolicy, community, peer_filter, write_list,
+    Attributes, Community, RoutePolicy, community, write_peer_filter, write_route_map,
 };
 use ipnet::IpNet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 
 /// Why the objects that select a node make no configuration (frr-k8s would refuse them too).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -345,68 +344,46 @@ fn differs(a: &FrrNeighbor, b: &FrrNeighbor) -> Option<&'static str> {
     None
 }
 
-/// Each neighbor's outbound filter (what it is sent), and the route-map of the attributes.
+/// Each neighbor's outbound filter (what it is sent), and the route-map of the attributes
+/// (each a community, a large community or `lp:N`, and the prefixes it goes on).
 fn policy(
     neighbors: &BTreeMap<String, Merged>,
     attributes: &BTreeMap<String, BTreeSet<IpNet>>,
     name: &dyn Fn(&str) -> String,
 ) -> RoutePolicy {
+    let per_family = |set: &BTreeSet<IpNet>| -> [BTreeSet<String>; 2] {
+        std::array::from_fn(|family| {
+            set.iter()
+                .filter(|p| matches!(p, IpNet::V6(_)) == (family == 1))
+                .map(|p| p.to_string())
+                .collect()
+        })
+    };
+    let made: Vec<(String, Attributes)> = attributes
+        .iter()
+        .enumerate()
+        .map(|(i, (a, set))| {
+            let mut made = Attributes {
+                entries: per_family(set),
+                ..Attributes::default()
+            };
+            match (a.strip_prefix("lp:"), community(a)) {
+                (Some(l), _) => made.local_pref = l.parse().ok(),
+                (None, Some(Community::Standard(c))) => made.communities.push(c),
+                (None, Some(Community::Large(c))) => made.large_communities.push(c),
+                (None, None) => {}
+            }
+            (format!("vipflow-attr-{i}"), made)
+        })
+        .collect();
+    let named: Vec<(String, &Attributes)> = made.iter().map(|(n, a)| (n.clone(), a)).collect();
     let mut policy = RoutePolicy {
         peer_filters: true,
         ..RoutePolicy::default()
     };
-    let out = &mut policy.text;
-    let families = [("ip", "4", false), ("ipv6", "6", true)];
-    let mut seq = 0;
-    for (i, (a, set)) in attributes.iter().enumerate() {
-        for (kind, tag, v6) in families {
-            let entries: BTreeSet<String> = set
-                .iter()
-                .filter(|p| matches!(p, IpNet::V6(_)) == v6)
-                .map(|p| p.to_string())
-                .collect();
-            if entries.is_empty() {
-                continue;
-            }
-            let list = format!("vipflow-attr-{i}-{tag}");
-            write_list(out, kind, &list, &entries);
-            seq += 10;
-            let _ = writeln!(out, "route-map {OUTBOUND} permit {seq}");
-            let _ = writeln!(out, " match {kind} address prefix-list {list}");
-            match (a.strip_prefix("lp:"), community(a)) {
-                (Some(l), _) => {
-                    let _ = writeln!(out, " set local-preference {l}");
-                }
-                (None, Some(Community::Standard(c))) => {
-                    let _ = writeln!(out, " set community {c} additive");
-                }
-                (None, Some(Community::Large(c))) => {
-                    let _ = writeln!(out, " set large-community {c} additive");
-                }
-                (None, None) => {}
-            }
-            out.push_str(" on-match next\nexit\n!\n");
-        }
-    }
-    if seq > 0 {
-        let _ = writeln!(out, "route-map {OUTBOUND} permit 65535\nexit\n!");
-        policy.route_map = true;
-    }
+    policy.route_map = write_route_map(&mut policy.text, &named);
     for (address, m) in neighbors {
-        for (kind, tag, v6) in families {
-            let entries: BTreeSet<String> = m
-                .sent
-                .iter()
-                .filter(|p| matches!(p, IpNet::V6(_)) == v6)
-                .map(|p| p.to_string())
-                .collect();
-            let list = peer_filter(&name(address), tag);
-            if entries.is_empty() {
-                let _ = writeln!(out, "{kind} prefix-list {list} seq 5 deny any");
-            } else {
-                write_list(out, kind, &list, &entries);
-            }
-        }
+        write_peer_filter(&mut policy.text, &name(address), &per_family(&m.sent));
     }
     policy
 }

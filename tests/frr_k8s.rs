@@ -434,7 +434,6 @@ async fn routers_see(
 /// one router taking IPv4 only) with the same communities.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_objects_rendered_into_frr_give_the_routers_what_the_direct_mode_gives() {
-    use vipflow::frrk8s::shared::{local_entries, node_configuration};
     let objects = vipflow::decode::parse(
         "apiVersion: v1\nkind: List\nitems:\n\
          - {apiVersion: v1, kind: Node, metadata: {name: n1, labels: {kubernetes.io/hostname: n1, rack: r2}}, status: {addresses: [{type: InternalIP, address: 10.9.0.2}]}}\n\
@@ -468,13 +467,7 @@ async fn the_objects_rendered_into_frr_give_the_routers_what_the_direct_mode_giv
     assert!(problems.is_empty(), "{problems:?}");
     let direct = direct.expect("a configuration");
     // frr-k8s mode: the shared objects and n1's own, merged and rendered.
-    let pools = vipflow::plan::bgp_selection::BgpPools::of(o);
-    let (own, problems) = node_configuration(
-        o,
-        "n1",
-        &local_entries(&pools, "n1", bgp.local.iter().copied()),
-        NS,
-    );
+    let (own, problems) = vipflow::frrk8s::shared::local_configuration(o, "n1", &bgp.local, NS);
     assert!(problems.is_empty(), "{problems:?}");
     let mut written: Vec<_> = plans
         .frr_k8s_pools

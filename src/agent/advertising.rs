@@ -99,16 +99,10 @@ impl Advertising {
     ) -> BTreeSet<IpNet> {
         if let Some(out) = &self.frr_k8s {
             // The node's own object holds its Local VIPs; the shared ones the rest.
-            let selection = crate::plan::bgp_selection::BgpPools::of(objects);
-            let entries = crate::frrk8s::shared::local_entries(
-                &selection,
-                &self.node,
-                bgp.local.iter().copied(),
-            );
-            let (object, problems) = crate::frrk8s::shared::node_configuration(
+            let (object, problems) = crate::frrk8s::shared::local_configuration(
                 objects,
                 &self.node,
-                &entries,
+                &bgp.local,
                 &out.namespace,
             );
             out.object.send_if_modified(|cur| {

@@ -136,16 +136,10 @@ impl OneShotPlan {
         // frr-k8s mode: the objects the agents write instead (this node's with every Local
         // VIP the plan wants; the running agent adds each once its bridges carry it).
         let frr_k8s = self.plans.frr_k8s_pools.clone().map(|pools| {
-            let selection = crate::plan::bgp_selection::BgpPools::of(objects);
-            let entries = crate::frrk8s::shared::local_entries(
-                &selection,
-                &cfg.node_name,
-                node.local.iter().copied(),
-            );
-            let (own, found) = crate::frrk8s::shared::node_configuration(
+            let (own, found) = crate::frrk8s::shared::local_configuration(
                 objects,
                 &cfg.node_name,
-                &entries,
+                &node.local,
                 &cfg.bgp.frr_k8s_namespace,
             );
             for f in found {

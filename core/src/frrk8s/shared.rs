@@ -335,6 +335,19 @@ pub fn node_configuration(
     (object, problems)
 }
 
+/// Node `node`'s own object for `local`, the host routes of the externalTrafficPolicy Local
+/// VIPs it advertises ([`crate::plan::bgp_node::NodeBgp::local`]), each with the terms of the
+/// advertisements it goes out under: [`node_configuration`] of [`local_entries`].
+pub fn local_configuration(
+    objects: &Objects,
+    node: &str,
+    local: &std::collections::BTreeSet<ipnet::IpNet>,
+    namespace: &str,
+) -> (Option<FrrConfiguration>, Vec<FrrConfigProblem>) {
+    let entries = local_entries(&BgpPools::of(objects), node, local.iter().copied());
+    node_configuration(objects, node, &entries, namespace)
+}
+
 /// The name of node `node`'s object.
 pub fn node_object_name(node: &str) -> String {
     format!("vipflow-node-{node}")

@@ -5,9 +5,8 @@
 use super::build::restricted;
 use super::objects::FrrConfiguration;
 use super::render::render;
-use super::shared::{local_entries, node_configuration};
+use super::shared::local_configuration;
 use crate::model::{ModelOptions, Objects};
-use crate::plan::bgp_selection::BgpPools;
 use crate::plan::planner::Planner;
 use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet};
@@ -65,8 +64,7 @@ fn planned(
     p.write_frr_k8s_pools(Some(NS));
     let plans = p.update(o);
     let bgp = plans.bgp.expect("the planner advertises");
-    let entries = local_entries(&BgpPools::of(o), node, bgp.local.iter().copied());
-    let (own, problems) = node_configuration(o, node, &entries, NS);
+    let (own, problems) = local_configuration(o, node, &bgp.local, NS);
     assert!(problems.is_empty(), "{problems:?}");
     (
         plans

@@ -65,6 +65,7 @@ pub fn pool_configurations(
         .collect();
     let mut candidates = Vec::new();
     let mut said = BTreeSet::new();
+    let no_labels = BTreeMap::new();
     for n in &objects.nodes {
         let Some(name) = n.metadata.name.as_deref() else {
             continue;
@@ -76,8 +77,8 @@ pub fn pool_configurations(
         if !live || draining(n) || excluded(n) || nodes.frr_k8s.is_some_and(|f| !f.contains(name)) {
             continue;
         }
-        let labels = n.metadata.labels.clone().unwrap_or_default();
-        let (chosen, found) = select_peers(&labels, &objects.bgp.peers);
+        let labels = n.metadata.labels.as_ref().unwrap_or(&no_labels);
+        let (chosen, found) = select_peers(labels, &objects.bgp.peers);
         for f in found {
             if said.insert(f.to_string()) {
                 problems.push(f);

@@ -542,23 +542,7 @@ async fn an_advertisements_communities_reach_the_router_on_its_pools_routes() {
     testkit::frr::link(&router, "10.9.0.1/24", &node, "10.9.0.2/24", &tag);
     configure_and_advertise(&node, &config, &["198.51.100.20/32", "203.0.113.20/32"]).await;
     // What the router holds for each VIP: (communities, large communities).
-    let held = |prefix: &str| -> Option<(String, String)> {
-        let text = router
-            .vtysh(&[&format!("show bgp ipv4 unicast {prefix} json")])
-            .ok()?;
-        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-        let p = v["paths"].as_array()?.first()?.clone();
-        Some((
-            p["community"]["string"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            p["largeCommunity"]["string"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        ))
-    };
+    let held = |prefix: &str| router.route_communities("ipv4", prefix);
     let start = std::time::Instant::now();
     let (tagged, plain) = loop {
         if let (Some(t), Some(p)) = (held("198.51.100.20/32"), held("203.0.113.20/32")) {

@@ -346,24 +346,8 @@ fn routes(router: &testkit::frr::Frr) -> std::collections::BTreeMap<String, (Str
             .flatten()
             .map(|(k, _)| k)
         {
-            let detail = router
-                .vtysh(&[&format!("show bgp {family} unicast {prefix} json")])
-                .unwrap_or_default();
-            let d: Value = serde_json::from_str(&detail).unwrap_or_default();
-            let p = &d["paths"][0];
-            out.insert(
-                prefix.clone(),
-                (
-                    p["community"]["string"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                    p["largeCommunity"]["string"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                ),
-            );
+            let held = router.route_communities(family, prefix).unwrap_or_default();
+            out.insert(prefix.clone(), held);
         }
     }
     out

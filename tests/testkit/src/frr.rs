@@ -144,6 +144,19 @@ impl Frr {
     }
 
     /// `vtysh -c` for each command, in order; its output, or its error output.
+    /// The communities and large communities (as FRR prints them, empty when none) of the first
+    /// path this instance holds for `prefix` in `family` (`ipv4`, `ipv6`); `None` when it holds
+    /// none.
+    pub fn route_communities(&self, family: &str, prefix: &str) -> Option<(String, String)> {
+        let text = self
+            .vtysh(&[&format!("show bgp {family} unicast {prefix} json")])
+            .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let p = v["paths"].as_array()?.first()?;
+        let of = |key: &str| p[key]["string"].as_str().unwrap_or_default().to_string();
+        Some((of("community"), of("largeCommunity")))
+    }
+
     pub fn vtysh(&self, commands: &[&str]) -> Result<String, String> {
         let mut c = Command::new("vtysh");
         c.arg("--vty_socket").arg(self.path());

@@ -88,29 +88,7 @@ fn lb_vips(sb: &Sandbox) -> Vec<(String, String)> {
         .collect()
 }
 
-fn config(sb: &Sandbox, node: &str, nb: Option<&Sandbox>) -> Config {
-    let mut c = Config {
-        node_name: node.into(),
-        ovs_rundir: sb.path().to_path_buf(),
-        nb_remote: nb.map(|n| format!("unix:{}", n.nb_sock().display())),
-        ..Config::default()
-    };
-    c.lease.namespace = Some("default".into());
-    c.lease.duration_seconds = 2;
-    c
-}
-
-/// The cluster-mode options of agent `identity` against `kube`, in the default namespace.
-fn cluster_options(kube: &KubeServer, identity: &str) -> ClusterOptions {
-    ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: identity.into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-        nb_backoff: None,
-    }
-}
+use common::{cluster_config as config, cluster_options};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_lifecycle_reaches_flows_and_rows_and_survives_410() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use testkit::bgp_objects::BgpObjects;
 use testkit::kube_server::KubeServer;
 use testkit::{Sandbox, eventually_async};
-use vipflow::agent::{self, ClusterOptions};
+use vipflow::agent;
 
 mod common;
 use vipflow::config::Config;
@@ -91,25 +91,7 @@ fn serve(kube: &KubeServer, nodes: &[&str]) {
 }
 
 fn config(sb: &Sandbox, node: &str) -> Config {
-    let mut c = Config {
-        node_name: node.into(),
-        ovs_rundir: sb.path().to_path_buf(),
-        ..Config::default()
-    };
-    c.lease.namespace = Some("default".into());
-    c.lease.duration_seconds = 2;
-    c
-}
-
-fn cluster_options(kube: &KubeServer, identity: &str) -> ClusterOptions {
-    ClusterOptions {
-        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
-        identity: identity.into(),
-        namespace: "default".into(),
-        events_per_second: 50.0,
-        events_burst: 50,
-        nb_backoff: None,
-    }
+    common::cluster_config(sb, node, None)
 }
 
 /// vipflow's FRRConfigurations on the server, by name, as written (the server's own metadata
@@ -175,9 +157,12 @@ async fn the_agent_writes_the_planned_objects_and_a_node_object_only_for_local_v
     serve(&kube, &["n1"]);
     kube.apply_yaml(OBJECTS);
     let sb = Sandbox::openflow_only();
-    let cluster = agent::start_cluster(config(&sb, "n1"), cluster_options(&kube, "agent-n1"))
-        .await
-        .expect("the agent starts");
+    let cluster = agent::start_cluster(
+        config(&sb, "n1"),
+        common::cluster_options(&kube, "agent-n1"),
+    )
+    .await
+    .expect("the agent starts");
     eventually_async("the shared objects and n1's own", 20, || {
         written(&kube).len() == 3
     })
@@ -302,9 +287,12 @@ async fn a_cluster_vip_change_is_one_write_at_a_hundred_nodes() {
     kube.apply_yaml(&yaml);
     kube.apply(service("s0", "198.51.100.10"));
     let sb = Sandbox::openflow_only();
-    let cluster = agent::start_cluster(config(&sb, "node-000"), cluster_options(&kube, "agent-0"))
-        .await
-        .expect("the agent starts");
+    let cluster = agent::start_cluster(
+        config(&sb, "node-000"),
+        common::cluster_options(&kube, "agent-0"),
+    )
+    .await
+    .expect("the agent starts");
     eventually_async("the pool's shared object", 20, || written(&kube).len() == 1).await;
     let (_, shared) = written(&kube).remove(0);
     let selected = shared["spec"]["nodeSelector"]["matchExpressions"][0]["values"]
@@ -501,12 +489,18 @@ async fn only_the_leader_writes_the_shared_objects_and_the_next_leader_takes_ove
     serve(&kube, &["n1", "n2"]);
     kube.apply_yaml(OBJECTS);
     let (sa, sb) = (Sandbox::openflow_only(), Sandbox::openflow_only());
-    let a = agent::start_cluster(config(&sa, "n1"), cluster_options(&kube, "agent-n1"))
-        .await
-        .expect("n1's agent");
-    let b = agent::start_cluster(config(&sb, "n2"), cluster_options(&kube, "agent-n2"))
-        .await
-        .expect("n2's agent");
+    let a = agent::start_cluster(
+        config(&sa, "n1"),
+        common::cluster_options(&kube, "agent-n1"),
+    )
+    .await
+    .expect("n1's agent");
+    let b = agent::start_cluster(
+        config(&sb, "n2"),
+        common::cluster_options(&kube, "agent-n2"),
+    )
+    .await
+    .expect("n2's agent");
     eventually_async("the shared objects and n1's own", 20, || {
         written(&kube).len() == 3
     })

@@ -238,3 +238,32 @@ pub fn kubectl_dump(n: usize, applied: bool) -> String {
     s.push_str("kind: List\nmetadata:\n  resourceVersion: \"\"\n");
     s
 }
+
+/// A cluster-mode agent's configuration for node `node` on `sb`'s switch (with `nb`'s
+/// Northbound database), its Lease in the default namespace and short.
+pub fn cluster_config(sb: &Sandbox, node: &str, nb: Option<&Sandbox>) -> Config {
+    let mut c = Config {
+        node_name: node.into(),
+        ovs_rundir: sb.path().to_path_buf(),
+        nb_remote: nb.map(|n| format!("unix:{}", n.nb_sock().display())),
+        ..Config::default()
+    };
+    c.lease.namespace = Some("default".into());
+    c.lease.duration_seconds = 2;
+    c
+}
+
+/// The cluster-mode options of agent `identity` against `kube`, in the default namespace.
+pub fn cluster_options(
+    kube: &testkit::kube_server::KubeServer,
+    identity: &str,
+) -> agent::ClusterOptions {
+    agent::ClusterOptions {
+        kubeconfig: Some(kube.kubeconfig_path().to_path_buf()),
+        identity: identity.into(),
+        namespace: "default".into(),
+        events_per_second: 50.0,
+        events_burst: 50,
+        nb_backoff: None,
+    }
+}

@@ -554,9 +554,17 @@ fn a_vip_passes_a_restarted_switch_once_br_int_holds_its_flows_again() {
         "probes passed before br-int was programmed"
     );
     assert!(sent_after > 100, "{sent_after} probes after");
+    let lost: Vec<i128> = prober
+        .unanswered(
+            programmed + margin,
+            programmed + Duration::from_millis(1500),
+        )
+        .iter()
+        .map(|t| t.duration_since(programmed).as_millis() as i128)
+        .collect();
     assert_eq!(
         answered_after, sent_after,
-        "probes lost after br-int was programmed"
+        "probes lost after br-int was programmed, sent this many ms after: {lost:?}"
     );
     assert_eq!(nb_cfg(&db_before), nb_cfg(&db_after));
 }

@@ -874,6 +874,24 @@ impl Prober {
         (sent, answered)
     }
 
+    /// The probes sent in [from, to) that were not answered, by when they were sent.
+    pub fn unanswered(&self, from: Instant, to: Instant) -> Vec<Instant> {
+        let answered: std::collections::HashSet<Instant> = self
+            .answers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(t, _)| *t)
+            .collect();
+        self.sends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|t| **t >= from && **t < to && !answered.contains(t))
+            .copied()
+            .collect()
+    }
+
     /// Probes sent after `t` and answered.
     pub fn answered_since(&self, t: Instant) -> usize {
         self.answers

@@ -283,7 +283,13 @@ impl Testbed {
     }
 
     /// Start node *i*'s ovs-vswitchd again (bridges come back from its database, with no flows
-    /// but the ones ovn-controller puts back).
+    /// but the ones ovn-controller puts back), knowing the other nodes' tunnel endpoints as a
+    /// kernel datapath's switch would after a restart: there the kernel's neighbor table, which
+    /// outlives ovs-vswitchd, resolves them. The userspace datapath resolves them itself, from
+    /// nothing, dropping what it tunnels meanwhile and caching the drop until its revalidator
+    /// runs; a UDP flow whose first packets went that way never gets an answer, so OVN's gateway
+    /// router keeps its connection new and no longer SNATs it, and the flow stays lost until
+    /// conntrack forgets it.
     pub fn start_vswitchd(&self, node: usize) {
         let d = self.node_dir(node);
         let ns = self.ns(&format!("node{node}"));
@@ -301,6 +307,12 @@ impl Testbed {
             .output()
             .expect("spawn ovs-vswitchd");
         check("ovs-vswitchd", &[], out);
+        for other in (1..=self.nodes).filter(|o| *o != node) {
+            self.appctl(
+                node,
+                &["tnl/neigh/set", "br-ex", &node_ip(other), &node_mac(other)],
+            );
+        }
     }
 
     /// Start `vipflow agent` for node *i* on `objects` with `args`, as a user runs it; logs go to

@@ -2,8 +2,6 @@
 //! one bundle, one message made at a time.
 
 use super::BridgeSettings;
-use crate::plan::flows::FlowKey;
-use crate::plan::service_index::FlowIndex;
 use openflow::multipart::FlowStatsRequest;
 use openflow::{ConnError, Connection, Message};
 use vipflow_core::reconcile::bridge::{FlowBody, FlowSet};
@@ -19,17 +17,6 @@ pub(super) async fn read_each(
         each,
     )
     .await
-}
-
-/// The keys in one plan and not the other.
-pub(super) fn changed_keys(before: &FlowIndex, after: &FlowIndex) -> Vec<FlowKey> {
-    use imbl::ordset::DiffItem;
-    before
-        .diff(after)
-        .map(|d| match d {
-            DiffItem::Add(k) | DiffItem::Remove(k) => *k,
-        })
-        .collect()
 }
 
 /// Our flows as the switch has them.

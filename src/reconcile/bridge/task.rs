@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::BridgeSettings;
-use super::conn::{apply_bundle, apply_each, changed_keys, read_each};
+use super::conn::{apply_bundle, apply_each, read_each};
 use super::garp;
 use super::programmed::BrIntFlows;
 use vipflow_core::reconcile::bridge::Heard;
@@ -371,31 +371,7 @@ impl BridgeSession {
                 }
                 self.full_sync(s, &plan, status).await
             } else {
-                let follows = plan
-                    .generation
-                    .checked_sub(1)
-                    .is_some_and(|g| self.applied.generation == Some(g));
-                let same_making = self.applied.made_as(&making);
-                let touched: Vec<FlowKey> = match &plan.delta {
-                    // Made the same way: only the keys that changed. The plan right after the
-                    // one on the switch names them; otherwise the two plans are compared
-                    // (without visiting what they share).
-                    Some(d) if follows && same_making => d.touched.clone(),
-                    _ if same_making => changed_keys(self.applied.planned(), &plan.flows),
-                    // A new gateway router MAC changes every flow into OVN: every key.
-                    _ => {
-                        let mut all: Vec<FlowKey> = self
-                            .applied
-                            .planned()
-                            .iter()
-                            .chain(plan.flows.iter())
-                            .copied()
-                            .collect();
-                        all.sort_unstable();
-                        all.dedup();
-                        all
-                    }
-                };
+                let touched = self.applied.touched(&plan, &making);
                 if roles.is_some() {
                     taken = garp::taken(&touched, &plan.flows);
                 }
@@ -403,6 +379,9 @@ impl BridgeSession {
             };
             if let Err(e) = r {
                 return SessionEnd::Lost(e);
+            }
+            if held {
+                self.applied.left_out();
             }
             if let Some(roles) = &roles {
                 self.on_switch = garp::answered(&plan.flows).into_iter().collect();

@@ -14,7 +14,7 @@
 //! - [`FullSync`]: the writes that make what was read from the switch equal to a plan, fed one
 //!   flow at a time so the table read is never held whole.
 
-use super::state::{FlowBody, FlowId, Roles};
+use super::state::{DesiredFlows, FlowBody, FlowId, Roles};
 use crate::plan::flows::{FlowKey, FlowMaker};
 use crate::plan::service_index::FlowIndex;
 use openflow::multipart::FlowStats;
@@ -80,6 +80,17 @@ fn add(id: FlowId, body: FlowBody) -> Message {
     ))
 }
 
+/// The keys in one plan and not the other.
+pub fn changed_keys(before: &FlowIndex, after: &FlowIndex) -> Vec<FlowKey> {
+    use imbl::ordset::DiffItem;
+    before
+        .diff(after)
+        .map(|d| match d {
+            DiffItem::Add(k) | DiffItem::Remove(k) => *k,
+        })
+        .collect()
+}
+
 /// What is on the switch, and the plan it came from.
 #[derive(Debug, Clone, Default)]
 pub struct Applied {
@@ -90,7 +101,8 @@ pub struct Applied {
     /// Planned flows not on the switch, with why (a missing port, rejected by the switch).
     /// Every other planned flow is.
     skipped: BTreeMap<FlowKey, String>,
-    /// The plan generation this reflects; `None` when unknown.
+    /// The plan generation this is, as planned; `None` when unknown or when a write left
+    /// some of its flows out ([`Applied::left_out`]).
     pub generation: Option<u64>,
 }
 
@@ -166,6 +178,41 @@ impl Applied {
             }
             FlowOp::Delete(d) => Some(delete(&d.0, d.1)),
         }
+    }
+
+    /// The keys a write of `plan`, made by `making`, must look at: the ones its delta names
+    /// when it follows the plan this state is, flows made the same way; else the keys in which
+    /// the two plans differ; with another `making`, every key of both.
+    pub fn touched(&self, plan: &DesiredFlows, making: &Making) -> Vec<FlowKey> {
+        let follows = plan
+            .generation
+            .checked_sub(1)
+            .is_some_and(|g| self.generation == Some(g));
+        let same_making = self.made_as(making);
+        match &plan.delta {
+            Some(d) if follows && same_making => d.touched.clone(),
+            _ if same_making => changed_keys(&self.planned, &plan.flows),
+            // A new gateway router MAC changes every flow into OVN: every key.
+            _ => {
+                let mut all: Vec<FlowKey> = self
+                    .planned
+                    .iter()
+                    .chain(plan.flows.iter())
+                    .copied()
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                all
+            }
+        }
+    }
+
+    /// The last write left flows of its plan out on purpose (answers held back until OVN
+    /// programmed their VIPs): this state is no generation's plan as planned. The next plan's
+    /// delta counts from that plan and would not name what was left out, so the next write
+    /// compares the two plans instead.
+    pub fn left_out(&mut self) {
+        self.generation = None;
     }
 
     /// The writes that take the switch from this state to plan `flows` made by `making`,

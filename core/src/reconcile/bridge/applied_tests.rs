@@ -445,3 +445,41 @@ fn a_write_costs_no_more_than_its_key() {
         std::mem::size_of::<FlowOp>()
     );
 }
+
+/// A write that left a flow of its plan out (an answer held back until OVN programmed its
+/// VIP), then the next generation, whose delta counts from the plan as planned and so does
+/// not name the flow left out: the write of that generation looks at the left-out flow too and
+/// adds it. Without anything left out, the delta alone is looked at.
+#[test]
+fn the_plan_after_a_write_that_left_a_flow_out_writes_that_flow() {
+    use crate::plan::service_index::FlowDelta;
+    use crate::reconcile::bridge::DesiredFlows;
+    let r = roles();
+    // Key 1 is the answer; generation 2 adds key 3.
+    let first: BTreeMap<u8, u8> = [(1, 0), (2, 0)].into();
+    let written: BTreeMap<u8, u8> = [(2, 0)].into();
+    let second: BTreeMap<u8, u8> = [(1, 0), (2, 0), (3, 0)].into();
+    let m = making(&second, &r);
+    let plan = DesiredFlows {
+        generation: 2,
+        flows: index(&second),
+        maker: m.maker.clone(),
+        delta: Some(FlowDelta {
+            touched: vec![key(3)],
+        }),
+        router_mac: None,
+        announce: Vec::new(),
+        doubt: false,
+    };
+
+    let mut held = Applied::from_plan(&index(&written), m.clone(), 1);
+    held.left_out();
+    let touched = held.touched(&plan, &m);
+    assert_eq!(touched, vec![key(1), key(3)]);
+    let d = held.delta(&plan.flows, m.clone(), touched);
+    assert!(d.ops.contains(&FlowOp::Add(key(1))), "{:?}", d.ops);
+    assert!(d.ops.contains(&FlowOp::Add(key(3))), "{:?}", d.ops);
+
+    let whole = Applied::from_plan(&index(&first), m.clone(), 1);
+    assert_eq!(whole.touched(&plan, &m), vec![key(3)]);
+}

@@ -1328,7 +1328,8 @@ ended() {
     if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; END="exited $?"; return; fi
     sleep 0.1
   done
-  END=running
+  # What is left of the container, for a failure to show.
+  END="running ($(ps -o pid=,stat=,wchan=,args= --ppid "$pid" | tr -s ' ' | paste -sd';'))"
 }
 left() { pgrep -c -f '^/usr/lib/frr/' || true; }
 without() {

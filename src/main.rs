@@ -265,6 +265,11 @@ async fn dispatch(
                     println!("~ {have}  # planned: {want}");
                 }
             }
+            if agent::frr_is_frr_k8s(&cfg) {
+                println!(
+                    "frr: not compared: frr-k8s mode (--frr-k8s on): frr-k8s's FRR advertises what the FRRConfiguration objects say, which the agents write in cluster mode (`vipflow plan --frr-k8s on` prints vipflow's)"
+                );
+            }
             if let Some(lines) = agent::verify_frr(&cfg, &loaded.objects)
                 .await
                 .map_err(|e| e.to_string())?
@@ -317,6 +322,11 @@ async fn dispatch(
                     tracing::warn!(bridge = %r.bridge, "not programmed: {s}");
                 }
                 tracing::info!(bridge = %r.bridge, changes = r.changes, flows = r.flows, "synced once");
+            }
+            if agent::frr_is_frr_k8s(&cfg) {
+                tracing::info!(
+                    "frr-k8s mode (--frr-k8s on): FRR is frr-k8s's and left as it is; the agents write its FRRConfiguration objects in cluster mode"
+                );
             }
             if let Some(f) = agent::sync_frr_once(&cfg, &loaded.objects, &one)
                 .await

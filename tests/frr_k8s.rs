@@ -587,3 +587,65 @@ fn plan_prints_the_objects_the_agents_write() {
     );
     assert!(text.contains("#   198.51.100.11: advertised"), "{text}");
 }
+
+/// With `--frr-k8s on`, `vipflow verify` and `vipflow agent --once` leave the node's FRR alone,
+/// as the agent does outside cluster mode (frr-k8s's FRR advertises what the objects say, and
+/// only the agents in cluster mode write those): `verify` says FRR is not compared and finds
+/// the bridge in sync after `--once`, and FRR's running configuration is what it was. The
+/// same commands without the flag (the direct mode) do find FRR's drift.
+#[test]
+fn verify_and_once_leave_frr_k8s_s_frr_alone() {
+    let Some(frr) = testkit::frr::Frr::start(
+        &format!("vf-k1-{}", std::process::id()),
+        "router bgp 64513\n bgp router-id 10.9.0.2\n address-family ipv4 unicast\n  network 203.0.113.9/32\n exit-address-family\nexit\n",
+    ) else {
+        return;
+    };
+    let sb = Sandbox::openflow_only();
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let path = dir.path().join("objects.yaml");
+    std::fs::write(&path, OBJECTS).expect("written");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--node-name".to_string(),
+            "n1".into(),
+            "--objects".into(),
+            path.display().to_string(),
+            "--ovs-rundir".into(),
+            sb.path().display().to_string(),
+            "--frr-socket-dir".into(),
+            frr.path().display().to_string(),
+        ];
+        args.splice(0..0, extra.iter().map(|s| s.to_string()));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_vipflow"))
+            .args(&args)
+            .output()
+            .expect("vipflow runs");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let config = || {
+        frr.vtysh(&["show running-config"])
+            .expect("FRR's configuration")
+    };
+    let before = config();
+    let (ok, once) = run(&["agent", "--once", "--frr-k8s", "on"]);
+    assert!(ok, "{once}");
+    assert!(once.contains("frr-k8s mode"), "{once}");
+    let (ok, verify) = run(&["verify", "--frr-k8s", "on"]);
+    assert!(ok, "{verify}");
+    assert!(verify.contains("frr: not compared"), "{verify}");
+    assert!(verify.contains("br-ex: in sync"), "{verify}");
+    assert!(!verify.contains("frr: drift"), "{verify}");
+    assert_eq!(config(), before, "FRR's running configuration");
+
+    let (ok, direct) = run(&["verify", "--frr-k8s", "off"]);
+    assert!(!ok, "{direct}");
+    assert!(direct.contains("- network 203.0.113.9/32"), "{direct}");
+}

@@ -25,7 +25,7 @@ use crate::status::StatusDoc;
 pub use cluster::{Cluster, ClusterOptions, run_cluster, start_cluster};
 use observer::observe_agent;
 pub use oneshot::{
-    Drift, OneShotBgp, OneShotFrrK8s, OneShotPlan, SyncReport, check, objects_path,
+    Drift, OneShotBgp, OneShotFrrK8s, OneShotPlan, SyncReport, check, frr_is_frr_k8s, objects_path,
     plan_allocations, plan_once, pool_ranges, sync_frr_once, sync_once, sync_plan, verify,
     verify_frr, verify_northbound,
 };

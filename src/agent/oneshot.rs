@@ -206,13 +206,24 @@ pub fn vtysh_of(cfg: &Config) -> Option<crate::reconcile::frr::Vtysh> {
     )
 }
 
+/// Whether the node's FRR is frr-k8s's (`--frr-k8s on`). The one-shot commands then leave
+/// it alone, as the agent does outside cluster mode: what it advertises comes from the
+/// `FRRConfiguration` objects, which only the agents in cluster mode write.
+pub fn frr_is_frr_k8s(cfg: &Config) -> bool {
+    cfg.bgp.frr_k8s == crate::config::FrrK8sMode::On
+}
+
 /// Bring the node's FRR to the plan once (`vipflow agent --once`, after the bridges: they
-/// carry what it advertises). `None` when the node speaks no BGP.
+/// carry what it advertises). `None` when the node speaks no BGP, or its FRR is frr-k8s's
+/// ([`frr_is_frr_k8s`]).
 pub async fn sync_frr_once(
     cfg: &Config,
     objects: &Objects,
     one: &OneShotPlan,
 ) -> Result<Option<crate::reconcile::frr::FrrOnce>, AgentError> {
+    if frr_is_frr_k8s(cfg) {
+        return Ok(None);
+    }
     let (Some(vtysh), Some(bgp)) = (vtysh_of(cfg), one.bgp(cfg, objects)) else {
         return Ok(None);
     };
@@ -224,11 +235,14 @@ pub async fn sync_frr_once(
 
 /// How the node's FRR differs from the plan (`vipflow verify`): a prefix planned and not
 /// originated (`+`), originated and not planned (`-`), and a BGP instance of another AS or
-/// none. `None` when the node speaks no BGP.
+/// none. `None` when the node speaks no BGP, or its FRR is frr-k8s's ([`frr_is_frr_k8s`]).
 pub async fn verify_frr(
     cfg: &Config,
     objects: &Objects,
 ) -> Result<Option<Vec<String>>, AgentError> {
+    if frr_is_frr_k8s(cfg) {
+        return Ok(None);
+    }
     let one = plan_once(cfg, objects, false);
     let (Some(vtysh), Some(bgp)) = (vtysh_of(cfg), one.bgp(cfg, objects)) else {
         return Ok(None);

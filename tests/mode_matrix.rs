@@ -187,8 +187,8 @@ fn objects(node_b_ready: bool) -> String {
   addressType: IPv4
   ports: [{name: http, port: 8080, protocol: TCP}]
   endpoints:
-  - {addresses: [10.244.1.5], nodeName: node-a, conditions: {ready: true, serving: true, terminating: false}}
-  - {addresses: [10.244.2.7], nodeName: node-b, conditions: {ready: true, serving: true, terminating: false}}
+  - {addresses: [10.244.1.5], nodeName: node-a, targetRef: {kind: Pod, name: web-a, namespace: shop}, conditions: {ready: true, serving: true, terminating: false}}
+  - {addresses: [10.244.2.7], nodeName: node-b, targetRef: {kind: Pod, name: web-b, namespace: shop}, conditions: {ready: true, serving: true, terminating: false}}
 - apiVersion: discovery.k8s.io/v1
   kind: EndpointSlice
   metadata: {name: local-4, namespace: shop, labels: {kubernetes.io/service-name: local}}
@@ -403,6 +403,18 @@ fn run(case: Case) -> Vec<String> {
         fails.push(format!(
             "the agent holds other than a first --once wrote:\n--- --once\n{first_once}\n+++ agent\n{held}"
         ));
+    }
+    // Kube-OVN's prefer-local: each backend of the Cluster Service maps to its Pod's logical
+    // switch port, as Kube-OVN's controller writes it.
+    if case.kube_ovn && case.prefer_local {
+        for want in [
+            "10.244.1.5=web-a.shop:0.0.0.0",
+            "10.244.2.7=web-b.shop:0.0.0.0",
+        ] {
+            if !held.contains(want) {
+                fails.push(format!("no ip_port_mappings entry {want}:\n{held}"));
+            }
+        }
     }
     let (answers, vips) = (answer_flows(&sb), 5);
     let owned_ok = match case.announce {

@@ -200,6 +200,8 @@ pub struct KeptEndpoint {
     pub addresses: Vec<Text>,
     pub conditions: Option<discovery::EndpointConditions>,
     pub node_name: Option<Text>,
+    /// The name of the Pod behind it (`targetRef` of kind Pod).
+    pub pod: Option<Text>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -224,6 +226,10 @@ impl From<discovery::EndpointSlice> for KeptSlice {
                 addresses: texts(e.addresses),
                 conditions: e.conditions,
                 node_name: text(e.node_name),
+                pod: e
+                    .target_ref
+                    .filter(|r| r.kind.as_deref().is_none_or(|k| k == "Pod"))
+                    .and_then(|r| text(r.name)),
             }),
             ports: s.ports.map(|ps| {
                 remade(ps, |p| KeptSlicePort {
@@ -315,7 +321,9 @@ mod tests {
             "addressType": "IPv4",
             "endpoints": [{"addresses": ["10.0.0.1"], "nodeName": "n1",
                            "conditions": {"ready": false, "serving": true},
-                           "targetRef": {"kind": "Pod", "name": "p"}}],
+                           "targetRef": {"kind": "Pod", "name": "p"}},
+                          {"addresses": ["10.0.0.2"],
+                           "targetRef": {"kind": "Node", "name": "n2"}}],
             "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
         }))
         .unwrap();
@@ -323,9 +331,12 @@ mod tests {
         assert_eq!(k.name.as_deref(), Some("web-x"));
         assert_eq!(k.namespace.as_deref(), Some("shop"));
         assert_eq!(k.service_name.as_deref(), Some("web"));
-        assert_eq!(k.endpoints.len(), 1);
+        assert_eq!(k.endpoints.len(), 2);
         assert_eq!(k.endpoints[0].addresses, ["10.0.0.1"]);
         assert_eq!(k.endpoints[0].node_name.as_deref(), Some("n1"));
+        // The Pod behind an endpoint, and nothing for a target of another kind.
+        assert_eq!(k.endpoints[0].pod.as_deref(), Some("p"));
+        assert_eq!(k.endpoints[1].pod, None);
         let c = k.endpoints[0].conditions.as_ref().unwrap();
         assert_eq!(
             (c.ready, c.serving, c.terminating),

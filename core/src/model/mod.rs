@@ -302,6 +302,8 @@ impl Service {
 pub struct Endpoint {
     pub addresses: Vec<IpAddr>,
     pub node: Option<Text>,
+    /// The Pod behind it, by name in the slice's namespace (its `targetRef`).
+    pub pod: Option<Text>,
     pub ready: bool,
     pub serving: bool,
     pub terminating: bool,

@@ -492,6 +492,7 @@ fn build_slice(s: &KeptSlice, problems: &mut Vec<Problem>) -> Option<(ServiceKey
         endpoints.push(Endpoint {
             addresses,
             node: e.node_name.clone(),
+            pod: e.pod.clone(),
             ready,
             serving,
             terminating,

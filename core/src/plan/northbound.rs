@@ -16,7 +16,8 @@
 //!   on the node's router and switch (both see traffic of that node only, from outside or from
 //!   its pods). Without node templates there is nowhere to put such rows: a cluster row then.
 //!   In the Kube-OVN dialect the patched OVN does this itself: one cluster row with
-//!   `options:prefer_local_backend=true` and `ip_port_mappings` (backend IP -> node).
+//!   `options:prefer_local_backend=true` and `ip_port_mappings` (backend IP -> its Pod's
+//!   logical switch port, as Kube-OVN names it).
 //! - Where cluster rows land: VIP traffic is steered into each node's gateway router, so with
 //!   node templates and no `lb_group` of the user's, cluster rows join vipflow's own group
 //!   ([`OWN_GROUP`], see [`own_group`]), which the writer creates and attaches to every node's
@@ -204,12 +205,13 @@ pub fn socket(ip: IpAddr, port: u16) -> String {
     }
 }
 
-/// One backend address with the node it runs on.
+/// One backend address with the node it runs on and the Pod behind it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Backend {
     ip: IpAddr,
     port: u16,
     node: Option<Text>,
+    pod: Option<Text>,
 }
 
 /// The backends of one VIP:port: ready endpoints, else serving ones (terminating included).
@@ -240,6 +242,7 @@ fn backends(slices: &[EndpointSlice], vp: &VipPort) -> Vec<Backend> {
                     ip,
                     port,
                     node: e.node.clone(),
+                    pod: e.pod.clone(),
                 };
                 if e.ready {
                     ready.insert(b.clone());
@@ -255,6 +258,19 @@ fn backends(slices: &[EndpointSlice], vp: &VipPort) -> Vec<Backend> {
     } else {
         ready.into_iter().collect()
     }
+}
+
+/// A backend's `ip_port_mappings` entry as Kube-OVN's controller writes it for prefer-local:
+/// the backend's address (an IPv6 one in brackets) to `<logical switch port>:<check IP>`.
+/// Kube-OVN's northd picks each node's own backends by the chassis their port is bound to; the
+/// port of a Pod on Kube-OVN's default network is `<pod>.<namespace>`, and the check IP is
+/// Kube-OVN's masquerade address, used by nothing without a health check.
+fn kube_ovn_port_mapping(ip: IpAddr, pod: &str, namespace: &str) -> (String, String) {
+    let key = match ip {
+        IpAddr::V4(a) => a.to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+    };
+    (key, format!("{pod}.{namespace}:0.0.0.0"))
 }
 
 fn join(bs: &[Backend]) -> String {
@@ -364,8 +380,9 @@ fn rows_for(
             vips.insert(socket(vp.vip, vp.port), join(&chosen));
             if cfg.kube_ovn && prefer_local {
                 for b in &chosen {
-                    if let Some(n) = &b.node {
-                        mappings.insert(b.ip.to_string(), n.clone());
+                    if let Some(pod) = &b.pod {
+                        let (ip, port) = kube_ovn_port_mapping(b.ip, pod, &svc.key.namespace);
+                        mappings.insert(ip, port);
                     }
                 }
             }

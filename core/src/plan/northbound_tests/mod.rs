@@ -445,17 +445,38 @@ fn prefer_local_uses_local_endpoints_else_all_and_no_skip_snat() {
     );
 }
 
+/// The Kube-OVN dialect's prefer-local: one cluster row with `prefer_local_backend` and each
+/// backend's address mapped to its Pod's logical switch port as Kube-OVN's controller writes it
+/// (`<pod>.<namespace>:<check IP>`, an IPv6 address in brackets), which Kube-OVN's northd
+/// reads to find the chassis each backend runs on. A backend with no Pod behind it has no
+/// entry, as in Kube-OVN.
 #[test]
 fn kube_ovn_dialect_is_one_cluster_row_with_prefer_local_backend_and_ip_port_mappings() {
+    let targets = |y: String, pods: &[(&str, &str)]| {
+        pods.iter().fold(y, |y, (ip, pod)| {
+            y.replace(
+                &format!("addresses: [\"{ip}\"]"),
+                &format!("addresses: [\"{ip}\"]\n    targetRef: {{kind: Pod, name: {pod}, namespace: shop}}"),
+            )
+        })
+    };
     let y = list(&[
         NODES.into(),
         svc("", "Cluster", PORTS),
-        slice(
-            "IPv4",
-            &[
-                ("10.244.1.5", "node-a", true, true, false),
-                ("10.244.2.7", "node-b", true, true, false),
-            ],
+        targets(
+            slice(
+                "IPv4",
+                &[
+                    ("10.244.1.5", "node-a", true, true, false),
+                    ("10.244.2.7", "node-b", true, true, false),
+                    ("10.244.3.9", "node-b", true, true, false),
+                ],
+            ),
+            &[("10.244.1.5", "web-a"), ("10.244.2.7", "web-b")],
+        ),
+        targets(
+            slice("IPv6", &[("fd00:244::5", "node-a", true, true, false)]),
+            &[("fd00:244::5", "web-a")],
         ),
     ]);
     let cfg = NorthboundConfig {
@@ -481,11 +502,15 @@ fn kube_ovn_dialect_is_one_cluster_row_with_prefer_local_backend_and_ip_port_map
     );
     assert_eq!(
         tcp.ip_port_mappings,
-        m(&[("10.244.1.5", "node-a"), ("10.244.2.7", "node-b")])
+        m(&[
+            ("10.244.1.5", "web-a.shop:0.0.0.0"),
+            ("10.244.2.7", "web-b.shop:0.0.0.0"),
+            ("[fd00:244::5]", "web-a.shop:0.0.0.0"),
+        ])
     );
     assert_eq!(
         &tcp.vips["172.18.0.100:80"],
-        "10.244.1.5:8080,10.244.2.7:8080"
+        "10.244.1.5:8080,10.244.2.7:8080,10.244.3.9:8080"
     );
     assert_eq!(tcp.attach.group.as_deref(), Some("clusterLBGroup"));
     // Without prefer-local the dialect adds nothing.

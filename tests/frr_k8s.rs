@@ -269,6 +269,53 @@ async fn the_agent_writes_the_planned_objects_and_a_node_object_only_for_local_v
     cluster.shutdown().await;
 }
 
+/// vipflow's objects deleted by someone else (a user, a GitOps tool pruning what it does not
+/// know) come back as they were, each written once, with nothing in the plan changed: a shared
+/// object by the elected agent, the node's own by its agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_someone_else_deletes_are_written_again() {
+    let kube = KubeServer::start().await;
+    serve(&kube, &["n1"]);
+    kube.apply_yaml(OBJECTS);
+    let sb = Sandbox::openflow_only();
+    let cluster = agent::start_cluster(
+        config(&sb, "n1"),
+        common::cluster_options(&kube, "agent-n1"),
+    )
+    .await
+    .expect("the agent starts");
+    eventually_async("the shared objects and n1's own", 20, || {
+        written(&kube).len() == 3
+    })
+    .await;
+    let before = written(&kube);
+    let shared = before
+        .iter()
+        .map(|(n, _)| n.clone())
+        .find(|n| n.starts_with("vipflow-blue-"))
+        .expect("a shared object");
+    for name in [shared.as_str(), "vipflow-node-n1"] {
+        kube.clear_request_log();
+        let started = std::time::Instant::now();
+        assert!(
+            kube.delete(API, "FRRConfiguration", NS, name).is_some(),
+            "{name} deleted"
+        );
+        eventually_async(&format!("{name} written again"), 20, || {
+            written(&kube) == before
+        })
+        .await;
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let w = writes(&kube);
+        println!("{name} deleted: written again after {took:?}; writes {w:?}");
+        // The agent's one write (the test deletes through the server's control side).
+        assert_eq!(w, vec![name.to_string()], "{w:?}");
+    }
+    assert_eq!(written(&kube), before);
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_vip_change_is_one_write_at_a_hundred_nodes() {
     let kube = KubeServer::start().await;

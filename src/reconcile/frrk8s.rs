@@ -129,11 +129,16 @@ fn follow(
                 Ok(watcher::Event::Delete(o)) => {
                     held.remove(&name(&o));
                 }
-                Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+                // A listing in progress is no state of its own: sent once done.
+                Ok(watcher::Event::Init) => {
+                    listing = Some(BTreeMap::new());
+                    continue;
+                }
                 Ok(watcher::Event::InitApply(o)) => {
                     if let Some(l) = &mut listing {
                         l.insert(name(&o), value(&o));
                     }
+                    continue;
                 }
                 Ok(watcher::Event::InitDone) => {
                     if let Some(l) = listing.take() {
@@ -152,6 +157,81 @@ fn follow(
             out.send_replace(held.values().cloned().collect());
         }
     }))
+}
+
+/// What a watch of vipflow's own objects saw go: a deletion, or, after each (re)listing, every
+/// object the server holds (those missing may have gone while the watch was down).
+#[derive(Debug)]
+enum Gone {
+    Deleted(String),
+    Listed(std::collections::BTreeSet<String>),
+}
+
+/// Watch the objects of `api` that `config` selects (vipflow's own) for ones that go: someone
+/// deleting them (a user, a GitOps tool pruning what it does not know) would withdraw routes
+/// until the next change, so the writers put them back.
+fn watch_gone(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+) -> (Follower, tokio::sync::mpsc::UnboundedReceiver<Gone>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut listing: Option<std::collections::BTreeSet<String>> = None;
+        let mut stream = watcher(api, config).default_backoff().boxed();
+        let mut said = false;
+        while let Some(event) = stream.next().await {
+            let gone = match event {
+                Ok(watcher::Event::Delete(o)) => o.metadata.name.map(Gone::Deleted),
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Default::default());
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let (Some(l), Some(n)) = (&mut listing, o.metadata.name) {
+                        l.insert(n);
+                    }
+                    None
+                }
+                Ok(watcher::Event::InitDone) => listing.take().map(Gone::Listed),
+                Ok(watcher::Event::Apply(_)) => None,
+                Err(e) => {
+                    if !said {
+                        tracing::warn!(error = %e, "cannot watch vipflow's FRRConfigurations; trying again");
+                        said = true;
+                    }
+                    continue;
+                }
+            };
+            said = false;
+            if let Some(g) = gone
+                && tx.send(g).is_err()
+            {
+                return;
+            }
+        }
+    });
+    (Follower(task), rx)
+}
+
+/// Of `written` (what this writer believes the server holds), the names `gone` says may have
+/// gone, that the server indeed no longer holds (asked again: the watch may lag behind this
+/// writer's own writes).
+async fn confirmed_gone<'a>(
+    api: &Api<DynamicObject>,
+    gone: Gone,
+    written: impl Iterator<Item = &'a String>,
+) -> Vec<String> {
+    let suspects: Vec<String> = match gone {
+        Gone::Deleted(name) => written.filter(|n| **n == name).cloned().collect(),
+        Gone::Listed(held) => written.filter(|n| !held.contains(*n)).cloned().collect(),
+    };
+    let mut out = Vec::new();
+    for name in suspects {
+        if let Ok(None) = api.get_opt(&name).await {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// What frr-k8s says of this node: its sessions and what went wrong merging or loading.
@@ -218,10 +298,14 @@ pub async fn run_node(
             state_tx,
         ),
     ];
+    let (_own, mut own_gone) = watch_gone(
+        api.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
     let mut write_error: Option<String> = None;
     let mut wait = RETRY;
     // The followers still run (their channels are open).
-    let mut following = (true, true);
+    let mut following = (true, true, true);
     // What the server holds: an agent that restarts rewrites nothing that stands.
     let mut written: Option<Option<FrrConfiguration>> = None;
     while written.is_none() {
@@ -304,6 +388,16 @@ pub async fn run_node(
             r = wanted.changed() => if r.is_err() { return },
             r = sessions.changed(), if following.0 => following.0 = r.is_ok(),
             r = node_state.changed(), if following.1 => following.1 = r.is_ok(),
+            g = own_gone.recv(), if following.2 => match g {
+                Some(g) => {
+                    let ours = written.is_some().then(|| name.clone());
+                    if !confirmed_gone(&api, g, ours.iter()).await.is_empty() {
+                        tracing::warn!(object = %name, "this node's FRRConfiguration was deleted by someone else; writing it again");
+                        written = None;
+                    }
+                }
+                None => following.2 = false,
+            },
         }
     }
 }
@@ -320,14 +414,17 @@ pub async fn run_pools(
 ) {
     let api = api(&client, &namespace);
     let mut leader = leader;
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{ROLE_LABEL}=pool");
     loop {
         if let Some(l) = &mut leader
             && l.wait_for(|l| *l).await.is_err()
         {
             return;
         }
+        // Watched only while leading: what someone else deletes is put back.
+        let (_watch, mut gone) =
+            watch_gone(api.clone(), watcher::Config::default().labels(&selector));
         // What the server holds of vipflow's shared objects.
-        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY},{ROLE_LABEL}=pool");
         let mut written: BTreeMap<String, FrrConfiguration> = match api
             .list(&ListParams::default().labels(&selector))
             .await
@@ -397,18 +494,23 @@ pub async fn run_pools(
                 continue;
             }
             wait = RETRY;
-            match &mut leader {
-                Some(l) => tokio::select! {
-                    r = pools.changed() => if r.is_err() { return },
-                    r = l.wait_for(|l| !*l) => {
-                        if r.is_err() { return }
-                        tracing::info!("no longer leading: the pools' FRRConfigurations are the new leader's");
-                        break;
-                    }
-                },
-                None => {
-                    if pools.changed().await.is_err() {
-                        return;
+            let lost = async {
+                match &mut leader {
+                    Some(l) => l.wait_for(|l| !*l).await.map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = pools.changed() => if r.is_err() { return },
+                r = lost => {
+                    if r.is_err() { return }
+                    tracing::info!("no longer leading: the pools' FRRConfigurations are the new leader's");
+                    break;
+                }
+                Some(g) = gone.recv() => {
+                    for name in confirmed_gone(&api, g, written.keys()).await {
+                        tracing::warn!(object = %name, "a pool's FRRConfiguration was deleted by someone else; writing it again");
+                        written.remove(&name);
                     }
                 }
             }

@@ -554,7 +554,7 @@ fn rbac_grants_exactly_what_the_agent_needs() {
             "frrk8s.metallb.io",
             "frrconfigurations",
             &[],
-            &["get", "list", "create", "patch", "delete"],
+            &["get", "list", "watch", "create", "patch", "delete"],
         ),
         grant("events.k8s.io", "events", &[], &["create", "list", "patch"]),
         grant("", "events", &[], &["create", "patch"]),

@@ -13,6 +13,8 @@
 //! (`CI` set) a missing validator fails the test; elsewhere the schema test is skipped with a
 //! loud message, and every other check still runs.
 
+mod common;
+
 use serde_yaml_ng::Value;
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -1492,5 +1494,181 @@ fn the_frr_container_runs_as_the_pod_runs_it() {
         "\n{stdout}{}\nFRR's log:\n{}",
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(out_dir.join("frr.log")).unwrap_or_default()
+    );
+}
+
+/// Whether `role`'s rules allow `verb` on `group`/`resource` (named `name`, if the request
+/// names one), as the API server's RBAC decides it.
+fn allows(role: &Value, group: &str, resource: &str, verb: &str, name: Option<&str>) -> bool {
+    seq(&role["rules"]).iter().any(|rule| {
+        let has = |key: &str, want: &str| strs(&rule[key]).iter().any(|v| *v == want || *v == "*");
+        let names = strs(&rule["resourceNames"]);
+        has("apiGroups", group)
+            && has("resources", resource)
+            && has("verbs", verb)
+            && (names.is_empty() || name.is_some_and(|n| names.contains(&n)))
+    })
+}
+
+/// A request as RBAC sees it, from its path: (API group, namespace, object name).
+fn rbac_target(path: &str) -> (String, Option<String>, Option<String>) {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", _version, rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => return (String::new(), None, None),
+    };
+    let (ns, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(ns.to_string()), rest),
+        _ => (None, rest),
+    };
+    (group, ns, rest.get(1).map(|n| n.to_string()))
+}
+
+/// Every request a cluster-mode agent makes is one the shipped RBAC grants: the ClusterRole
+/// anywhere, the leader-election Role in the agent's own namespace. The agent runs in frr-k8s
+/// mode beside MetalLB's objects (a field it does not carry out, so it writes an Event on the
+/// object), writes a pool's shared object and its own, and puts back an FRRConfiguration
+/// someone else deletes. The API test server grants everything; this is what
+/// a real one would refuse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_the_agent_makes_is_granted_by_the_shipped_rbac() {
+    use serde_json::json;
+    use testkit::eventually_async;
+    use testkit::kube_server::KubeServer;
+    const FRR: &str = "frrk8s.metallb.io/v1beta1";
+    let kube = KubeServer::start().await;
+    testkit::bgp_objects::BgpObjects::serve_kinds(&kube);
+    for (api, plural, kind, namespaced) in [
+        (FRR, "frrconfigurations", "FRRConfiguration", true),
+        (FRR, "frrnodestates", "FRRNodeState", false),
+        (FRR, "bgpsessionstates", "BGPSessionState", true),
+        (
+            "metallb.io/v1beta1",
+            "ipaddresspools",
+            "IPAddressPool",
+            true,
+        ),
+        (
+            "metallb.io/v1beta1",
+            "l2advertisements",
+            "L2Advertisement",
+            true,
+        ),
+    ] {
+        kube.register_resource(api, plural, kind, namespaced);
+        kube.enable_crd(api, plural);
+    }
+    kube.apply(json!({"apiVersion": FRR, "kind": "FRRNodeState", "metadata": {"name": "n1"}}));
+    kube.apply_yaml(
+        r#"
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {kubernetes.io/hostname: n1}}
+status: {addresses: [{type: InternalIP, address: 192.168.10.11}], conditions: [{type: Ready, status: 'True'}]}
+---
+apiVersion: vipflow.io/v1alpha1
+kind: BGPPeer
+metadata: {name: tor}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: 10.9.0.1}
+---
+apiVersion: vipflow.io/v1alpha1
+kind: VipPool
+metadata: {name: blue}
+spec: {addresses: [198.51.100.0/24]}
+---
+apiVersion: vipflow.io/v1alpha1
+kind: BGPAdvertisement
+metadata: {name: all}
+spec: {}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: lan, namespace: metallb-system}
+spec: {addresses: [172.18.0.200-172.18.0.210]}
+---
+apiVersion: metallb.io/v1beta1
+kind: L2Advertisement
+metadata: {name: l2, namespace: metallb-system}
+spec: {ipAddressPools: [lan], interfaces: [eth9]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {externalIPs: [198.51.100.11], externalTrafficPolicy: Local, ports: [{port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec: {externalIPs: [198.51.100.12], ports: [{port: 443, protocol: TCP}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: shop, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{port: 80, protocol: TCP}]
+endpoints: [{addresses: [10.0.0.9], nodeName: n1, conditions: {ready: true}}]
+"#,
+    );
+    let sb = testkit::Sandbox::openflow_only();
+    let cluster = vipflow::agent::start_cluster(
+        common::cluster_config(&sb, "n1", None),
+        common::cluster_options(&kube, "agent-n1"),
+    )
+    .await
+    .expect("the agent starts");
+    let frr_configurations = || kube.list(FRR, "FRRConfiguration");
+    eventually_async("the pool's object and n1's own", 30, || {
+        frr_configurations().len() == 2
+    })
+    .await;
+    eventually_async("an Event on the L2Advertisement", 30, || {
+        kube.events()
+            .iter()
+            .any(|e| e["regarding"]["name"] == "l2" || e["involvedObject"]["name"] == "l2")
+    })
+    .await;
+    kube.delete(FRR, "FRRConfiguration", "frr-k8s-system", "vipflow-node-n1");
+    eventually_async("n1's object written again", 30, || {
+        frr_configurations().len() == 2
+    })
+    .await;
+    cluster.shutdown().await;
+
+    let cluster_role = object("ClusterRole", "vipflow");
+    let role = object("Role", "vipflow-leader-election");
+    let mut refused = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for r in kube.request_log() {
+        if matches!(r.verb.as_str(), "discovery" | "unknown") {
+            continue;
+        }
+        let (group, ns, name) = rbac_target(&r.path);
+        let name = match r.verb.as_str() {
+            "list" | "watch" | "create" | "deletecollection" => None,
+            _ => name,
+        };
+        let key = format!("{} {group}/{} in {ns:?} named {name:?}", r.verb, r.resource);
+        let granted = allows(&cluster_role, &group, &r.resource, &r.verb, name.as_deref())
+            || (ns.as_deref() == Some("default")
+                && allows(&role, &group, &r.resource, &r.verb, name.as_deref()));
+        if !granted {
+            refused.insert(key.clone());
+        }
+        seen.insert(key);
+    }
+    println!(
+        "{} kinds of request, e.g.:\n{}",
+        seen.len(),
+        seen.iter().take(60).cloned().collect::<Vec<_>>().join("\n")
+    );
+    assert!(
+        seen.iter()
+            .any(|k| k.starts_with("watch frrk8s.metallb.io/frrconfigurations")),
+        "the agent watched its FRRConfigurations: {seen:#?}"
+    );
+    assert!(
+        refused.is_empty(),
+        "not granted by deploy/rbac.yaml:\n{refused:#?}"
     );
 }

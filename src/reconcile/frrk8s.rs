@@ -107,6 +107,54 @@ impl Drop for Follower {
     }
 }
 
+/// What a watch saw, as states rather than steps: a change, or a (re)listing once complete
+/// (objects missing from it may have gone while the watch was down).
+enum Seen {
+    Applied(DynamicObject),
+    Deleted(DynamicObject),
+    Listed(Vec<DynamicObject>),
+}
+
+/// The objects of `api` that `config` selects, as [`Seen`]s. The watch retries with backoff
+/// (where the kind is not served, nothing is seen); a failure is said once, as `trouble`,
+/// until the watch works again.
+fn seen(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    trouble: &'static str,
+) -> impl futures::Stream<Item = Seen> + Send {
+    let mut listing: Option<Vec<DynamicObject>> = None;
+    let mut said = false;
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Apply(o)) => Some(Seen::Applied(o)),
+                Ok(watcher::Event::Delete(o)) => Some(Seen::Deleted(o)),
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Vec::new());
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let Some(l) = &mut listing {
+                        l.push(o);
+                    }
+                    None
+                }
+                Ok(watcher::Event::InitDone) => listing.take().map(Seen::Listed),
+                Err(e) => {
+                    if !said {
+                        tracing::warn!(error = %e, "{trouble}");
+                        said = true;
+                    }
+                    return futures::future::ready(None);
+                }
+            };
+            said = false;
+            futures::future::ready(out)
+        })
+}
+
 /// Keep `out` holding the objects of `api` that `config` selects, as they change. Where the
 /// kind is not served, it stays empty (the watch retries with backoff).
 fn follow(
@@ -116,44 +164,24 @@ fn follow(
 ) -> Follower {
     Follower(tokio::spawn(async move {
         let mut held: BTreeMap<String, serde_json::Value> = BTreeMap::new();
-        let mut listing: Option<BTreeMap<String, serde_json::Value>> = None;
-        let mut stream = watcher(api, config).default_backoff().boxed();
-        let mut said = false;
-        while let Some(event) = stream.next().await {
-            let name = |o: &DynamicObject| o.metadata.name.clone().unwrap_or_default();
-            let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
-            match event {
-                Ok(watcher::Event::Apply(o)) => {
+        let name = |o: &DynamicObject| o.metadata.name.clone().unwrap_or_default();
+        let value = |o: &DynamicObject| serde_json::to_value(o).unwrap_or_default();
+        let mut stream = seen(
+            api,
+            config,
+            "cannot watch frr-k8s's state of this node; trying again",
+        )
+        .boxed();
+        while let Some(s) = stream.next().await {
+            match s {
+                Seen::Applied(o) => {
                     held.insert(name(&o), value(&o));
                 }
-                Ok(watcher::Event::Delete(o)) => {
+                Seen::Deleted(o) => {
                     held.remove(&name(&o));
                 }
-                // A listing in progress is no state of its own: sent once done.
-                Ok(watcher::Event::Init) => {
-                    listing = Some(BTreeMap::new());
-                    continue;
-                }
-                Ok(watcher::Event::InitApply(o)) => {
-                    if let Some(l) = &mut listing {
-                        l.insert(name(&o), value(&o));
-                    }
-                    continue;
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(l) = listing.take() {
-                        held = l;
-                    }
-                }
-                Err(e) => {
-                    if !said {
-                        tracing::warn!(error = %e, "cannot watch frr-k8s's state of this node; trying again");
-                        said = true;
-                    }
-                    continue;
-                }
+                Seen::Listed(all) => held = all.iter().map(|o| (name(o), value(o))).collect(),
             }
-            said = false;
             out.send_replace(held.values().cloned().collect());
         }
     }))
@@ -176,33 +204,20 @@ fn watch_gone(
 ) -> (Follower, tokio::sync::mpsc::UnboundedReceiver<Gone>) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        let mut listing: Option<std::collections::BTreeSet<String>> = None;
-        let mut stream = watcher(api, config).default_backoff().boxed();
-        let mut said = false;
-        while let Some(event) = stream.next().await {
-            let gone = match event {
-                Ok(watcher::Event::Delete(o)) => o.metadata.name.map(Gone::Deleted),
-                Ok(watcher::Event::Init) => {
-                    listing = Some(Default::default());
-                    None
-                }
-                Ok(watcher::Event::InitApply(o)) => {
-                    if let (Some(l), Some(n)) = (&mut listing, o.metadata.name) {
-                        l.insert(n);
-                    }
-                    None
-                }
-                Ok(watcher::Event::InitDone) => listing.take().map(Gone::Listed),
-                Ok(watcher::Event::Apply(_)) => None,
-                Err(e) => {
-                    if !said {
-                        tracing::warn!(error = %e, "cannot watch vipflow's FRRConfigurations; trying again");
-                        said = true;
-                    }
-                    continue;
-                }
+        let mut stream = seen(
+            api,
+            config,
+            "cannot watch vipflow's FRRConfigurations; trying again",
+        )
+        .boxed();
+        while let Some(s) = stream.next().await {
+            let gone = match s {
+                Seen::Deleted(o) => o.metadata.name.map(Gone::Deleted),
+                Seen::Listed(all) => Some(Gone::Listed(
+                    all.into_iter().filter_map(|o| o.metadata.name).collect(),
+                )),
+                Seen::Applied(_) => None,
             };
-            said = false;
             if let Some(g) = gone
                 && tx.send(g).is_err()
             {

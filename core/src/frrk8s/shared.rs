@@ -187,7 +187,8 @@ pub fn pool_configurations(
                 name = format!("{base}-{n}");
                 n += 1;
             }
-            let selector = selector_of(&hostnames_of(members));
+            let hostnames = hostnames_of(members);
+            let selector = selector_of(&hostnames);
             let (object, found) = configuration(
                 &name,
                 namespace,
@@ -208,7 +209,7 @@ pub fn pool_configurations(
                         n,
                         namespace,
                         &Role::Pool(pool.name().to_string()),
-                        selector_of(&hostnames_of(members)),
+                        selector_of(&hostnames),
                         &first.speaker,
                         &objects.bgp.bfd_profiles,
                         e,

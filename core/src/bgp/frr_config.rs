@@ -263,15 +263,13 @@ pub fn node_config_as(
     let _ = writeln!(out, "route-map {ACCEPT_NOTHING} deny 10\nexit\n!");
     out.push_str(&policy.text);
     let _ = writeln!(out, "router bgp {}", first.spec.my_asn);
-    match chosen.iter().find_map(|(p, _)| p.spec.router_id.as_deref()) {
-        Some(id) => {
-            let _ = writeln!(out, " bgp router-id {id}");
-        }
-        None => {
-            if let Some(id) = speaking.router_id {
-                let _ = writeln!(out, " bgp router-id {id}");
-            }
-        }
+    // A peer's router ID, else the node's own.
+    let router_id = chosen
+        .iter()
+        .find_map(|(p, _)| p.spec.router_id.clone())
+        .or_else(|| speaking.router_id.map(|a| a.to_string()));
+    if let Some(id) = router_id {
+        let _ = writeln!(out, " bgp router-id {id}");
     }
     if speaking.graceful_shutdown {
         out.push_str(GRACEFUL_SHUTDOWN);

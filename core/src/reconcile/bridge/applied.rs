@@ -81,7 +81,7 @@ fn add(id: FlowId, body: FlowBody) -> Message {
 }
 
 /// The keys in one plan and not the other.
-pub fn changed_keys(before: &FlowIndex, after: &FlowIndex) -> Vec<FlowKey> {
+fn changed_keys(before: &FlowIndex, after: &FlowIndex) -> Vec<FlowKey> {
     use imbl::ordset::DiffItem;
     before
         .diff(after)

@@ -96,6 +96,8 @@ pub struct BgpAdvertiser {
     /// [`BgpAdvertiser::collect_cluster_vips`], and what the last update collected.
     collect_cluster: bool,
     cluster: Vec<(IpAddr, crate::announce::placement::Eligible)>,
+    /// The pools BGP advertises, as of the last update.
+    pools: BgpPools,
 }
 
 impl BgpAdvertiser {
@@ -109,6 +111,7 @@ impl BgpAdvertiser {
             withdrawn: false,
             collect_cluster: false,
             cluster: Vec::new(),
+            pools: BgpPools::default(),
         }
     }
 
@@ -225,6 +228,7 @@ impl BgpAdvertiser {
         }
         self.last.graceful_shutdown = graceful;
         self.cluster = cluster;
+        self.pools = pools;
         self.last.clone()
     }
 
@@ -236,6 +240,12 @@ impl BgpAdvertiser {
         if !on {
             self.cluster = Vec::new();
         }
+    }
+
+    /// The pools BGP advertises, each with its advertisements' terms, as of the last
+    /// [`BgpAdvertiser::update`].
+    pub fn pools(&self) -> &BgpPools {
+        &self.pools
     }
 
     /// Every externalTrafficPolicy Cluster VIP that BGP advertises, with the nodes that may

@@ -404,11 +404,10 @@ impl Planner {
         });
         let frr_k8s_pools = match (&mut self.frr_k8s_pools, &self.bgp) {
             (Some((namespace, last)), Some(advertiser)) => {
-                let pools = super::bgp_selection::BgpPools::of(objects);
                 let live = view.map(|v| &*v.live);
                 let (now, problems) = crate::frrk8s::shared::pool_configurations(
                     objects,
-                    &pools,
+                    advertiser.pools(),
                     advertiser.cluster_vips(),
                     crate::frrk8s::shared::Nodes {
                         live,

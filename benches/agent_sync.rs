@@ -324,10 +324,7 @@ impl Bench {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let sizes = support::numbers();
     let sizes = if sizes.is_empty() {
         vec![10_000, 50_000]
     } else {

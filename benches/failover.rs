@@ -25,12 +25,9 @@ use std::time::Duration;
 const BUDGET_MS: f64 = 300.0;
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let trials = args.first().map_or(20, |n| *n as usize);
-    let pause_secs = args.get(1).copied().unwrap_or(300);
+    let args = support::numbers();
+    let trials = args.first().copied().unwrap_or(20);
+    let pause_secs = args.get(1).map_or(300, |n| *n as u64);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_vipflow"));
     let Some(mut bed) = AnnounceBed::start(&bin) else {
         eprintln!("SKIPPED: needs root and network namespaces");

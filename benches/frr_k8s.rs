@@ -41,10 +41,7 @@ fn size(o: &FrrConfiguration) -> usize {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args = support::numbers();
     let nodes = args.first().copied().unwrap_or(2000);
     let vips = args.get(1).copied().unwrap_or(10_000);
     let mut text = String::new();

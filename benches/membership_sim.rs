@@ -26,10 +26,7 @@ use support::percentile_f64;
 const FAILURES: usize = 10;
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let args = support::numbers();
     let nodes = args.first().copied().unwrap_or(2000);
     let vips = args.get(1).copied().unwrap_or(10_000);
     let d = MembershipSettings::default();

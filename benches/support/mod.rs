@@ -5,6 +5,14 @@ use std::time::Duration;
 
 pub mod k8s;
 
+/// The benchmark's numeric arguments, in order (others skipped).
+pub fn numbers() -> Vec<usize> {
+    std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect()
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
